@@ -1,0 +1,30 @@
+"""hdp-planner: plan federated learning under heterogeneous DP budgets (GDPFed / GDPFed+).
+
+>>> from hdp_planner import Groups, PlanConfig, plan, calibrate_sigma
+"""
+
+from hdp_planner.accounting import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
+from hdp_planner.grouping import Groups
+from hdp_planner.plan import METHODS, MethodNoise, Plan, PlanConfig, plan, solve_plan
+from hdp_planner.planfile import PlanFileError, load_plan, plan_to_dict, save_plan, verify
+
+__version__ = "0.1.0"
+__all__ = [
+    "METHODS",
+    "GaussianRounds",
+    "Groups",
+    "MethodNoise",
+    "Plan",
+    "PlanConfig",
+    "PlanFileError",
+    "__version__",
+    "calibrate_q",
+    "calibrate_sigma",
+    "epsilon_spent",
+    "load_plan",
+    "plan",
+    "plan_to_dict",
+    "save_plan",
+    "solve_plan",
+    "verify",
+]

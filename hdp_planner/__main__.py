@@ -1,0 +1,3 @@
+from hdp_planner.cli import main
+
+main()

@@ -1,0 +1,134 @@
+"""Privacy accounting for one group: the Poisson-subsampled Gaussian mechanism, composed over rounds.
+
+The mechanism is described by a :class:`GaussianRounds` event (what happens), and accounted by a named
+accountant (how it is measured), as in dp-accounting:
+
+- ``rdp``: Rényi DP, numerically identical to dp-accounting's ``RdpAccountant`` (default orders);
+- ``pld``: privacy loss distributions (dp-accounting's ``PLDAccountant``, default discretization);
+- ``closed-form``: GDPFed Theorem 1, σ² ≥ 7q²T(ε + 2 log(1/δ))/ε². It is a calibration rule, not an
+  accountant: the ε a closed-form σ spends is measured with ``rdp``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from hdp_planner import pld, rdp
+
+Accountant = Literal["rdp", "pld", "closed-form"]
+ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld", "closed-form")
+
+
+@dataclass(frozen=True)
+class GaussianRounds:
+    """``rounds`` compositions of a Gaussian mechanism (noise multiplier σ) on a Poisson sample of rate q."""
+
+    noise_multiplier: float
+    q: float
+    rounds: int
+
+    def __post_init__(self) -> None:
+        if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
+            raise ValueError(f"noise multiplier must be positive and finite, got {self.noise_multiplier}")
+        check_ratio("q", self.q)
+        check_rounds(self.rounds)
+
+    def dp_event(self):
+        """The same mechanism as a dp-accounting event (the reference description)."""
+        import dp_accounting as dpa
+
+        step = dpa.PoissonSampledDpEvent(self.q, dpa.GaussianDpEvent(self.noise_multiplier))
+        return dpa.SelfComposedDpEvent(step, self.rounds)
+
+
+def check_epsilon(epsilon: float) -> None:
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a positive number, got {epsilon}")
+
+
+def check_delta(delta: float) -> None:
+    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+
+
+def check_ratio(name: str, q: float) -> None:
+    if not (isinstance(q, (int, float)) and 0 < q <= 1):
+        raise ValueError(f"{name} must lie in (0, 1], got {q}")
+
+
+def check_rounds(rounds: int) -> None:
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds}")
+
+
+def check_accountant(accountant: str) -> None:
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"unknown accountant {accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
+
+
+def closed_form_sigma2(epsilon: float, delta: float, q: float, rounds: int) -> float:
+    """GDPFed Theorem 1: the smallest σ² with σ² ≥ 7q²T(ε + 2 log(1/δ))/ε²."""
+    return 7.0 * q * q * rounds * (epsilon + 2.0 * math.log(1.0 / delta)) / (epsilon * epsilon)
+
+
+def epsilon_spent(event: GaussianRounds, delta: float, accountant: Accountant = "rdp") -> float:
+    """ε of ``event`` at ``delta``; ``closed-form`` σ are measured with the exact RDP accountant."""
+    check_delta(delta)
+    check_accountant(accountant)
+    if accountant == "pld":
+        return pld.pld_epsilon(event.noise_multiplier, event.q, event.rounds, delta)
+    return rdp.rdp_epsilon(event.noise_multiplier, event.q, event.rounds, delta)
+
+
+def calibrate_sigma(epsilon: float, delta: float, q: float, rounds: int, accountant: Accountant = "rdp") -> float:
+    """Smallest noise multiplier σ (a standard deviation) such that T rounds at rate q meet (ε, δ).
+
+    ``rdp`` and ``pld`` never return a σ whose ε exceeds ``epsilon``; ``closed-form`` is Theorem 1.
+    """
+    check_epsilon(epsilon)
+    check_delta(delta)
+    check_ratio("q", q)
+    check_rounds(rounds)
+    check_accountant(accountant)
+    if accountant == "closed-form":
+        return math.sqrt(closed_form_sigma2(epsilon, delta, q, rounds))
+    if accountant == "pld":
+        return pld.calibrate_sigma_pld(epsilon, delta, q, rounds)
+    return rdp.calibrate_sigma_rdp(epsilon, delta, q, rounds)
+
+
+def calibrate_q(epsilon: float, delta: float, noise_multiplier: float, rounds: int) -> float:
+    """Largest sampling ratio q ≤ 1 at which σ = ``noise_multiplier`` meets (ε, δ) over T rounds (RDP)."""
+    check_epsilon(epsilon)
+    check_delta(delta)
+    check_rounds(rounds)
+    return rdp.calibrate_q_rdp(epsilon, delta, noise_multiplier, rounds)
+
+
+@contextmanager
+def quiet_dp_accounting() -> Iterator[None]:
+    """Silence dp-accounting's "failed to converge … Excluding this order" warnings for a block."""
+    loggers = [logging.getLogger(), logging.getLogger("absl")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def reference_epsilon(event: GaussianRounds, delta: float, accountant: Accountant = "rdp") -> float:
+    """ε of ``event`` straight from dp-accounting (the slow reference our accountants are tested against)."""
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    acc = PLDAccountant() if accountant == "pld" else RdpAccountant()
+    with quiet_dp_accounting():
+        return float(acc.compose(event.dp_event()).get_epsilon(delta))

@@ -1,0 +1,57 @@
+"""Client groups by privacy budget (GDPFed Section 3): group m holds |G_m| clients and its ε_m is the
+minimum of its members' budgets, so no client's budget is exceeded."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def even_sizes(n: int, groups: int) -> tuple[int, ...]:
+    """Split n clients into ``groups`` sizes that differ by at most one (earlier groups take the rest)."""
+    if groups < 1:
+        raise ValueError("at least one group is needed")
+    if n < groups:
+        raise ValueError(f"n = {n} clients cannot fill {groups} groups")
+    base, extra = divmod(n, groups)
+    return tuple(base + (1 if m < extra else 0) for m in range(groups))
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The groups of a plan: ε_m and |G_m| per group, in the caller's order."""
+
+    epsilons: tuple[float, ...]
+    sizes: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.epsilons:
+            raise ValueError("at least one group is needed")
+        for e in self.epsilons:
+            if not (isinstance(e, (int, float)) and math.isfinite(e) and e > 0):
+                raise ValueError(f"every epsilon must be a positive number, got {e}")
+        if len(self.sizes) != len(self.epsilons):
+            raise ValueError(f"{len(self.sizes)} sizes given for {len(self.epsilons)} groups")
+        for s in self.sizes:
+            if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+                raise ValueError(f"every group size must be a positive integer, got {s}")
+
+    @classmethod
+    def from_budgets(cls, epsilons: Sequence[float], n: int, sizes: Sequence[int] | None = None) -> Groups:
+        """Groups with the given ε_m; sizes default to an even split of n and must sum to n."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a positive integer, got {n}")
+        sizes = even_sizes(n, len(epsilons)) if sizes is None else tuple(sizes)
+        groups = cls(tuple(float(e) for e in epsilons), tuple(sizes))
+        if groups.n != n:
+            raise ValueError(f"group sizes sum to {groups.n}, not n = {n}")
+        return groups
+
+    @property
+    def n(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def count(self) -> int:
+        return len(self.sizes)

@@ -1,0 +1,274 @@
+"""A GDPFed+ plan: per-group q_m, σ_m, k_m and ω_m, with the noise of the four methods it is compared with.
+
+Methods (GDPFed Table 3/5):
+- DP-FedAvg: all n clients one group at rate q, noised for the strictest ε;
+- GDPFed: every group at rate q, each noised for its own ε_m;
+- GDPFed-op: Problem 1's q_m (or ``fixed_q``), each group noised for ε_m at q_m;
+- GDPFed+: GDPFed-op plus Top-k sparsification at k_m (``sparsity`` or Remark 3's closed form).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from hdp_planner.accounting import (
+    Accountant,
+    GaussianRounds,
+    calibrate_sigma,
+    check_accountant,
+    check_delta,
+    check_ratio,
+    check_rounds,
+    closed_form_sigma2,
+    epsilon_spent,
+)
+from hdp_planner.grouping import Groups
+from hdp_planner.noise import LAMBDA_CONVENTIONS, LambdaConvention, lambda_exact, lambda_for
+from hdp_planner.problem import (
+    SIGMA_MODELS,
+    Coefficients,
+    SamplingProblem,
+    SigmaModel,
+    closed_form_k_ratio,
+    reweighting,
+)
+
+METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
+PLANNED_METHOD = "GDPFed+"
+
+
+def _positive(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {value}")
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Everything a plan depends on besides the groups. ``delta=None`` means δ = 1/n^1.1 (GDPFed B.2)."""
+
+    n: int
+    rounds: int = 50
+    q: float = 0.02
+    delta: float | None = None
+    clip: float = 1.0
+    lr: float = 0.1
+    local_steps: int = 5
+    accountant: Accountant = "rdp"
+    sigma_model: SigmaModel = "bound"
+    lambda_convention: LambdaConvention = "exact"
+    sparsity: tuple[float, ...] | None = None
+    fixed_q: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n must be a positive integer, got {self.n}")
+        check_rounds(self.rounds)
+        check_ratio("q", self.q)
+        if self.delta is None:
+            object.__setattr__(self, "delta", self.n**-1.1)
+        check_delta(self.delta)
+        _positive("clip", self.clip)
+        _positive("lr", self.lr)
+        if isinstance(self.local_steps, bool) or not isinstance(self.local_steps, int) or self.local_steps < 1:
+            raise ValueError(f"local steps must be a positive integer, got {self.local_steps}")
+        check_accountant(self.accountant)
+        if self.sigma_model not in SIGMA_MODELS:
+            raise ValueError(f"sigma model must be one of {', '.join(SIGMA_MODELS)}, got {self.sigma_model!r}")
+        if self.lambda_convention not in LAMBDA_CONVENTIONS:
+            raise ValueError(
+                f"lambda convention must be one of {', '.join(LAMBDA_CONVENTIONS)}, got {self.lambda_convention!r}"
+            )
+        for k in self.sparsity or ():
+            if not (isinstance(k, (int, float)) and 0 < k <= 1):
+                raise ValueError(f"every sparsity k_m/d must lie in (0, 1], got {k}")
+        for qm in self.fixed_q or ():
+            check_ratio("every fixed q_m", qm)
+
+    @property
+    def coefficients(self) -> Coefficients:
+        return Coefficients(self.lr, self.local_steps)
+
+    @property
+    def spending_accountant(self) -> Accountant:
+        """The accountant that measures ε: a closed-form σ is measured exactly, with RDP."""
+        return "rdp" if self.accountant == "closed-form" else self.accountant
+
+
+@dataclass(frozen=True)
+class MethodNoise:
+    """One method's per-group parameters and the noise Λ they put in the global update."""
+
+    name: str
+    epsilon: tuple[float, ...]
+    size: tuple[int, ...]
+    q: tuple[float, ...]
+    noise_multiplier: tuple[float, ...]
+    k_ratio: tuple[float, ...]
+    weight: tuple[float, ...]
+    epsilon_spent: tuple[float, ...]
+    lam: float
+    lambda_exact: float
+
+    @property
+    def expected_clients(self) -> tuple[float, ...]:
+        return tuple(q * s for q, s in zip(self.q, self.size))
+
+    @property
+    def sigma2(self) -> tuple[float, ...]:
+        return tuple(s * s for s in self.noise_multiplier)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: its configuration, the four methods' noise, Problem 1's objective, and notes for the user."""
+
+    config: PlanConfig
+    methods: tuple[MethodNoise, ...]
+    objective: float
+    uniform_objective: float
+    notes: tuple[str, ...] = field(default=())
+
+    def method(self, name: str) -> MethodNoise:
+        for m in self.methods:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    @property
+    def groups(self) -> MethodNoise:
+        """The planned per-group parameters (GDPFed+)."""
+        return self.method(PLANNED_METHOD)
+
+
+@lru_cache(maxsize=4096)
+def _calibrated(epsilon: float, delta: float, q: float, rounds: int, accountant: Accountant) -> float:
+    sigma = calibrate_sigma(epsilon, delta, q, rounds, accountant)
+    if accountant == "closed-form":  # Theorem 1 under-noises at small q: never go below the exact RDP σ
+        sigma = max(sigma, calibrate_sigma(epsilon, delta, q, rounds, "rdp"))
+    return sigma
+
+
+@lru_cache(maxsize=4096)
+def _spent(noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+    return epsilon_spent(GaussianRounds(noise_multiplier, q, rounds), delta, accountant)
+
+
+def method_noise(
+    name: str,
+    epsilons: Sequence[float],
+    sizes: Sequence[int],
+    q: Sequence[float],
+    k_ratio: Sequence[float],
+    config: PlanConfig,
+    noise_multiplier: Sequence[float] | None = None,
+) -> MethodNoise:
+    """Calibrate σ_m (unless given), weigh the groups with ω_m, measure ε spent and Λ for one method."""
+    sigma = noise_multiplier or [
+        _calibrated(e, config.delta, qm, config.rounds, config.accountant) for e, qm in zip(epsilons, q)
+    ]
+    r = [qm * s for qm, s in zip(q, sizes)]
+    weight = reweighting(r)
+    spent = [_spent(s, qm, config.rounds, config.delta, config.spending_accountant) for s, qm in zip(sigma, q)]
+    return MethodNoise(
+        name=name,
+        epsilon=tuple(float(e) for e in epsilons),
+        size=tuple(int(s) for s in sizes),
+        q=tuple(float(x) for x in q),
+        noise_multiplier=tuple(float(s) for s in sigma),
+        k_ratio=tuple(float(k) for k in k_ratio),
+        weight=tuple(float(w) for w in weight),
+        epsilon_spent=tuple(float(e) for e in spent),
+        lam=lambda_for(config.lambda_convention, name, r, weight, sigma, k_ratio, config.clip),
+        lambda_exact=lambda_exact(weight, sigma, k_ratio, config.clip),
+    )
+
+
+def _sigma2_model(groups: Groups, config: PlanConfig):
+    """σ_m²(q_m) inside Problem 1: Theorem 1's bound, or the RDP accountant (PLD is too slow in a loop)."""
+    eps = np.asarray(groups.epsilons)
+    if config.sigma_model == "bound" or config.accountant == "closed-form":
+        return lambda q_vec: np.array(
+            [closed_form_sigma2(e, config.delta, q, config.rounds) for e, q in zip(eps, q_vec)]
+        )
+    return lambda q_vec: np.array(
+        [_calibrated(float(e), config.delta, float(q), config.rounds, "rdp") ** 2 for e, q in zip(eps, q_vec)]
+    )
+
+
+def plan(epsilons: Sequence[float], n: int, sizes: Sequence[int] | None = None, **options: object) -> Plan:
+    """Plan GDPFed+ for groups with budgets ``epsilons`` over ``n`` clients, as ``hdp-plan solve`` does.
+
+    ``options`` are :class:`PlanConfig`'s fields (rounds, q, delta, clip, lr, local_steps, accountant,
+    sigma_model, lambda_convention, sparsity, fixed_q). Example: ``plan([0.5, 1.5, 3.0], n=6000)``.
+    """
+    return solve_plan(Groups.from_budgets(epsilons, n, sizes), PlanConfig(n=n, **options))  # type: ignore[arg-type]
+
+
+def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
+    """Solve GDPFed+ for ``groups`` under ``config`` and compare it with DP-FedAvg, GDPFed and GDPFed-op."""
+    if groups.n != config.n:
+        raise ValueError(f"group sizes sum to {groups.n}, not n = {config.n}")
+    m = groups.count
+    for name, values in (("sparsity", config.sparsity), ("fixed q", config.fixed_q)):
+        if values is not None and len(values) != m:
+            raise ValueError(f"{name} has {len(values)} values for {m} groups")
+    notes: list[str] = []
+    coef = config.coefficients
+    sigma2_of = _sigma2_model(groups, config)
+    eps, sizes = groups.epsilons, groups.sizes
+    uniform = [config.q] * m
+
+    problem = SamplingProblem(sizes, config.q, sigma2_of, coef, hold_weights=config.sigma_model == "accountant")
+    if config.fixed_q is not None:
+        q_op = list(config.fixed_q)
+        total = sum(q * s for q, s in zip(q_op, sizes))
+        if not math.isclose(total, config.q * config.n, rel_tol=1e-6):
+            notes.append(f"fixed q gives {total:.4g} expected clients per round, not q·n = {config.q * config.n:.4g}")
+        obj, uni = problem.value(q_op), problem.value(uniform)
+    else:
+        sol = problem.solve()
+        q_op, obj, uni = list(sol.q), sol.objective, sol.uniform_objective
+        for qm, e in zip(q_op, eps):
+            if qm >= 1.0 - 1e-9:
+                notes.append(f"group ε={e:g} is sampled with q = 1 (every client, every round)")
+
+    ones = [1.0] * m
+    op = method_noise("GDPFed-op", eps, sizes, q_op, ones, config)
+    if config.sparsity is not None:
+        k_plus = list(config.sparsity)
+    else:
+        k_arr, clamped = closed_form_k_ratio(
+            np.asarray(op.weight), np.asarray(op.sigma2), np.asarray(op.expected_clients), coef
+        )
+        k_plus = k_arr.tolist()
+        for e, c in zip(eps, clamped):
+            if c:
+                notes.append(f"Remark 3 gives k/d ≤ 0 for group ε={e:g}; clamped to k/d = {k_arr.min():g}")
+    methods = (
+        method_noise("DP-FedAvg", [min(eps)], [groups.n], [config.q], [1.0], config),
+        method_noise("GDPFed", eps, sizes, uniform, ones, config),
+        op,
+        method_noise(PLANNED_METHOD, eps, sizes, q_op, k_plus, config, noise_multiplier=op.noise_multiplier),
+    )
+    if config.accountant == "closed-form":
+        notes.extend(_theorem1_shortfalls(methods, config))
+    return Plan(config, methods, float(obj), float(uni), tuple(notes))
+
+
+def _theorem1_shortfalls(methods: Sequence[MethodNoise], config: PlanConfig) -> list[str]:
+    """Where Theorem 1's σ spends more than ε by the exact accountant (and so was raised to RDP's σ)."""
+    notes = []
+    for m in methods[:3]:  # GDPFed+ shares GDPFed-op's σ
+        for e, q, sigma in zip(m.epsilon, m.q, m.noise_multiplier):
+            theorem1 = closed_form_sigma2(e, config.delta, q, config.rounds)
+            if sigma**2 > theorem1 * (1 + 1e-9):
+                notes.append(
+                    f"{m.name}, ε={e:g}, q={q:.4g}: Theorem 1's σ²={theorem1:.4g} would overspend ε; "
+                    f"raised to the exact RDP σ²={sigma**2:.4g}"
+                )
+    return notes

@@ -1,0 +1,84 @@
+"""Shared fixtures: paper settings (NOTES §6) and small plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from hdp_planner import plan
+
+# name: (epsilons, n, rounds, clip, q, local_steps, Table 1 q_m, Table 5 rows)
+PAPER = {
+    "FMNIST": dict(
+        eps=(0.5, 1.5, 3.0),
+        n=6000,
+        rounds=50,
+        clip=1.5,
+        q=0.02,
+        local_steps=5,
+        table1=(0.69, 1.89, 3.42),
+        dpfedavg=(2.26, 5.09),
+        gdpfed=((2.26, 0.90, 0.53), 2.77),
+        op=((1.42, 0.87, 0.70), 0.57),
+        plus=0.49,
+    ),
+    "SVHN": dict(
+        eps=(0.5, 1.5, 3.0),
+        n=6000,
+        rounds=100,
+        clip=1.0,
+        q=0.05,
+        local_steps=25,
+        table1=(1.66, 4.67, 8.68),
+        dpfedavg=(13.20, 13.20),
+        gdpfed=((13.20, 2.50, 1.16), 5.62),
+        op=((2.38, 2.29, 2.23), 0.75),
+        plus=0.65,
+    ),
+    "Shakespeare": dict(
+        eps=(0.5, 1.5, 3.0),
+        n=714,
+        rounds=50,
+        clip=1.0,
+        q=0.10,
+        local_steps=30,
+        table1=(4.79, 9.83, 15.21),
+        dpfedavg=(17.14, 17.14),
+        gdpfed=((17.14, 3.26, 1.41), 7.27),
+        op=((4.45, 3.18, 2.46), 0.93),
+        plus=0.79,
+    ),
+    "CIFAR-10": dict(
+        eps=(2.0, 6.0, 12.0),
+        n=600,
+        rounds=100,
+        clip=1.5,
+        q=0.10,
+        local_steps=5,
+        table1=(3.61, 9.62, 16.77),
+        dpfedavg=(3.52, 7.91),
+        gdpfed=((3.52, 0.95, 0.49), 3.72),
+        op=((0.98, 0.91, 0.83), 0.64),
+        plus=0.56,
+    ),
+}
+
+
+def paper_plan(name: str, fixed: bool, **extra):
+    s = PAPER[name]
+    fixed_q = tuple(x / 100 for x in s["table1"]) if fixed else None
+    return plan(
+        s["eps"],
+        s["n"],
+        rounds=s["rounds"],
+        q=s["q"],
+        clip=s["clip"],
+        local_steps=s["local_steps"],
+        sparsity=(0.7, 0.8, 0.9),
+        fixed_q=fixed_q,
+        **extra,
+    )
+
+
+@pytest.fixture(scope="session")
+def fmnist_plan():
+    return plan((0.5, 1.5, 3.0), 6000)

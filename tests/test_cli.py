@@ -1,0 +1,126 @@
+"""The command line: solve, verify, and every bad input as a one-line error with no output file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from hdp_planner.cli import app
+
+runner = CliRunner()
+BASE = ["solve", "--eps", "0.5,1.5,3.0", "--n", "6000"]
+
+
+def test_solve_prints_groups_and_noise_table():
+    result = runner.invoke(app, BASE)
+    assert result.exit_code == 0, result.output
+    for text in ("GDPFed+ plan", "ε spent", "DP-FedAvg", "GDPFed-op", "reduction", "objective"):
+        assert text in result.output
+
+
+def test_solve_writes_verifiable_plan_and_json(tmp_path):
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, [*BASE, "-o", str(out), "--json", "--sparsity", "0.7,0.8,0.9"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert printed["groups"] == json.loads(out.read_text())["groups"]
+    check = runner.invoke(app, ["verify", str(out)])
+    assert check.exit_code == 0 and "within budget" in check.output
+
+
+def test_verify_names_the_over_budget_group(tmp_path):
+    out = tmp_path / "plan.json"
+    runner.invoke(app, [*BASE, "-o", str(out)])
+    doc = json.loads(out.read_text())
+    g = doc["noise"]["GDPFed"]
+    g["epsilon_spent"][0] = g["epsilon"][0] = 0.4  # claim a stricter budget than the noise gives
+    doc["noise"]["DP-FedAvg"]["epsilon"][0] = 0.4
+    for name in ("GDPFed-op", "GDPFed+"):
+        doc["noise"][name]["epsilon"][0] = 0.4
+    doc["groups"][0]["epsilon"] = 0.4
+    out.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 1
+    assert "group 1 (ε=0.4)" in result.output
+
+
+BAD = [
+    (["--eps", "0.5,abc", "--n", "100"], "not a number"),
+    (["--eps", "0.5,-1", "--n", "100"], "epsilon"),
+    (["--eps", "0.5,0", "--n", "100"], "epsilon"),
+    (["--eps", "0.5,nan", "--n", "100"], "finite"),
+    (["--eps", "0.5,1.5", "--n", "0"], "n must"),
+    (["--eps", "0.5,1.5", "--n", "100", "--q", "0"], "q must"),
+    (["--eps", "0.5,1.5", "--n", "100", "--q", "1.5"], "q must"),
+    (["--eps", "0.5,1.5", "--n", "100", "--delta", "1"], "delta"),
+    (["--eps", "0.5,1.5", "--n", "100", "--delta", "0"], "delta"),
+    (["--eps", "0.5,1.5", "--n", "100", "--rounds", "0"], "rounds"),
+    (["--eps", "0.5,1.5", "--n", "100", "--clip", "0"], "clip"),
+    (["--eps", "0.5,1.5", "--n", "100", "--clip", "-1"], "clip"),
+    (["--eps", "0.5,1.5", "--n", "100", "--sizes", "50"], "sizes"),
+    (["--eps", "0.5,1.5", "--n", "100", "--sizes", "50,40"], "sum to"),
+    (["--eps", "0.5,1.5", "--n", "100", "--sparsity", "0.5,1.2"], "sparsity"),
+    (["--eps", "0.5,1.5", "--n", "100", "--sparsity", "0,0.5"], "sparsity"),
+    (["--eps", "0.5,1.5", "--n", "100", "--fixed-q", "0.1"], "fixed-q"),
+    (["--eps", "0.5,1.5", "--n", "100", "--fixed-q", "0.1,1.2"], "q_m"),
+    (["--eps", "0.5,1.5", "--n", "100", "--accountant", "moments"], "accountant"),
+    (["--eps", "0.5,1.5", "--n", "100", "--sigma-model", "x"], "sigma model"),
+    (["--eps", "0.5,1.5", "--n", "100", "--lambda-convention", "x"], "lambda convention"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD)
+def test_bad_solve_input_is_one_line_and_writes_nothing(tmp_path, args, message):
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["solve", *args, "-o", str(out)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
+    assert "Traceback" not in result.output
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind either
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "not found"),
+        ('{"schema": "hdp-plan/1", "config": {', "not valid JSON"),
+        ("hello", "not valid JSON"),
+        ('{"schema": "other/1"}', "schema"),
+        ('{"schema": "hdp-plan/1", "config": {"n": -5}}', "config"),
+    ],
+)
+def test_bad_plan_files(tmp_path, content, message):
+    path = tmp_path / "plan.json"
+    if content is not None:
+        path.write_text(content)
+    result = runner.invoke(app, ["verify", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_real_process_has_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "hdp_planner", "solve", "--eps", "0.5,x", "--n", "10"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error:") and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_solve_imports_neither_torch_nor_matplotlib():
+    code = (
+        "import sys; from hdp_planner.cli import app; "
+        "print(any(m.split('.')[0] in ('torch', 'matplotlib') for m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "False"

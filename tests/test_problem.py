@@ -1,0 +1,90 @@
+"""Problem 1: the constraint holds, the optimum is never worse than uniform q, and Remark 3's k_m."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hdp_planner.accounting import closed_form_sigma2
+from hdp_planner.problem import Coefficients, SamplingProblem, closed_form_k_ratio, objective, reweighting
+
+COEF = Coefficients(lr=0.1, local_steps=5)
+
+
+def bound_model(eps, delta, rounds):
+    return lambda q_vec: np.array([closed_form_sigma2(e, delta, q, rounds) for e, q in zip(eps, q_vec)])
+
+
+def test_coefficients():
+    assert COEF.mu4 == pytest.approx(32 * 0.5 + 0.1 + 0.02)
+    assert COEF.mu5 == pytest.approx(8.0)
+
+
+@given(r=st.lists(st.floats(0.5, 1000), min_size=1, max_size=8))
+def test_reweighting_sums_to_one_over_expected_participants(r):
+    w = reweighting(r)
+    assert w.sum() == pytest.approx(1 / sum(r))
+    assert np.all(np.diff(w[np.argsort(r)]) >= -1e-15)  # more participants, more weight
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    eps=st.lists(st.floats(0.2, 12), min_size=2, max_size=5),
+    size=st.integers(50, 5000),
+    q=st.floats(0.005, 0.3),
+    skew=st.floats(0.5, 2.0),
+)
+def test_solution_meets_constraint_and_beats_uniform(eps, size, q, skew):
+    sizes = tuple(max(10, int(size * skew**i)) for i in range(len(eps)))
+    n = sum(sizes)
+    problem = SamplingProblem(sizes, q, bound_model(eps, n**-1.1, 50), COEF)
+    sol = problem.solve()
+    r = np.array(sol.q) * np.array(sizes)
+    assert r.sum() == pytest.approx(q * n, rel=1e-6)
+    assert all(0 < qm <= 1 for qm in sol.q)
+    assert sol.objective <= sol.uniform_objective * (1 + 1e-12)
+    assert sol.objective == pytest.approx(problem.value(sol.q))
+
+
+def test_bound_model_optimum_is_the_cauchy_schwarz_closed_form():
+    # With φ ≈ 0, σ_m² = a_m q_m² and ω ∝ r²: the optimum is r_m ∝ |G_m| ε_m / sqrt(ε_m + 2 log(1/δ)).
+    eps, n = (0.5, 1.5, 3.0), 6000
+    delta = n**-1.1
+    sol = SamplingProblem((2000, 2000, 2000), 0.02, bound_model(eps, delta, 50), COEF).solve()
+    x = np.array([e / math.sqrt(e + 2 * math.log(1 / delta)) for e in eps])
+    expected = 0.02 * 3 * x / x.sum()
+    assert np.allclose(sol.q, expected, rtol=2e-3)
+
+
+def test_accountant_model_with_held_weights_keeps_every_group():
+    from hdp_planner import calibrate_sigma
+
+    eps, n = (0.5, 1.5, 3.0), 6000
+    delta = n**-1.1
+
+    def acc(q_vec):
+        return np.array([calibrate_sigma(e, delta, float(q), 50) ** 2 for e, q in zip(eps, q_vec)])
+
+    sol = SamplingProblem((2000, 2000, 2000), 0.02, acc, COEF, hold_weights=True).solve()
+    assert min(sol.q) > 0.002  # no group starved (NOTES §2: the paper's ω alone drives q_1, q_2 → 0)
+    assert sum(q * 2000 for q in sol.q) == pytest.approx(0.02 * 6000)
+    assert sol.objective <= sol.uniform_objective
+
+
+def test_remark3_k_ratio_and_clamp():
+    w, s2, r = np.array([0.001, 0.5]), np.array([1.0, 50.0]), np.array([40.0, 1.0])
+    k, clamped = closed_form_k_ratio(w, s2, r, COEF)
+    raw0 = 1 - 2 * 0.001 * 1.0 / (0.1 * 5 * COEF.mu4 * 1600)
+    assert k[0] == pytest.approx(raw0)
+    assert not clamped[0] and clamped[1] and k[1] == pytest.approx(0.01)
+
+
+def test_objective_without_sparsification_is_mu4_over_qn_plus_noise_term():
+    r, s2 = np.array([10.0, 30.0]), np.array([1.0, 2.0])
+    w = reweighting(r)
+    expected = COEF.mu4 * w.sum() + COEF.mu5 * np.sum(w**2 * s2 / r**2)
+    assert objective(r, s2, COEF, np.ones(2)) == pytest.approx(expected)
