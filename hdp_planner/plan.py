@@ -223,7 +223,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
     eps, sizes = groups.epsilons, groups.sizes
     uniform = [config.q] * m
 
-    problem = SamplingProblem(sizes, config.q, sigma2_of, coef, hold_weights=config.sigma_model == "accountant")
+    problem = SamplingProblem(sizes, config.q, sigma2_of, coef, per_average=config.sigma_model == "bound")
     if config.fixed_q is not None:
         q_op = list(config.fixed_q)
         total = sum(q * s for q, s in zip(q_op, sizes))

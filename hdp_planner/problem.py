@@ -56,17 +56,20 @@ def objective(
     sigma2: np.ndarray,
     coef: Coefficients,
     k_ratio: np.ndarray | None,
-    weight: np.ndarray | None = None,
+    per_average: bool = True,
 ) -> float:
     """Problem 1's objective at r_m with noise σ_m²; ``k_ratio=None`` uses Remark 3's optimal k_m.
 
-    ``weight`` overrides ω_m(r) (the ``accountant`` σ-model holds it fixed, see :func:`solve_sampling`).
+    ``per_average=True`` is the paper's noise term μ5(1-√φ_m)ω_mσ_m²/r_m² (Appendix F: ω_m weighs the
+    group's *average*); ``False`` drops the 1/r_m², the noise of Algorithm 1's update θ + Σ_m ω_m·y_m,
+    which weighs the group's *sum*: then the noise term is μ5/C² times the exact Λ.
     """
-    w = reweighting(expected_clients) if weight is None else weight
+    w = reweighting(expected_clients)
     if k_ratio is None:
         k_ratio, _ = closed_form_k_ratio(w, sigma2, expected_clients, coef)
     phi = (1.0 - k_ratio) ** 2
-    return float(np.sum(w * (coef.mu4 * (1.0 + phi) + coef.mu5 * k_ratio * w * sigma2 / expected_clients**2)))
+    noise = w * sigma2 / expected_clients**2 if per_average else w * sigma2
+    return float(np.sum(w * (coef.mu4 * (1.0 + phi) + coef.mu5 * k_ratio * noise)))
 
 
 @dataclass(frozen=True)
@@ -85,23 +88,22 @@ class SamplingProblem:
     ``sigma2_of(q_vector)`` gives σ_m² at candidate ratios (Theorem 1's bound, or an accountant).
     As in the paper (Remark 4), φ_m is Remark 3's optimal φ_m*, whatever sparsity is finally applied:
     a fixed φ_m would make the μ4 term reward moving all weight to the least-sparsified group.
-    ``hold_weights`` freezes ω_m at its uniform-q value:
-    the safeguard used with an accountant's σ, which does not shrink like q as q → 0, so that the
-    paper's ω (∝ r_m²) would otherwise reward starving every group but one (NOTES §2).
+    ``per_average`` selects the noise term (see :func:`objective`): the paper's (True) reproduces Table 1
+    with Theorem 1's σ ∝ q; with an accountant's σ, which does not shrink like q as q → 0, it rewards
+    starving every group but one (NOTES §2), so the accountant σ-model uses Algorithm 1's (False).
     """
 
     sizes: tuple[int, ...]
     q: float
     sigma2_of: Callable[[np.ndarray], np.ndarray]
     coef: Coefficients
-    hold_weights: bool = False
+    per_average: bool = True
 
     def value(self, q_vec: Sequence[float]) -> float:
         """Problem 1's objective at per-group ratios ``q_vec``."""
         g = np.asarray(self.sizes, dtype=float)
         qv = np.asarray(q_vec, dtype=float)
-        w = reweighting(self.q * g) if self.hold_weights else None
-        return objective(qv * g, self.sigma2_of(qv), self.coef, None, w)
+        return objective(qv * g, self.sigma2_of(qv), self.coef, None, self.per_average)
 
     def solve(self) -> SamplingSolution:
         """Minimize with SLSQP on the shares s_m = r_m/qn (scaled to order one; the raw objective is

@@ -60,19 +60,16 @@ def test_bound_model_optimum_is_the_cauchy_schwarz_closed_form():
     assert np.allclose(sol.q, expected, rtol=2e-3)
 
 
-def test_accountant_model_with_held_weights_keeps_every_group():
-    from hdp_planner import calibrate_sigma
+def test_accountant_model_keeps_every_group_and_lowers_exact_noise():
+    from hdp_planner import plan
 
-    eps, n = (0.5, 1.5, 3.0), 6000
-    delta = n**-1.1
-
-    def acc(q_vec):
-        return np.array([calibrate_sigma(e, delta, float(q), 50) ** 2 for e, q in zip(eps, q_vec)])
-
-    sol = SamplingProblem((2000, 2000, 2000), 0.02, acc, COEF, hold_weights=True).solve()
-    assert min(sol.q) > 0.002  # no group starved (NOTES §2: the paper's ω alone drives q_1, q_2 → 0)
-    assert sum(q * 2000 for q in sol.q) == pytest.approx(0.02 * 6000)
-    assert sol.objective <= sol.uniform_objective
+    p = plan((0.5, 1.5, 3.0), 6000, sigma_model="accountant")
+    assert min(p.groups.q) > 0.005  # no group starved (NOTES §2: the paper's noise term drives q_1, q_2 → 0)
+    assert sum(p.groups.expected_clients) == pytest.approx(0.02 * 6000)
+    assert p.groups.q[0] < p.groups.q[1] < p.groups.q[2]
+    assert p.objective <= p.uniform_objective
+    # the noise term is μ5/C²·Λ_exact, and uniform q (GDPFed) is feasible: GDPFed-op can only be quieter
+    assert p.method("GDPFed-op").lambda_exact <= p.method("GDPFed").lambda_exact
 
 
 def test_remark3_k_ratio_and_clamp():
@@ -88,3 +85,5 @@ def test_objective_without_sparsification_is_mu4_over_qn_plus_noise_term():
     w = reweighting(r)
     expected = COEF.mu4 * w.sum() + COEF.mu5 * np.sum(w**2 * s2 / r**2)
     assert objective(r, s2, COEF, np.ones(2)) == pytest.approx(expected)
+    per_sum = COEF.mu4 * w.sum() + COEF.mu5 * np.sum(w**2 * s2)
+    assert objective(r, s2, COEF, np.ones(2), per_average=False) == pytest.approx(per_sum)
