@@ -100,7 +100,7 @@ SigmaModelOpt = Annotated[
     str,
     typer.Option(
         "--sigma-model",
-        help="σ_m(q_m) inside Problem 1: bound (Theorem 1, reproduces Table 1) | accountant (exact RDP σ; noise term of Algorithm 1's update).",
+        help="σ_m(q_m) in Problem 1: bound (Theorem 1, as Table 1) | accountant (RDP σ, Algorithm 1's noise).",
     ),
 ]
 LambdaOpt = Annotated[
