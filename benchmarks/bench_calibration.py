@@ -1,0 +1,175 @@
+"""Benchmark hdp_planner's RDP/PLD calibration against dp-accounting's calibrate_dp_mechanism.
+
+    PYTHONPATH=. python benchmarks/bench_calibration.py [--quick]
+
+Prints, per setting, the reference and our σ (or q), the relative difference, ε of both according to
+dp-accounting itself, both wall times and the speed ratio, then the geometric-mean / minimum speed-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import math
+import statistics
+import time
+
+import dp_accounting as dpa
+from dp_accounting.mechanism_calibration import ExplicitBracketInterval
+from dp_accounting.pld import PLDAccountant
+from dp_accounting.rdp import RdpAccountant
+
+from hdp_planner.pld import calibrate_sigma_pld
+from hdp_planner.rdp import calibrate_q_rdp, calibrate_sigma_rdp
+
+# (epsilon, delta, q, rounds): ε 0.1–20, δ 1e-9–1e-3, q 1e-4–0.5, rounds 1–1e4
+SIGMA_SETTINGS = [
+    (0.1, 1e-5, 1e-4, 10000),
+    (0.1, 1e-9, 0.01, 100),
+    (0.3, 1e-6, 0.001, 1000),
+    (0.5, 1e-5, 0.02, 50),
+    (1.0, 1e-5, 0.01, 1000),
+    (1.0, 1e-6, 0.3, 100),
+    (1.0, 1e-9, 1e-4, 10000),
+    (2.0, 1e-3, 0.5, 1),
+    (2.0, 1e-7, 0.05, 300),
+    (3.0, 1e-5, 0.1, 10),
+    (4.0, 1e-8, 0.002, 5000),
+    (5.0, 1e-5, 0.5, 1000),
+    (8.0, 1e-4, 0.2, 30),
+    (10.0, 1e-6, 0.001, 10000),
+    (15.0, 1e-3, 0.05, 2),
+    (20.0, 1e-9, 0.5, 10000),
+]
+# (epsilon, delta, sigma, rounds) — ε(q=1) > target in all of them
+Q_SETTINGS = [
+    (0.5, 1e-5, 1.0, 1000),
+    (1.0, 1e-6, 0.8, 100),
+    (1.0, 1e-9, 2.0, 10000),
+    (3.0, 1e-5, 1.5, 500),
+    (8.0, 1e-3, 0.7, 10),
+    (0.2, 1e-7, 5.0, 2000),
+]
+PLD_SETTINGS = [
+    (1.0, 1e-5, 0.01, 1000),
+    (1.0, 1e-6, 0.3, 100),
+    (4.0, 1e-7, 0.1, 50),
+]
+
+
+def _event(sigma: float, q: float, rounds: int):
+    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), rounds)
+
+
+def ref_eps(sigma: float, q: float, rounds: int, delta: float, pld: bool = False) -> float:
+    acc = PLDAccountant() if pld else RdpAccountant()
+    return float(acc.compose(_event(sigma, q, rounds)).get_epsilon(delta))
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def _table(title: str, head: str, rows: list[tuple]) -> list[float]:
+    print(f"\n## {title}\n")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    ratios = []
+    for r in rows:
+        print(r[0])
+        ratios.append(r[1])
+    print(
+        f"\nspeed-up: geometric mean {math.exp(statistics.fmean(math.log(x) for x in ratios)):.0f}x, "
+        f"min {min(ratios):.0f}x, max {max(ratios):.0f}x"
+    )
+    return ratios
+
+
+def bench_sigma_rdp(settings, repeat: int) -> list[float]:
+    rows = []
+    for eps, delta, q, rounds in settings:
+        ref, t_ref = _timed(
+            lambda eps=eps, delta=delta, q=q, rounds=rounds: dpa.calibrate_dp_mechanism(
+                RdpAccountant, lambda s: _event(s, q, rounds), eps, delta
+            )
+        )
+        ours, _ = _timed(functools.partial(calibrate_sigma_rdp, eps, delta, q, rounds))  # warm-up
+        t_ours = min(_timed(functools.partial(calibrate_sigma_rdp, eps, delta, q, rounds))[1] for _ in range(repeat))
+        e_ref, e_ours = ref_eps(ref, q, rounds, delta), ref_eps(ours, q, rounds, delta)
+        assert e_ours <= eps, (eps, delta, q, rounds, ours, e_ours)
+        line = (
+            f"| {eps:g} | {delta:.0e} | {q:g} | {rounds} | {ref:.6f} | {ours:.6f} | {ours / ref - 1:+.1e} "
+            f"| {e_ref:.9f} | {e_ours:.9f} | {t_ref * 1e3:.0f} | {t_ours * 1e3:.2f} | {t_ref / t_ours:.0f}x |"
+        )
+        rows.append((line, t_ref / t_ours))
+    head = "| ε | δ | q | T | σ ref | σ ours | rel diff | ε(σ ref) | ε(σ ours) | ref ms | ours ms | speed-up |"
+    return _table("calibrate_sigma_rdp vs calibrate_dp_mechanism(RdpAccountant)", head, rows)
+
+
+def bench_q_rdp(settings, repeat: int) -> list[float]:
+    rows = []
+    for eps, delta, sigma, rounds in settings:
+        ref, t_ref = _timed(
+            lambda eps=eps, delta=delta, sigma=sigma, rounds=rounds: dpa.calibrate_dp_mechanism(
+                RdpAccountant,
+                lambda q: _event(sigma, q, rounds),
+                eps,
+                delta,
+                bracket_interval=ExplicitBracketInterval(1e-12, 1.0),
+                tol=1e-9,
+            )
+        )
+        ours, _ = _timed(functools.partial(calibrate_q_rdp, eps, delta, sigma, rounds))
+        t_ours = min(_timed(functools.partial(calibrate_q_rdp, eps, delta, sigma, rounds))[1] for _ in range(repeat))
+        e_ref, e_ours = ref_eps(sigma, ref, rounds, delta), ref_eps(sigma, ours, rounds, delta)
+        assert e_ours <= eps, (eps, delta, sigma, rounds, ours, e_ours)
+        line = (
+            f"| {eps:g} | {delta:.0e} | {sigma:g} | {rounds} | {ref:.6g} | {ours:.6g} | {ours / ref - 1:+.1e} "
+            f"| {e_ref:.9f} | {e_ours:.9f} | {t_ref * 1e3:.0f} | {t_ours * 1e3:.2f} | {t_ref / t_ours:.0f}x |"
+        )
+        rows.append((line, t_ref / t_ours))
+    head = "| ε | δ | σ | T | q ref | q ours | rel diff | ε(q ref) | ε(q ours) | ref ms | ours ms | speed-up |"
+    return _table("calibrate_q_rdp vs calibrate_dp_mechanism over q (RdpAccountant, tol 1e-9)", head, rows)
+
+
+def bench_sigma_pld(settings) -> list[float]:
+    rows = []
+    for eps, delta, q, rounds in settings:
+        ref, t_ref = _timed(
+            lambda eps=eps, delta=delta, q=q, rounds=rounds: dpa.calibrate_dp_mechanism(
+                PLDAccountant, lambda s: _event(s, q, rounds), eps, delta
+            )
+        )
+        ours, t_ours = _timed(functools.partial(calibrate_sigma_pld, eps, delta, q, rounds))
+        e_ref, e_ours = ref_eps(ref, q, rounds, delta, pld=True), ref_eps(ours, q, rounds, delta, pld=True)
+        assert e_ours <= eps, (eps, delta, q, rounds, ours, e_ours)
+        line = (
+            f"| {eps:g} | {delta:.0e} | {q:g} | {rounds} | {ref:.6f} | {ours:.6f} | {ours / ref - 1:+.1e} "
+            f"| {e_ref:.7f} | {e_ours:.7f} | {t_ref:.2f} | {t_ours:.2f} | {t_ref / t_ours:.1f}x |"
+        )
+        rows.append((line, t_ref / t_ours))
+    head = "| ε | δ | q | T | σ ref | σ ours | rel diff | ε(σ ref) | ε(σ ours) | ref s | ours s | speed-up |"
+    return _table("calibrate_sigma_pld vs calibrate_dp_mechanism(PLDAccountant) (default discretization)", head, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small subset (~30 s)")
+    args = parser.parse_args()
+    logging.getLogger().setLevel(logging.ERROR)  # dp-accounting's "failed to converge" warnings (script only)
+    if args.quick:
+        sig, qs, plds, repeat = SIGMA_SETTINGS[4:8], Q_SETTINGS[:2], PLD_SETTINGS[1:2], 3
+    else:
+        sig, qs, plds, repeat = SIGMA_SETTINGS, Q_SETTINGS, PLD_SETTINGS, 5
+    t0 = time.perf_counter()
+    bench_sigma_rdp(sig, repeat)
+    bench_q_rdp(qs, repeat)
+    bench_sigma_pld(plds)
+    print(f"\ntotal benchmark time {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
