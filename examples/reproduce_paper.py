@@ -75,7 +75,7 @@ def main() -> None:
     print("| dataset | ours | paper | max rel. diff | noise term of Problem 1, ours / at paper q |")
     print("| --- | --- | --- | --- | --- |")
     from hdp_planner import Groups, PlanConfig
-    from hdp_planner.plan import _sigma2_model
+    from hdp_planner.plan import sigma2_model
     from hdp_planner.problem import SamplingProblem
 
     for name, (eps, n, rounds, clip, q, tau) in SETTINGS.items():
@@ -84,7 +84,7 @@ def main() -> None:
         diff = max(abs(a - b) / b for a, b in zip(ours, paper))
         groups = Groups.from_budgets(eps, n)
         config = PlanConfig(n=n, rounds=rounds, q=q, clip=clip, local_steps=tau)
-        prob = SamplingProblem(groups.sizes, q, _sigma2_model(groups, config), config.coefficients)
+        prob = SamplingProblem(groups.sizes, q, sigma2_model(groups, config), config.coefficients)
         on_constraint = [x / 100 * q * n / sum(x / 100 * s for x, s in zip(paper, groups.sizes)) for x in paper]
         constant = config.coefficients.mu4 / (q * n)  # μ4·Σω_m, the same for every q (φ* ≈ 0 here)
         ratio = (prob.value([x / 100 for x in ours]) - constant) / (prob.value(on_constraint) - constant)

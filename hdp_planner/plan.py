@@ -188,7 +188,7 @@ def method_noise(
     )
 
 
-def _sigma2_model(groups: Groups, config: PlanConfig):
+def sigma2_model(groups: Groups, config: PlanConfig):
     """σ_m²(q_m) inside Problem 1: Theorem 1's bound, or the RDP accountant (PLD is too slow in a loop)."""
     eps = np.asarray(groups.epsilons)
     if config.sigma_model == "bound" or config.accountant == "closed-form":
@@ -219,7 +219,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
             raise ValueError(f"{name} has {len(values)} values for {m} groups")
     notes: list[str] = []
     coef = config.coefficients
-    sigma2_of = _sigma2_model(groups, config)
+    sigma2_of = sigma2_model(groups, config)
     eps, sizes = groups.epsilons, groups.sizes
     uniform = [config.q] * m
 

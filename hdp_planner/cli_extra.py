@@ -1,0 +1,263 @@
+"""``hdp-plan sweep``, ``plot`` and ``assign``, and the per-client-budget part of ``solve``.
+
+Registered on :data:`hdp_planner.cli.app` when :mod:`hdp_planner.cli` imports this module. Matplotlib is
+imported only by the commands that draw.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hdp_planner.budgets import (
+    GROUPINGS,
+    BudgetError,
+    Grouping,
+    assign_to_groups,
+    groups_from_budgets,
+    load_budgets,
+    parse_group_count,
+    write_text_atomic,
+)
+from hdp_planner.cli import (
+    AccountantOpt,
+    CliError,
+    Clip,
+    Delta,
+    Eps,
+    FixedQ,
+    LambdaOpt,
+    LocalSteps,
+    Lr,
+    N,
+    Q,
+    Rounds,
+    SigmaModelOpt,
+    Sizes,
+    Sparsity,
+    app,
+    build_config,
+    build_request,
+    err,
+    one_line_errors,
+    out,
+)
+from hdp_planner.plan import METHODS, PlanConfig
+from hdp_planner.planfile import load_plan
+from hdp_planner.sweep import parse_range, parse_values, sweep_plan
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+# --------------------------------------------------------------------------------------------- sweep
+
+
+@app.command()
+@one_line_errors
+def sweep(
+    eps: Eps,
+    n: N,
+    sizes: Sizes = None,
+    rounds: Rounds = 50,
+    q: Q = 0.02,
+    delta: Delta = None,
+    clip: Clip = 1.0,
+    lr: Lr = 0.1,
+    local_steps: LocalSteps = 5,
+    sparsity: Sparsity = None,
+    fixed_q: FixedQ = None,
+    accountant: AccountantOpt = "rdp",
+    sigma_model: SigmaModelOpt = "bound",
+    lambda_convention: LambdaOpt = "exact",
+    vary: Annotated[
+        str, typer.Option("--vary", help="What varies: a group number (1-based, its ε) or rounds | q | clip.")
+    ] = "1",
+    values: Annotated[str | None, typer.Option("--values", help="Values of the varied parameter: v1,v2,...")] = None,
+    range_: Annotated[
+        str | None, typer.Option("--range", help="Evenly spaced values a:b:steps (instead of --values).")
+    ] = None,
+    csv_path: Annotated[str | None, typer.Option("--csv", help="Write the sweep as CSV to this file.")] = None,
+    plot: Annotated[
+        str | None, typer.Option("--plot", help="Draw q_m against the varied value (.png/.svg/.pdf).")
+    ] = None,
+) -> None:
+    """Re-solve the plan while one parameter varies (GDPFed Figure 2: optimal q_m against ε_1)."""
+    from hdp_planner.sweep import parse_vary
+
+    groups, config = build_request(
+        eps,
+        n,
+        sizes,
+        rounds,
+        q,
+        delta,
+        clip,
+        lr,
+        local_steps,
+        sparsity,
+        fixed_q,
+        accountant,
+        sigma_model,
+        lambda_convention,
+    )
+    if (values is None) == (range_ is None):
+        raise CliError("give exactly one of --values v1,v2,... or --range a:b:steps")
+    points = parse_values(values) if values is not None else parse_range(range_ or "")
+    varied = parse_vary(vary, groups)
+    if plot:
+        from hdp_planner.plots import check_figure_path
+
+        check_figure_path(plot)
+    if csv_path:
+        parent = Path(csv_path).parent
+        if str(parent) and not parent.is_dir():
+            raise CliError(f"cannot write {csv_path}: directory {parent} does not exist")
+    with _progress() as bar:
+        task = bar.add_task(f"solving {len(points)} plans", total=len(points))
+        result = sweep_plan(groups, config, varied, points, progress=lambda i: bar.update(task, completed=i))
+    table = Table(box=box.SIMPLE_HEAD, title=f"Sweep of {varied.text}: GDPFed+ q_m and σ_m², Λ per method")
+    table.add_column(varied.name, justify="right")
+    for m in range(result.count):
+        table.add_column(f"q_{m + 1}", justify="right")
+    for m in range(result.count):
+        table.add_column(f"σ²_{m + 1}", justify="right")
+    for name in METHODS:
+        table.add_column(f"Λ {name}", justify="right")
+    for v, qs, s2, lam in zip(result.values, result.q, result.sigma2, result.lam):
+        table.add_row(f"{v:g}", *(f"{100 * x:.3f}%" for x in qs), *(f"{x:.4g}" for x in s2), *(f"{x:.4g}" for x in lam))
+    out.print(table)
+    if csv_path:
+        write_text_atomic(csv_path, result.to_csv())
+        out.print(f"sweep written to {csv_path}", highlight=False)
+    if plot:
+        from hdp_planner.plots import save_sweep
+
+        save_sweep(result, plot)
+        out.print(f"figure written to {plot}", highlight=False)
+
+
+# --------------------------------------------------------------------------------------------- plot
+
+
+@app.command("plot")
+@one_line_errors
+def plot_cmd(
+    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    out_dir: Annotated[str, typer.Option("--out", help="Directory for the figures (created if missing).")] = "plots",
+    fmt: Annotated[str, typer.Option("--format", help="png | svg | pdf.")] = "png",
+) -> None:
+    """Draw a plan: Table 5's comparison, ε spent against rounds, and σ against q per group."""
+    from hdp_planner.plots import FORMATS, plot_plan
+
+    if fmt not in FORMATS:
+        raise CliError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    p = load_plan(plan_file)
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise CliError(f"--out {out_dir} exists and is not a directory")
+    with _progress() as bar:
+        task = bar.add_task("drawing", total=3)
+        paths = plot_plan(p, out_dir, fmt, progress=lambda name: bar.update(task, advance=0, description=name))
+        bar.update(task, completed=3)
+    for path in paths:
+        out.print(f"figure written to {path}", highlight=False)
+
+
+# --------------------------------------------------------------------------------------------- budgets
+
+
+def render_grouping(g: Grouping, console: Console = out) -> None:
+    """Print the groups of a budgets file with their unused budget."""
+    table = Table(box=box.SIMPLE_HEAD, title=f"Groups from client budgets ({g.method}, M = {g.count})")
+    for col in ("group", "ε_m (min budget)", "max budget", "clients", "unused budget Σ(ε_i − ε_m)"):
+        table.add_column(col, justify="right")
+    for m in range(g.count):
+        table.add_row(
+            str(m + 1),
+            f"{g.groups.epsilons[m]:g}",
+            f"{g.max_budget[m]:g}",
+            str(g.groups.sizes[m]),
+            f"{g.unused[m]:.6g}",
+        )
+    console.print(table)
+    console.print(
+        f"unused budget overall: {g.total_unused:.6g} (ε summed over {g.groups.n} clients); "
+        f"closed-form noise term μ5/(R²H) = {g.noise_term:.6g}",
+        highlight=False,
+    )
+
+
+def group_budgets(
+    budgets: str, group_count: str, grouping: str, n: int | None, config_options: tuple
+) -> tuple[Grouping, PlanConfig]:
+    """``solve --budgets FILE``: read the clients' budgets and group them (``config_options`` as in
+    :func:`hdp_planner.cli.build_config` after n). Raises CliError/ValueError on bad input."""
+    if grouping not in GROUPINGS:
+        raise CliError(f"--grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
+    count = parse_group_count(group_count)
+    ids, budget = load_budgets(budgets)
+    if n is not None and n != len(ids):
+        raise CliError(f"--n {n} but {budgets} lists {len(ids)} clients")
+    config = build_config(len(ids), *config_options)
+    return groups_from_budgets(budget, count, grouping, config), config
+
+
+@app.command("assign")
+@one_line_errors
+def assign_cmd(
+    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    budgets: Annotated[str, typer.Argument(help="Client budgets: CSV client_id,epsilon or JSON.")],
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Write client_id,epsilon,group,group_epsilon CSV here.")
+    ] = None,
+) -> None:
+    """Assign each client to the plan group whose ε is the largest ≤ its budget; print the unused budget."""
+    p = load_plan(plan_file)
+    if output:
+        parent = Path(output).parent
+        if str(parent) and not parent.is_dir():
+            raise CliError(f"cannot write {output}: directory {parent} does not exist")
+    ids, budget = load_budgets(budgets)
+    g = p.groups
+    a = assign_to_groups(budget, g.epsilon, ids)
+    if output:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(("client_id", "epsilon", "group", "group_epsilon"))
+        for cid, e, grp, ge in zip(ids, budget.tolist(), (a.group + 1).tolist(), a.group_epsilon.tolist()):
+            writer.writerow((cid, repr(e), grp, repr(ge)))
+        write_text_atomic(output, buf.getvalue())
+    table = Table(box=box.SIMPLE_HEAD, title=f"Clients of {budgets} in the groups of {plan_file}")
+    for col in ("group", "ε_m", "clients assigned", "planned |G_m|", "unused budget Σ(ε_i − ε_m)"):
+        table.add_column(col, justify="right")
+    for m in range(len(g.size)):
+        table.add_row(str(m + 1), f"{g.epsilon[m]:g}", str(a.counts[m]), str(g.size[m]), f"{a.unused[m]:.6g}")
+    out.print(table)
+    out.print(f"unused budget overall: {a.total_unused:.6g} over {len(ids)} clients", highlight=False)
+    if tuple(a.counts) != tuple(g.size):
+        err.print(
+            "[yellow]warning:[/] the assigned group sizes differ from the plan's |G_m|; "
+            "re-plan with `hdp-plan solve --budgets` for sampling ratios that match",
+            highlight=False,
+        )
+    if output:
+        out.print(f"assignment written to {output}", highlight=False)
+
+
+__all__ = ["BudgetError", "assign_cmd", "group_budgets", "plot_cmd", "render_grouping", "sweep"]
