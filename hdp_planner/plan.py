@@ -158,6 +158,12 @@ def _spent(noise_multiplier: float, q: float, rounds: int, delta: float, account
     return epsilon_spent(GaussianRounds(noise_multiplier, q, rounds), delta, accountant)
 
 
+def clear_caches() -> None:
+    """Forget memoized calibrations (for cold timings; results do not depend on the cache)."""
+    _calibrated.cache_clear()
+    _spent.cache_clear()
+
+
 def method_noise(
     name: str,
     epsilons: Sequence[float],
