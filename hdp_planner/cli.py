@@ -14,6 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from hdp_planner.accounting import calibrate_sigma
 from hdp_planner.grouping import Groups
 from hdp_planner.plan import METHODS, Plan, PlanConfig, solve_plan
 from hdp_planner.planfile import load_plan, plan_to_dict, verify, write_json_atomic
@@ -170,9 +171,15 @@ def render_plan(p: Plan, console: Console) -> None:
         title=f"GDPFed+ plan: n={c.n}, T={c.rounds}, q={c.q:g}, δ={c.delta:.3g}, C={c.clip:g}, "
         f"accountant={c.accountant}",
     )
-    for col in ("group", "ε_m", "|G_m|", "q_m", "r_m", "σ_m", "σ_m²", "k_m/d", "ω_m", "ε spent"):
+    pld = c.accountant == "pld"
+    columns = ["group", "ε_m", "|G_m|", "q_m", "r_m", "σ_m", "σ_m²", "k_m/d", "ω_m", "ε spent"]
+    for col in columns + (["σ_m by RDP", "PLD saves"] if pld else []):
         table.add_column(col, justify="right")
     for i in range(len(g.size)):
+        extra = []
+        if pld:  # how much noise the tighter PLD accountant saves over RDP at the same (ε_m, q_m)
+            rdp_sigma = calibrate_sigma(g.epsilon[i], c.delta, g.q[i], c.rounds, "rdp")
+            extra = [_fmt(rdp_sigma), f"{100 * (1 - g.noise_multiplier[i] / rdp_sigma):.1f}% of σ"]
         table.add_row(
             str(i + 1),
             _fmt(g.epsilon[i]),
@@ -184,6 +191,7 @@ def render_plan(p: Plan, console: Console) -> None:
             _fmt(g.k_ratio[i]),
             _fmt(g.weight[i]),
             _fmt(g.epsilon_spent[i]),
+            *extra,
         )
     console.print(table)
     base = p.method("DP-FedAvg").lam
@@ -251,8 +259,9 @@ def solve(
         raise CliError("give --eps and --n, or --budgets FILE")
     else:
         groups, config = build_request(eps, n, sizes, *options)
-    result = solve_plan(groups, config)
-    problems = verify(result)
+    with err.status(f"solving with the {config.accountant} accountant…"):
+        result = solve_plan(groups, config)
+        problems = verify(result)
     if problems:  # a plan must never under-noise: refuse to write one the accountant rejects
         raise CliError(f"internal check failed, no plan written: {problems[0]}")
     doc = plan_to_dict(result)
@@ -277,7 +286,8 @@ def verify_cmd(
 ) -> None:
     """Re-derive every group's ε from PLAN_FILE with its accountant; exit 1 naming any group over budget."""
     p = load_plan(plan_file)
-    problems = verify(p)
+    with err.status(f"re-deriving ε with the {p.config.spending_accountant} accountant…"):
+        problems = verify(p)
     if problems:
         for msg in problems:
             err.print(f"[bold red]FAIL[/] {msg}", highlight=False, soft_wrap=True)
@@ -291,6 +301,9 @@ def verify_cmd(
 
 
 from hdp_planner import cli_extra  # noqa: E402
+from hdp_planner_train.cli import train as _train  # noqa: E402
+
+app.command("train")(_train)
 
 
 def main() -> None:
