@@ -83,13 +83,19 @@ def _check_eps(values: np.ndarray, where: str, ids: Sequence[str]) -> None:
         )
 
 
+def _first_duplicate(items: Sequence[str]) -> str | None:
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
+
+
 def _check_ids(ids: Sequence[str], where: str) -> None:
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        for cid in ids:
-            if cid in seen:
-                raise BudgetError(f"{where}: duplicate client_id {cid!r}")
-            seen.add(cid)
+    duplicate = _first_duplicate(ids)
+    if duplicate is not None:
+        raise BudgetError(f"{where}: duplicate client_id {duplicate!r}")
 
 
 def _parse_eps(text: object, where: str, cid: str) -> float:
@@ -128,13 +134,9 @@ def _read_csv(path: Path) -> tuple[list[str], np.ndarray]:
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        seen: set[str] = set()
-        for k in keys:
-            if k in seen:
-                raise BudgetError(f"duplicate client_id {k!r}")
-            seen.add(k)
+    duplicate = _first_duplicate([k for k, _ in pairs])
+    if duplicate is not None:
+        raise BudgetError(f"duplicate client_id {duplicate!r}")
     return dict(pairs)
 
 

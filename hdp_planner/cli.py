@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -16,6 +15,7 @@ from rich.table import Table
 
 from hdp_planner.accounting import calibrate_sigma
 from hdp_planner.grouping import Groups
+from hdp_planner.inputs import parse_floats, parse_ints
 from hdp_planner.plan import METHODS, Plan, PlanConfig, solve_plan
 from hdp_planner.planfile import load_plan, plan_to_dict, verify, write_json_atomic
 
@@ -51,31 +51,6 @@ def one_line_errors(fn: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def parse_floats(text: str | None, name: str) -> tuple[float, ...] | None:
-    """Parse ``"a,b,c"`` into floats, rejecting anything that is not a finite number."""
-    if text is None:
-        return None
-    values = []
-    for item in text.split(","):
-        try:
-            v = float(item)
-        except ValueError:
-            raise CliError(f"{name}: {item.strip()!r} is not a number") from None
-        if not math.isfinite(v):
-            raise CliError(f"{name}: {item.strip()!r} is not a finite number")
-        values.append(v)
-    return tuple(values)
-
-
-def parse_ints(text: str | None, name: str) -> tuple[int, ...] | None:
-    values = parse_floats(text, name)
-    if values is None:
-        return None
-    if not all(v.is_integer() for v in values):
-        raise CliError(f"{name}: every value must be a whole number, got {text}")
-    return tuple(int(v) for v in values)
 
 
 # Options of `solve`, defined once and shared by every command that plans (names are a contract).

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdp_planner.grouping import Groups
+from hdp_planner.inputs import parse_floats
 from hdp_planner.plan import METHODS, Plan, PlanConfig, solve_plan
 
 CONFIG_PARAMETERS: tuple[str, ...] = ("rounds", "q", "clip")
@@ -76,16 +77,7 @@ def parse_vary(vary: str | int, groups: Groups) -> Varied:
 
 def parse_values(text: str) -> tuple[float, ...]:
     """``--values v1,v2,...``: finite numbers."""
-    values = []
-    for item in text.split(","):
-        try:
-            v = float(item)
-        except ValueError:
-            raise ValueError(f"--values: {item.strip()!r} is not a number") from None
-        if not math.isfinite(v):
-            raise ValueError(f"--values: {item.strip()!r} is not a finite number")
-        values.append(v)
-    return _check_count(tuple(values), "--values")
+    return _check_count(parse_floats(text, "--values") or (), "--values")
 
 
 def parse_range(text: str) -> tuple[float, ...]:

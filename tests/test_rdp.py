@@ -4,28 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hdp_planner.accounting import quiet_dp_accounting
 from hdp_planner.rdp import DEFAULT_RDP_ORDERS, calibrate_q_rdp, calibrate_sigma_rdp, rdp_epsilon
-
-
-@contextmanager
-def _quiet():
-    """Silence dp-accounting's "failed to converge … Excluding this order" warnings, locally."""
-    loggers = [logging.getLogger(), logging.getLogger("absl")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
 
 
 def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
@@ -33,7 +19,7 @@ def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
     from dp_accounting.rdp import RdpAccountant
 
     event = dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), rounds)
-    with _quiet():
+    with quiet_dp_accounting():
         return float(RdpAccountant().compose(event).get_epsilon(delta))
 
 
