@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hdp_planner import PlanFileError, load_plan, plan_to_dict, save_plan, verify
+from hdp_planner import PlanFileError, load_plan, plan, plan_to_dict, save_plan, verify
 from hdp_planner.planfile import SCHEMA
 
 
@@ -53,20 +55,7 @@ def tamper(path, edit):
 
 
 def test_verify_rejects_under_noised_group_even_if_file_is_consistent(plan_path):
-    def lower_sigma(doc):
-        m = doc["noise"]["GDPFed+"]
-        m["noise_multiplier"][1] *= 0.9
-        m["sigma2"][1] = m["noise_multiplier"][1] ** 2
-        op = doc["noise"]["GDPFed-op"]
-        op["noise_multiplier"][1], op["sigma2"][1] = m["noise_multiplier"][1], m["sigma2"][1]
-        for entry in (m, op):
-            w, s, k = entry["weight"], entry["noise_multiplier"], entry["k_ratio"]
-            lam = 1.0 * sum(wi**2 * si**2 * ki for wi, si, ki in zip(w, s, k))
-            entry["lambda"] = entry["lambda_exact"] = lam
-        doc["groups"][1]["noise_multiplier"] = m["noise_multiplier"][1]
-        doc["groups"][1]["sigma2"] = m["sigma2"][1]
-
-    problems = verify(load_plan(tamper(plan_path, lower_sigma)))
+    problems = verify(load_plan(tamper(plan_path, lambda doc: _lower_sigma(doc, "GDPFed+", 1, 0.9))))
     assert problems and "group 2" in problems[0] and "ε=1.5" in problems[0]
 
 
@@ -117,3 +106,46 @@ def test_broken_files(tmp_path, plan_path):
     listing.write_text("[1, 2]")
     with pytest.raises(PlanFileError, match="not a plan"):
         load_plan(listing)
+
+
+def _lower_sigma(doc, method, group, factor):
+    """Lower one group's σ in ``method`` and repair every derived field, so only the accountant can object."""
+    from hdp_planner.noise import lambda_exact
+
+    names = ("GDPFed-op", "GDPFed+") if method in ("GDPFed-op", "GDPFed+") else (method,)
+    for name in names:
+        entry = doc["noise"][name]
+        entry["noise_multiplier"][group] *= factor
+        entry["sigma2"][group] = entry["noise_multiplier"][group] ** 2
+        lam = lambda_exact(entry["weight"], entry["noise_multiplier"], entry["k_ratio"], doc["config"]["clip"])
+        entry["lambda"] = entry["lambda_exact"] = lam
+    if method in ("GDPFed-op", "GDPFed+"):
+        doc["groups"][group]["noise_multiplier"] = doc["noise"]["GDPFed+"]["noise_multiplier"][group]
+        doc["groups"][group]["sigma2"] = doc["noise"]["GDPFed+"]["sigma2"][group]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    eps=st.lists(st.floats(0.2, 10), min_size=1, max_size=4, unique=True),
+    per_group=st.integers(50, 3000),
+    q=st.floats(0.005, 0.2),
+    rounds=st.integers(1, 300),
+    sparse=st.booleans(),
+    data=st.data(),
+)
+def test_verify_accepts_every_solved_plan_and_rejects_any_lowered_sigma(
+    tmp_path_factory, eps, per_group, q, rounds, sparse, data
+):
+    n = per_group * len(eps)
+    sparsity = tuple(0.5 + 0.1 * i for i in range(len(eps))) if sparse else None
+    p = plan(eps, n, q=q, rounds=rounds, sparsity=sparsity)
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    save_plan(p, path)
+    assert verify(load_plan(path)) == []
+    method = data.draw(st.sampled_from(["DP-FedAvg", "GDPFed", "GDPFed-op"]))
+    group = data.draw(st.integers(0, len(p.method(method).size) - 1))
+    doc = json.loads(path.read_text())
+    _lower_sigma(doc, method, group, 0.99)
+    path.write_text(json.dumps(doc))
+    problems = verify(load_plan(path))
+    assert problems and f"group {group + 1}" in problems[0]
