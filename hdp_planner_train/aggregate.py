@@ -1,0 +1,172 @@
+"""One DP aggregation round (GDPFed Algorithm 1, lines 10-16), written once and used by both engines.
+
+The rules (sampling, clip factor, noise shares, Λ) come from :mod:`hdp_planner.noise`; this module only
+applies them to torch tensors:
+
+1. every group m Poisson-samples its clients with rate q_m (:func:`sample_round`, numpy Generator seeded
+   from (seed, round), so both engines and a resumed run sample identically);
+2. each joined client's update Δ_i = θ_i − θ is clipped to ‖Δ_i‖ ≤ C and the client adds its share
+   N(0, std²), std = ``noise_share_std(C, σ_m, c)``, so the group's sum carries exactly N(0, C²σ_m²)
+   whatever the number c joined; if c = 0 the server adds N(0, C²σ_m²) itself;
+3. the server keeps the top-k_m coordinates (by |·|) of the group's noisy sum y_m (GDPFed+) and
+   applies θ ← θ + Σ_m ω_m·Top_k(y_m).
+
+Noise measurement (two numbers per round, both per coordinate, noise n_m of group m known exactly):
+- ``lambda_measured`` = Σ_m ω_m²·(k_m/d)·‖n_m‖²/d: the noise the applied update would carry if the kept
+  coordinates were chosen independently of the noise. Its expectation is exactly ``lambda_exact``
+  (C²Σ ω_m²σ_m² k_m/d), the plan's "exact" Λ, so it checks the trainer against the plan.
+- ``lambda_applied`` = ‖Σ_m ω_m·mask_m⊙n_m‖²/d with mask_m the Top-k mask chosen on the *noisy* sum: the
+  noise really left in the applied update. With Top-k it is biased above ``lambda_exact`` (Top-k prefers
+  coordinates where the noise is large: at k/d = 0.7 on pure noise it keeps ≈98% of the noise energy,
+  not 70%); without Top-k it equals ``lambda_measured`` up to zero-mean cross-group terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hdp_planner.noise import clip_factor, noise_share_std, poisson_sample
+from hdp_planner.plan import Plan
+
+METHOD_NAMES = {
+    "p-fedavg": "DP-FedAvg",  # DP-FedAvg's sampling and weights, without clipping or noise
+    "dp-fedavg": "DP-FedAvg",
+    "gdpfed": "GDPFed",
+    "gdpfed-op": "GDPFed-op",
+    "gdpfed+": "GDPFed+",
+}
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A method's per-group parameters as the trainer applies them."""
+
+    method: str
+    sizes: tuple[int, ...]
+    q: tuple[float, ...]
+    noise_multiplier: tuple[float, ...]
+    k_ratio: tuple[float, ...]
+    weight: tuple[float, ...]
+    clip: float
+    private: bool = True
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """First client id of each group: clients join groups in order of the method's group sizes."""
+        return np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+
+    @property
+    def n(self) -> int:
+        return int(sum(self.sizes))
+
+
+def method_spec(plan: Plan, method: str) -> GroupSpec:
+    """The groups of ``method`` (p-fedavg | dp-fedavg | gdpfed | gdpfed-op | gdpfed+) in ``plan``."""
+    if method not in METHOD_NAMES:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")
+    m = plan.method(METHOD_NAMES[method])
+    private = method != "p-fedavg"
+    return GroupSpec(
+        method=method,
+        sizes=m.size,
+        q=m.q,
+        noise_multiplier=m.noise_multiplier if private else tuple(0.0 for _ in m.size),
+        k_ratio=m.k_ratio if private else tuple(1.0 for _ in m.size),
+        weight=m.weight,
+        clip=plan.config.clip,
+        private=private,
+    )
+
+
+def round_seed(seed: int, rnd: int, stream: int) -> int:
+    """A 63-bit seed for (run seed, round, stream): streams 0 sampling, 1 batches, 2 noise."""
+    return int(np.random.SeedSequence([seed, rnd, stream]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def sample_round(spec: GroupSpec, seed: int, rnd: int) -> list[np.ndarray]:
+    """Global ids of the clients joining round ``rnd``, per group (Poisson sampling with q_m)."""
+    rng = np.random.default_rng(round_seed(seed, rnd, 0))
+    return [off + poisson_sample(rng, size, q) for off, size, q in zip(spec.offsets, spec.sizes, spec.q)]
+
+
+def noise_generator(seed: int, rnd: int, device: torch.device | str = "cpu") -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(round_seed(seed, rnd, 2))
+
+
+@dataclass
+class RoundStats:
+    joined: list[int]
+    clipped: int  # clients whose update was scaled down
+    lambda_measured: float
+    lambda_applied: float
+
+
+def top_k_mask(y: torch.Tensor, k_ratio: float) -> torch.Tensor | None:
+    """Boolean mask of the k = round(k_ratio·d) largest |y_j| (None when k = d: keep everything)."""
+    d = y.numel()
+    k = max(1, round(k_ratio * d))
+    if k >= d:
+        return None
+    mask = torch.zeros(d, dtype=torch.bool, device=y.device)
+    mask[torch.topk(y.abs(), k, sorted=False).indices] = True
+    return mask
+
+
+def clip_rows(rows: torch.Tensor, clip: float) -> tuple[torch.Tensor, int]:
+    """Scale each row Δ_i by min(1, C/‖Δ_i‖) (``hdp_planner.noise.clip_factor``)."""
+    if rows.shape[0] == 0:
+        return rows, 0
+    norms = torch.linalg.vector_norm(rows.double(), dim=1).cpu().numpy()
+    factor = clip_factor(norms, clip)
+    scale = torch.as_tensor(factor, dtype=rows.dtype, device=rows.device)
+    return rows * scale[:, None], int(np.sum(factor < 1.0))
+
+
+def group_noise(
+    d: int, joined: int, clip: float, noise_multiplier: float, generator: torch.Generator, device, dtype
+) -> torch.Tensor:
+    """The noise in a group's sum: ``joined`` client shares of std C·σ/√c each, or the server's N(0, C²σ²)."""
+    std = noise_share_std(clip, noise_multiplier, joined)
+    total = torch.zeros(d, device=device, dtype=dtype)
+    for _ in range(max(joined, 1)):  # one draw per share, in client order: identical in every engine
+        total += torch.randn(d, generator=generator, device=device, dtype=dtype) * std
+    return total
+
+
+def aggregate(
+    deltas: torch.Tensor,
+    group_of_row: Sequence[int],
+    spec: GroupSpec,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, RoundStats]:
+    """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d)."""
+    d = deltas.shape[1]
+    groups = torch.as_tensor(np.asarray(group_of_row, dtype=np.int64), device=deltas.device)
+    update = torch.zeros(d, device=deltas.device, dtype=deltas.dtype)
+    applied_noise = torch.zeros_like(update)
+    joined, clipped, measured = [], 0, 0.0
+    for m in range(len(spec.sizes)):
+        rows = deltas[groups == m]
+        joined.append(int(rows.shape[0]))
+        if not spec.private:
+            update += spec.weight[m] * rows.sum(0)
+            continue
+        rows, c = clip_rows(rows, spec.clip)
+        clipped += c
+        assert generator is not None, "a private method needs a noise generator"
+        noise = group_noise(
+            d, rows.shape[0], spec.clip, spec.noise_multiplier[m], generator, deltas.device, deltas.dtype
+        )
+        y = rows.sum(0) + noise
+        measured += spec.weight[m] ** 2 * spec.k_ratio[m] * float(torch.sum(noise.double() ** 2)) / d
+        mask = top_k_mask(y, spec.k_ratio[m])
+        if mask is not None:
+            y = y * mask
+            noise = noise * mask
+        update += spec.weight[m] * y
+        applied_noise += spec.weight[m] * noise
+    return update, RoundStats(joined, clipped, measured, float(torch.sum(applied_noise.double() ** 2)) / d)

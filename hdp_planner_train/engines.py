@@ -1,0 +1,117 @@
+"""Local training of the sampled clients: τ SGD steps (momentum, batch B) from the global model θ.
+
+Two engines with the same inputs and outputs, the flat client updates Δ_i = θ_i − θ as a (K, d) tensor:
+- ``loop``: the plain reference, one client after the other with ``torch.optim.SGD``;
+- ``vectorized``: all clients at once with ``torch.func`` (functional_call + vmap + grad) over stacked
+  parameters (chunks of clients bound the memory), the same SGD-with-momentum arithmetic as torch.optim.SGD.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+from torch.nn import functional as F
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from hdp_planner_train.aggregate import round_seed
+
+ENGINES = ("vectorized", "loop")
+
+
+def batch_indices(
+    clients: list[np.ndarray], ids: np.ndarray, steps: int, batch: int, seed: int, rnd: int
+) -> np.ndarray:
+    """(K, τ, B) training-set indices: per step, B of the client's samples (with replacement if it has < B)."""
+    rng = np.random.default_rng(round_seed(seed, rnd, 1))
+    out = np.empty((len(ids), steps, batch), dtype=np.int64)
+    for row, cid in enumerate(ids):
+        own = clients[int(cid)]
+        for s in range(steps):
+            out[row, s] = own[rng.choice(len(own), size=batch, replace=len(own) < batch)]
+    return out
+
+
+def loop_deltas(
+    model: nn.Module, theta: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor, lr: float, momentum: float
+) -> torch.Tensor:
+    """Reference engine: each client trains a copy of the model with torch.optim.SGD."""
+    deltas = []
+    for i in range(xs.shape[0]):
+        local = copy.deepcopy(model)
+        vector_to_parameters(theta.clone(), local.parameters())  # a copy: SGD updates in place
+        opt = torch.optim.SGD(local.parameters(), lr=lr, momentum=momentum)
+        for s in range(xs.shape[1]):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(local(xs[i, s]), ys[i, s]).backward()
+            opt.step()
+        deltas.append(parameters_to_vector(local.parameters()).detach() - theta)
+    if not deltas:
+        return theta.new_zeros((0, theta.numel()))
+    return torch.stack(deltas)
+
+
+def vectorized_deltas(
+    model: nn.Module,
+    theta: torch.Tensor,
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    lr: float,
+    momentum: float,
+    chunk: int | None = None,
+) -> torch.Tensor:
+    """All clients at once: vmap(grad(loss)) over stacked parameters, SGD with momentum as torch.optim.SGD."""
+    k_total, d = xs.shape[0], theta.numel()
+    if k_total == 0:
+        return theta.new_zeros((0, d))
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [int(np.prod(s)) for s in shapes]
+    base = dict(zip(names, (t.view(s) for t, s in zip(torch.split(theta, sizes), shapes))))
+
+    def loss_fn(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(functional_call(model, params, (x,)), y)
+
+    grad_fn = vmap(grad(loss_fn))
+    chunk = chunk or max(1, min(k_total, int(2e8 // max(d, 1))))
+    out = []
+    for start in range(0, k_total, chunk):
+        xc, yc = xs[start : start + chunk], ys[start : start + chunk]
+        kc = xc.shape[0]
+        params = {n: base[n].unsqueeze(0).expand(kc, *base[n].shape).clone() for n in names}
+        buf: dict[str, torch.Tensor] | None = None
+        for s in range(xs.shape[1]):
+            g = grad_fn(params, xc[:, s], yc[:, s])
+            if momentum:
+                buf = g if buf is None else {n: buf[n].mul_(momentum).add_(g[n]) for n in names}
+                step = buf
+            else:
+                step = g
+            params = {n: params[n].sub_(step[n], alpha=lr) for n in names}
+        out.append(torch.cat([(params[n] - base[n]).reshape(kc, -1) for n in names], dim=1))
+    return torch.cat(out)
+
+
+def local_deltas(engine: str, *args, **kwargs) -> torch.Tensor:
+    if engine == "loop":
+        kwargs.pop("chunk", None)
+        return loop_deltas(*args, **kwargs)
+    if engine == "vectorized":
+        return vectorized_deltas(*args, **kwargs)
+    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> tuple[float, float]:
+    """(accuracy %, mean cross-entropy) on a test set."""
+    model.eval()
+    correct, loss = 0, 0.0
+    for i in range(0, len(y), batch):
+        out = model(x[i : i + batch])
+        loss += float(F.cross_entropy(out, y[i : i + batch], reduction="sum"))
+        correct += int((out.argmax(-1) == y[i : i + batch]).sum())
+    model.train()
+    return 100.0 * correct / max(len(y), 1), loss / max(len(y), 1)

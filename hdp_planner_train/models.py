@@ -1,0 +1,133 @@
+"""Models of GDPFed's experiments, all ``torch.func.vmap``-compatible (GroupNorm, no BatchNorm, no buffers)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class DigitsMLP(nn.Module):
+    """Small MLP for sklearn's 8×8 digits (fast tests)."""
+
+    def __init__(self, hidden: int = 32, num_classes: int = 10) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(64, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.relu(self.fc1(x.flatten(-3))))
+
+
+class CNN2(nn.Module):
+    """2-layer CNN for Fashion-MNIST, the DP-SGD standard (Papernot et al. 2021; Opacus' MNIST example):
+    conv8×8/2(16)-maxpool2/1-conv4×4/2(32)-maxpool2/1-fc(32)-fc(10), ReLU, d = 26,010.
+    """
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 8, stride=2, padding=3)
+        self.conv2 = nn.Conv2d(16, 32, 4, stride=2)
+        self.fc1 = nn.Linear(32 * 4 * 4, 32)
+        self.fc2 = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 1)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 1)
+        return self.fc2(F.relu(self.fc1(x.flatten(-3))))
+
+
+class CNN3(nn.Module):
+    """3-layer CNN for SVHN: three conv3×3-pool blocks (32, 64, 64) and a linear layer."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.conv3 = nn.Conv2d(64, 64, 3, padding=1)
+        self.fc = nn.Linear(64 * 4 * 4, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv in (self.conv1, self.conv2, self.conv3):
+            x = F.max_pool2d(F.relu(conv(x)), 2)
+        return self.fc(x.flatten(-3))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, groups: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.gn1 = nn.GroupNorm(groups, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.gn2 = nn.GroupNorm(groups, cout)
+        self.short = None
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.GroupNorm(groups, cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.gn1(self.conv1(x)))
+        out = self.gn2(self.conv2(out))
+        return F.relu(out + (x if self.short is None else self.short(x)))
+
+
+class ResNet18GN(nn.Module):
+    """ResNet-18 (CIFAR variant, 3×3 stem) with GroupNorm instead of BatchNorm."""
+
+    def __init__(self, num_classes: int = 10, groups: int = 32, width: int = 64) -> None:
+        super().__init__()
+        w = width
+        self.conv1 = nn.Conv2d(3, w, 3, 1, 1, bias=False)
+        self.gn1 = nn.GroupNorm(min(groups, w), w)
+        layers, cin = [], w
+        for i, cout in enumerate((w, 2 * w, 4 * w, 8 * w)):
+            stride = 1 if i == 0 else 2
+            g = min(groups, cout)
+            layers += [BasicBlock(cin, cout, stride, g), BasicBlock(cout, cout, 1, g)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(F.relu(self.gn1(self.conv1(x))))
+        return self.fc(x.mean(dim=(-2, -1)))
+
+
+class CharLSTM(nn.Module):
+    """LEAF's Shakespeare model: embedding(8) - 2-layer LSTM(256) - linear; an explicit LSTM so vmap works."""
+
+    def __init__(self, vocab: int = 96, embed: int = 8, hidden: int = 256, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.hidden = hidden
+        self.cells = nn.ModuleList(nn.Linear((embed if i == 0 else hidden) + hidden, 4 * hidden) for i in range(layers))
+        self.fc = nn.Linear(hidden, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h_seq = self.embed(x)  # (B, L, E)
+        batch = h_seq.shape[:-2]
+        for cell in self.cells:
+            h = h_seq.new_zeros((*batch, self.hidden))
+            c = h_seq.new_zeros((*batch, self.hidden))
+            outs = []
+            for t in range(h_seq.shape[-2]):
+                gates = cell(torch.cat([h_seq[..., t, :], h], dim=-1))
+                i, f, g, o = gates.chunk(4, dim=-1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(c)
+                outs.append(h)
+            h_seq = torch.stack(outs, dim=-2)
+        return self.fc(h_seq[..., -1, :])
+
+
+def make_model(dataset: str, num_classes: int = 10) -> nn.Module:
+    if dataset == "digits":
+        return DigitsMLP(num_classes=num_classes)
+    if dataset == "fmnist":
+        return CNN2(num_classes)
+    if dataset == "svhn":
+        return CNN3(num_classes)
+    if dataset == "cifar10":
+        return ResNet18GN(num_classes)
+    if dataset == "shakespeare":
+        return CharLSTM(vocab=num_classes)
+    raise ValueError(f"no model for dataset {dataset!r}")

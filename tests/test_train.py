@@ -1,0 +1,325 @@
+"""The optional PyTorch trainer (hdp_planner_train): DP aggregation rules, engines, CLI, metrics, resume."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from hdp_planner import plan, save_plan  # noqa: E402
+from hdp_planner.cli import app  # noqa: E402
+from hdp_planner_train.aggregate import (  # noqa: E402
+    METHOD_NAMES,
+    GroupSpec,
+    aggregate,
+    clip_rows,
+    group_noise,
+    method_spec,
+    sample_round,
+    top_k_mask,
+)
+from hdp_planner_train.data import dirichlet_partition, load_federated  # noqa: E402
+from hdp_planner_train.engines import loop_deltas, vectorized_deltas  # noqa: E402
+from hdp_planner_train.models import make_model  # noqa: E402
+from hdp_planner_train.trainer import CHECKPOINT, TrainConfig, run  # noqa: E402
+
+N_DIGITS = 120  # the digits partition's default client count
+
+
+@pytest.fixture(scope="module")
+def digits_plan():
+    return plan([0.5, 1.5, 3.0], n=N_DIGITS, rounds=10, q=0.1, clip=1.5, sparsity=(0.7, 0.8, 0.9))
+
+
+@pytest.fixture(scope="module")
+def plan_file(digits_plan, tmp_path_factory):
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    save_plan(digits_plan, path)
+    return path
+
+
+def _flat(model):
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
+# ------------------------------------------------------------------ aggregation rules
+
+
+@pytest.mark.parametrize("joined", [0, 1, 5])
+def test_group_noise_has_variance_c2_sigma2_whatever_joined(joined):
+    clip, sigma, d = 1.5, 0.8, 400_000
+    gen = torch.Generator().manual_seed(joined)
+    noise = group_noise(d, joined, clip, sigma, gen, "cpu", torch.float64)
+    assert float(noise.var()) == pytest.approx(clip**2 * sigma**2, rel=0.02)
+    assert abs(float(noise.mean())) < 0.01
+
+
+def test_aggregate_zero_updates_carries_exactly_the_group_noise():
+    spec = GroupSpec("gdpfed", (10, 10), (0.5, 0.5), (1.0, 2.0), (1.0, 1.0), (1.0, 1.0), clip=0.5)
+    d = 200_000
+    for rows in ([], [0], [0, 0, 0, 1]):  # nobody / one client of group 0 / three of group 0 and one of group 1
+        deltas = torch.zeros((len(rows), d), dtype=torch.float64)
+        update, stats = aggregate(deltas, rows, spec, torch.Generator().manual_seed(1))
+        assert float(update.var()) == pytest.approx(0.25 * (1.0 + 4.0), rel=0.03)
+        assert stats.joined == [rows.count(0), rows.count(1)]
+
+
+def test_clipping_scales_only_long_updates():
+    rows = torch.tensor([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
+    clipped, count = clip_rows(rows, 1.0)
+    norms = torch.linalg.vector_norm(clipped, dim=1)
+    assert torch.allclose(norms, torch.tensor([1.0, 0.5, 0.0]))
+    assert torch.allclose(clipped[0], torch.tensor([0.6, 0.8]))
+    assert count == 1
+
+
+def test_top_k_keeps_the_k_largest_magnitudes():
+    y = torch.tensor([0.1, -5.0, 2.0, -0.2, 3.0, 0.0, -1.0, 0.5, 4.0, -0.3])
+    mask = top_k_mask(y, 0.3)
+    assert mask.sum() == 3
+    assert set(torch.nonzero(mask).flatten().tolist()) == {1, 4, 8}
+    assert top_k_mask(y, 1.0) is None
+
+
+def test_p_fedavg_is_unclipped_unnoised_average(digits_plan):
+    spec = method_spec(digits_plan, "p-fedavg")
+    assert not spec.private and spec.weight == digits_plan.method("DP-FedAvg").weight
+    deltas = torch.randn(4, 50) * 10
+    update, stats = aggregate(deltas, [0, 0, 0, 0], spec, None)
+    assert torch.allclose(update, spec.weight[0] * deltas.sum(0))
+    assert stats.lambda_measured == 0.0
+
+
+@pytest.mark.parametrize("method", ["dp-fedavg", "gdpfed", "gdpfed-op", "gdpfed+"])
+def test_measured_lambda_matches_plan(digits_plan, method):
+    """Λ measured on the aggregation (big d, Poisson sampling, real client updates) vs the plan's lambda_exact."""
+    spec = method_spec(digits_plan, method)
+    d, rounds = 50_000, 12
+    measured, applied = [], []
+    for r in range(rounds):
+        sampled = sample_round(spec, seed=3, rnd=r)
+        groups = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(int)
+        deltas = torch.randn(len(groups), d, generator=torch.Generator().manual_seed(r)) * 0.01
+        _, stats = aggregate(deltas, groups, spec, torch.Generator().manual_seed(100 + r))
+        measured.append(stats.lambda_measured)
+        applied.append(stats.lambda_applied)
+    planned = digits_plan.method(METHOD_NAMES[method]).lambda_exact
+    assert np.mean(measured) == pytest.approx(planned, rel=0.03)
+    if method == "gdpfed+":  # Top-k on the noisy sum keeps the larger noise coordinates: biased up
+        assert np.mean(applied) > 1.1 * np.mean(measured)
+    else:
+        assert np.mean(applied) == pytest.approx(planned, rel=0.05)
+
+
+def test_sampling_is_poisson_per_group_and_seeded(digits_plan):
+    spec = method_spec(digits_plan, "gdpfed+")
+    a, b = sample_round(spec, 0, 5), sample_round(spec, 0, 5)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    for m, ids in enumerate(a):  # clients join groups in order of the group sizes
+        assert np.all((ids >= spec.offsets[m]) & (ids < spec.offsets[m] + spec.sizes[m]))
+    counts = np.array([[len(s) for s in sample_round(spec, 0, r)] for r in range(400)])
+    expected = np.array(spec.q) * np.array(spec.sizes)
+    assert np.allclose(counts.mean(0), expected, rtol=0.12, atol=0.2)
+
+
+# ------------------------------------------------------------------ engines
+
+
+@pytest.mark.parametrize("dataset,shape,momentum", [("digits", (1, 8, 8), 0.9), ("fmnist", (1, 28, 28), 0.0)])
+def test_engines_agree_on_client_updates(dataset, shape, momentum):
+    torch.manual_seed(0)
+    model = make_model(dataset)
+    theta = _flat(model)
+    xs, ys = torch.randn(4, 3, 5, *shape), torch.randint(0, 10, (4, 3, 5))
+    a = loop_deltas(model, theta, xs, ys, 0.1, momentum)
+    b = vectorized_deltas(model, theta, xs, ys, 0.1, momentum, chunk=3)
+    assert torch.allclose(a, b, atol=1e-5)
+    assert torch.equal(theta, _flat(model))  # the global model is untouched
+    assert float(a.abs().max()) > 0
+
+
+def _cfg(plan_file, out, **kw):
+    base = dict(plan=str(plan_file), dataset="digits", rounds=3, eval_every=1, out=str(out), progress=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_loop_and_vectorized_training_agree(plan_file, tmp_path):
+    vec = run(_cfg(plan_file, tmp_path / "vec", engine="vectorized"))
+    loop = run(_cfg(plan_file, tmp_path / "loop", engine="loop"))
+    assert vec["joined_per_round_mean"] == loop["joined_per_round_mean"]
+    assert vec["noise_lambda_measured"] == pytest.approx(loop["noise_lambda_measured"], rel=1e-6)
+    for hv, hl in zip(vec["history"], loop["history"]):
+        assert hv["loss"] == pytest.approx(hl["loss"], rel=1e-3)
+        assert hv["accuracy"] == pytest.approx(hl["accuracy"], abs=1.0)
+
+
+# ------------------------------------------------------------------ trainer outputs and resume
+
+
+def test_metrics_files_and_privacy(plan_file, digits_plan, tmp_path):
+    out = tmp_path / "run"
+    m = run(_cfg(plan_file, out, rounds=4, eval_every=2, plot=True))
+    doc = json.loads((out / "metrics.json").read_text())
+    for key in ("method", "dataset", "final_accuracy", "history", "epsilon_spent", "noise_lambda_measured"):
+        assert key in doc
+    assert [h["round"] for h in doc["history"]] == [2, 4]
+    assert (out / "metrics.csv").read_text().splitlines()[0] == "round,accuracy,loss"
+    assert (out / "convergence.png").stat().st_size > 1000
+    assert len(doc["round_seconds"]) == 4
+    budgets = digits_plan.method("GDPFed+").epsilon
+    spent = [e["epsilon_spent"] for e in m["epsilon_spent"]]
+    assert all(0 < s < b for s, b in zip(spent, budgets))  # 4 of T = 10 rounds: part of each budget
+    assert doc["noise_lambda_planned"] == pytest.approx(digits_plan.method("GDPFed+").lambda_exact)
+
+
+def test_p_fedavg_reports_no_privacy(plan_file, tmp_path):
+    m = run(_cfg(plan_file, tmp_path / "p", method="p-fedavg", rounds=2))
+    assert m["epsilon_spent"][0]["epsilon_spent"] is None and "no noise" in m["privacy"]
+    assert m["noise_lambda_measured"] == 0.0
+
+
+def test_resume_equals_uninterrupted_run(plan_file, tmp_path):
+    full = run(_cfg(plan_file, tmp_path / "full", rounds=4))
+    run(_cfg(plan_file, tmp_path / "part", rounds=2))
+    resumed = run(_cfg(plan_file, tmp_path / "part", rounds=4, resume=True))
+    assert resumed["history"] == full["history"]
+    assert resumed["noise_lambda_measured"] == full["noise_lambda_measured"]
+    assert resumed["epsilon_spent"] == full["epsilon_spent"]  # the ledger counts 4 rounds, not 2 + 4
+    a = torch.load(tmp_path / "full" / CHECKPOINT, weights_only=False)["theta"]
+    b = torch.load(tmp_path / "part" / CHECKPOINT, weights_only=False)["theta"]
+    assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------ CLI refusals
+
+runner = CliRunner()
+
+
+def _refused(result, tmp_out: Path, needle: str) -> None:
+    text = result.output.strip()
+    assert result.exit_code == 2, text
+    assert "Traceback" not in text
+    assert len(text.splitlines()) == 1 and text.startswith("error:"), text
+    assert needle in text, text
+    assert not tmp_out.exists()
+
+
+def test_cli_trains_digits(plan_file, tmp_path):
+    out = tmp_path / "cli"
+    result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--rounds", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "accuracy" in result.output and (out / "metrics.json").is_file()
+
+
+def test_cli_refuses_plan_failing_verify(plan_file, tmp_path):
+    doc = json.loads(plan_file.read_text())
+    doc["config"]["rounds"] = 40  # same σ for 4× the rounds: every group overspends
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "o"
+    _refused(runner.invoke(app, ["train", str(bad), "--dataset", "digits", "--out", str(out)]), out, "verification")
+
+
+def test_cli_refuses_unreadable_plan(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    out = tmp_path / "o"
+    _refused(runner.invoke(app, ["train", str(bad), "--dataset", "digits", "--out", str(out)]), out, "JSON")
+
+
+def test_cli_refuses_n_mismatch(plan_file, tmp_path):
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--clients", "60", "--out", str(out)])
+    _refused(result, out, "n = 60")
+
+
+def test_cli_refuses_rounds_beyond_plan(plan_file, tmp_path):
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--rounds", "11", "--out", str(out)])
+    _refused(result, out, "T = 10")
+
+
+def test_cli_refuses_missing_data_dir(plan_file, tmp_path):
+    out = tmp_path / "o"
+    for ds in ("fmnist", "cifar10", "svhn", "shakespeare"):
+        args = ["train", str(plan_file), "--dataset", ds, "--data-dir", str(tmp_path / "nowhere"), "--out", str(out)]
+        _refused(runner.invoke(app, args), out, "nowhere")
+
+
+def test_cli_without_torch_says_how_to_install(plan_file, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits"])
+    assert result.exit_code == 2
+    assert "pip install torch==2.13.0" in result.output and "Traceback" not in result.output
+
+
+def test_planner_cli_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, hdp_planner.cli; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ data
+
+
+def test_dirichlet_partition_covers_every_sample_once():
+    labels = np.repeat(np.arange(10), 50)
+    parts = dirichlet_partition(labels, 40, 0.1, np.random.default_rng(0))
+    allidx = np.concatenate(parts)
+    assert len(parts) == 40 and all(len(p) > 0 for p in parts)
+    assert np.array_equal(np.sort(allidx), np.arange(500))
+
+
+def test_cifar10_and_svhn_loaders_read_torchvision_format(tmp_path):
+    rng = np.random.default_rng(0)
+    cdir = tmp_path / "cifar" / "cifar-10-batches-py"
+    cdir.mkdir(parents=True)
+    for name, count in (("data_batch_1", 40), ("test_batch", 10)):
+        batch = {
+            b"data": rng.integers(0, 256, (count, 3072), dtype=np.uint8),
+            b"labels": list(range(10)) * (count // 10),
+        }
+        (cdir / name).write_bytes(pickle.dumps(batch))
+    c = load_federated("cifar10", str(tmp_path / "cifar"), clients=8)
+    assert c.x_train.shape == (40, 3, 32, 32) and c.n_clients == 8 and c.x_test.shape[0] == 10
+
+    from scipy.io import savemat
+
+    sdir = tmp_path / "svhn"
+    sdir.mkdir()
+    for name, count in (("train_32x32.mat", 30), ("test_32x32.mat", 10)):
+        savemat(
+            sdir / name, {"X": rng.integers(0, 256, (32, 32, 3, count), dtype=np.uint8), "y": np.arange(count) % 10 + 1}
+        )
+    s = load_federated("svhn", str(sdir), clients=6)
+    assert s.x_train.shape == (30, 3, 32, 32) and set(s.y_train.tolist()) <= set(range(10))
+
+    model = make_model("svhn")  # one vectorized local step of the 3-layer CNN on the generated data
+    theta = _flat(model)
+    xs = torch.as_tensor(s.x_train[:8]).reshape(2, 1, 4, 3, 32, 32)
+    ys = torch.as_tensor(s.y_train[:8]).reshape(2, 1, 4)
+    assert vectorized_deltas(model, theta, xs, ys, 0.1, 0.0).shape == (2, theta.numel())
+
+
+def test_resnet18_groupnorm_and_lstm_are_vmap_compatible():
+    for dataset, x, y in (
+        ("cifar10", torch.randn(2, 1, 2, 3, 8, 8), torch.randint(0, 10, (2, 1, 2))),
+        ("shakespeare", torch.randint(0, 96, (2, 1, 2, 12)), torch.randint(0, 96, (2, 1, 2))),
+    ):
+        model = make_model(dataset, 96 if dataset == "shakespeare" else 10)
+        theta = _flat(model)
+        a = vectorized_deltas(model, theta, x, y, 0.1, 0.5)
+        b = loop_deltas(model, theta, x, y, 0.1, 0.5)
+        assert float((a - b).abs().max()) < 1e-3 * float(a.abs().max()), dataset
