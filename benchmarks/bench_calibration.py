@@ -20,6 +20,7 @@ from dp_accounting.mechanism_calibration import ExplicitBracketInterval
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
+from hdp_planner.accounting import GaussianRounds, dp_event, reference_epsilon
 from hdp_planner.pld import calibrate_sigma_pld
 from hdp_planner.rdp import calibrate_q_rdp, calibrate_sigma_rdp
 
@@ -58,13 +59,8 @@ PLD_SETTINGS = [
 ]
 
 
-def _event(sigma: float, q: float, rounds: int):
-    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), rounds)
-
-
 def ref_eps(sigma: float, q: float, rounds: int, delta: float, pld: bool = False) -> float:
-    acc = PLDAccountant() if pld else RdpAccountant()
-    return float(acc.compose(_event(sigma, q, rounds)).get_epsilon(delta))
+    return reference_epsilon(GaussianRounds(sigma, q, rounds), delta, "pld" if pld else "rdp")
 
 
 def _timed(fn):
@@ -93,7 +89,7 @@ def bench_sigma_rdp(settings, repeat: int) -> list[float]:
     for eps, delta, q, rounds in settings:
         ref, t_ref = _timed(
             lambda eps=eps, delta=delta, q=q, rounds=rounds: dpa.calibrate_dp_mechanism(
-                RdpAccountant, lambda s: _event(s, q, rounds), eps, delta
+                RdpAccountant, lambda s: dp_event(s, q, rounds), eps, delta
             )
         )
         ours, _ = _timed(functools.partial(calibrate_sigma_rdp, eps, delta, q, rounds))  # warm-up
@@ -115,7 +111,7 @@ def bench_q_rdp(settings, repeat: int) -> list[float]:
         ref, t_ref = _timed(
             lambda eps=eps, delta=delta, sigma=sigma, rounds=rounds: dpa.calibrate_dp_mechanism(
                 RdpAccountant,
-                lambda q: _event(sigma, q, rounds),
+                lambda q: dp_event(sigma, q, rounds),
                 eps,
                 delta,
                 bracket_interval=ExplicitBracketInterval(1e-12, 1.0),
@@ -140,7 +136,7 @@ def bench_sigma_pld(settings) -> list[float]:
     for eps, delta, q, rounds in settings:
         ref, t_ref = _timed(
             lambda eps=eps, delta=delta, q=q, rounds=rounds: dpa.calibrate_dp_mechanism(
-                PLDAccountant, lambda s: _event(s, q, rounds), eps, delta
+                PLDAccountant, lambda s: dp_event(s, q, rounds), eps, delta
             )
         )
         ours, t_ours = _timed(functools.partial(calibrate_sigma_pld, eps, delta, q, rounds))

@@ -40,10 +40,15 @@ class GaussianRounds:
 
     def dp_event(self):
         """The same mechanism as a dp-accounting event (the reference description)."""
-        import dp_accounting as dpa
+        return dp_event(self.noise_multiplier, self.q, self.rounds)
 
-        step = dpa.PoissonSampledDpEvent(self.q, dpa.GaussianDpEvent(self.noise_multiplier))
-        return dpa.SelfComposedDpEvent(step, self.rounds)
+
+def dp_event(noise_multiplier: float, q: float, rounds: int):
+    """``rounds`` Poisson(q)-sampled Gaussian(σ) steps as a dp-accounting event, unvalidated (dp-accounting's
+    own calibration probes σ = 0); :class:`GaussianRounds` is the validated description."""
+    import dp_accounting as dpa
+
+    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(noise_multiplier)), rounds)
 
 
 def check_epsilon(epsilon: float) -> None:

@@ -30,16 +30,10 @@ _COARSE_DISCRETIZATION = 1e-3
 _RTOL = 5e-4  # the returned σ is within this relative distance of the minimal one
 
 
-def _event(noise_multiplier: float, q: float, rounds: int):
-    import dp_accounting as dpa
-
-    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(noise_multiplier)), rounds)
-
-
 def _pld_eps_default(noise_multiplier: float, q: float, rounds: int, delta: float) -> float:
-    from dp_accounting.pld import PLDAccountant
+    from hdp_planner.accounting import GaussianRounds, reference_epsilon  # accounting imports this module
 
-    return float(PLDAccountant().compose(_event(noise_multiplier, q, rounds)).get_epsilon(delta))
+    return reference_epsilon(GaussianRounds(noise_multiplier, q, rounds), delta, "pld")
 
 
 def _pld_eps_coarse(noise_multiplier: float, q: float, rounds: int, delta: float, vdi: float) -> float:

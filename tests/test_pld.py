@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from hdp_planner.accounting import dp_event
 from hdp_planner.pld import calibrate_sigma_pld, pld_epsilon
 from hdp_planner.rdp import calibrate_sigma_rdp
 
 
 def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
-    import dp_accounting as dpa
+    """dp-accounting's PLD accountant called directly: independent of pld.py's path to it."""
     from dp_accounting.pld import PLDAccountant
 
-    event = dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), rounds)
-    return float(PLDAccountant().compose(event).get_epsilon(delta))
+    return float(PLDAccountant().compose(dp_event(sigma, q, rounds)).get_epsilon(delta))
 
 
 def test_pld_epsilon_matches_dp_accounting():

@@ -10,17 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdp_planner.accounting import quiet_dp_accounting
+from hdp_planner.accounting import GaussianRounds, reference_epsilon
 from hdp_planner.rdp import DEFAULT_RDP_ORDERS, calibrate_q_rdp, calibrate_sigma_rdp, rdp_epsilon
 
 
 def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
-    import dp_accounting as dpa
-    from dp_accounting.rdp import RdpAccountant
-
-    event = dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), rounds)
-    with quiet_dp_accounting():
-        return float(RdpAccountant().compose(event).get_epsilon(delta))
+    return reference_epsilon(GaussianRounds(sigma, q, rounds), delta)
 
 
 def test_orders_match_dp_accounting():
