@@ -4,6 +4,8 @@
 
 Prints, per setting, the reference and our σ (or q), the relative difference, ε of both according to
 dp-accounting itself, both wall times and the speed ratio, then the geometric-mean / minimum speed-up.
+Times are medians: of ``--rounds`` reference runs and of 5 warm runs of ours per round (RDP; PLD runs cold,
+its memo cleared). On a loaded machine, use ``--rounds 3`` or more.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dp_accounting.mechanism_calibration import ExplicitBracketInterval
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
+from hdp_planner import pld
 from hdp_planner.accounting import GaussianRounds, dp_event, reference_epsilon
 from hdp_planner.pld import calibrate_sigma_pld
 from hdp_planner.rdp import calibrate_q_rdp, calibrate_sigma_rdp
@@ -69,6 +72,12 @@ def _timed(fn):
     return out, time.perf_counter() - t
 
 
+def _median_time(fn, runs: int) -> tuple[object, float]:
+    """fn's result and its median wall time over ``runs`` calls."""
+    results = [_timed(fn) for _ in range(runs)]
+    return results[0][0], statistics.median(t for _, t in results)
+
+
 def _table(title: str, head: str, rows: list[tuple]) -> list[float]:
     print(f"\n## {title}\n")
     print(head)
@@ -84,16 +93,17 @@ def _table(title: str, head: str, rows: list[tuple]) -> list[float]:
     return ratios
 
 
-def bench_sigma_rdp(settings, repeat: int) -> list[float]:
+def bench_sigma_rdp(settings, repeat: int, rounds_ref: int) -> list[float]:
     rows = []
     for eps, delta, q, rounds in settings:
-        ref, t_ref = _timed(
+        ref, t_ref = _median_time(
             lambda eps=eps, delta=delta, q=q, rounds=rounds: dpa.calibrate_dp_mechanism(
                 RdpAccountant, lambda s: dp_event(s, q, rounds), eps, delta
-            )
+            ),
+            rounds_ref,
         )
         ours, _ = _timed(functools.partial(calibrate_sigma_rdp, eps, delta, q, rounds))  # warm-up
-        t_ours = min(_timed(functools.partial(calibrate_sigma_rdp, eps, delta, q, rounds))[1] for _ in range(repeat))
+        t_ours = _median_time(functools.partial(calibrate_sigma_rdp, eps, delta, q, rounds), repeat * rounds_ref)[1]
         e_ref, e_ours = ref_eps(ref, q, rounds, delta), ref_eps(ours, q, rounds, delta)
         assert e_ours <= eps, (eps, delta, q, rounds, ours, e_ours)
         line = (
@@ -105,10 +115,10 @@ def bench_sigma_rdp(settings, repeat: int) -> list[float]:
     return _table("calibrate_sigma_rdp vs calibrate_dp_mechanism(RdpAccountant)", head, rows)
 
 
-def bench_q_rdp(settings, repeat: int) -> list[float]:
+def bench_q_rdp(settings, repeat: int, rounds_ref: int) -> list[float]:
     rows = []
     for eps, delta, sigma, rounds in settings:
-        ref, t_ref = _timed(
+        ref, t_ref = _median_time(
             lambda eps=eps, delta=delta, sigma=sigma, rounds=rounds: dpa.calibrate_dp_mechanism(
                 RdpAccountant,
                 lambda q: dp_event(sigma, q, rounds),
@@ -116,10 +126,11 @@ def bench_q_rdp(settings, repeat: int) -> list[float]:
                 delta,
                 bracket_interval=ExplicitBracketInterval(1e-12, 1.0),
                 tol=1e-9,
-            )
+            ),
+            rounds_ref,
         )
         ours, _ = _timed(functools.partial(calibrate_q_rdp, eps, delta, sigma, rounds))
-        t_ours = min(_timed(functools.partial(calibrate_q_rdp, eps, delta, sigma, rounds))[1] for _ in range(repeat))
+        t_ours = _median_time(functools.partial(calibrate_q_rdp, eps, delta, sigma, rounds), repeat * rounds_ref)[1]
         e_ref, e_ours = ref_eps(sigma, ref, rounds, delta), ref_eps(sigma, ours, rounds, delta)
         assert e_ours <= eps, (eps, delta, sigma, rounds, ours, e_ours)
         line = (
@@ -131,15 +142,21 @@ def bench_q_rdp(settings, repeat: int) -> list[float]:
     return _table("calibrate_q_rdp vs calibrate_dp_mechanism over q (RdpAccountant, tol 1e-9)", head, rows)
 
 
-def bench_sigma_pld(settings) -> list[float]:
+def _cold_pld(eps: float, delta: float, q: float, rounds: int) -> float:
+    pld._pld_epsilon.cache_clear()  # time the search, not the memo
+    return calibrate_sigma_pld(eps, delta, q, rounds)
+
+
+def bench_sigma_pld(settings, rounds_ref: int) -> list[float]:
     rows = []
     for eps, delta, q, rounds in settings:
-        ref, t_ref = _timed(
+        ref, t_ref = _median_time(
             lambda eps=eps, delta=delta, q=q, rounds=rounds: dpa.calibrate_dp_mechanism(
                 PLDAccountant, lambda s: dp_event(s, q, rounds), eps, delta
-            )
+            ),
+            rounds_ref,
         )
-        ours, t_ours = _timed(functools.partial(calibrate_sigma_pld, eps, delta, q, rounds))
+        ours, t_ours = _median_time(functools.partial(_cold_pld, eps, delta, q, rounds), rounds_ref)
         e_ref, e_ours = ref_eps(ref, q, rounds, delta, pld=True), ref_eps(ours, q, rounds, delta, pld=True)
         assert e_ours <= eps, (eps, delta, q, rounds, ours, e_ours)
         line = (
@@ -154,6 +171,7 @@ def bench_sigma_pld(settings) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small subset (~30 s)")
+    parser.add_argument("--rounds", type=int, default=1, help="reference runs per setting (medians are reported)")
     args = parser.parse_args()
     logging.getLogger().setLevel(logging.ERROR)  # dp-accounting's "failed to converge" warnings (script only)
     if args.quick:
@@ -161,9 +179,9 @@ def main() -> None:
     else:
         sig, qs, plds, repeat = SIGMA_SETTINGS, Q_SETTINGS, PLD_SETTINGS, 5
     t0 = time.perf_counter()
-    bench_sigma_rdp(sig, repeat)
-    bench_q_rdp(qs, repeat)
-    bench_sigma_pld(plds)
+    bench_sigma_rdp(sig, repeat, args.rounds)
+    bench_q_rdp(qs, repeat, args.rounds)
+    bench_sigma_pld(plds, args.rounds)
     print(f"\ntotal benchmark time {time.perf_counter() - t0:.0f} s")
 
 

@@ -3,8 +3,10 @@
 Goal (issue 3): the large plan (grouping + Problem 1 + calibration of all four methods) takes at most 5x the
 time of the small one, with memory beyond the input array flat in n. The reference is the same code on the
 paper's setting, measured in the same run. Budgets are drawn from a log-uniform spread with 500 distinct values.
+Times are medians of ``--repeats`` cold runs (memoized calibrations cleared); peak memory is traced
+(tracemalloc) in one more run of each size.
 
-    python benchmarks/bench_scale.py [--n 10000000] [--groups 50]
+    python benchmarks/bench_scale.py [--n 10000000] [--groups 50] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def run_plan(eps: np.ndarray, groups: int) -> None:
     solve_plan(groups_from_budgets(eps, groups, "optimal", config).groups, config)
 
 
-def timed_plan(eps: np.ndarray, groups: int, repeats: int = 3) -> tuple[float, float]:
+def timed_plan(eps: np.ndarray, groups: int, repeats: int) -> tuple[float, float]:
     """Median seconds (untraced runs) and peak traced MiB (a separate run: tracing slows numpy down)."""
     seconds = []
     for _ in range(repeats):
@@ -48,12 +50,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000_000)
     parser.add_argument("--groups", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    small, small_mem = timed_plan(budgets(6000, rng), 3)
+    small, small_mem = timed_plan(budgets(6000, rng), 3, args.repeats)
     big_eps = budgets(args.n, rng)
-    big, big_mem = timed_plan(big_eps, args.groups)
-    mid, mid_mem = timed_plan(big_eps[: args.n // 10], args.groups)
+    big, big_mem = timed_plan(big_eps, args.groups, args.repeats)
+    mid, mid_mem = timed_plan(big_eps[: args.n // 10], args.groups, args.repeats)
     print(f"n = 6000, M = 3:                    {small:6.2f} s, peak {small_mem:7.1f} MiB")
     print(f"n = {args.n // 10:>8}, M = {args.groups}:              {mid:6.2f} s, peak {mid_mem:7.1f} MiB")
     print(f"n = {args.n:>8}, M = {args.groups}:              {big:6.2f} s, peak {big_mem:7.1f} MiB")

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from hdp_planner import pld, rdp
 
 Accountant = Literal["rdp", "pld", "closed-form"]
+ArrayOrFloat = float | np.ndarray
 ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld", "closed-form")
 
 
@@ -76,8 +79,8 @@ def check_accountant(accountant: str) -> None:
         raise ValueError(f"unknown accountant {accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
 
 
-def closed_form_sigma2(epsilon: float, delta: float, q: float, rounds: int) -> float:
-    """GDPFed Theorem 1: the smallest σ² with σ² ≥ 7q²T(ε + 2 log(1/δ))/ε²."""
+def closed_form_sigma2(epsilon: ArrayOrFloat, delta: float, q: ArrayOrFloat, rounds: int) -> ArrayOrFloat:
+    """GDPFed Theorem 1: the smallest σ² with σ² ≥ 7q²T(ε + 2 log(1/δ))/ε² (elementwise for arrays ε, q)."""
     return 7.0 * q * q * rounds * (epsilon + 2.0 * math.log(1.0 / delta)) / (epsilon * epsilon)
 
 
@@ -105,6 +108,86 @@ def calibrate_sigma(epsilon: float, delta: float, q: float, rounds: int, account
     if accountant == "pld":
         return pld.calibrate_sigma_pld(epsilon, delta, q, rounds)
     return rdp.calibrate_sigma_rdp(epsilon, delta, q, rounds)
+
+
+def calibrate_sigmas(
+    epsilons: Sequence[float], delta: float, q: Sequence[float], rounds: int, accountant: Accountant = "rdp"
+) -> np.ndarray:
+    """:func:`calibrate_sigma` for many groups (ε_m, q_m) sharing δ and T, each with the same guarantee; ``rdp``
+    solves them together, every accountant evaluation vectorised over the groups (``rdp.calibrate_sigmas_rdp``)."""
+    for e, qm in zip(epsilons, q, strict=True):
+        check_epsilon(e)
+        check_ratio("q", qm)
+    check_delta(delta)
+    check_rounds(rounds)
+    check_accountant(accountant)
+    if accountant == "closed-form":
+        return np.sqrt([closed_form_sigma2(e, delta, qm, rounds) for e, qm in zip(epsilons, q)])
+    if accountant == "pld":
+        return np.array([pld.calibrate_sigma_pld(e, delta, qm, rounds) for e, qm in zip(epsilons, q)])
+    return rdp.calibrate_sigmas_rdp(epsilons, delta, q, rounds)[0]
+
+
+def epsilons_spent(
+    noise_multipliers: Sequence[float], q: Sequence[float], rounds: int, delta: float, accountant: Accountant = "rdp"
+) -> np.ndarray:
+    """:func:`epsilon_spent` of ``rounds`` rounds for many groups (σ_m, q_m); ``rdp`` in one vectorised evaluation."""
+    check_delta(delta)
+    check_accountant(accountant)
+    events = [GaussianRounds(float(s), float(qm), rounds) for s, qm in zip(noise_multipliers, q, strict=True)]
+    if accountant == "pld":
+        return np.array([pld.pld_epsilon(ev.noise_multiplier, ev.q, rounds, delta) for ev in events])
+    return rdp.rdp_epsilons([ev.noise_multiplier for ev in events], [ev.q for ev in events], rounds, delta)
+
+
+class CalibrationMemo:
+    """Calibrated σ per (ε, δ, q, T, accountant) and the ε that σ spends, memoized: a plan calibrates the same
+    groups for several methods, and Problem 1's solver revisits them. The groups not yet known are calibrated
+    together (:func:`calibrate_sigmas`), with their ε as the RDP calibration evaluated it (PLD: measured, a memo
+    hit in :mod:`hdp_planner.pld`). Results do not depend on the memo; it is emptied when it holds ``limit`` σ."""
+
+    def __init__(self, limit: int = 65536):
+        self.limit = limit
+        self._sigma: dict[tuple[float, float, float, int, str], float] = {}
+        self._spent: dict[tuple[float, float, int, float, str], float] = {}
+
+    def sigmas(
+        self, epsilons: Sequence[float], delta: float, q: Sequence[float], rounds: int, accountant: Accountant
+    ) -> list[float]:
+        keys = [(float(e), float(delta), float(qm), rounds, accountant) for e, qm in zip(epsilons, q, strict=True)]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._sigma))
+        if missing:
+            if len(self._sigma) + len(missing) > self.limit:
+                self.clear()
+            eps, qs = [k[0] for k in missing], [k[2] for k in missing]
+            if accountant == "rdp":  # the calibration evaluated ε at each σ it returns
+                sigma, spent = rdp.calibrate_sigmas_rdp(eps, delta, qs, rounds)
+            else:
+                sigma = calibrate_sigmas(eps, delta, qs, rounds, accountant)
+                spent = epsilons_spent(sigma, qs, rounds, delta, accountant) if accountant == "pld" else None
+            self._sigma.update(zip(missing, sigma.tolist()))
+            if spent is not None:  # a closed-form σ is measured with rdp, at whatever σ is used
+                self._spent.update(
+                    ((s, qm, rounds, float(delta), accountant), e)
+                    for s, qm, e in zip(sigma.tolist(), qs, spent.tolist())
+                )
+        return [self._sigma[k] for k in keys]
+
+    def spent(self, noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+        key = (float(noise_multiplier), float(q), rounds, float(delta), accountant)
+        if key not in self._spent:
+            if len(self._spent) >= self.limit:
+                self._spent.clear()
+            self._spent[key] = epsilon_spent(GaussianRounds(*key[:3]), delta, accountant)
+        return self._spent[key]
+
+    def clear(self) -> None:
+        self._sigma.clear()
+        self._spent.clear()
+
+
+CALIBRATIONS = CalibrationMemo()
+"""The memo :mod:`hdp_planner.plan` calibrates through."""
 
 
 def calibrate_q(epsilon: float, delta: float, noise_multiplier: float, rounds: int) -> float:

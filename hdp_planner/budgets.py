@@ -64,7 +64,10 @@ AUTO_TOL = 1e-3
 """``--groups auto`` takes the fewest groups whose H is within this fraction of the best M's."""
 EXACT_LIMIT = 4096
 """Largest number of distinct budgets the DP treats exactly; above it, candidates + refinement."""
-_CHUNK = 256
+_DP_BLOCK = 1 << 20  # (cut, previous cut) pairs per block of the DP
+_DP_CACHE = 1 << 21  # largest number of pairs whose gains the DP keeps across group counts
+HISTOGRAM_CHUNK = 1 << 18
+"""Clients sorted at a time by :func:`budget_histogram`."""
 
 
 class BudgetError(ValueError):
@@ -244,10 +247,10 @@ class Grouping:
     """A grouping of clients by budget.
 
     ``boundaries`` are the M − 1 thresholds ε_2 < … < ε_M: a client with budget b joins group
-    ``#(thresholds ≤ b)`` (0-based), the group whose ε is the largest ≤ b. ``unused[m]`` is
-    Σ_{i ∈ G_m} (ε_i − ε_m), the budget the group leaves on the table; ``assignment`` is each client's
-    0-based group in input order. ``objective`` is the closed-form Problem 1 optimum used to compare
-    groupings (see the module docstring) and ``noise_term`` its grouping-dependent part μ5/(R²H).
+    ``#(thresholds ≤ b)`` (0-based), the group whose ε is the largest ≤ b (:func:`assign_to_groups` applies
+    it per client). ``unused[m]`` is Σ_{i ∈ G_m} (ε_i − ε_m), the budget the group leaves on the table.
+    ``objective`` is the closed-form Problem 1 optimum used to compare groupings (see the module docstring)
+    and ``noise_term`` its grouping-dependent part μ5/(R²H). Nothing in it grows with the number of clients.
     """
 
     method: str
@@ -256,7 +259,6 @@ class Grouping:
     max_budget: tuple[float, ...]
     unused: tuple[float, ...]
     total_unused: float
-    assignment: np.ndarray
     objective: float
     noise_term: float
 
@@ -296,17 +298,21 @@ def _dp(
     back = [np.zeros(c + 1, dtype=np.int64)]
     results = np.full(max_groups + 1, -np.inf)
     results[1] = best[c]
+    rows = max(1, _DP_BLOCK // c)
+    blocks = [np.arange(lo, min(lo + rows, c + 1)) for lo in range(1, c + 1, rows)]
+
+    def gain(b: np.ndarray) -> np.ndarray:
+        """f(start a)·size² of a last group from cut a to cut b, for every a < b (−inf otherwise): (b, a)."""
+        size = p[b][:, None] - p[None, :c]
+        return np.where(np.arange(c)[None, :] < b[:, None], f[None, :] * size * size, -np.inf)
+
+    # the gains do not depend on the number of groups: keep them when they are small enough
+    cached = [gain(b) for b in blocks] if c * c <= _DP_CACHE else None
     for m in range(2, max_groups + 1):
-        new = np.full(c + 1, -np.inf)
+        new = np.full(c + 1, -np.inf)  # cuts b < m stay −inf: best[a] is −inf for every a < m − 1
         arg = np.zeros(c + 1, dtype=np.int64)
-        a_idx = np.arange(c)
-        for lo in range(m, c + 1, _CHUNK):
-            b = np.arange(lo, min(lo + _CHUNK, c + 1))
-            # candidate previous cut a (start of the last group) must satisfy m-1 <= a < b
-            size = p[b][:, None] - p[None, :c]
-            val = best[None, :c] + f[None, :] * size * size
-            val[a_idx[None, :] >= b[:, None]] = -np.inf
-            val[:, : m - 1] = -np.inf
+        for bi, b in enumerate(blocks):
+            val = best[None, :c] + (cached[bi] if cached is not None else gain(b))
             j = np.argmax(val, axis=1)
             new[b] = val[np.arange(len(b)), j]
             arg[b] = j
@@ -393,9 +399,7 @@ def _optimal_starts(prefix: np.ndarray, score: np.ndarray, max_groups: int) -> l
     return [None if s is None else _refine(prefix, score, s) for s in chosen]
 
 
-def _make(
-    method: str, starts: np.ndarray, values: np.ndarray, counts: np.ndarray, eps: np.ndarray, config: PlanConfig
-) -> Grouping:
+def _make(method: str, starts: np.ndarray, values: np.ndarray, counts: np.ndarray, config: PlanConfig) -> Grouping:
     k = len(values)
     ends = np.append(starts[1:], k)
     sizes = tuple(int(counts[a:b].sum()) for a, b in zip(starts, ends))
@@ -403,7 +407,6 @@ def _make(
     unused = tuple(float(np.sum(counts[a:b] * (values[a:b] - values[a]))) for a, b in zip(starts, ends))
     groups = Groups(tuple(float(e) for e in group_eps), sizes)
     boundaries = tuple(float(e) for e in group_eps[1:])
-    assignment = np.searchsorted(group_eps, eps, side="right") - 1
     return Grouping(
         method=method,
         groups=groups,
@@ -411,7 +414,6 @@ def _make(
         max_budget=tuple(float(values[b - 1]) for b in ends),
         unused=unused,
         total_unused=float(math.fsum(unused)),
-        assignment=assignment.astype(np.int64),
         objective=closed_form_objective(sizes, groups.epsilons, config),
         noise_term=closed_form_noise_term(sizes, groups.epsilons, config),
     )
@@ -430,6 +432,29 @@ def parse_group_count(text: str | int | None) -> int | None:
     return m
 
 
+def budget_histogram(eps: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct budgets (ascending) and how many clients hold each, streamed over ``eps`` in chunks of
+    ``HISTOGRAM_CHUNK`` clients: besides the input, memory is O(chunk + distinct budgets), flat in n.
+
+    Raises :class:`BudgetError` if there is no budget or one is not a positive finite number.
+    """
+    eps = np.asarray(eps, dtype=float)
+    if eps.ndim != 1 or len(eps) == 0:
+        raise BudgetError("no client budgets given")
+    values, counts = [], []
+    for start in range(0, len(eps), HISTOGRAM_CHUNK):
+        part = np.sort(eps[start : start + HISTOGRAM_CHUNK])
+        if not (part[0] > 0 and np.isfinite(part[-1])):  # NaN sorts last
+            raise BudgetError("every client budget ε must be a positive finite number")
+        first = np.flatnonzero(np.concatenate(([True], part[1:] != part[:-1])))
+        values.append(part[first])
+        counts.append(np.diff(np.append(first, len(part))))
+    if len(values) == 1:
+        return values[0], counts[0]
+    distinct, where = np.unique(np.concatenate(values), return_inverse=True)
+    return distinct, np.bincount(where, weights=np.concatenate(counts)).astype(np.int64)
+
+
 def groups_from_budgets(
     eps: Sequence[float] | np.ndarray,
     groups: int | None,
@@ -440,18 +465,28 @@ def groups_from_budgets(
     """Group clients with budgets ``eps`` into ``groups`` groups (None: choose M by the objective: the
     fewest M ≤ min(AUTO_CAP, distinct budgets) whose closed-form H is within AUTO_TOL of the best).
 
-    ``config`` supplies δ, T, q, η, τ for the objective; ``config.n`` must equal ``len(eps)``.
+    ``config`` supplies δ, T, q, η, τ for the objective; ``config.n`` must equal ``len(eps)``. Only the budget
+    histogram (:func:`budget_histogram`) is used: see :func:`groups_from_histogram`.
     """
-    eps = np.asarray(eps, dtype=float)
-    if eps.ndim != 1 or len(eps) == 0:
-        raise BudgetError("no client budgets given")
-    if not np.all(np.isfinite(eps) & (eps > 0)):
-        raise BudgetError("every client budget ε must be a positive finite number")
+    values, counts = budget_histogram(eps)
+    return groups_from_histogram(values, counts, groups, method, config, progress)
+
+
+def groups_from_histogram(
+    values: np.ndarray,
+    counts: np.ndarray,
+    groups: int | None,
+    method: str,
+    config: PlanConfig,
+    progress: Callable[[str], None] | None = None,
+) -> Grouping:
+    """:func:`groups_from_budgets` from the distinct budgets ``values`` (ascending, positive) and their client
+    counts: time and memory depend on the number of distinct budgets, not on the number of clients."""
     if method not in GROUPINGS:
         raise BudgetError(f"grouping must be one of {', '.join(GROUPINGS)}, got {method!r}")
-    if config.n != len(eps):
-        raise BudgetError(f"the plan's n = {config.n} but {len(eps)} client budgets are given")
-    values, counts = np.unique(eps, return_counts=True)
+    n = int(counts.sum())
+    if config.n != n:
+        raise BudgetError(f"the plan's n = {config.n} but {n} client budgets are given")
     k = len(values)
     prefix = np.concatenate([[0], np.cumsum(counts)]).astype(float)
     if groups is not None:
@@ -466,7 +501,7 @@ def groups_from_budgets(
             raise BudgetError(
                 f"unique grouping would make {k} groups (at most {MAX_GROUPS}); use --grouping optimal or quantile"
             )
-        return _make("unique", np.arange(k), values, counts, eps, config)
+        return _make("unique", np.arange(k), values, counts, config)
     top = groups if groups is not None else min(AUTO_CAP, k)
     score = budget_score(values, config.delta)
     if method == "quantile":
@@ -480,7 +515,7 @@ def groups_from_budgets(
     best = max(scores.values())
     # auto: the fewest groups within AUTO_TOL of the best H (tiny extra groups buy nothing but calibrations)
     best_m = min(m for m, h in scores.items() if h >= best * (1 - AUTO_TOL))
-    return _make(method, options[best_m], values, counts, eps, config)
+    return _make(method, options[best_m], values, counts, config)
 
 
 # --------------------------------------------------------------------------------------------- assigning

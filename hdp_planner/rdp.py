@@ -6,26 +6,43 @@ add-or-remove-one neighbours) reports for
 numerical quirks (absolute-value binomial series for fractional orders, the 1000-term cap after
 which a fractional order is *excluded*, and the improved RDP→(ε, δ) conversion of
 Canonne–Kamath–Steinke / Asoodeh et al. with the KL shortcut). It does so with vectorised numpy
-instead of per-term Python loops, and prunes fractional orders whose partial sum already proves
-they cannot attain the minimum, which keeps the result exact.
+instead of per-term Python loops, for many groups (σ_g, q_g) sharing δ and T at once. It skips the
+orders that provably cannot attain the minimum, which keeps the result exact: Rényi divergence does not
+decrease with the order (orders 128 … 1024 and the fractional ones are bounded below by a smaller
+integer order), and a fractional order's partial sum bounds its series (all terms are positive).
 
-``calibrate_sigma_rdp`` / ``calibrate_q_rdp`` solve ε(σ, q) = target with a bracketing
-Illinois (modified regula falsi) iteration on (log x, log ε), always returning the *safe* end of
-the final bracket, computed against a target shrunk by ``_SAFETY`` (1e-9 relative) so that the
-returned parameter also satisfies the target under dp-accounting's own floating-point evaluation.
+Calibration (see :func:`_integer_roots` and :func:`_bracket`) uses ε(x) = min_α ε_α(x), every ε_α
+decreasing in x = log σ (or −log q): Newton steps on each order's own smooth curve, first for all
+integer orders at once (cheap; it resolves the staircase that the minimum forms at small q), then on
+the order attaining the minimum, inside a bracket with a bisection fallback. The returned parameter is
+the safe end of an evaluated bracket of width 2e-7, solved against the target shrunk by 1e-9, so it
+also meets the target under dp-accounting's own floating-point evaluation.
 
 Only numpy and scipy are imported.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 from scipy import special
 
-__all__ = ["DEFAULT_RDP_ORDERS", "SIGMA_MAX", "SIGMA_MIN", "calibrate_q_rdp", "calibrate_sigma_rdp", "rdp_epsilon"]
+__all__ = [
+    "DEFAULT_RDP_ORDERS",
+    "SIGMA_MAX",
+    "SIGMA_MIN",
+    "calibrate_q_rdp",
+    "calibrate_sigma_rdp",
+    "calibrate_sigmas_rdp",
+    "rdp_curve",
+    "rdp_epsilon",
+    "rdp_epsilons",
+]
 
 # Same orders as ``dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS``.
 DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
@@ -42,90 +59,144 @@ Q_MIN = 1e-12
 _MAX_STEPS_LOG_A_FRAC = 1000  # dp-accounting's cap; orders not converged by then are excluded.
 _SAFETY = 1e-9  # relative shrink of the ε target (covers float differences vs. dp-accounting)
 _XTOL = 2e-7  # bracket width in log-parameter space at termination (2e-7 relative)
-_CHUNKS = (8, 16, 32, 64, 128, 256, 496)  # fractional-order series evaluated in these chunks
+_CHUNKS = (20, 60, 240, 680)  # fractional-order series evaluated in these chunks (the 1000-term cap)
+_MAX_ITERATIONS = 200
+_MAX_NEWTON = 30
+_CONVERGED = 3e-5  # a Newton or secant step this small leaves an error ≲ 100·step² < 0.4·_XTOL
+_SQRT2 = 2**0.5
 
 _ORDERS = np.array(DEFAULT_RDP_ORDERS, dtype=np.float64)
 _IS_INT = np.array([float(a).is_integer() for a in DEFAULT_RDP_ORDERS])
-_INT_ORDERS = _ORDERS[_IS_INT]
-_FRAC_ORDERS = _ORDERS[~_IS_INT]
+_INT_IDX = np.flatnonzero(_IS_INT)  # positions of the integer orders in _ORDERS
+_FRAC_IDX = np.flatnonzero(~_IS_INT)
+_INT_ORDERS = _ORDERS[_INT_IDX]
+_FRAC_ORDERS = _ORDERS[_FRAC_IDX]
+_SMALL = slice(0, int(np.sum(_INT_ORDERS < 100)))  # integer orders 2 … 63
+_LARGE = slice(_SMALL.stop, _INT_ORDERS.size)  # 128, 256, 512, 1024
+_FRAC_FLOOR = np.maximum(_FRAC_ORDERS.astype(np.int64) - 2, 0)  # position of ⌊a⌋ among the integer orders
 
-_FRAC_TABLES: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] | None = None
-_INT_FLAT: tuple[np.ndarray, ...] | None = None
-_SQRT2 = 2**0.5
+Wrt = Literal["u", "log q"]
+"""Variables for derivatives: u = 1/(2σ²) (log A_α is convex in u for integer α), or log q."""
 
 
 def _log_comb(n, k):
     return special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
 
 
-def _frac_tables() -> list[tuple]:
+# Integer orders: the binomial expansion of every order, flattened (segment k holds i = 0..α_k).
+_INT_LEN = (_INT_ORDERS + 1).astype(np.int64)
+_INT_START = np.cumsum(_INT_LEN) - _INT_LEN
+_INT_I = np.arange(_INT_LEN.sum(), dtype=np.float64) - np.repeat(_INT_START, _INT_LEN)
+_INT_J = np.repeat(_INT_ORDERS, _INT_LEN) - _INT_I
+_INT_LC = _log_comb(_INT_I + _INT_J, _INT_I)
+_INT_II = _INT_I * _INT_I - _INT_I
+
+
+@functools.cache
+def _frac_tables() -> tuple[tuple, ...]:
     """Per chunk [k0, k1) of the fractional series: k1, i (k,), j = a - i (n, k), log C(a, i) (n, k),
     stacked (i²-i, j²-j) (2, n, k), and the distinct values of j (u,) with the map j = u[inv]."""
-    global _FRAC_TABLES
-    if _FRAC_TABLES is None:
-        tables = []
-        k0 = 0
-        for size in _CHUNKS:
-            k1 = k0 + size
-            i = np.arange(k0, k1, dtype=np.float64)
-            j = _FRAC_ORDERS[:, None] - i[None, :]
-            lc = _log_comb(_FRAC_ORDERS[:, None], i[None, :])
-            quad = np.stack([np.broadcast_to(i * i - i, j.shape), j * j - j])
-            # a - i only takes ~9·(k+10) distinct values (a has one decimal): evaluate erfc once each
-            _, first, inv = np.unique(np.round(j * 10).astype(np.int64), return_index=True, return_inverse=True)
-            tables.append((k1, i, j, lc, quad, j.ravel()[first], inv.reshape(j.shape)))
-            k0 = k1
-        _FRAC_TABLES = tables
-    return _FRAC_TABLES
+    tables = []
+    k0 = 0
+    for size in _CHUNKS:
+        k1 = k0 + size
+        i = np.arange(k0, k1, dtype=np.float64)
+        j = _FRAC_ORDERS[:, None] - i[None, :]
+        lc = _log_comb(_FRAC_ORDERS[:, None], i[None, :])
+        quad = np.stack([np.broadcast_to(i * i - i, j.shape), j * j - j])
+        # a - i only takes ~9·(k+10) distinct values (a has one decimal): erfc once per value and σ
+        _, first, inv = np.unique(np.round(j * 10).astype(np.int64), return_index=True, return_inverse=True)
+        tables.append((k1, i, j, lc, quad, j.ravel()[first], inv.reshape(j.shape)))
+        k0 = k1
+    return tuple(tables)
 
 
-def _int_flat() -> tuple[np.ndarray, ...]:
-    """Flattened (order, i) index arrays for the integer-order binomial sums."""
-    global _INT_FLAT
-    if _INT_FLAT is None:
-        sizes = (_INT_ORDERS + 1).astype(np.int64)
-        alpha = np.repeat(_INT_ORDERS, sizes)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        i = np.arange(alpha.size, dtype=np.float64) - np.repeat(starts, sizes)
-        _INT_FLAT = (alpha, i, starts, np.repeat(np.arange(sizes.size), sizes), _log_comb(alpha, i), i * i - i)
-    return _INT_FLAT
+def _int_base(q: np.ndarray, orders: slice = slice(None)) -> np.ndarray:
+    """The q-dependent part log C(α, i) + i·log q + (α − i)·log(1 − q) of the terms of the integer orders
+    ``_INT_ORDERS[orders]`` (all: (n, 4001)), for q of shape (n, 1), or (n, k) for one value per order."""
+    terms = _terms(orders)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (
+            _INT_LC[terms]
+            + _INT_I[terms] * _per_term(np.log(q), orders)
+            + _INT_J[terms] * _per_term(np.log1p(-q), orders)
+        )
 
 
-def _eps_from_rdp(rdp: np.ndarray, orders: np.ndarray, delta: float) -> np.ndarray:
-    """Per-order ε of dp-accounting's ``compute_epsilon`` (before the min), clipped at 0.
+def _terms(orders: slice) -> slice:
+    """The terms (columns) of the integer orders ``_INT_ORDERS[orders]``, a contiguous range of orders."""
+    first = int(_INT_START[orders][0])
+    return slice(first, first + int(_INT_LEN[orders].sum()))
 
-    max(0, min_a e_a) == min_a max(0, e_a), and max(0, e_a) is non-decreasing in the RDP value,
-    which is what makes lower-bound pruning exact.
+
+def _per_term(z: np.ndarray, orders: slice = slice(None)) -> np.ndarray:
+    return z if z.shape[1] == 1 else np.repeat(z, _INT_LEN[orders], axis=1)
+
+
+def _int_rdp(
+    q: np.ndarray,
+    sigma: np.ndarray,
+    rounds: int,
+    wrt: Wrt | None = None,
+    base: np.ndarray | None = None,
+    orders: slice = slice(None),
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Composed RDP of the integer orders ``_INT_ORDERS[orders]`` (n, k), and its derivative in ``wrt`` (None if
+    not asked).
+
+    q and σ are (n, 1), or (n, k) for one value per order; ``base`` is :func:`_int_base` (q) of every integer
+    order, if known.
+    Integer orders are the binomial expansion of dp-accounting's ``_compute_log_a_int``, one segmented
+    log-sum-exp per order (max + log1p of the rest, ties with the maximum counted exactly); q = 1 is the plain
+    Gaussian.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        eps = rdp + np.log1p(-1 / orders) - np.log(delta * orders) / (orders - 1)
-        zero = (rdp < 0) | (delta**2 + np.expm1(-rdp) > 0)
-    eps = np.where(zero, 0.0, eps)
-    eps = np.where(orders > 1.01, eps, np.where(zero, 0.0, np.inf))
-    return np.maximum(eps, 0.0)
+    lens, alpha, terms = _INT_LEN[orders], _INT_ORDERS[orders], _terms(orders)
+    starts = _INT_START[orders] - terms.start
+    base = _int_base(q, orders) if base is None else base[:, terms]
+    s = base + _INT_II[terms] / _per_term(2 * sigma**2, orders)
+    m = np.maximum.reduceat(s, starts, axis=1)
+    m_full = np.repeat(m, lens, axis=1)
+    is_max = s == m_full
+    e = np.exp(s - m_full)
+    e[is_max] = 0.0
+    rest = np.add.reduceat(e, starts, axis=1) + (np.add.reduceat(is_max, starts, axis=1) - 1)
+    rdp = rounds * ((m + np.log1p(rest)) / (alpha - 1))
+    slope = None
+    if wrt is not None:
+        e[is_max] = 1.0  # d log Σ exp(s) = Σ exp(s)·ds / Σ exp(s)
+        with np.errstate(divide="ignore", invalid="ignore"):  # q = 1: replaced below
+            # d/du of (i² − i)·u, or d/d log q of i·log q + (α − i)·log(1 − q)
+            ds = _INT_II[terms] if wrt == "u" else _INT_I[terms] - _INT_J[terms] * _per_term(q / (1 - q), orders)
+            slope = rounds * ((np.add.reduceat(e * ds, starts, axis=1) / (rest + 1)) / (alpha - 1))
+    plain = q == 1.0
+    if plain.any():  # the plain Gaussian: T·α/(2σ²)
+        rdp = np.where(plain, rounds * (alpha / (2 * sigma**2)), rdp)
+        if slope is not None:
+            slope = np.where(plain, rounds * alpha if wrt == "u" else np.nan, slope)
+    return rdp, slope
 
 
-class _Curve:
-    """ε(σ) for a fixed sampling ratio q, with the q-dependent terms precomputed."""
+class _Rounds:
+    """``rounds`` compositions of Poisson(q_g)-subsampled Gaussians (one rate per group, 0 < q_g ≤ 1) at ``delta``;
+    :meth:`epsilon` is dp-accounting's ε (the minimum over the default orders) for a noise multiplier per group.
+    """
 
-    def __init__(self, q: float, rounds: int, delta: float):
-        self.q, self.rounds, self.delta = q, rounds, delta
-        if 0.0 < q < 1.0:
-            alpha, i, self.starts, self.seg, lc, self.ii = _int_flat()
-            log_q, log1mq = math.log(q), math.log1p(-q)
-            self.int_base = lc + i * log_q + (alpha - i) * log1mq
-            self.int_scale = self.rounds / (_INT_ORDERS - 1)
-            self.int_c = np.log1p(-1 / _INT_ORDERS) - np.log(delta * _INT_ORDERS) / (_INT_ORDERS - 1)
-            self.frac_scale = self.rounds / (_FRAC_ORDERS - 1)
-            self.frac_c = np.log1p(-1 / _FRAC_ORDERS) - np.log(delta * _FRAC_ORDERS) / (_FRAC_ORDERS - 1)
-            self.log_1q_m1 = math.log(1 / q - 1)
-            # q-dependent parts of the fractional series, stacked (t0, t1), per chunk
-            self.log_q, self.log1mq = log_q, log1mq
-            self._frac_t: list[np.ndarray] = []  # filled lazily, one chunk at a time
+    prune = True  # drop the fractional orders that cannot attain the minimum over orders
+
+    def __init__(self, q: np.ndarray, rounds: int, delta: float):
+        self.rounds, self.delta = rounds, delta
+        self.q = q
+        with np.errstate(divide="ignore"):
+            self.log_q, self.log1mq, self.log_odds = np.log(q), np.log1p(-q), np.log(1 / q - 1)
+        self.c = conversion_constants(delta)
+        self.frac_scale = rounds / (_FRAC_ORDERS - 1)  # composed RDP per unit of log A
         self.kl = -math.log1p(-(delta**2))  # rdp below this: delta² + expm1(-rdp) > 0 → ε = 0
+        self.tol = self.kl * 1e-6 + rounds * 1e-14
+        self._int_base: np.ndarray | None = None  # q-dependent parts, computed on first use
+        self._first: np.ndarray | None = None
 
-    def _eps(self, rdp: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Clipped per-order ε of dp-accounting's compute_epsilon (orders > 1.01 here).
+    def convert(self, rdp: np.ndarray, order: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Clipped per-order ε of dp-accounting's compute_epsilon (orders > 1.01 here) for RDP of ``order``.
 
         max(0, min_a e_a) == min_a max(0, e_a), and max(0, e_a) is non-decreasing in the RDP value,
         which is what makes lower-bound pruning exact.
@@ -135,102 +206,132 @@ class _Curve:
         float noise (|Δ| ≲ rounds·1e-15), so near that cliff we only take the shortcut when it
         holds with margin; otherwise we use the (larger, hence safe) formula.
         """
+        c = self.c[order]
         eps = np.maximum(rdp + c, 0.0)
-        tol = self.kl * 1e-6 + self.rounds * 1e-14
-        risky = rdp < self.kl + tol
+        risky = rdp < self.kl + self.tol
         if risky.any():
-            zero = (rdp + tol < self.kl) | (rdp < -tol)
-            eps[zero] = 0.0
-            near = risky & ~zero
-            eps[near] = np.maximum(np.maximum(rdp[near], 0.0) + c[near], 0.0)
+            zero = (rdp + self.tol < self.kl) | (rdp < -self.tol)
+            eps = np.where(zero, 0.0, np.where(risky, np.maximum(np.maximum(rdp, 0.0) + c, 0.0), eps))
         return eps
 
-    # -- integer orders -------------------------------------------------------------------------
-    def _int_best(self, sigma: float) -> float:
-        s = self.int_base + self.ii / (2 * (sigma**2))
-        m = np.maximum.reduceat(s, self.starts)
-        m_seg = m[self.seg]
-        is_max = s == m_seg
-        e = np.exp(s - m_seg)
-        e[is_max] = 0.0
-        rest = np.add.reduceat(e, self.starts)
-        n_max = np.add.reduceat(is_max, self.starts)
-        if (n_max > 1).any():
-            rest += n_max - 1
-        log_a = m + np.log1p(rest)
-        return float(self._eps(log_a * self.int_scale, self.int_c).min())
+    def _frac(self, sigma: np.ndarray, groups: np.ndarray, best: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The clipped ε of the fractional orders of each group (n, 90) where ``rows`` (n, 90) is set; inf for the
+        others and for the orders excluded or dropped because they cannot get below ``best`` of their group.
 
-    # -- fractional orders ----------------------------------------------------------------------
-    def _frac_min(self, sigma: float, best: float) -> float:
-        """min over fractional orders of the clipped ε, or any value ≥ ``best`` if none beats it.
-
-        Replicates dp-accounting's ``_compute_log_a_frac`` term by term (same terms, same stopping
-        rule, same 1000-term cap), evaluated chunk-wise for all orders at once. Orders whose partial
-        sum already proves ε ≥ best are dropped (terms are positive, ε is non-decreasing in log A).
+        Replicates dp-accounting's ``_compute_log_a_frac`` term by term (same terms, same stopping rule, same
+        1000-term cap: excluded after it), evaluated chunk-wise for all (group, order) rows at once. A row whose
+        partial sum already proves ε ≥ best[group] is dropped: terms are positive and ε is non-decreasing in
+        log A. ``best`` is lowered as rows complete.
         """
-        z0 = sigma**2 * self.log_1q_m1 + 0.5
-        sq2s = math.sqrt(2) * sigma
-        two_s2 = 2 * (sigma**2)
-        n = _FRAC_ORDERS.size
-        active = None  # None = all rows
-        cum = np.full(n, -np.inf)  # log of the running sum A0 + A1
-        last = np.full((2, n), -np.inf)
-        result = math.inf
-        for ci, (k1, i, j, lc, quad, ju, jinv) in enumerate(_frac_tables()):
-            if ci == len(self._frac_t):
-                lq, l1q = self.log_q, self.log1mq
-                self._frac_t.append(np.stack([lc + i * lq + j * l1q, lc + j * lq + i * l1q]))
-            tt = self._frac_t[ci]
-            if active is not None:
-                jinv, quad, tt = jinv[active], quad[:, active], tt[:, active]
-                cum_a, last_a = cum[active], last[:, active]
-            else:
-                cum_a, last_a = cum, last
-            s = tt + quad / two_s2
-            s[0] += special.log_ndtr(-(((i - z0) / sq2s) * _SQRT2))
-            s[1] += special.log_ndtr(-(((z0 - ju) / sq2s) * _SQRT2))[jinv]
+        nf = _FRAC_ORDERS.size
+        row = np.flatnonzero(rows)  # (group, order) rows still running, as group·90 + order
+        rg, rk = np.divmod(row, nf)
+        every = row.size == rows.size
+        found = np.full(rows.size, np.inf)  # ε of the rows that completed
+        # the erfc arguments (i − z0)/(√2σ) of dp-accounting, times −√2: y0 = (z0 − i)/σ, y1 = (j − z0)/σ
+        z0 = (sigma**2 * self.log_odds[groups] + 0.5)[:, None]
+        inv_s = (1 / sigma)[:, None]
+        two_s2 = (2 * sigma**2)[:, None]
+        cum = last = None  # log of the running sum A0 + A1 and the last terms, of the rows still running
+        for k1, i, j, lc, quad, ju, jinv in _frac_tables():
+            if every:  # first chunk, every order of every group: as (2, group, order, term)
+                s = self._first_terms(i, j, lc)[:, groups] + quad[:, None] / two_s2[:, :, None]
+                s[0] += special.log_ndtr((z0 - i) * inv_s)[:, None, :]
+                s[1] += special.log_ndtr((ju - z0) * inv_s)[:, jinv]
+                s = s.reshape(2, row.size, i.size)
+                every = False
+            else:  # the rows still running
+                lq, l1q, lcr, jr = self.log_q[groups[rg], None], self.log1mq[groups[rg], None], lc[rk], j[rk]
+                s = np.stack([lcr + i * lq + jr * l1q, lcr + jr * lq + i * l1q]) + quad[:, rk] / two_s2[rg]
+                # erfc factors depend on (σ, i) and (σ, j): per group, then gathered, where that is cheaper
+                if sigma.size <= row.size:
+                    s[0] += special.log_ndtr((z0 - i) * inv_s)[rg]
+                else:
+                    s[0] += special.log_ndtr((z0[rg] - i) * inv_s[rg])
+                if sigma.size * ju.size < row.size * i.size:
+                    s[1] += special.log_ndtr((ju - z0) * inv_s)[rg[:, None], jinv[rk]]
+                else:
+                    s[1] += special.log_ndtr((j[rk] - z0[rg]) * inv_s[rg])
             smax = s.max(axis=0)
-            m = np.maximum(smax.max(axis=1), cum_a)
-            lin = np.exp(smax - m[:, None]) + np.exp(s.min(axis=0) - m[:, None])
-            total = np.log(np.cumsum(lin, axis=1) + np.exp(cum_a - m)[:, None]) + m[:, None]
-            prev = np.concatenate([last_a[:, :, None], s[:, :, :-1]], axis=2)
-            cond = (s < prev).all(axis=0) & (smax < total - 30)
+            m = smax.max(axis=1, keepdims=True) if cum is None else np.maximum(smax.max(axis=1), cum)[:, None]
+            lin = np.cumsum(np.exp(s[0] - m) + np.exp(s[1] - m), axis=1)
+            total = np.log(lin if cum is None else lin + np.exp(cum[:, None] - m)) + m
+            # stop at the first term where both series decrease and are 30 below the total
+            cond = smax < total - 30
+            cond[:, 0] = False if last is None else cond[:, 0] & (s[:, :, 0] < last).all(axis=0)
+            cond[:, 1:] &= (s[:, :, 1:] < s[:, :, :-1]).all(axis=0)
             done = cond.any(axis=1)
-            rows = np.arange(done.size) if active is None else active
             if done.any():
-                first = cond[done].argmax(axis=1)
-                log_a = total[done, first]
-                r = rows[done]
-                eps = self._eps(log_a * self.frac_scale[r], self.frac_c[r])
-                result = min(result, float(eps.min()))
-                best = min(best, result)
-            keep = ~done
-            if not keep.any():
+                d = np.flatnonzero(done)
+                found[row[d]] = eps = self.convert(
+                    total[d, cond[d].argmax(axis=1)] * self.frac_scale[rk[d]], _FRAC_IDX[rk[d]]
+                )
+                if self.prune:
+                    np.minimum.at(best, rg[d], eps)
+            if done.all() or k1 >= _MAX_STEPS_LOG_A_FRAC:
+                break  # still running after 1000 terms: dp-accounting excludes the order
+            # Rows still running: their partial sums are lower bounds (all terms are positive).
+            keep = np.flatnonzero(~done)
+            lower = self.convert(total[keep, -1] * self.frac_scale[rk[keep]], _FRAC_IDX[rk[keep]])
+            keep = keep[lower < best[rg[keep]]]
+            if not keep.size:
                 break
-            # Orders still running: their partial sums are lower bounds (all terms are positive).
-            r = rows[keep]
-            lb = self._eps(total[keep, -1] * self.frac_scale[r], self.frac_c[r])
-            still = lb < best
-            if not still.any() or k1 >= _MAX_STEPS_LOG_A_FRAC:
-                break
-            cum[r] = total[keep, -1]
-            last[:, r] = s[:, keep, -1]
-            active = r[still]
-        # Anything still active after 1000 terms did not converge: dp-accounting excludes it (inf).
-        return result
+            row, rg, rk = row[keep], rg[keep], rk[keep]
+            cum, last = total[keep, -1], s[:, keep, -1]
+        return found.reshape(groups.size, nf)
 
-    def epsilon(self, sigma: float) -> float:
-        q, delta = self.q, self.delta
-        if q == 0.0:
-            return float(_eps_from_rdp(np.zeros_like(_ORDERS), _ORDERS, delta).min())
-        if sigma == 0.0:
-            return math.inf
-        if q == 1.0:
-            rdp = self.rounds * (_ORDERS / (2 * sigma**2))
-            return float(_eps_from_rdp(rdp, _ORDERS, delta).min())
-        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            best = self._int_best(sigma)
-            return min(best, self._frac_min(sigma, best))
+    def _first_terms(self, i: np.ndarray, j: np.ndarray, lc: np.ndarray) -> np.ndarray:
+        """The q-dependent parts log C(a, i) + i·log q + j·log(1 − q) and log C(a, i) + j·log q + i·log(1 − q) of
+        the series' first chunk, (2, group, order, term), for every group (computed on first use)."""
+        if self._first is None:
+            lq, l1q = self.log_q[:, None, None], self.log1mq[:, None, None]
+            with np.errstate(invalid="ignore"):  # NaN for q = 1, whose fractional orders are in closed form
+                self._first = np.stack([lc + i * lq + j * l1q, lc + j * lq + i * l1q])
+        return self._first
+
+    def epsilon(self, sigma: np.ndarray, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """ε per group at noise ``sigma`` (one per group of ``groups``, default all), and the ε of every order
+        (n, 155), inf for the fractional orders dropped because they cannot attain the minimum."""
+        groups = np.arange(self.q.size) if groups is None else groups
+        per_order = np.full((groups.size, _ORDERS.size), np.inf)
+        base = self.int_terms(groups)
+        small, large = _INT_IDX[_SMALL], _INT_IDX[_LARGE]
+        rdp = _int_rdp(self.q[groups, None], sigma[:, None], self.rounds, base=base, orders=_SMALL)[0]
+        per_order[:, small] = self.convert(rdp, small)
+        best = per_order[:, small].min(axis=1)
+        # Rényi divergence does not decrease with the order, so an order's RDP is at least that of any smaller
+        # order: ε_α ≥ RDP_β + c_α for β < α. Orders 128 … 1024 (β = 63) and the fractional orders (β = ⌊α⌋, or
+        # RDP ≥ 0 below 2) are evaluated only for the groups where that bound does not already exceed the minimum
+        # (with margins far above the series' truncation, ~1e-13 in log A).
+        below = rdp * (1 - 1e-9) - self.rounds * 1e-12
+        big = np.flatnonzero(self.convert(below[:, -1:], large).min(axis=1) <= best)
+        if big.size:
+            rdp = _int_rdp(self.q[groups[big], None], sigma[big, None], self.rounds, base=base[big], orders=_LARGE)[0]
+            per_order[np.ix_(big, large)] = self.convert(rdp, large)
+            best[big] = np.minimum(best[big], per_order[np.ix_(big, large)].min(axis=1))
+        rows = self.convert(np.where(_FRAC_ORDERS >= 2, below[:, _FRAC_FLOOR], 0.0), _FRAC_IDX) <= best[:, None]
+        sub = (self.q[groups] < 1.0) & rows.any(axis=1)
+        if sub.any():
+            per_order[np.ix_(sub, _FRAC_IDX)] = self._frac(sigma[sub], groups[sub], best[sub], rows[sub])
+        plain = self.q[groups] == 1.0
+        if plain.any():  # the plain Gaussian: T·α/(2σ²)
+            gaussian = self.rounds * (_FRAC_ORDERS / (2 * sigma[plain, None] ** 2))
+            per_order[np.ix_(plain, _FRAC_IDX)] = self.convert(gaussian, _FRAC_IDX)
+        return per_order.min(axis=1), per_order
+
+    def int_terms(self, groups: np.ndarray) -> np.ndarray:
+        """:func:`_int_base` of these groups' q (computed once for all groups)."""
+        if self._int_base is None:
+            self._int_base = _int_base(self.q[:, None])
+        return self._int_base[groups]
+
+
+def conversion_constants(delta: float) -> np.ndarray:
+    """Per default order, the constant of dp-accounting's RDP→(ε, δ) conversion: ε_α = RDP_α + c_α."""
+    return np.log1p(-1 / _ORDERS) - np.log(delta * _ORDERS) / (_ORDERS - 1)
+
+
+# ------------------------------------------------------------------------------------------- validation
 
 
 def _check_common(delta: float, rounds: int) -> int:
@@ -263,6 +364,53 @@ def _check_positive(name: str, x: float) -> float:
     return x
 
 
+# ------------------------------------------------------------------------------------------- accounting
+
+
+def rdp_epsilons(
+    noise_multipliers: Sequence[float] | np.ndarray, q: Sequence[float] | np.ndarray, rounds: int, delta: float
+) -> np.ndarray:
+    """:func:`rdp_epsilon` for many groups sharing ``rounds`` and ``delta``, vectorised (σ > 0, q in [0, 1])."""
+    rounds = _check_common(delta, rounds)
+    sigma = np.array([_check_positive("noise_multiplier", s) for s in noise_multipliers], dtype=np.float64)
+    qs = np.array([_check_q(x, allow_zero=True) for x in q], dtype=np.float64)
+    if sigma.shape != qs.shape:
+        raise ValueError(f"{sigma.size} noise multipliers for {qs.size} sampling ratios")
+    out = np.zeros(qs.size)  # q = 0 reveals nothing: ε = 0, as dp-accounting
+    live = qs > 0
+    if live.any():
+        out[live] = _Rounds(qs[live], rounds, float(delta)).epsilon(sigma[live])[0]
+    return out
+
+
+class _Curve(_Rounds):
+    """One round, every order, unconverted: :meth:`_Rounds._frac` with the identity conversion and no pruning."""
+
+    prune = False
+
+    def convert(self, rdp: np.ndarray, order: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return rdp
+
+
+@functools.lru_cache(maxsize=4096)
+def rdp_curve(noise_multiplier: float, q: float) -> np.ndarray:
+    """RDP of one Poisson(q)-subsampled Gaussian(σ) round at every default order (inf: an order dp-accounting
+    excludes), term for term dp-accounting's ``_compute_rdp_poisson_subsampled_gaussian``. Rényi DP composes by
+    addition (Mironov 2017, Prop. 1): sum curves to account for rounds whose σ changes."""
+    sigma = np.array([_check_positive("noise_multiplier", noise_multiplier)])
+    q = _check_q(q)
+    out = np.empty(_ORDERS.size)
+    out[_INT_IDX] = _int_rdp(np.array([[q]]), sigma[:, None], 1)[0][0]
+    if q == 1.0:
+        out[_FRAC_IDX] = _FRAC_ORDERS / (2 * sigma[0] ** 2)
+    else:
+        curve = _Curve(np.array([q]), 1, 0.5)
+        everything = np.ones((1, _FRAC_ORDERS.size), dtype=bool)
+        out[_FRAC_IDX] = curve._frac(sigma, np.zeros(1, dtype=np.int64), np.full(1, np.inf), everything)[0]
+    out.setflags(write=False)
+    return out
+
+
 def rdp_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float) -> float:
     """ε at ``delta`` of ``rounds`` Poisson-subsampled Gaussian steps, exactly as dp-accounting's RDP accountant.
 
@@ -275,96 +423,270 @@ def rdp_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float) ->
     sigma = float(noise_multiplier)
     if not (sigma >= 0.0 and math.isfinite(sigma)):
         raise ValueError(f"noise_multiplier must be a finite number ≥ 0; got {noise_multiplier!r}")
-    rounds = _check_common(delta, rounds)
-    q = _check_q(q, allow_zero=True)
-    return _Curve(q, rounds, float(delta)).epsilon(sigma)
+    if sigma == 0.0:
+        _check_common(delta, rounds)
+        return 0.0 if _check_q(q, allow_zero=True) == 0.0 else math.inf
+    return float(rdp_epsilons([sigma], [q], rounds, delta)[0])
 
 
-def _boundary(f, x0: float, lo_lim: float, hi_lim: float) -> tuple[float | None, float | None]:
-    """Bracket the root of an increasing ``f`` on [lo_lim, hi_lim] starting from ``x0``.
+# ------------------------------------------------------------------------------------------- calibration
 
-    Returns (a, b) with f(a) ≤ 0 < f(b) and b − a ≤ _XTOL; a is None if f(lo_lim) > 0 and b is None
-    if f(hi_lim) ≤ 0. Secant steps (which converge superlinearly on these smooth, nearly linear
-    log–log curves) aim slightly past the predicted root so the bracket closes from both sides;
-    bisection takes over if the secant misbehaves, so termination is guaranteed.
+# epsilon_at(x, groups) → (ε, every order's ε) at x for those groups (see _Rounds.epsilon)
+_Epsilon = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+# (x → v, v → x, dv/dx): the variable v in which Newton steps are taken, as a function of the searched x
+_Variable = tuple[
+    Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]
+]
+# x = log σ ↔ u = 1/(2σ²) (log A_α is a log-sum-exp of affine functions of u), and x = −log q ↔ log q
+_SIGMA_VARIABLE: _Variable = (
+    lambda x: 0.5 * np.exp(-2 * x),
+    lambda u: -0.5 * np.log(2 * u),
+    lambda x: -np.exp(-2 * x),
+)
+_Q_VARIABLE: _Variable = (np.negative, np.negative, lambda x: -np.ones_like(x))
+
+
+def _integer_roots(
+    rdp_at: Callable[[np.ndarray, np.ndarray, slice], tuple[np.ndarray, np.ndarray]],
+    variable: _Variable,
+    target: np.ndarray,
+    x0: np.ndarray,
+    lo: float,
+    hi: float,
+    rounds: int,
+    delta: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group, the smallest of the integer orders' own roots ε_α(x) = target (x0 where none has one),
+    d log ε_α/dx of that order there (−1 where none), and whether there was one.
+
+    At small q, ε(x) = min_α ε_α(x) is a staircase: each order's ε is flat, then explodes within a few 0.01 of
+    log σ, and the root lies on such a cliff, which steps on ε itself cross slowly. Each order alone is smooth.
+    Newton steps for every integer order at once, each at its own x (``rdp_at(x, groups, orders)``: the
+    composed RDP of ``_INT_ORDERS[orders]`` and its derivative in v, each at its own x), on log(A_α − 1), which
+    is nearly linear in v both on the cliff (where the largest binomial term dominates) and, for v = log q,
+    where A_α − 1 ∝ q²; they stop once the orders that may hold the smallest root have converged. The result is
+    a starting point for :func:`_bracket`.
     """
-    a = b = None
-    x, fx = x0, f(x0)
-    x_prev = f_prev = None
-    for it in range(200):
-        if fx <= 0:
-            if a is None or x > a:
-                a = x
-        elif b is None or x < b:
-            b = x
-        if a is not None and b is not None and b - a <= _XTOL:
-            return a, b
-        if a is None and x <= lo_lim:
-            return None, b
-        if b is None and x >= hi_lim:
-            return a, None
-        # secant proposal from the last two points (slope 1 guess for the first step)
-        slope = 1.0
-        if x_prev is not None and fx != f_prev:
-            s = (fx - f_prev) / (x - x_prev)
-            if s > 0 and math.isfinite(s):
-                slope = s
-        d = -fx / slope
-        d += math.copysign(0.3 * _XTOL + 1e-3 * abs(d), d)  # aim just past the root
-        xn = x + max(min(d, 3.0), -3.0)
-        if a is not None and b is not None:
-            if not (a < xn < b) or it >= 12:
-                xn = 0.5 * (a + b)
-        xn = min(max(xn, lo_lim), hi_lim)
-        if a is not None and xn <= a:
-            xn = 0.5 * (a + (b if b is not None else hi_lim))
-        if b is not None and xn >= b:
-            xn = 0.5 * (b + (a if a is not None else lo_lim))
-        x_prev, f_prev = x, fx
-        x, fx = xn, f(xn)
-    raise RuntimeError("root bracketing did not converge")  # pragma: no cover
+    to_v, from_v, dv_dx = variable
+    per = (_INT_ORDERS - 1) / rounds  # log A_α per unit of composed RDP
+    c = conversion_constants(delta)[_INT_IDX]
+    level = _log_expm1((target[:, None] - c) * per)
+    usable = np.isfinite(level)  # ε_α ≥ c_α: the other orders never meet the target
+    x = np.repeat(x0[:, None], _INT_IDX.size, axis=1)
+    rdp, slope = np.full(x.shape, np.nan), np.full(x.shape, np.nan)
+    live = np.flatnonzero(usable.any(axis=1))  # groups still iterating
+    orders = slice(None)  # after the first step, only the range of orders that may hold a smallest root
+    for _ in range(_MAX_NEWTON):
+        if not live.size:
+            break
+        xl = x[live]
+        rdp[live, orders], slope[live, orders] = rdp_at(xl[:, orders], live, orders)
+        log_a = rdp[live] * per
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # d log(A − 1) = d log A · A/(A − 1), and A/(A − 1) = 1/(1 − e^−log A)
+            xn = from_v(to_v(xl) - (_log_expm1(log_a) - level[live]) * -np.expm1(-log_a) / (slope[live] * per))
+        xn = np.clip(np.clip(np.where(np.isnan(xn), xl + 3.0, xn), xl - 3.0, xl + 3.0), lo, hi)
+        frozen = np.ones(_INT_ORDERS.size, dtype=bool)
+        frozen[orders] = False
+        xn[:, frozen] = xl[:, frozen]  # not evaluated in this step: unchanged
+        xn = np.where(usable[live], xn, np.inf)
+        relevant = xn <= xn.min(axis=1, keepdims=True) + 0.01  # orders that may hold the smallest root
+        moving = (relevant & ((np.abs(xn - xl) > _CONVERGED) | frozen)).any(axis=1)
+        x[live] = np.where(usable[live], xn, xl)
+        live = live[moving]
+        needed = np.flatnonzero(relevant[moving].any(axis=0))
+        orders = slice(needed[0], needed[-1] + 1) if needed.size else orders
+    k = np.where(usable, x, np.inf).argmin(axis=1)
+    rows = np.arange(k.size)
+    found = usable.any(axis=1)
+    xk = x[rows, k]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_slope = slope[rows, k] * dv_dx(xk) / (rdp[rows, k] + c[k])
+    log_slope = np.where(found & (log_slope < 0) & np.isfinite(log_slope), log_slope, -1.0)
+    return np.where(found, xk, x0), log_slope, found
 
 
-def _log_gap(eps: float, target: float) -> float:
-    if eps <= 0.0:
-        return -1e3
-    if math.isinf(eps):
-        return 1e3
-    return math.log(eps) - math.log(target)
+def _log_expm1(y: np.ndarray) -> np.ndarray:
+    """log(e^y − 1) = y + log(1 − e^−y), without overflow; NaN for y ≤ 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(y > 0, y + np.log(-np.expm1(-y)), np.nan)
+
+
+def _step(x: np.ndarray, d: np.ndarray, a: np.ndarray, b: np.ndarray, bisect: bool | np.ndarray, lo: float, hi: float):
+    """The next point from x for a predicted step d within the bracket (a, b] (±inf while open): aimed just past
+    the root so that the bracket closes from both sides, at most 3 in x, and the bracket's midpoint where
+    ``bisect`` or where the step would leave it, so that termination is guaranteed."""
+    d = d + np.copysign(0.3 * _XTOL + 1e-3 * np.abs(d), d)
+    xn = x + np.clip(d, -3.0, 3.0)
+    bracketed = np.isfinite(a) & np.isfinite(b)
+    xn = np.clip(np.where(bracketed & (bisect | (xn <= a) | (xn >= b)), 0.5 * (a + b), xn), lo, hi)
+    xn = np.where(xn <= a, 0.5 * (a + np.minimum(b, hi)), xn)
+    return np.where(xn >= b, 0.5 * (b + np.maximum(a, lo)), xn)
+
+
+def _gap(eps: np.ndarray, target: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.clip(np.log(eps) - np.log(target), -50.0, 50.0)
+
+
+def _secant(f: np.ndarray, f_prev: np.ndarray, x: np.ndarray, x_prev: np.ndarray, default: np.ndarray) -> np.ndarray:
+    """Slope of (x, f) through the last two points where it is negative and finite, else ``default``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = (f - f_prev) / (x - x_prev)
+    return np.where((slope < 0) & np.isfinite(slope), slope, default)
+
+
+def _bracket(
+    epsilon_at: _Epsilon,
+    variable: _Variable,
+    target: np.ndarray,
+    x0: np.ndarray,
+    slope0: np.ndarray,
+    pair: np.ndarray,
+    lo: float,
+    hi: float,
+    rounds: int,
+    delta: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, the smallest x ∈ [lo, hi] (to within _XTOL) at which ε(x) ≤ target, for ε decreasing in x.
+
+    ``epsilon_at(x, groups)`` is ε at x for those groups (a group may appear twice) and the ε of every order.
+    Returns the safe end b of a bracket (a, b] holding the root, both ends evaluated (b = lo if lo meets the
+    target, inf if hi does not), and ε at b. Where the order attaining ε was also evaluated at the last point,
+    a secant step on its own smooth curve, log(A_α − 1) against v (as :func:`_integer_roots`); otherwise on
+    (x, log ε), from slope ``slope0``.
+    Steps aim just past the predicted root so the bracket closes from both sides; bisection takes over if a
+    step leaves the bracket or after 12 steps, so termination is guaranteed. Where the root is known to within
+    _XTOL (x0 where ``pair``, or after a step below _CONVERGED), the two points 0.4·_XTOL either side of it are
+    evaluated at once, closing the bracket in one evaluation when the prediction holds.
+    """
+    to_v, from_v, _ = variable
+    c = conversion_constants(delta)
+    n = target.size
+    x = np.clip(x0, lo, hi)
+    a = np.full(n, -np.inf)  # largest x evaluated where ε > target
+    b = np.full(n, np.inf)  # smallest x evaluated where ε ≤ target
+    x_prev, f_prev = np.full(n, np.nan), np.full(n, np.nan)
+    e_prev = np.full((n, _ORDERS.size), np.nan)  # every order's ε at the previous point
+    last_step = np.full(n, np.inf)
+    eps_b = np.full(n, np.nan)  # ε at b
+    out = np.full(n, np.nan)
+    todo = np.arange(n)
+    pair = pair.copy()
+
+    def order_gap(eps: np.ndarray, k: np.ndarray, tg: np.ndarray) -> np.ndarray:
+        """log(A_α − 1) at ε minus at the target, for the order α attaining ε (NaN where undefined)."""
+        per = (_ORDERS[k] - 1) / rounds
+        return _log_expm1((eps - c[k]) * per) - _log_expm1((tg - c[k]) * per)
+
+    for it in range(_MAX_ITERATIONS):
+        two = todo[pair[todo]]
+        points = np.concatenate([np.where(pair[todo], x[todo] - 0.4 * _XTOL, x[todo]), x[two] + 0.4 * _XTOL])
+        points = np.clip(points, lo, hi)
+        owner = np.concatenate([todo, two])
+        eps, per_order = epsilon_at(points, owner)
+        ok = eps <= target[owner]
+        np.maximum.at(a, owner[~ok], points[~ok])
+        np.minimum.at(b, owner[ok], points[ok])
+        at_b = ok & (points == b[owner])
+        eps_b[owner[at_b]] = eps[at_b]
+        f_all = _gap(eps, target[owner])
+        # steps continue from the first point and, for pairs, from the second as the previous one
+        m = todo.size
+        f, per, xg = f_all[:m], per_order[:m], points[:m]
+        x_prev[two], f_prev[two], e_prev[two] = points[m:], f_all[m:], per_order[m:]
+        ag, bg = a[todo], b[todo]
+        finished = (bg - ag <= _XTOL) | (bg <= lo) | (ag >= hi)
+        out[todo[finished]] = np.where(bg[finished] <= lo, lo, bg[finished])
+        live = ~finished
+        todo, xg, f, per, ag, bg = todo[live], xg[live], f[live], per[live], ag[live], bg[live]
+        if not todo.size:
+            return out, eps_b
+        k, rows, tg = per.argmin(axis=1), np.arange(todo.size), target[todo]
+        g, g_prev = order_gap(per[rows, k], k, tg), order_gap(e_prev[todo, k], k, tg)
+        v = to_v(xg)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope_v = (g - g_prev) / (v - to_v(x_prev[todo]))
+            d = from_v(v - g / slope_v) - xg
+        smooth = np.isfinite(d) & (slope_v > 0)  # the order attaining ε had been evaluated at the last point
+        d = np.where(smooth, d, -f / _secant(f, f_prev[todo], xg, x_prev[todo], slope0[todo]))
+        # superlinear steps: the error after this one is about |d|·|previous step| (or 100·d² for Newton's)
+        close = (np.abs(d) < _CONVERGED) | (np.abs(d) * last_step[todo] < 0.4 * _XTOL)
+        pair[todo] = close & ~(np.isfinite(ag) & np.isfinite(bg) & (it >= 12))
+        last_step[todo] = np.abs(d)
+        x_prev[todo], f_prev[todo], e_prev[todo] = xg, f, per
+        x[todo] = np.where(pair[todo], xg + d, _step(xg, d, ag, bg, it >= 12, lo, hi))
+    raise RuntimeError("RDP calibration did not converge")  # pragma: no cover
+
+
+def _calibrate(
+    epsilon_at: _Epsilon,
+    int_rdp: Callable[[np.ndarray, np.ndarray, slice], tuple[np.ndarray, np.ndarray]],
+    variable: _Variable,
+    target: np.ndarray,
+    x0: np.ndarray,
+    lo: float,
+    hi: float,
+    rounds: int,
+    delta: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The smallest x ∈ [lo, hi] (to within _XTOL) with ε(x) ≤ target per group (inf if none), and ε there: bracketed
+    (:func:`_bracket`) from the integer orders' smallest root (:func:`_integer_roots`). ε(x) = min_α ε_α(x), so
+    the root is the smallest per-order root: there, or a fractional order's below it."""
+    start, slope, found = _integer_roots(int_rdp, variable, target, x0, lo, hi, rounds, delta)
+    return _bracket(epsilon_at, variable, target, start, slope, found, lo, hi, rounds, delta)
+
+
+def calibrate_sigmas_rdp(
+    epsilons: Sequence[float] | np.ndarray, delta: float, q: Sequence[float] | np.ndarray, rounds: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`calibrate_sigma_rdp` for many groups (ε_g, q_g) sharing ``delta`` and ``rounds``, solved together
+    (every evaluation is vectorised over the groups still searching), and the ε each σ spends, as evaluated there
+    (``rdp_epsilon`` of it, up to float rounding). Same guarantee per group."""
+    eps = np.array([_check_positive("epsilon", e) for e in epsilons], dtype=np.float64)
+    rounds = _check_common(delta, rounds)
+    delta = float(delta)
+    qs = np.array([_check_q(x) for x in q], dtype=np.float64)
+    if eps.shape != qs.shape:
+        raise ValueError(f"{eps.size} epsilons for {qs.size} sampling ratios")
+    if not eps.size:
+        return eps, eps.copy()
+    mech = _Rounds(qs, rounds, delta)
+    # first guess: Gaussian closed form with the q·√T subsampling scaling
+    guess = np.log(qs * math.sqrt(2 * rounds * math.log(1 / delta)) / eps + 0.5)
+    x, spent = _calibrate(
+        lambda x, groups: mech.epsilon(np.exp(x), groups),
+        lambda x, groups, orders: _int_rdp(qs[groups, None], np.exp(x), rounds, "u", mech.int_terms(groups), orders),
+        _SIGMA_VARIABLE,
+        eps * (1 - _SAFETY),
+        guess,
+        math.log(SIGMA_MIN),
+        math.log(SIGMA_MAX),
+        rounds,
+        delta,
+    )
+    bad = ~np.isfinite(x)
+    if bad.any():
+        g = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"epsilon={eps[g]} is not reachable with noise_multiplier ≤ {SIGMA_MAX:g} "
+            f"(delta={delta}, q={qs[g]}, rounds={rounds}); the RDP→(ε,δ) conversion has a floor"
+        )
+    return np.exp(x), spent
 
 
 def calibrate_sigma_rdp(epsilon: float, delta: float, q: float, rounds: int) -> float:
-    """Smallest noise multiplier σ (to ~1e-8 relative) whose RDP ε (dp-accounting) is ≤ ``epsilon``.
+    """Smallest noise multiplier σ (to ~2e-7 relative) whose RDP ε (dp-accounting) is ≤ ``epsilon``.
 
-    The returned σ always satisfies ε(σ) ≤ epsilon (it is the upper end of the final bracket, solved
-    against epsilon·(1 − 1e-9)). If even σ = SIGMA_MIN (1e-3) meets the target, SIGMA_MIN is
-    returned. Raises ValueError on invalid input or if σ = SIGMA_MAX (1e8) does not suffice.
+    The returned σ always satisfies ε(σ) ≤ epsilon (the upper end of the final bracket, solved against
+    epsilon·(1 − 1e-9)). If even σ = SIGMA_MIN (1e-3) meets the target, SIGMA_MIN is returned. Raises
+    ValueError on invalid input or if σ = SIGMA_MAX (1e8) does not suffice.
     """
-    epsilon = _check_positive("epsilon", epsilon)
-    rounds = _check_common(delta, rounds)
-    q = _check_q(q)
-    target = epsilon * (1 - _SAFETY)
-    curve = _Curve(q, rounds, float(delta))
-
-    # g(x) = log ε(e^x) − log target is *decreasing* in x; solve h(x) = −g(x) (increasing).
-    def h(x: float) -> float:
-        return -_log_gap(curve.epsilon(math.exp(x)), target)
-
-    # initial guess: Gaussian closed form with the q·√T subsampling scaling (secant fixes the rest)
-    guess = q * math.sqrt(2 * rounds * math.log(1 / delta)) / epsilon + 0.5
-    lo_lim, hi_lim = math.log(SIGMA_MIN), math.log(SIGMA_MAX)
-    x0 = min(max(math.log(guess), lo_lim), hi_lim)
-    _, b = _boundary(h, x0, lo_lim, hi_lim)
-    if b is None:
-        raise ValueError(
-            f"epsilon={epsilon} is not reachable with noise_multiplier ≤ {SIGMA_MAX:g} "
-            f"(delta={delta}, q={q}, rounds={rounds}); the RDP→(ε,δ) conversion has a floor"
-        )
-    return math.exp(b)  # h(b) > 0: ε(σ) < target, and σ_min ≥ e^a (or SIGMA_MIN if a is None)
+    return float(calibrate_sigmas_rdp([epsilon], delta, [q], rounds)[0][0])
 
 
 def calibrate_q_rdp(epsilon: float, delta: float, noise_multiplier: float, rounds: int) -> float:
-    """Largest sampling ratio q ∈ (0, 1] (to ~1e-8 relative) whose RDP ε (dp-accounting) is ≤ ``epsilon``.
+    """Largest sampling ratio q ∈ (0, 1] (to ~2e-7 relative) whose RDP ε (dp-accounting) is ≤ ``epsilon``.
 
     Returns 1.0 if q = 1 already meets the target; the returned q always satisfies the target (lower
     end of the final bracket, solved against epsilon·(1 − 1e-9)). Raises ValueError on invalid input
@@ -372,25 +694,24 @@ def calibrate_q_rdp(epsilon: float, delta: float, noise_multiplier: float, round
     """
     epsilon = _check_positive("epsilon", epsilon)
     rounds = _check_common(delta, rounds)
-    sigma = _check_positive("noise_multiplier", noise_multiplier)
+    sigma = np.array([_check_positive("noise_multiplier", noise_multiplier)])
     delta = float(delta)
-    target = epsilon * (1 - _SAFETY)
-
-    def eps_at(q: float) -> float:
-        return _Curve(q, rounds, delta).epsilon(sigma)
-
-    def g(x: float) -> float:  # increasing in x = log q
-        return _log_gap(eps_at(math.exp(x)), target)
-
-    if g(0.0) <= 0:
-        return 1.0
-    guess = epsilon * sigma / math.sqrt(2 * rounds * math.log(1 / delta))
-    lo_lim = math.log(Q_MIN)
-    x0 = min(max(math.log(guess), lo_lim), -1e-3)
-    a, _ = _boundary(g, x0, lo_lim, 0.0)
-    if a is None:
+    hi = -math.log(Q_MIN)  # in x = −log q, so that ε decreases in x
+    guess = epsilon * sigma[0] / math.sqrt(2 * rounds * math.log(1 / delta))
+    x = _calibrate(
+        lambda x, groups: _Rounds(np.exp(-x), rounds, delta).epsilon(sigma[groups]),
+        lambda x, groups, orders: _int_rdp(np.exp(-x), sigma[groups, None], rounds, "log q", orders=orders),
+        _Q_VARIABLE,
+        np.array([epsilon * (1 - _SAFETY)]),
+        np.array([min(max(-math.log(guess), 1e-3), hi)]),
+        0.0,
+        hi,
+        rounds,
+        delta,
+    )[0][0]
+    if not math.isfinite(x):
         raise ValueError(
-            f"no sampling ratio q ≥ {Q_MIN:g} meets epsilon={epsilon} at noise_multiplier={sigma} "
+            f"no sampling ratio q ≥ {Q_MIN:g} meets epsilon={epsilon} at noise_multiplier={sigma[0]} "
             f"(delta={delta}, rounds={rounds})"
         )
-    return math.exp(a)
+    return math.exp(-x)

@@ -7,7 +7,13 @@ import math
 import pytest
 
 from hdp_planner import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
-from hdp_planner.accounting import closed_form_sigma2, reference_epsilon
+from hdp_planner.accounting import (
+    CalibrationMemo,
+    calibrate_sigmas,
+    closed_form_sigma2,
+    epsilons_spent,
+    reference_epsilon,
+)
 
 SETTINGS = [  # (epsilon, delta, q, rounds)
     (0.5, 6000**-1.1, 0.02, 50),
@@ -71,3 +77,35 @@ def test_invalid_inputs_raise(args, message):
 def test_unknown_accountant_raises():
     with pytest.raises(ValueError, match="accountant"):
         calibrate_sigma(1.0, 1e-5, 0.1, 10, accountant="moments")
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "closed-form", "pld"])
+def test_batched_calibration_and_spending(accountant):
+    """calibrate_sigmas / epsilons_spent are calibrate_sigma / epsilon_spent per group."""
+    eps, q, delta, rounds = [0.5, 3.0], [0.1, 0.4], 1e-5, 10
+    sigmas = calibrate_sigmas(eps, delta, q, rounds, accountant)
+    assert sigmas.tolist() == pytest.approx([calibrate_sigma(e, delta, x, rounds, accountant) for e, x in zip(eps, q)])
+    measure = "rdp" if accountant == "closed-form" else accountant
+    spent = epsilons_spent(sigmas, q, rounds, delta, measure)
+    assert spent.tolist() == pytest.approx(
+        [epsilon_spent(GaussianRounds(s, x, rounds), delta, measure) for s, x in zip(sigmas, q)], rel=1e-12
+    )
+    with pytest.raises(ValueError):
+        calibrate_sigmas([1.0, 2.0], delta, [0.1], rounds, accountant)
+
+
+def test_memo_calibrates_only_new_groups_and_records_their_spending(monkeypatch):
+    from hdp_planner import rdp
+
+    calls = []
+    real = rdp.calibrate_sigmas_rdp
+    monkeypatch.setattr(rdp, "calibrate_sigmas_rdp", lambda e, *a: calls.append(list(e)) or real(e, *a))
+    memo = CalibrationMemo(limit=3)
+    first = memo.sigmas([0.5, 1.5], 1e-5, [0.02, 0.02], 50, "rdp")
+    again = memo.sigmas([1.5, 0.5, 3.0], 1e-5, [0.02, 0.02, 0.02], 50, "rdp")
+    assert calls == [[0.5, 1.5], [3.0]] and again[:2] == first[::-1]
+    spent = memo.spent(first[0], 0.02, 50, 1e-5, "rdp")
+    assert spent == pytest.approx(epsilon_spent(GaussianRounds(first[0], 0.02, 50), 1e-5), rel=1e-13)
+    assert spent <= 0.5
+    memo.sigmas([4.0], 1e-5, [0.02], 50, "rdp")  # over the limit: starts afresh
+    assert len(memo._sigma) == 1

@@ -149,15 +149,15 @@ def test_no_client_budget_is_exceeded(pairs, m, method):
     k = len(np.unique(eps))
     m = k if method == "unique" else min(m, k)
     g = B.groups_from_budgets(eps, m, method, config(len(eps)))
-    group_eps = np.asarray(g.groups.epsilons)[g.assignment]
+    # each client joins the group `assign` gives it: the largest group ε ≤ the client's budget
+    assigned = B.assign_to_groups(eps, g.groups.epsilons, [str(i) for i in range(len(eps))])
+    group_eps = assigned.group_epsilon
     assert np.all(group_eps <= eps)
     assert g.groups.n == len(eps) and g.count == m
-    assert np.bincount(g.assignment, minlength=m).tolist() == list(g.groups.sizes)
+    assert assigned.counts == g.groups.sizes
     assert g.total_unused == pytest.approx(float(np.sum(eps - group_eps)), rel=1e-9, abs=1e-9)
+    assert g.unused == pytest.approx(assigned.unused, rel=1e-9, abs=1e-9)
     assert all(u >= 0 for u in g.unused)
-    # the assignment is the rule `assign` applies: the largest group ε ≤ the client's budget
-    again = B.assign_to_groups(eps, g.groups.epsilons, [str(i) for i in range(len(eps))])
-    assert np.array_equal(again.group, g.assignment)
 
 
 @settings(max_examples=60, deadline=None)
@@ -222,6 +222,45 @@ def test_grouping_errors(m, method, message):
         B.groups_from_budgets(np.repeat([0.5, 1.5, 3.0], 10), m, method, config(30))
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from([0.3, 0.5, 1.0, 1.5, 2.5, 7.0]), min_size=1, max_size=60), st.integers(1, 7))
+def test_histogram_streams_chunks(budgets, chunk):
+    """Chunk by chunk, the distinct budgets and their counts are np.unique's over all clients."""
+    eps = np.array(budgets)
+    old = B.HISTOGRAM_CHUNK
+    B.HISTOGRAM_CHUNK = chunk
+    try:
+        values, counts = B.budget_histogram(eps)
+    finally:
+        B.HISTOGRAM_CHUNK = old
+    expected = np.unique(eps, return_counts=True)
+    assert values.tolist() == expected[0].tolist() and counts.tolist() == expected[1].tolist()
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_histogram_rejects_a_bad_budget_in_any_chunk(bad, monkeypatch):
+    monkeypatch.setattr(B, "HISTOGRAM_CHUNK", 3)
+    with pytest.raises(B.BudgetError, match="positive finite"):
+        B.budget_histogram([1.0, 2.0, 3.0, 1.0, bad, 2.0])
+
+
+def test_grouping_memory_does_not_grow_with_clients():
+    """Only the budget histogram is kept: beyond the input, memory is that of one chunk, whatever n is."""
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    levels = rng.uniform(0.3, 8.0, 200)
+    peaks = []
+    for n in (1_000_000, 4_000_000):
+        eps = rng.choice(levels, size=n)
+        tracemalloc.start()
+        g = B.groups_from_budgets(eps, 10, "optimal", config(n))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert g.groups == B.groups_from_histogram(*np.unique(eps, return_counts=True), 10, "optimal", config(n)).groups
+    assert peaks[1] < 1.2 * peaks[0] < 16 * 2**20
+
+
 def test_a_million_clients_is_fast():
     rng = np.random.default_rng(0)
     n = 1_000_000
@@ -230,7 +269,7 @@ def test_a_million_clients_is_fast():
         start = time.perf_counter()
         g = B.groups_from_budgets(eps, None, "optimal", cfg)
         assert time.perf_counter() - start < 20
-        assert g.groups.n == n and np.all(np.asarray(g.groups.epsilons)[g.assignment] <= eps)
+        assert g.groups.n == n and g.groups.epsilons[0] == eps.min()
 
 
 # --------------------------------------------------------------------------------------------- CLI

@@ -11,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hdp_planner.accounting import GaussianRounds, reference_epsilon
-from hdp_planner.rdp import DEFAULT_RDP_ORDERS, calibrate_q_rdp, calibrate_sigma_rdp, rdp_epsilon
+from hdp_planner.rdp import (
+    DEFAULT_RDP_ORDERS,
+    calibrate_q_rdp,
+    calibrate_sigma_rdp,
+    calibrate_sigmas_rdp,
+    rdp_curve,
+    rdp_epsilon,
+    rdp_epsilons,
+)
 
 
 def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
@@ -102,6 +110,45 @@ def test_calibrate_q_safe_and_maximal(eps, sigma, rounds, delta):
         assert above > eps or above == 0.0
 
 
+@settings(max_examples=8, deadline=None)
+@given(
+    groups=st.lists(st.tuples(eps_st, q_st | st.just(1.0)), min_size=1, max_size=6),
+    rounds=rounds_st,
+    delta=delta_st,
+)
+def test_batched_calibration_is_the_scalar_one(groups, rounds, delta):
+    """Groups calibrated together (as a plan does) get the scalar σ, safe and tight by dp-accounting."""
+    eps, q = [e for e, _ in groups], [x for _, x in groups]
+    sigmas, spent = calibrate_sigmas_rdp(eps, delta, q, rounds)
+    for e, qm, sigma in zip(eps, q, sigmas):
+        assert sigma == pytest.approx(calibrate_sigma_rdp(e, delta, qm, rounds), rel=1e-6)
+        assert ref_eps(sigma, qm, rounds, delta) <= e
+        if sigma * (1 - 1e-3) > 1e-3:
+            assert ref_eps(sigma * (1 - 1e-3), qm, rounds, delta) > e
+    measured = [rdp_epsilon(s, x, rounds, delta) for s, x in zip(sigmas, q)]
+    assert rdp_epsilons(sigmas, q, rounds, delta).tolist() == pytest.approx(measured, rel=1e-13)
+    assert spent.tolist() == pytest.approx(measured, rel=1e-13)  # evaluated with other groups: float rounding
+
+
+@pytest.mark.parametrize(
+    ("eps", "delta", "q", "rounds"),
+    [(0.1, 1e-5, 1e-4, 10000), (0.3, 1e-6, 1e-3, 1000), (10.0, 1e-6, 1e-3, 10000), (15.0, 1e-3, 0.05, 2)],
+)
+def test_calibrate_sigma_on_the_staircase(eps, delta, q, rounds):
+    """Small q: ε(σ) is a staircase of per-order cliffs (integer orders) or set by one fractional order."""
+    sigma = calibrate_sigma_rdp(eps, delta, q, rounds)
+    assert ref_eps(sigma, q, rounds, delta) <= eps < ref_eps(sigma * (1 - 1e-6), q, rounds, delta)
+
+
+def test_batch_edge_cases():
+    assert calibrate_sigmas_rdp([], 1e-5, [], 10)[0].size == 0
+    with pytest.raises(ValueError, match="sampling ratios"):
+        calibrate_sigmas_rdp([1.0, 2.0], 1e-5, [0.1], 10)
+    with pytest.raises(ValueError):
+        calibrate_sigmas_rdp([1.0, 0.0], 1e-5, [0.1, 0.1], 10)
+    assert rdp_epsilons([1.0, 2.0], [0.0, 0.1], 10, 1e-5)[0] == 0.0
+
+
 def test_calibrate_q_returns_one_when_q1_suffices():
     assert calibrate_q_rdp(10.0, 1e-5, 5.0, 1) == 1.0
 
@@ -169,3 +216,19 @@ def test_rdp_epsilon_invalid():
         rdp_epsilon(1.0, 0.1, 0, 1e-5)
     with pytest.raises(ValueError):
         rdp_epsilon(1.0, 0.1, 10, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("sigma", "q"), [(0.4, 0.3), (0.9, 0.1), (1.5, 0.02), (6.0, 1e-3), (2.0, 1.0), (0.3, 0.5), (0.6, 0.9)]
+)
+def test_rdp_curve_is_dp_accountings_at_every_order(sigma, q):
+    from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, _compute_rdp_poisson_subsampled_gaussian
+
+    from hdp_planner.accounting import quiet_dp_accounting
+
+    with quiet_dp_accounting():
+        reference = np.asarray(_compute_rdp_poisson_subsampled_gaussian(q, sigma, DEFAULT_RDP_ORDERS))
+    ours = rdp_curve(sigma, q)
+    assert np.array_equal(np.isinf(ours), np.isinf(reference))  # the same orders excluded (1000-term cap)
+    finite = np.isfinite(reference)
+    assert np.allclose(ours[finite], reference[finite], rtol=1e-12, atol=1e-15)
