@@ -4,13 +4,16 @@
 """
 
 from hdp_planner.accounting import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
+from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines
 from hdp_planner.grouping import Groups
 from hdp_planner.plan import METHODS, MethodNoise, Plan, PlanConfig, plan, solve_plan
 from hdp_planner.planfile import PlanFileError, load_plan, plan_to_dict, save_plan, verify
 
 __version__ = "0.1.0"
 __all__ = [
+    "BASELINES",
     "METHODS",
+    "BaselineOptions",
     "GaussianRounds",
     "Groups",
     "MethodNoise",
@@ -18,6 +21,7 @@ __all__ = [
     "PlanConfig",
     "PlanFileError",
     "__version__",
+    "add_baselines",
     "calibrate_q",
     "calibrate_sigma",
     "epsilon_spent",

@@ -14,9 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hdp_planner.accounting import calibrate_sigma
+from hdp_planner.baselines import BaselineOptions, add_baselines, baseline_names
 from hdp_planner.grouping import Groups
 from hdp_planner.inputs import parse_floats, parse_ints
-from hdp_planner.plan import METHODS, Plan, PlanConfig, solve_plan
+from hdp_planner.plan import METHODS, MethodNoise, Plan, PlanConfig, solve_plan
 from hdp_planner.planfile import load_plan, plan_to_dict, verify, write_json_atomic
 
 app = typer.Typer(
@@ -86,6 +87,18 @@ LambdaOpt = Annotated[
         help="Λ: exact (per-coordinate noise of the applied update) | paper (Table 5's convention).",
     ),
 ]
+# Options of the baselines (GDPFed Section 2, B.2), shared by `solve` and `compare`.
+ModelDim = Annotated[
+    int | None, typer.Option("--model-dim", help="Parameters d of the model (PFA keeps k/d of the projected noise).")
+]
+PfaDim = Annotated[int, typer.Option("--pfa-dim", help="PFA: dimension k of the public subspace.")]
+PfaWindow = Annotated[int, typer.Option("--pfa-window", help="PFA: latest public noisy sums spanning the subspace.")]
+PfaSubspace = Annotated[str, typer.Option("--pfa-subspace", help="PFA: top-k subspace by lanczos | randomized SVD.")]
+SavingRounds = Annotated[
+    int | None,
+    typer.Option("--saving-rounds", help="Time-adaptive: rounds that save budget [T/2].", show_default=False),
+]
+SavingNoise = Annotated[float, typer.Option("--saving-noise", help="Time-adaptive: σ multiplier while saving.")]
 
 
 def build_config(
@@ -134,8 +147,46 @@ def build_request(eps: str, n: int, sizes: str | None, *config_options: Any) -> 
     return groups, config
 
 
+def build_baselines(
+    methods: str | None,
+    model_dim: int | None,
+    pfa_dim: int,
+    pfa_window: int,
+    pfa_subspace: str,
+    saving_rounds: int | None,
+    saving_noise: float,
+) -> tuple[tuple[str, ...], BaselineOptions]:
+    """Validate ``--methods`` and the baselines' options (before anything is solved)."""
+    names = baseline_names(methods.split(",")) if methods else ()
+    if "PFA" in names and model_dim is None:
+        raise CliError("pfa needs --model-dim: the model's parameter count d (fmnist's CNN: 26010)")
+    options = BaselineOptions(pfa_dim, pfa_window, pfa_subspace, model_dim, saving_rounds, saving_noise)
+    return names, options
+
+
 def _fmt(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
+
+
+def describe_baseline(m: MethodNoise, config: PlanConfig) -> str:
+    """One line on what a baseline's noise entry does beyond GDPFed's rules."""
+    if m.projection is not None:
+        pr = m.projection
+        return (
+            f"group {pr.public + 1} is public; group {pr.projected + 1}'s noisy sum is projected onto the top-{pr.dim} "
+            f"subspace ({pr.subspace}) of the public group's last {pr.window} noisy sums; d = {pr.model_dim}"
+        )
+    if m.schedule is not None:
+        first = m.schedule[0]
+        if len(m.schedule) == 1:
+            return "constant σ (no saving phase)"
+        factor = first.noise_multiplier[0] / m.noise_multiplier[0]
+        return f"σ × {factor:.3g} in rounds 1-{first.rounds} (saving), then σ_m (spending) to round {config.rounds}"
+    clips = m.clips(config.clip)
+    return (
+        f"one pool of {sum(m.expected_clients):.4g} expected clients, clipped to C_m = "
+        f"{', '.join(f'{x:.3g}' for x in clips)}, one noise draw of std {clips[0] * m.noise_multiplier[0]:.4g}"
+    )
 
 
 def render_plan(p: Plan, console: Console) -> None:
@@ -173,16 +224,21 @@ def render_plan(p: Plan, console: Console) -> None:
     noise = Table(box=box.SIMPLE_HEAD, title=f"Noise Λ ({c.lambda_convention} convention; reduction against DP-FedAvg)")
     for col in ("method", "q_m", "σ² per group", "Λ", "reduction"):
         noise.add_column(col, justify="right")
-    for name in METHODS:
-        m = p.method(name)
+    for m in p.methods:
+        sigma2 = ", ".join(
+            "→".join(f"{ph.noise_multiplier[i] ** 2:.3g}" for ph in m.schedule or ()) or f"{m.sigma2[i]:.3g}"
+            for i in range(len(m.size))
+        )
         noise.add_row(
-            name,
+            m.name,
             ", ".join(f"{100 * q:.3g}%" for q in m.q),
-            ", ".join(f"{s:.3g}" for s in m.sigma2),
+            sigma2,
             f"{m.lam:.4g}",
-            "—" if name == "DP-FedAvg" else f"{base / m.lam:.2f}x ({100 * (1 - m.lam / base):.1f}% less)",
+            "—" if m.name == "DP-FedAvg" else f"{base / m.lam:.2f}x ({100 * (1 - m.lam / base):.1f}% less)",
         )
     console.print(noise)
+    for m in p.methods[len(METHODS) :]:
+        console.print(f"[cyan]{m.name}:[/] {describe_baseline(m, c)}", highlight=False)
     gain = 1 - p.objective / p.uniform_objective
     console.print(
         f"Problem 1 objective: {p.objective:.8g} ({gain:.3g} below uniform q's {p.uniform_objective:.8g}; "
@@ -218,11 +274,24 @@ def solve(
     grouping: Annotated[
         str, typer.Option("--grouping", help="How --budgets are grouped: unique | quantile | optimal (exact DP).")
     ] = "optimal",
+    methods: Annotated[
+        str | None,
+        typer.Option("--methods", help="Also plan baselines: pfa,idp-fedavg-sample,idp-fedavg-scale,time-adaptive."),
+    ] = None,
+    model_dim: ModelDim = None,
+    pfa_dim: PfaDim = 1,
+    pfa_window: PfaWindow = 10,
+    pfa_subspace: PfaSubspace = "lanczos",
+    saving_rounds: SavingRounds = None,
+    saving_noise: SavingNoise = 2.0,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan to this JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables.")] = False,
 ) -> None:
     """Solve a GDPFed+ plan: per-group q_m (Problem 1), σ_m (exact accountant), k_m, and the Λ table."""
     options = (rounds, q, delta, clip, lr, local_steps, sparsity, fixed_q, accountant, sigma_model, lambda_convention)
+    extra, extra_options = build_baselines(
+        methods, model_dim, pfa_dim, pfa_window, pfa_subspace, saving_rounds, saving_noise
+    )
     grouped = None
     if budgets is not None:
         if eps is not None or sizes is not None:
@@ -235,7 +304,7 @@ def solve(
     else:
         groups, config = build_request(eps, n, sizes, *options)
     with err.status(f"solving with the {config.accountant} accountant…"):
-        result = solve_plan(groups, config)
+        result = add_baselines(solve_plan(groups, config), extra, extra_options)
         problems = verify(result)
     if problems:  # a plan must never under-noise: refuse to write one the accountant rejects
         raise CliError(f"internal check failed, no plan written: {problems[0]}")
@@ -268,17 +337,18 @@ def verify_cmd(
             err.print(f"[bold red]FAIL[/] {msg}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     g = p.groups
-    for name in METHODS:
-        m = p.method(name)
+    for m in p.methods:
         spent = ", ".join(f"{s:.4g}≤{e:g}" for s, e in zip(m.epsilon_spent, m.epsilon))
-        out.print(f"[green]OK[/] {name}: ε spent {spent}", highlight=False)
+        out.print(f"[green]OK[/] {m.name}: ε spent {spent}", highlight=False)
     out.print(f"{plan_file}: all {len(g.size)} groups within budget ({p.config.spending_accountant} accountant)")
 
 
 from hdp_planner import cli_extra  # noqa: E402
+from hdp_planner_train.cli import compare as _compare  # noqa: E402
 from hdp_planner_train.cli import train as _train  # noqa: E402
 
 app.command("train")(_train)
+app.command("compare")(_compare)
 
 
 def main() -> None:

@@ -14,6 +14,13 @@ Per group m and round (GDPFed Algorithm 1, secure-aggregation form):
 
 So the noise in the applied update has, per coordinate, E[noise²] = C²Σ_m ω_m²σ_m²·(k_m/d) when the kept
 coordinates are chosen independently of the noise: that is Λ ("exact" convention).
+
+The baselines (:mod:`hdp_planner.baselines`) vary these rules in three ways, all covered by :func:`lambda_exact`:
+per-group clipping thresholds C_m (IDP-FedAvg-Scale); one *pooled* draw for the sum of every group instead of
+one per group (IDP-FedAvg: each of the c joined clients of the pool adds N(0, s²/c), s = C_mσ_m for every m,
+and every group's weight is 1/Σ_j r_j, :func:`pooled_weights`); a kept fraction k_m/d that is a projection onto
+a k-dimensional subspace independent of the group's noise (PFA) instead of Top-k. A per-round σ schedule
+(time-adaptive) enters Λ through the root mean square of σ_m over the rounds.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import numpy as np
 
 LambdaConvention = Literal["exact", "paper"]
 LAMBDA_CONVENTIONS: tuple[str, ...] = ("exact", "paper")
+PAPER_METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
+"""The methods of GDPFed Table 5, for which the ``paper`` convention of Λ is defined."""
 
 
 def poisson_sample(rng: np.random.Generator, size: int, q: float) -> np.ndarray:
@@ -55,12 +64,29 @@ def aggregation_weights(expected_clients: Sequence[float]) -> np.ndarray:
     return r / np.sum(r**2)
 
 
+def pooled_weights(expected_clients: Sequence[float]) -> np.ndarray:
+    """ω_m = 1/Σ_j r_j for every group: one pool of clients averaged over its expected size, as DP-FedAvg."""
+    r = np.asarray(expected_clients, dtype=float)
+    return np.full(r.shape, 1.0 / np.sum(r))
+
+
 def lambda_exact(
-    weight: Sequence[float], noise_multiplier: Sequence[float], k_ratio: Sequence[float], clip: float
+    weight: Sequence[float],
+    noise_multiplier: Sequence[float],
+    k_ratio: Sequence[float],
+    clip: float | Sequence[float],
+    pooled: bool = False,
 ) -> float:
-    """Expected squared noise per coordinate of the applied update, C²Σ_m ω_m²σ_m²(k_m/d)."""
-    w, s, k = (np.asarray(x, dtype=float) for x in (weight, noise_multiplier, k_ratio))
-    return float(clip**2 * np.sum(w**2 * s**2 * k))
+    """Expected squared noise per coordinate of the applied update, C²Σ_m ω_m²σ_m²(k_m/d).
+
+    ``clip`` is C or the per-group C_m. ``pooled``: one draw of std s = C_mσ_m (the same for every m) on the
+    sum of all groups, weighed by ω (the same for every m), so Λ = ω²s²(k/d) with the first group's values.
+    """
+    w, s, k, c = (
+        np.broadcast_to(np.asarray(x, dtype=float), np.shape(weight)) for x in (weight, noise_multiplier, k_ratio, clip)
+    )
+    terms = w**2 * (c * s) ** 2 * k
+    return float(terms[0] if pooled else np.sum(terms))
 
 
 def lambda_paper(
@@ -91,9 +117,10 @@ def lambda_for(
     weight: Sequence[float],
     noise_multiplier: Sequence[float],
     k_ratio: Sequence[float],
-    clip: float,
+    clip: float | Sequence[float],
+    pooled: bool = False,
 ) -> float:
-    """Λ of a method under the named convention."""
-    if convention == "paper":
-        return lambda_paper(method, expected_clients, noise_multiplier, k_ratio, clip)
-    return lambda_exact(weight, noise_multiplier, k_ratio, clip)
+    """Λ of a method under the named convention; Table 5 has no convention for the baselines: exact for them."""
+    if convention == "paper" and method in PAPER_METHODS:
+        return lambda_paper(method, expected_clients, noise_multiplier, k_ratio, float(clip))  # type: ignore[arg-type]
+    return lambda_exact(weight, noise_multiplier, k_ratio, clip, pooled)

@@ -12,20 +12,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
 from hdp_planner.accounting import (
+    CALIBRATIONS,
     Accountant,
-    GaussianRounds,
-    calibrate_sigma,
     check_accountant,
     check_delta,
     check_ratio,
     check_rounds,
     closed_form_sigma2,
-    epsilon_spent,
 )
 from hdp_planner.grouping import Groups
 from hdp_planner.noise import LAMBDA_CONVENTIONS, LambdaConvention, aggregation_weights, lambda_exact, lambda_for
@@ -102,8 +99,35 @@ class PlanConfig:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """``rounds`` consecutive rounds in which group m adds noise multiplier ``noise_multiplier[m]``."""
+
+    rounds: int
+    noise_multiplier: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Projection:
+    """PFA's projection (Liu et al., VLDB 2021): group ``projected``'s noisy sum is replaced by its orthogonal
+    projection onto the top-``dim`` principal subspace of group ``public``'s last ``window`` noisy sums, found by
+    ``subspace`` (lanczos | randomized SVD). Groups are 0-based; ``model_dim`` is d, the number of parameters."""
+
+    public: int
+    projected: int
+    dim: int
+    window: int
+    subspace: str
+    model_dim: int
+
+
+@dataclass(frozen=True)
 class MethodNoise:
-    """One method's per-group parameters and the noise Λ they put in the global update."""
+    """One method's per-group parameters and the noise Λ they put in the global update.
+
+    The last four fields are the baselines' (:mod:`hdp_planner.baselines`): per-group clipping thresholds
+    (None: the plan's C), one pooled noise draw for all groups, PFA's projection, and a per-round σ schedule
+    whose last phase's σ is ``noise_multiplier`` (None: ``noise_multiplier`` in every round).
+    """
 
     name: str
     epsilon: tuple[float, ...]
@@ -115,6 +139,10 @@ class MethodNoise:
     epsilon_spent: tuple[float, ...]
     lam: float
     lambda_exact: float
+    clip: tuple[float, ...] | None = None
+    pooled: bool = False
+    projection: Projection | None = None
+    schedule: tuple[Phase, ...] | None = None
 
     @property
     def expected_clients(self) -> tuple[float, ...]:
@@ -123,6 +151,19 @@ class MethodNoise:
     @property
     def sigma2(self) -> tuple[float, ...]:
         return tuple(s * s for s in self.noise_multiplier)
+
+    def clips(self, default: float) -> tuple[float, ...]:
+        """C_m per group: the method's own thresholds, or ``default`` (the plan's C) for every group."""
+        return self.clip if self.clip is not None else tuple(default for _ in self.size)
+
+    def rms_noise_multiplier(self, rounds: int) -> tuple[float, ...]:
+        """√(mean over the rounds of σ_m²) per group: what a schedule's noise costs Λ on average."""
+        if self.schedule is None:
+            return self.noise_multiplier
+        return tuple(
+            math.sqrt(sum(ph.rounds * ph.noise_multiplier[m] ** 2 for ph in self.schedule) / rounds)
+            for m in range(len(self.size))
+        )
 
 
 @dataclass(frozen=True)
@@ -147,23 +188,26 @@ class Plan:
         return self.method(PLANNED_METHOD)
 
 
-@lru_cache(maxsize=4096)
-def _calibrated(epsilon: float, delta: float, q: float, rounds: int, accountant: Accountant) -> float:
-    sigma = calibrate_sigma(epsilon, delta, q, rounds, accountant)
+def _calibrated(
+    epsilon: float | Sequence[float], delta: float, q: float | Sequence[float], rounds: int, accountant: Accountant
+) -> float | list[float]:
+    """σ for budget ε at rate q; for sequences ε_m, q_m, the list of σ_m, the groups not calibrated before
+    solved together (one vectorised batch). Memoized with the ε each σ spends (accounting.CALIBRATIONS)."""
+    if isinstance(epsilon, (int, float)):
+        return _calibrated([epsilon], delta, [q], rounds, accountant)[0]
+    sigma = CALIBRATIONS.sigmas(epsilon, delta, q, rounds, accountant)
     if accountant == "closed-form":  # Theorem 1 under-noises at small q: never go below the exact RDP σ
-        sigma = max(sigma, calibrate_sigma(epsilon, delta, q, rounds, "rdp"))
+        sigma = [max(s, r) for s, r in zip(sigma, CALIBRATIONS.sigmas(epsilon, delta, q, rounds, "rdp"))]
     return sigma
 
 
-@lru_cache(maxsize=4096)
 def _spent(noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
-    return epsilon_spent(GaussianRounds(noise_multiplier, q, rounds), delta, accountant)
+    return CALIBRATIONS.spent(noise_multiplier, q, rounds, delta, accountant)
 
 
 def clear_caches() -> None:
     """Forget memoized calibrations (for cold timings; results do not depend on the cache)."""
-    _calibrated.cache_clear()
-    _spent.cache_clear()
+    CALIBRATIONS.clear()
 
 
 def method_noise(
@@ -176,9 +220,7 @@ def method_noise(
     noise_multiplier: Sequence[float] | None = None,
 ) -> MethodNoise:
     """Calibrate σ_m (unless given), weigh the groups with ω_m, measure ε spent and Λ for one method."""
-    sigma = noise_multiplier or [
-        _calibrated(e, config.delta, qm, config.rounds, config.accountant) for e, qm in zip(epsilons, q)
-    ]
+    sigma = noise_multiplier or _calibrated(list(epsilons), config.delta, list(q), config.rounds, config.accountant)
     r = [qm * s for qm, s in zip(q, sizes)]
     weight = aggregation_weights(r)
     spent = [_spent(s, qm, config.rounds, config.delta, config.spending_accountant) for s, qm in zip(sigma, q)]
@@ -200,11 +242,9 @@ def sigma2_model(groups: Groups, config: PlanConfig):
     """σ_m²(q_m) inside Problem 1: Theorem 1's bound, or the RDP accountant (PLD is too slow in a loop)."""
     eps = np.asarray(groups.epsilons)
     if config.sigma_model == "bound" or config.accountant == "closed-form":
-        return lambda q_vec: np.array(
-            [closed_form_sigma2(e, config.delta, q, config.rounds) for e, q in zip(eps, q_vec)]
-        )
-    return lambda q_vec: np.array(
-        [_calibrated(float(e), config.delta, float(q), config.rounds, "rdp") ** 2 for e, q in zip(eps, q_vec)]
+        return lambda q_vec: closed_form_sigma2(eps, config.delta, np.asarray(q_vec, dtype=float), config.rounds)
+    return lambda q_vec: np.square(
+        _calibrated(eps.tolist(), config.delta, np.asarray(q_vec).tolist(), config.rounds, "rdp")
     )
 
 

@@ -1,11 +1,16 @@
-"""plan.json: the versioned file a plan is written to, read back from, and verified from (schema hdp-plan/2).
+"""plan.json: the versioned file a plan is written to, read back from, and verified from (schema hdp-plan/3).
 
 Reading validates every field and raises :class:`PlanFileError` (a ValueError) naming what is wrong;
 :func:`verify` re-derives every group's ε with the accountant from the file alone.
+
+hdp-plan/3 adds the baselines (:mod:`hdp_planner.baselines`) to ``noise``, each with the keys of its own rules:
+``clip`` (per-group C_m), ``pooled`` (one noise draw for all groups), ``projection`` (PFA) and ``schedule``
+(per-round σ phases, each ``{"rounds", "noise_multiplier"}``). Files of older schemas are refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -18,13 +23,21 @@ from typing import Any
 
 import numpy as np
 
-from hdp_planner.accounting import GaussianRounds, epsilon_spent
-from hdp_planner.noise import aggregation_weights, lambda_exact, lambda_for
-from hdp_planner.plan import METHODS, PLANNED_METHOD, MethodNoise, Plan, PlanConfig
+from hdp_planner.baselines import BASELINES, SUBSPACES
+from hdp_planner.noise import aggregation_weights, lambda_exact, lambda_for, pooled_weights
+from hdp_planner.plan import METHODS, PLANNED_METHOD, MethodNoise, Phase, Plan, PlanConfig, Projection
+from hdp_planner.schedule import group_epsilon
 
-SCHEMA = "hdp-plan/2"
+SCHEMA = "hdp-plan/3"
 GROUP_KEYS = ("epsilon", "size", "q", "noise_multiplier", "k_ratio", "weight", "epsilon_spent")
 REL_TOL = 1e-6
+RULES: dict[str, frozenset[str]] = {
+    "PFA": frozenset({"projection"}),
+    "IDP-FedAvg-Sample": frozenset({"pooled"}),
+    "IDP-FedAvg-Scale": frozenset({"pooled", "clip"}),
+    "Time-adaptive": frozenset({"schedule"}),
+}
+"""The optional keys each baseline's noise entry must have (and no other method may)."""
 
 
 class PlanFileError(ValueError):
@@ -42,7 +55,7 @@ def library_versions() -> dict[str, str]:
 
 
 def _method_dict(m: MethodNoise) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "epsilon": list(m.epsilon),
         "size": list(m.size),
         "q": list(m.q),
@@ -55,6 +68,15 @@ def _method_dict(m: MethodNoise) -> dict[str, Any]:
         "lambda": m.lam,
         "lambda_exact": m.lambda_exact,
     }
+    if m.clip is not None:
+        doc["clip"] = list(m.clip)
+    if m.pooled:
+        doc["pooled"] = True
+    if m.projection is not None:
+        doc["projection"] = dataclasses.asdict(m.projection)
+    if m.schedule is not None:
+        doc["schedule"] = [{"rounds": ph.rounds, "noise_multiplier": list(ph.noise_multiplier)} for ph in m.schedule]
+    return doc
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -188,8 +210,11 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     except ValueError as exc:
         raise PlanFileError(f"config: {exc}") from exc
     noise = _field(doc, "noise", "plan", lambda v: isinstance(v, dict), "an object")
+    unknown = sorted(set(noise) - set(METHODS) - set(BASELINES.values()))
+    if unknown:
+        raise PlanFileError(f"noise: unknown method {unknown[0]!r}")
     methods = []
-    for name in METHODS:
+    for name in (*METHODS, *(b for b in BASELINES.values() if b in noise)):
         entry = _field(noise, name, "noise", lambda v: isinstance(v, dict), "an object")
         methods.append(_method_from_dict(name, entry, config))
     for m in methods[1:]:
@@ -238,24 +263,19 @@ def _method_from_dict(name: str, entry: Mapping[str, Any], config: PlanConfig) -
                 raise PlanFileError(f"{where}, group {i + 1}: impossible {key} = {v}")
     if sum(lists["size"]) != config.n:
         raise PlanFileError(f"{where}: group sizes sum to {sum(lists['size'])}, not n = {config.n}")
+    rules = _rules(name, entry, where, count, config)
     r = [q * s for q, s in zip(lists["q"], lists["size"])]
     derived = {
         "expected_clients": r,
         "sigma2": [s * s for s in lists["noise_multiplier"]],
-        "weight": list(aggregation_weights(r)),
+        "weight": list(pooled_weights(r) if rules["pooled"] else aggregation_weights(r)),
     }
     for key, values in derived.items():
         stored = _field(entry, key, where, _is_list_of(_is_number), "a non-empty list of numbers")
         if len(stored) != count or not np.allclose(stored, values, rtol=REL_TOL, atol=0):
             raise PlanFileError(f"{where}: {key} is inconsistent with q, size and noise_multiplier")
     sigma, k, w = lists["noise_multiplier"], lists["k_ratio"], lists["weight"]
-    lam = lambda_for(config.lambda_convention, name, r, w, sigma, k, config.clip)
-    lam_exact = lambda_exact(w, sigma, k, config.clip)
-    for key, value in (("lambda", lam), ("lambda_exact", lam_exact)):
-        stored = _field(entry, key, where, _is_number, "a number")
-        if not math.isclose(stored, value, rel_tol=REL_TOL):
-            raise PlanFileError(f"{where}: {key} = {stored} but the file's parameters give {value:.6g}")
-    return MethodNoise(
+    method = MethodNoise(
         name=name,
         epsilon=tuple(float(x) for x in lists["epsilon"]),
         size=tuple(int(x) for x in lists["size"]),
@@ -264,9 +284,78 @@ def _method_from_dict(name: str, entry: Mapping[str, Any], config: PlanConfig) -
         k_ratio=tuple(float(x) for x in k),
         weight=tuple(float(x) for x in w),
         epsilon_spent=tuple(float(x) for x in lists["epsilon_spent"]),
-        lam=lam,
-        lambda_exact=lam_exact,
+        lam=0.0,
+        lambda_exact=0.0,
+        **rules,
     )
+    _check_rules(method, where, config)
+    clips, rms = method.clips(config.clip), method.rms_noise_multiplier(config.rounds)
+    lam = lambda_for(config.lambda_convention, name, r, w, rms, k, clips, method.pooled)
+    lam_exact = lambda_exact(w, rms, k, clips, method.pooled)
+    for key, value in (("lambda", lam), ("lambda_exact", lam_exact)):
+        stored = _field(entry, key, where, _is_number, "a number")
+        if not math.isclose(stored, value, rel_tol=REL_TOL):
+            raise PlanFileError(f"{where}: {key} = {stored} but the file's parameters give {value:.6g}")
+    return dataclasses.replace(method, lam=lam, lambda_exact=lam_exact)
+
+
+def _rules(name: str, entry: Mapping[str, Any], where: str, count: int, config: PlanConfig) -> dict[str, Any]:
+    """The baseline keys of a noise entry (:data:`RULES`), parsed and range-checked."""
+    allowed = RULES.get(name, frozenset())
+    present = {"clip", "pooled", "projection", "schedule"} & set(entry)
+    if present != allowed:
+        wrong = sorted(present ^ allowed)[0]
+        raise PlanFileError(f"{where}: {'missing' if wrong in allowed else 'unexpected'} {wrong!r}")
+    rules: dict[str, Any] = {
+        "pooled": _field(entry, "pooled", where, lambda v: v is True, "true") if "pooled" in entry else False
+    }
+    positive_list = _is_list_of(lambda v: _is_number(v) and v > 0)
+    if "clip" in entry:
+        clip = _field(entry, "clip", where, positive_list, "a list of positive numbers")
+        if len(clip) != count:
+            raise PlanFileError(f"{where}: clip has {len(clip)} values for {count} groups")
+        rules["clip"] = tuple(float(x) for x in clip)
+    if "projection" in entry:
+        proj = _field(entry, "projection", where, lambda v: isinstance(v, dict), "an object")
+        ints = {
+            key: _field(proj, key, f"{where}.projection", _is_int, "an integer")
+            for key in ("public", "projected", "dim", "window", "model_dim")
+        }
+        subspace = _field(proj, "subspace", f"{where}.projection", lambda v: v in SUBSPACES, " or ".join(SUBSPACES))
+        if not (0 <= ints["public"] < count and 0 <= ints["projected"] < count and ints["public"] != ints["projected"]):
+            raise PlanFileError(f"{where}.projection: public and projected must be two of the {count} groups")
+        if not 1 <= ints["dim"] <= min(ints["window"], ints["model_dim"]):
+            raise PlanFileError(f"{where}.projection: need 1 ≤ dim ≤ window and dim ≤ model_dim")
+        rules["projection"] = Projection(subspace=subspace, **ints)
+    if "schedule" in entry:
+        phases = _field(entry, "schedule", where, _is_list_of(lambda v: isinstance(v, dict)), "a list of phases")
+        rules["schedule"] = tuple(
+            Phase(
+                _field(ph, "rounds", f"{where}.schedule", lambda v: _is_int(v) and v >= 1, "a positive integer"),
+                tuple(float(x) for x in _field(ph, "noise_multiplier", f"{where}.schedule", positive_list, "σ > 0")),
+            )
+            for ph in phases
+        )
+    return rules
+
+
+def _check_rules(m: MethodNoise, where: str, config: PlanConfig) -> None:
+    """What the baseline keys imply: a schedule spanning T ending at σ, one pooled noise std, PFA's k/d."""
+    if m.schedule is not None:
+        if sum(ph.rounds for ph in m.schedule) != config.rounds:
+            raise PlanFileError(f"{where}: schedule phases do not add up to T = {config.rounds} rounds")
+        if any(len(ph.noise_multiplier) != len(m.size) for ph in m.schedule):
+            raise PlanFileError(f"{where}: every schedule phase needs one σ per group")
+        if m.schedule[-1].noise_multiplier != m.noise_multiplier:
+            raise PlanFileError(f"{where}: noise_multiplier must be the last schedule phase's σ")
+    if m.pooled:
+        std = [c * s for c, s in zip(m.clips(config.clip), m.noise_multiplier)]
+        if not np.allclose(std, std[0], rtol=REL_TOL, atol=0):
+            raise PlanFileError(f"{where}: a pooled noise draw needs the same C_m·σ_m in every group")
+    if m.projection is not None:
+        p = m.projection
+        if not math.isclose(m.k_ratio[p.projected], p.dim / p.model_dim, rel_tol=REL_TOL):
+            raise PlanFileError(f"{where}: the projected group's k_ratio must be dim/model_dim")
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -282,8 +371,8 @@ def save_plan(plan: Plan, path: str | Path) -> None:
 def verify(plan: Plan) -> list[str]:
     """Re-derive every group's ε with the plan's accountant; return one message per violation (empty: OK).
 
-    Checks each method's groups against their budgets, DP-FedAvg against the strictest budget, and the
-    recorded ε spent against the recomputed one.
+    Checks each method's groups against their budgets (a σ schedule composed over its phases with RDP),
+    DP-FedAvg against the strictest budget, and the recorded ε spent against the recomputed one.
     """
     c = plan.config
     problems = []
@@ -292,10 +381,11 @@ def verify(plan: Plan) -> list[str]:
         if m.name == "DP-FedAvg" and not math.isclose(m.epsilon[0], strictest, rel_tol=REL_TOL):
             problems.append(f"DP-FedAvg: budget ε={m.epsilon[0]:g} is not the strictest group's ε={strictest:g}")
         for i, (eps, sigma, q, spent) in enumerate(zip(m.epsilon, m.noise_multiplier, m.q, m.epsilon_spent)):
-            actual = epsilon_spent(GaussianRounds(sigma, q, c.rounds), c.delta, c.spending_accountant)
+            actual = group_epsilon(m, i, c.rounds, c.delta, c.spending_accountant)
             label = f"{m.name}, group {i + 1} (ε={eps:g})"
             if actual > eps * (1 + 1e-9):
-                problems.append(f"{label}: σ={sigma:.6g} at q={q:.6g} spends ε={actual:.6g} > budget {eps:g}")
+                what = "its σ schedule" if m.schedule is not None else f"σ={sigma:.6g}"
+                problems.append(f"{label}: {what} at q={q:.6g} spends ε={actual:.6g} > budget {eps:g}")
             elif not math.isclose(actual, spent, rel_tol=1e-4, abs_tol=1e-9):
                 problems.append(f"{label}: file records ε spent {spent:.6g}, the accountant gives {actual:.6g}")
     return problems

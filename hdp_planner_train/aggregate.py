@@ -11,6 +11,12 @@ applies them to torch tensors:
 3. the server keeps the top-k_m coordinates (by |·|) of the group's noisy sum y_m (GDPFed+) and
    applies θ ← θ + Σ_m ω_m·Top_k(y_m).
 
+The baselines change these steps as their plan entries say (:mod:`hdp_planner.baselines`): per-group
+clipping thresholds C_m (IDP-FedAvg-Scale); one pooled draw N(0, s²), s = C_mσ_m, on the sum of every group,
+shared by all c joined clients (IDP-FedAvg), with ω = 1/Σr; σ_m of the round from a schedule (time-adaptive);
+PFA's projection of one group's noisy sum onto the principal subspace of the public group's latest noisy sums
+(:func:`principal_subspace`) instead of Top-k.
+
 Noise measurement (two numbers per round, both per coordinate, noise n_m of group m known exactly):
 - ``lambda_measured`` = Σ_m ω_m²·(k_m/d)·‖n_m‖²/d: the noise the applied update would carry if the kept
   coordinates were chosen independently of the noise. Its expectation is exactly ``lambda_exact``
@@ -29,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hdp_planner.baselines import BASELINES
 from hdp_planner.noise import clip_factor, noise_share_std, poisson_sample
-from hdp_planner.plan import Plan
+from hdp_planner.plan import Phase, Plan, Projection
 
 METHOD_NAMES = {
     "p-fedavg": "DP-FedAvg",  # DP-FedAvg's sampling and weights, without clipping or noise
@@ -38,6 +45,7 @@ METHOD_NAMES = {
     "gdpfed": "GDPFed",
     "gdpfed-op": "GDPFed-op",
     "gdpfed+": "GDPFed+",
+    **BASELINES,
 }
 
 
@@ -51,8 +59,24 @@ class GroupSpec:
     noise_multiplier: tuple[float, ...]
     k_ratio: tuple[float, ...]
     weight: tuple[float, ...]
-    clip: float
+    clip: float | tuple[float, ...]
     private: bool = True
+    pooled: bool = False
+    projection: Projection | None = None
+    schedule: tuple[Phase, ...] | None = None
+
+    @property
+    def clips(self) -> tuple[float, ...]:
+        """C_m per group (one C for all unless the method clips per group)."""
+        return self.clip if isinstance(self.clip, tuple) else tuple(self.clip for _ in self.sizes)
+
+    def noise_at(self, rnd: int) -> tuple[float, ...]:
+        """σ_m of every group in round ``rnd`` (0-based): the schedule's phase, or the constant σ_m."""
+        for phase in self.schedule or ():
+            if rnd < phase.rounds:
+                return phase.noise_multiplier
+            rnd -= phase.rounds
+        return self.noise_multiplier
 
     @property
     def offsets(self) -> np.ndarray:
@@ -65,9 +89,13 @@ class GroupSpec:
 
 
 def method_spec(plan: Plan, method: str) -> GroupSpec:
-    """The groups of ``method`` (p-fedavg | dp-fedavg | gdpfed | gdpfed-op | gdpfed+) in ``plan``."""
+    """The groups of ``method`` (a :data:`METHOD_NAMES` key) in ``plan``."""
     if method not in METHOD_NAMES:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")
+    if METHOD_NAMES[method] not in {m.name for m in plan.methods}:
+        raise ValueError(
+            f"the plan has no {METHOD_NAMES[method]} noise: re-plan with hdp-plan solve --methods {method}"
+        )
     m = plan.method(METHOD_NAMES[method])
     private = method != "p-fedavg"
     return GroupSpec(
@@ -77,8 +105,11 @@ def method_spec(plan: Plan, method: str) -> GroupSpec:
         noise_multiplier=m.noise_multiplier if private else tuple(0.0 for _ in m.size),
         k_ratio=m.k_ratio if private else tuple(1.0 for _ in m.size),
         weight=m.weight,
-        clip=plan.config.clip,
+        clip=m.clip if m.clip is not None else plan.config.clip,
         private=private,
+        pooled=m.pooled,
+        projection=m.projection,
+        schedule=m.schedule,
     )
 
 
@@ -137,33 +168,80 @@ def group_noise(
     return total
 
 
+def principal_subspace(matrix: torch.Tensor, dim: int, method: str, generator: torch.Generator) -> torch.Tensor:
+    """Orthonormal (d, k) basis of the top-``dim`` left singular subspace of ``matrix`` (d, w): all of its
+    span when w ≤ dim, else by ``lanczos`` (ARPACK's implicitly restarted Lanczos, as PFA) or ``randomized``
+    SVD (Halko et al. 2011: a Gaussian sketch, two power iterations). Start vectors come from ``generator``."""
+    w = matrix.shape[1]
+    if w <= dim:
+        u, s, _ = torch.linalg.svd(matrix, full_matrices=False)
+        return u[:, s > s.max() * 1e-12] if s.numel() else u
+    if method == "lanczos":
+        from scipy.sparse.linalg import svds
+
+        v0 = torch.randn(w, generator=generator, device=matrix.device, dtype=torch.float64).cpu().numpy()
+        u, _, _ = svds(matrix.double().cpu().numpy(), k=dim, solver="arpack", v0=v0)
+        return torch.as_tensor(u.copy(), dtype=matrix.dtype, device=matrix.device)  # svds may return negative strides
+    if method != "randomized":
+        raise ValueError(f"unknown subspace method {method!r}")
+    sketch = torch.randn(w, min(w, dim + 5), generator=generator, device=matrix.device, dtype=matrix.dtype)
+    basis = torch.linalg.qr(matrix @ sketch).Q
+    for _ in range(2):
+        basis = torch.linalg.qr(matrix @ torch.linalg.qr(matrix.T @ basis).Q).Q
+    u, _, _ = torch.linalg.svd(basis.T @ matrix, full_matrices=False)
+    return basis @ u[:, :dim]
+
+
 def aggregate(
     deltas: torch.Tensor,
     group_of_row: Sequence[int],
     spec: GroupSpec,
     generator: torch.Generator | None,
+    rnd: int = 0,
+    public_history: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, RoundStats]:
-    """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d)."""
+    """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d).
+
+    ``rnd`` picks σ_m from a schedule; PFA appends the public group's noisy sum to ``public_history`` (the
+    caller keeps it between rounds) and projects onto the principal subspace of its latest ``window`` entries.
+    """
     d = deltas.shape[1]
     groups = torch.as_tensor(np.asarray(group_of_row, dtype=np.int64), device=deltas.device)
+    count = len(spec.sizes)
+    rows = [deltas[groups == m] for m in range(count)]
+    joined = [int(r.shape[0]) for r in rows]
+    if not spec.private:
+        update = sum((w * r.sum(0) for w, r in zip(spec.weight, rows)), torch.zeros_like(deltas[0:1].sum(0)))
+        return update, RoundStats(joined, 0, 0.0, 0.0)
+    assert generator is not None, "a private method needs a noise generator"
+    clipped_rows = [clip_rows(r, c) for r, c in zip(rows, spec.clips)]
+    clipped = sum(c for _, c in clipped_rows)
+    sigma = spec.noise_at(rnd)
+    if spec.pooled:  # one pool: one draw of std C_mσ_m (equal for all m) shared by every joined client
+        total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else deltas.new_zeros(d)
+        noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], generator, deltas.device, deltas.dtype)
+        lam = spec.weight[0] ** 2 * float(torch.sum(noise.double() ** 2)) / d
+        return spec.weight[0] * (total + noise), RoundStats(joined, clipped, lam, lam)
+    noises = [
+        group_noise(d, joined[m], spec.clips[m], sigma[m], generator, deltas.device, deltas.dtype) for m in range(count)
+    ]
+    ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
+    measured = sum(
+        w**2 * k * float(torch.sum(n.double() ** 2)) / d for w, k, n in zip(spec.weight, spec.k_ratio, noises)
+    )
+    pr = spec.projection
+    if pr is not None:
+        assert public_history is not None, "PFA needs the public group's noisy sums of earlier rounds"
+        public_history.append(ys[pr.public])
+        del public_history[: -pr.window]
+        basis = principal_subspace(torch.stack(public_history, dim=1), pr.dim, pr.subspace, generator)
+        ys[pr.projected] = basis @ (basis.T @ ys[pr.projected])
+        noises[pr.projected] = basis @ (basis.T @ noises[pr.projected])
     update = torch.zeros(d, device=deltas.device, dtype=deltas.dtype)
     applied_noise = torch.zeros_like(update)
-    joined, clipped, measured = [], 0, 0.0
-    for m in range(len(spec.sizes)):
-        rows = deltas[groups == m]
-        joined.append(int(rows.shape[0]))
-        if not spec.private:
-            update += spec.weight[m] * rows.sum(0)
-            continue
-        rows, c = clip_rows(rows, spec.clip)
-        clipped += c
-        assert generator is not None, "a private method needs a noise generator"
-        noise = group_noise(
-            d, rows.shape[0], spec.clip, spec.noise_multiplier[m], generator, deltas.device, deltas.dtype
-        )
-        y = rows.sum(0) + noise
-        measured += spec.weight[m] ** 2 * spec.k_ratio[m] * float(torch.sum(noise.double() ** 2)) / d
-        mask = top_k_mask(y, spec.k_ratio[m])
+    for m in range(count):
+        y, noise = ys[m], noises[m]
+        mask = None if pr is not None and m == pr.projected else top_k_mask(y, spec.k_ratio[m])
         if mask is not None:
             y = y * mask
             noise = noise * mask

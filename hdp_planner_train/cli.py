@@ -24,7 +24,12 @@ def _fail(message: str) -> None:
 def train(
     plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
     method: Annotated[
-        str, typer.Option("--method", help="p-fedavg | dp-fedavg | gdpfed | gdpfed-op | gdpfed+")
+        str,
+        typer.Option(
+            "--method",
+            help="p-fedavg | dp-fedavg | gdpfed | gdpfed-op | gdpfed+ | pfa | idp-fedavg-sample | idp-fedavg-scale | "
+            "time-adaptive (baselines: plan them with solve --methods)",
+        ),
     ] = "gdpfed+",
     dataset: Annotated[
         str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")
@@ -98,3 +103,125 @@ def train(
         _out.print(f"metrics written to {out}/metrics.json", highlight=False)
     else:
         _out.print(json.dumps({k: metrics[k] for k in ("final_accuracy", "epsilon_spent")}), highlight=False)
+
+
+def compare(
+    dataset: Annotated[
+        str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")
+    ] = "fmnist",
+    methods: Annotated[
+        str, typer.Option("--methods", help="Methods to train, comma-separated (train's --method names).")
+    ] = "p-fedavg,dp-fedavg,gdpfed,pfa,idp-fedavg-sample,gdpfed+",
+    seeds: Annotated[int, typer.Option("--seeds", help="Runs per method, seeds 0..S-1.")] = 3,
+    out: Annotated[
+        str, typer.Option("--out", help="Folder for plan.json, one folder per run, results.")
+    ] = "runs/compare",
+    eps: Annotated[str | None, typer.Option("--eps", help="ε per group [the paper's for the dataset].")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="Clients n [the partition's].")] = None,
+    sizes: Annotated[str | None, typer.Option("--sizes", help="Clients per group [even split].")] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", "-T", help="Rounds T [the paper's].")] = None,
+    q: Annotated[float | None, typer.Option("--q", help="Expected participation ratio q [the paper's].")] = None,
+    delta: Annotated[float | None, typer.Option("--delta", help="δ [1/n^1.1].")] = None,
+    clip: Annotated[float | None, typer.Option("--clip", "-C", help="Clipping threshold C [the paper's].")] = None,
+    lr: Annotated[float, typer.Option("--lr", help="Local learning rate η.")] = 0.1,
+    local_steps: Annotated[int | None, typer.Option("--local-steps", help="Local steps τ [the paper's].")] = None,
+    sparsity: Annotated[str | None, typer.Option("--sparsity", help="GDPFed+ k_m/d [0.7,0.8,0.9].")] = None,
+    fixed_q: Annotated[str | None, typer.Option("--fixed-q", help="GDPFed-op/+ q_m instead of Problem 1.")] = None,
+    accountant: Annotated[str, typer.Option("--accountant", help="rdp | pld | closed-form.")] = "rdp",
+    sigma_model: Annotated[str, typer.Option("--sigma-model", help="bound | accountant.")] = "bound",
+    pfa_dim: Annotated[int, typer.Option("--pfa-dim", help="PFA: subspace dimension k.")] = 1,
+    pfa_window: Annotated[int, typer.Option("--pfa-window", help="PFA: public noisy sums spanning it.")] = 10,
+    pfa_subspace: Annotated[str, typer.Option("--pfa-subspace", help="PFA: lanczos | randomized.")] = "lanczos",
+    saving_rounds: Annotated[
+        int | None, typer.Option("--saving-rounds", help="Time-adaptive: saving rounds [T/2].")
+    ] = None,
+    saving_noise: Annotated[
+        float, typer.Option("--saving-noise", help="Time-adaptive: σ multiplier while saving.")
+    ] = 2.0,
+    data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
+    dirichlet: Annotated[float | None, typer.Option("--dirichlet", help="Dirichlet(α) label skew.")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="vectorized | loop")] = "vectorized",
+    device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
+    eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every this many rounds.")] = 5,
+    resume: Annotated[bool, typer.Option("--resume", help="Reuse the runs already finished in --out.")] = False,
+) -> None:
+    """Train several methods on one plan over several seeds and print GDPFed Table 2 (mean ± std), with a figure."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        _fail(f"hdp-plan compare needs PyTorch: {TORCH_HINT}")
+    from hdp_planner.cli import build_baselines, build_request
+    from hdp_planner_train.compare import (
+        PAPER_SETTINGS,
+        PAPER_SPARSITY,
+        CompareConfig,
+        check_methods,
+        prepare_plan,
+        run_grid,
+        summarize,
+        write_results,
+    )
+    from hdp_planner_train.data import load_federated
+
+    try:
+        if dataset not in PAPER_SETTINGS:
+            raise ValueError(f"--dataset must be one of {', '.join(PAPER_SETTINGS)}, got {dataset!r}")
+        if seeds < 1:
+            raise ValueError(f"--seeds must be ≥ 1, got {seeds}")
+        cfg = CompareConfig(dataset, check_methods(methods.split(",")), seeds, out, data_dir, dirichlet, engine, device,
+                            eval_every, resume)  # fmt: skip
+        paper = PAPER_SETTINGS[dataset]
+        data = load_federated(dataset, data_dir, None if n is None or dataset == "shakespeare" else n, dirichlet)
+        groups, config = build_request(
+            eps or ",".join(f"{e:g}" for e in paper["eps"]),
+            data.n_clients if n is None else n,
+            sizes,
+            paper["rounds"] if rounds is None else rounds,
+            paper["q"] if q is None else q,
+            delta,
+            paper["clip"] if clip is None else clip,
+            lr,
+            paper["local_steps"] if local_steps is None else local_steps,
+            sparsity or ",".join(map(str, PAPER_SPARSITY)),
+            fixed_q,
+            accountant,
+            sigma_model,
+            "exact",
+        )
+        _, options = build_baselines(None, None, pfa_dim, pfa_window, pfa_subspace, saving_rounds, saving_noise)
+        if data.n_clients != config.n:
+            raise ValueError(f"--n {config.n} but the {dataset} partition has {data.n_clients} clients")
+        plan_path = prepare_plan(cfg, groups, config, options, data.num_classes)
+        rows = run_grid(cfg, plan_path, lambda line: _out.print(line, highlight=False))
+    except (ValueError, OSError, KeyError) as exc:
+        _fail(str(exc) or type(exc).__name__)
+        return
+    from hdp_planner.cli import out as console  # wide enough for the table in logs
+
+    summary = summarize(dataset, cfg.methods, rows)
+    paths = write_results(cfg, rows, summary)
+    console.print(render_summary(dataset, seeds, summary))
+    for path in paths:
+        console.print(f"written: {path}", highlight=False)
+
+
+def render_summary(dataset: str, seeds: int, summary: list[dict]):
+    """GDPFed Table 2 style: accuracy mean ± std beside the paper's, Λ, ε spent, time per run."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, title=f"{dataset}: final test accuracy (%) over {seeds} seeds (mean ± std)")
+    for col in ("method", "ours", "paper", "Λ measured / planned", "ε spent per group", "s per run"):
+        table.add_column(col, justify="right")
+    for s in summary:
+        eps = "∞ (no noise)" if s["epsilon_spent"] is None else ", ".join(f"{e:.3g}" for e in s["epsilon_spent"])
+        lam = "—" if s["epsilon_spent"] is None else f"{s['lambda_measured']:.3g} / {s['lambda_planned']:.3g}"
+        table.add_row(
+            s["method"],
+            f"{s['accuracy_mean']:.2f} ± {s['accuracy_std']:.2f}",
+            "—" if s["paper"] is None else f"{s['paper']:.2f}",
+            lam,
+            eps,
+            f"{s['wall_seconds_mean']:.0f}",
+        )
+    return table

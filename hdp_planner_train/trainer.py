@@ -23,7 +23,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner import load_plan, verify
-from hdp_planner.accounting import GaussianRounds, epsilon_spent
+from hdp_planner.schedule import group_epsilon
 from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, method_spec, noise_generator, sample_round
 from hdp_planner_train.data import DEFAULTS, load_federated
 from hdp_planner_train.engines import ENGINES, batch_indices, evaluate, local_deltas
@@ -70,7 +70,8 @@ def _device(name: str) -> torch.device:
 
 
 def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
-    """ε spent per group after ``rounds_run`` rounds (the plan's spending accountant, δ of the plan)."""
+    """ε spent per group after ``rounds_run`` rounds (the plan's spending accountant, or RDP composition of a σ
+    schedule; δ of the plan)."""
     c = plan.config
     m = plan.method(METHOD_NAMES[spec.method])
     ledger = []
@@ -81,8 +82,7 @@ def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
         elif rounds_run == 0:
             entry["epsilon_spent"] = 0.0
         else:
-            rounds = GaussianRounds(spec.noise_multiplier[i], spec.q[i], rounds_run)
-            entry["epsilon_spent"] = float(epsilon_spent(rounds, c.delta, c.spending_accountant))
+            entry["epsilon_spent"] = float(group_epsilon(m, i, rounds_run, c.delta, c.spending_accountant))
         ledger.append(entry)
     return ledger
 
@@ -119,7 +119,11 @@ def _check(cfg: TrainConfig):
             f"re-plan with --n {data.n_clients}"
             + ("" if cfg.dataset == "shakespeare" else f" or train with --clients {plan.config.n}")
         )
-    return plan, data, method_spec(plan, cfg.method), rounds, batch, momentum
+    try:
+        spec = method_spec(plan, cfg.method)
+    except ValueError as exc:
+        raise TrainError(f"{cfg.plan}: {exc}") from None
+    return plan, data, spec, rounds, batch, momentum
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
@@ -160,6 +164,11 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     model = make_model(cfg.dataset, data.num_classes).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
+    if spec.projection is not None and spec.projection.model_dim != theta.numel():
+        raise TrainError(
+            f"the plan's PFA was planned for d = {spec.projection.model_dim} parameters but the {cfg.dataset} model "
+            f"has d = {theta.numel()}: re-plan with --model-dim {theta.numel()}"
+        )
     x_train = torch.as_tensor(data.x_train, device=device)
     y_train = torch.as_tensor(data.y_train, device=device)
     x_test = torch.as_tensor(data.x_test, device=device)
@@ -167,11 +176,13 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
 
     start, history, lam_measured, lam_applied, seconds = 0, [], [], [], []
     joined_log: list[list[int]] = []
+    public_history: list[torch.Tensor] = []  # PFA: the public group's latest noisy sums
     if state is not None:
         theta = state["theta"].to(device)
         start, history = state["next_round"], state["history"]
         lam_measured, lam_applied, seconds = state["lambda_measured"], state["lambda_applied"], state["round_seconds"]
         joined_log = state["joined"]
+        public_history = [t.to(device) for t in state["public_history"]]
         torch.set_rng_state(state["torch_rng"])
     vector_to_parameters(theta.clone(), model.parameters())
     if out:
@@ -193,7 +204,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk
             )
             gen = noise_generator(cfg.seed, r, device) if spec.private else None
-            update, stats = aggregate(deltas, group_of_row, spec, gen)
+            update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history)
             theta = theta + update
             vector_to_parameters(theta.clone(), model.parameters())
             seconds.append(time.perf_counter() - t0)
@@ -220,6 +231,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                         "lambda_applied": lam_applied,
                         "round_seconds": seconds,
                         "joined": joined_log,
+                        "public_history": [t.cpu() for t in public_history],
                         "privacy_ledger": privacy_ledger(plan, spec, r + 1) if spec.private else None,
                         "torch_rng": torch.get_rng_state(),
                         "numpy_rng": "per-round SeedSequence([seed, round, stream])",
@@ -244,7 +256,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         "lr": c.lr,
         "lr_decay": cfg.lr_decay,
         "local_steps": c.local_steps,
-        "clip": c.clip if spec.private else None,
+        "clip": spec.clip if spec.private else None,  # C, or C_m per group
         "final_accuracy": history[-1]["accuracy"] if history else None,
         "final_loss": history[-1]["loss"] if history else None,
         "history": history,

@@ -32,6 +32,19 @@ def test_solve_writes_verifiable_plan_and_json(tmp_path):
     assert check.exit_code == 0 and "within budget" in check.output
 
 
+def test_solve_plans_the_baselines_on_request(tmp_path):
+    out = tmp_path / "plan.json"
+    methods = "pfa,idp-fedavg-sample,idp-fedavg-scale,time-adaptive"
+    args = [*BASE, "--rounds", "10", "--methods", methods, "--model-dim", "26010", "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for text in ("PFA", "IDP-FedAvg-Sample", "IDP-FedAvg-Scale", "Time-adaptive", "projected onto the top-1", "→"):
+        assert text in result.output
+    check = runner.invoke(app, ["verify", str(out)])
+    assert check.exit_code == 0 and "OK Time-adaptive" in check.output
+    assert "PFA" not in runner.invoke(app, [*BASE, "--rounds", "10"]).output  # only on request
+
+
 def test_verify_names_the_over_budget_group(tmp_path):
     out = tmp_path / "plan.json"
     runner.invoke(app, [*BASE, "-o", str(out)])
@@ -70,6 +83,12 @@ BAD = [
     (["--eps", "0.5,1.5", "--n", "100", "--accountant", "moments"], "accountant"),
     (["--eps", "0.5,1.5", "--n", "100", "--sigma-model", "x"], "sigma model"),
     (["--eps", "0.5,1.5", "--n", "100", "--lambda-convention", "x"], "lambda convention"),
+    (["--eps", "0.5,1.5", "--n", "100", "--methods", "gdpfed,fedprox"], "unknown method 'fedprox'"),
+    (["--eps", "0.5,1.5", "--n", "100", "--methods", "pfa"], "--model-dim"),
+    (["--eps", "0.5,1.5", "--n", "100", "--methods", "pfa", "--model-dim", "99", "--pfa-subspace", "qr"], "subspace"),
+    (["--eps", "0.5,1.5", "--n", "100", "--methods", "pfa", "--model-dim", "99", "--pfa-dim", "0"], "pfa dim"),
+    (["--eps", "0.5,1.5", "--n", "100", "--methods", "time-adaptive", "--saving-rounds", "50"], "saving rounds"),
+    (["--eps", "0.5,1.5", "--n", "100", "--methods", "time-adaptive", "--saving-noise", "0.5"], "saving noise"),
 ]
 
 
@@ -92,7 +111,8 @@ def test_bad_solve_input_is_one_line_and_writes_nothing(tmp_path, args, message)
         ('{"schema": "hdp-plan/2", "config": {', "not valid JSON"),
         ("hello", "not valid JSON"),
         ('{"schema": "other/1"}', "schema"),
-        ('{"schema": "hdp-plan/2", "config": {"n": -5}}', "config"),
+        ('{"schema": "hdp-plan/3", "config": {"n": -5}}', "config"),
+        ('{"schema": "hdp-plan/2", "config": {"n": 5}}', "re-create it with hdp-plan solve"),  # older files
     ],
 )
 def test_bad_plan_files(tmp_path, content, message):

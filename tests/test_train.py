@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import sys
@@ -16,7 +17,10 @@ pytest.importorskip("sklearn")
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
+from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner.cli import app  # noqa: E402
+from hdp_planner.plan import Projection  # noqa: E402
+from hdp_planner.schedule import schedule_epsilon  # noqa: E402
 from hdp_planner_train.aggregate import (  # noqa: E402
     METHOD_NAMES,
     GroupSpec,
@@ -24,6 +28,7 @@ from hdp_planner_train.aggregate import (  # noqa: E402
     clip_rows,
     group_noise,
     method_spec,
+    principal_subspace,
     sample_round,
     top_k_mask,
 )
@@ -37,7 +42,11 @@ N_DIGITS = 120  # the digits partition's default client count
 
 @pytest.fixture(scope="module")
 def digits_plan():
-    return plan([0.5, 1.5, 3.0], n=N_DIGITS, rounds=10, q=0.1, clip=1.5, sparsity=(0.7, 0.8, 0.9))
+    """The planner's four methods and every baseline (PFA at the digits model's d, k = 2 of 3 public sums)."""
+    base = plan([0.5, 1.5, 3.0], n=N_DIGITS, rounds=10, q=0.1, clip=1.5, sparsity=(0.7, 0.8, 0.9))
+    d = sum(p.numel() for p in make_model("digits").parameters())
+    options = BaselineOptions(model_dim=d, pfa_dim=2, pfa_window=3)
+    return add_baselines(base, tuple(BASELINES.values()), options)
 
 
 @pytest.fixture(scope="module")
@@ -99,25 +108,96 @@ def test_p_fedavg_is_unclipped_unnoised_average(digits_plan):
     assert stats.lambda_measured == 0.0
 
 
-@pytest.mark.parametrize("method", ["dp-fedavg", "gdpfed", "gdpfed-op", "gdpfed+"])
+@pytest.mark.parametrize("method", [m for m in METHOD_NAMES if m != "p-fedavg"])
 def test_measured_lambda_matches_plan(digits_plan, method):
-    """Λ measured on the aggregation (big d, Poisson sampling, real client updates) vs the plan's lambda_exact."""
+    """Λ measured on the aggregation (big d, Poisson sampling, real client updates) vs the plan's lambda_exact,
+    over the plan's T rounds (a time-adaptive schedule's Λ is the mean over its rounds)."""
     spec = method_spec(digits_plan, method)
-    d, rounds = 50_000, 12
-    measured, applied = [], []
+    if spec.projection is not None:  # PFA's k/d is planned for the model's d; measure at d = 50,000 instead
+        spec = dataclasses.replace(spec, projection=dataclasses.replace(spec.projection, model_dim=50_000))
+        spec = dataclasses.replace(spec, k_ratio=(2 / 50_000, 1.0, 1.0))
+    d, rounds = 50_000, digits_plan.config.rounds
+    measured, applied, history = [], [], []
     for r in range(rounds):
         sampled = sample_round(spec, seed=3, rnd=r)
         groups = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(int)
         deltas = torch.randn(len(groups), d, generator=torch.Generator().manual_seed(r)) * 0.01
-        _, stats = aggregate(deltas, groups, spec, torch.Generator().manual_seed(100 + r))
+        _, stats = aggregate(deltas, groups, spec, torch.Generator().manual_seed(100 + r), r, history)
         measured.append(stats.lambda_measured)
         applied.append(stats.lambda_applied)
-    planned = digits_plan.method(METHOD_NAMES[method]).lambda_exact
+    m = digits_plan.method(METHOD_NAMES[method])
+    planned = m.lambda_exact
+    if spec.projection is not None:
+        w, s = m.weight, m.sigma2
+        planned -= w[0] ** 2 * 1.5**2 * s[0] * (m.k_ratio[0] - 2 / 50_000)
     assert np.mean(measured) == pytest.approx(planned, rel=0.03)
     if method == "gdpfed+":  # Top-k on the noisy sum keeps the larger noise coordinates: biased up
         assert np.mean(applied) > 1.1 * np.mean(measured)
-    else:
+    else:  # PFA's subspace is independent of the projected noise: it keeps k/d of it, as planned
         assert np.mean(applied) == pytest.approx(planned, rel=0.05)
+
+
+def test_pooled_aggregation_draws_one_noise_and_clips_per_group(digits_plan):
+    """IDP-FedAvg: every group's clipped updates in one sum with one draw of std C_mσ_m, averaged over Σr."""
+    spec = method_spec(digits_plan, "idp-fedavg-scale")
+    assert spec.pooled and len(set(spec.clips)) == 3
+    std = spec.clips[0] * spec.noise_multiplier[0]
+    d = 200_000
+    for rows in ([], [0], [0, 1, 1, 2, 2]):
+        update, stats = aggregate(torch.zeros((len(rows), d)), rows, spec, torch.Generator().manual_seed(2))
+        assert float(update.var()) == pytest.approx(spec.weight[0] ** 2 * std**2, rel=0.03)
+        assert stats.lambda_measured == pytest.approx(spec.weight[0] ** 2 * std**2, rel=0.03)
+    tiny = dataclasses.replace(spec, noise_multiplier=(1e-9,) * 3)  # look at the clipped sum itself
+    big = torch.zeros((3, 4))
+    big[:, 0] = 10.0
+    update, stats = aggregate(big, [0, 1, 2], tiny, torch.Generator().manual_seed(3))
+    assert float(update[0]) == pytest.approx(spec.weight[0] * sum(spec.clips), rel=1e-6) and stats.clipped == 3
+
+
+def test_pfa_projection_lies_in_the_public_span(digits_plan):
+    """PFA: what the projected group adds lies in the top-k subspace of the public group's latest noisy sums."""
+    spec = method_spec(digits_plan, "pfa")
+    pr = spec.projection
+    two = GroupSpec(
+        "pfa", (40, 40), (0.5, 0.5), (1e-9, 2.0), (1.0, 0.5), (0.1, 0.3), 1.0,
+        projection=Projection(0, 1, 2, 3, pr.subspace, 1000),
+    )  # fmt: skip
+    d, history, gen = 1000, [], torch.Generator().manual_seed(0)
+    for r in range(5):
+        deltas = torch.randn(6, d, generator=gen, dtype=torch.float64) * 0.1
+        update, _ = aggregate(deltas, [0, 0, 0, 1, 1, 1], two, torch.Generator().manual_seed(r), r, history)
+        assert len(history) == min(r + 1, 3)
+        rest = update - 0.1 * history[-1]  # the projected group's part: ω_1·V Vᵀ y_1
+        u, _, _ = torch.linalg.svd(torch.stack(history, dim=1), full_matrices=False)
+        top = u[:, : min(2, len(history))]
+        assert torch.linalg.vector_norm(rest - top @ (top.T @ rest)) < 1e-8 * torch.linalg.vector_norm(rest)
+        assert torch.linalg.vector_norm(rest) > 0
+
+
+@pytest.mark.parametrize("method", ["lanczos", "randomized"])
+def test_principal_subspace_methods_find_the_top_singular_subspace(method):
+    gen = torch.Generator().manual_seed(1)
+    low = torch.randn(3000, 2, generator=gen, dtype=torch.float64) @ torch.tensor(
+        [[30.0, 0, 0, 0, 0, 0], [0, 20.0, 0, 0, 0, 0]], dtype=torch.float64
+    )
+    matrix = low + torch.randn(3000, 6, generator=gen, dtype=torch.float64)
+    basis = principal_subspace(matrix, 2, method, torch.Generator().manual_seed(2))
+    exact = torch.linalg.svd(matrix, full_matrices=False)[0][:, :2]
+    assert basis.shape == (3000, 2)
+    assert torch.allclose(basis @ basis.T, exact @ exact.T, atol=1e-8)  # the same projection
+
+
+def test_time_adaptive_uses_each_phase_and_its_ledger_composes_them(digits_plan, plan_file, tmp_path):
+    spec = method_spec(digits_plan, "time-adaptive")
+    save, spend = spec.schedule
+    assert spec.noise_at(0) == spec.noise_at(save.rounds - 1) == save.noise_multiplier
+    assert spec.noise_at(save.rounds) == spec.noise_at(9) == spend.noise_multiplier
+    m = run(_cfg(plan_file, tmp_path / "ta", method="time-adaptive", rounds=7, eval_every=7))
+    c = digits_plan.config
+    for g, entry in enumerate(m["epsilon_spent"]):  # 5 saving rounds, then 2 spending rounds
+        phases = [(5, save.noise_multiplier[g]), (2, spend.noise_multiplier[g])]
+        assert entry["epsilon_spent"] == pytest.approx(schedule_epsilon(phases, c.q, c.delta), rel=1e-9)
+        assert entry["epsilon_spent"] < entry["epsilon_budget"]
 
 
 def test_sampling_is_poisson_per_group_and_seeded(digits_plan):
@@ -188,10 +268,11 @@ def test_p_fedavg_reports_no_privacy(plan_file, tmp_path):
     assert m["noise_lambda_measured"] == 0.0
 
 
-def test_resume_equals_uninterrupted_run(plan_file, tmp_path):
-    full = run(_cfg(plan_file, tmp_path / "full", rounds=4))
-    run(_cfg(plan_file, tmp_path / "part", rounds=2))
-    resumed = run(_cfg(plan_file, tmp_path / "part", rounds=4, resume=True))
+@pytest.mark.parametrize("method", ["gdpfed+", "pfa"])  # PFA: the public history is checkpointed
+def test_resume_equals_uninterrupted_run(plan_file, tmp_path, method):
+    full = run(_cfg(plan_file, tmp_path / "full", rounds=4, method=method))
+    run(_cfg(plan_file, tmp_path / "part", rounds=2, method=method))
+    resumed = run(_cfg(plan_file, tmp_path / "part", rounds=4, resume=True, method=method))
     assert resumed["history"] == full["history"]
     assert resumed["noise_lambda_measured"] == full["noise_lambda_measured"]
     assert resumed["epsilon_spent"] == full["epsilon_spent"]  # the ledger counts 4 rounds, not 2 + 4
@@ -224,6 +305,7 @@ def test_cli_trains_digits(plan_file, tmp_path):
 def test_cli_refuses_plan_failing_verify(plan_file, tmp_path):
     doc = json.loads(plan_file.read_text())
     doc["config"]["rounds"] = 40  # same σ for 4× the rounds: every group overspends
+    doc["noise"].pop("Time-adaptive")  # (its schedule would not even add up to 40 rounds)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     out = tmp_path / "o"
@@ -235,6 +317,43 @@ def test_cli_refuses_unreadable_plan(tmp_path):
     bad.write_text("{not json")
     out = tmp_path / "o"
     _refused(runner.invoke(app, ["train", str(bad), "--dataset", "digits", "--out", str(out)]), out, "JSON")
+
+
+def test_cli_refuses_a_method_the_plan_lacks(tmp_path):
+    bare = tmp_path / "bare.json"
+    save_plan(plan([0.5, 1.5, 3.0], n=N_DIGITS, rounds=10, q=0.1), bare)
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["train", str(bare), "--dataset", "digits", "--method", "pfa", "--out", str(out)])
+    _refused(result, out, "solve --methods pfa")
+
+
+def test_cli_refuses_pfa_planned_for_another_model(tmp_path):
+    other = tmp_path / "other.json"
+    base = plan([0.5, 1.5, 3.0], n=N_DIGITS, rounds=10, q=0.1)
+    save_plan(add_baselines(base, ["PFA"], BaselineOptions(model_dim=999)), other)
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["train", str(other), "--dataset", "digits", "--method", "pfa", "--out", str(out)])
+    _refused(result, out, "--model-dim")
+
+
+def test_cli_compare_trains_a_grid_and_resumes(tmp_path):
+    out = tmp_path / "grid"
+    args = ["compare", "--dataset", "digits", "--methods", "dp-fedavg,pfa", "--seeds", "2", "--rounds", "2"]
+    result = runner.invoke(app, [*args, "--out", str(out), "--eval-every", "1"])
+    assert result.exit_code == 0, result.output
+    assert "mean ± std" in result.output and "pfa" in result.output and "Λ measured" in result.output
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    assert [s["method"] for s in summary] == ["dp-fedavg", "pfa"] and all(s["seeds"] == 2 for s in summary)
+    assert summary[1]["epsilon_spent"] == pytest.approx([0.5, 1.5, 3.0], rel=1e-5)
+    assert (out / "comparison.png").stat().st_size > 1000 and (out / "results.csv").is_file()
+    again = runner.invoke(app, [*args, "--out", str(out), "--eval-every", "1", "--resume"])
+    assert again.exit_code == 0 and again.output.count("(reused)") == 4
+
+
+def test_cli_compare_refuses_unknown_method(tmp_path):
+    out = tmp_path / "grid"
+    result = runner.invoke(app, ["compare", "--dataset", "digits", "--methods", "gdpfed,fedprox", "--out", str(out)])
+    _refused(result, out, "fedprox")
 
 
 def test_cli_refuses_n_mismatch(plan_file, tmp_path):
