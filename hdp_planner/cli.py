@@ -343,7 +343,7 @@ def verify_cmd(
     out.print(f"{plan_file}: all {len(g.size)} groups within budget ({p.config.spending_accountant} accountant)")
 
 
-from hdp_planner import cli_extra  # noqa: E402
+from hdp_planner import cli_extra, cli_select  # noqa: E402, F401  (cli_select registers select, fedsam-noise)
 from hdp_planner_train.cli import compare as _compare  # noqa: E402
 from hdp_planner_train.cli import train as _train  # noqa: E402
 
