@@ -17,6 +17,7 @@ from hdp_planner.accounting import calibrate_sigma
 from hdp_planner.baselines import BaselineOptions, add_baselines, baseline_names
 from hdp_planner.grouping import Groups
 from hdp_planner.inputs import parse_floats, parse_ints
+from hdp_planner.noise import compare_noise
 from hdp_planner.plan import METHODS, MethodNoise, Plan, PlanConfig, solve_plan
 from hdp_planner.planfile import load_plan, plan_to_dict, verify, write_json_atomic
 
@@ -221,8 +222,8 @@ def render_plan(p: Plan, console: Console) -> None:
         )
     console.print(table)
     base = p.method("DP-FedAvg").lam
-    noise = Table(box=box.SIMPLE_HEAD, title=f"Noise Λ ({c.lambda_convention} convention; reduction against DP-FedAvg)")
-    for col in ("method", "q_m", "σ² per group", "Λ", "reduction"):
+    noise = Table(box=box.SIMPLE_HEAD, title=f"Noise Λ ({c.lambda_convention} convention)")
+    for col in ("method", "q_m", "σ² per group", "Λ", "against DP-FedAvg"):
         noise.add_column(col, justify="right")
     for m in p.methods:
         sigma2 = ", ".join(
@@ -234,7 +235,7 @@ def render_plan(p: Plan, console: Console) -> None:
             ", ".join(f"{100 * q:.3g}%" for q in m.q),
             sigma2,
             f"{m.lam:.4g}",
-            "—" if m.name == "DP-FedAvg" else f"{base / m.lam:.2f}x ({100 * (1 - m.lam / base):.1f}% less)",
+            "—" if m.name == "DP-FedAvg" else compare_noise(m.lam, base),
         )
     console.print(noise)
     for m in p.methods[len(METHODS) :]:

@@ -124,3 +124,10 @@ def lambda_for(
     if convention == "paper" and method in PAPER_METHODS:
         return lambda_paper(method, expected_clients, noise_multiplier, k_ratio, float(clip))  # type: ignore[arg-type]
     return lambda_exact(weight, noise_multiplier, k_ratio, clip, pooled)
+
+
+def compare_noise(lam: float, base: float) -> str:
+    """Λ against a baseline's, in words: "3.1x less" or "1.6x more" (the same for "same")."""
+    if lam == base:
+        return "same"
+    return f"{base / lam:.2f}x less" if lam < base else f"{lam / base:.2f}x more"

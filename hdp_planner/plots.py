@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hdp_planner.noise import compare_noise
 from hdp_planner.plan import METHODS, Plan
 
 FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
@@ -163,7 +164,7 @@ def _draw_comparison(plt: Any, p: Plan) -> Any:
     ax2.barh(y, lams, color=[METHOD_COLORS[n] for n in METHODS], edgecolor="white", height=0.6)
     base = lams[0]
     for yi, lam in zip(y, lams):
-        text = f"{lam:.3g}" if lam == base else f"{lam:.3g} ({base / lam:.1f}× less)"
+        text = f"{lam:.3g}" if lam == base else f"{lam:.3g} ({compare_noise(lam, base)})"
         ax2.annotate(text, (lam, yi), va="center", ha="left", fontsize=8, xytext=(3, 0), textcoords="offset points")
     ax2.set_yticks(y, METHODS)
     ax2.set_xscale("log")
