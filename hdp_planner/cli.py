@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hdp_planner.accounting import calibrate_sigma
@@ -49,7 +50,7 @@ def one_line_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except (CliError, ValueError, OSError) as exc:
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -335,7 +336,7 @@ def verify_cmd(
         problems = verify(p)
     if problems:
         for msg in problems:
-            err.print(f"[bold red]FAIL[/] {msg}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]FAIL[/] {escape(msg)}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     g = p.groups
     for m in p.methods:

@@ -63,6 +63,7 @@ def test_verify_names_the_over_budget_group(tmp_path):
 
 BAD = [
     (["--eps", "0.5,abc", "--n", "100"], "not a number"),
+    (["--eps", "0.5,1.5", "--n", "100", "--methods", "gdpfed,[train]"], "unknown method '[train]'"),  # verbatim
     (["--eps", "0.5,-1", "--n", "100"], "epsilon"),
     (["--eps", "0.5,0", "--n", "100"], "epsilon"),
     (["--eps", "0.5,nan", "--n", "100"], "finite"),
