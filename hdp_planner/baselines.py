@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from hdp_planner.accounting import calibrate_q
 from hdp_planner.noise import lambda_exact, pooled_weights
-from hdp_planner.plan import MethodNoise, Phase, Plan, Projection, _calibrated, _spent
+from hdp_planner.plan import MethodNoise, Phase, Plan, Projection, calibrated_sigma, planned_epsilon
 from hdp_planner.schedule import calibrate_schedule, schedule_epsilon
 
 BASELINES: dict[str, str] = {
@@ -164,11 +164,11 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
         return sum(qm * s for qm, s in zip(rates(math.exp(log_sigma)), sizes)) / target - 1.0
 
     # the loosest group's σ at q gives every group q_m ≤ q, the strictest group's σ at q gives every q_m ≥ q
-    lo, hi = (math.log(_calibrated(e, c.delta, c.q, c.rounds, "rdp")) for e in (max(eps), min(eps)))
+    lo, hi = (math.log(calibrated_sigma(e, c.delta, c.q, c.rounds, "rdp")) for e in (max(eps), min(eps)))
     sigma = math.exp(brentq(excess, lo, hi, xtol=1e-12, rtol=1e-10)) if lo < hi else math.exp(lo)
     q = tuple(rates(sigma))
     r = [qm * s for qm, s in zip(q, sizes)]
-    spent = tuple(_spent(sigma, qm, c.rounds, c.delta, c.spending_accountant) for qm in q)
+    spent = tuple(planned_epsilon(sigma, qm, c.rounds, c.delta, c.spending_accountant) for qm in q)
     return _method(
         "IDP-FedAvg-Sample",
         gdp,

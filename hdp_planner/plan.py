@@ -188,20 +188,21 @@ class Plan:
         return self.method(PLANNED_METHOD)
 
 
-def _calibrated(
+def calibrated_sigma(
     epsilon: float | Sequence[float], delta: float, q: float | Sequence[float], rounds: int, accountant: Accountant
 ) -> float | list[float]:
     """σ for budget ε at rate q; for sequences ε_m, q_m, the list of σ_m, the groups not calibrated before
     solved together (one vectorised batch). Memoized with the ε each σ spends (accounting.CALIBRATIONS)."""
     if isinstance(epsilon, (int, float)):
-        return _calibrated([epsilon], delta, [q], rounds, accountant)[0]
+        return calibrated_sigma([epsilon], delta, [q], rounds, accountant)[0]
     sigma = CALIBRATIONS.sigmas(epsilon, delta, q, rounds, accountant)
     if accountant == "closed-form":  # Theorem 1 under-noises at small q: never go below the exact RDP σ
         sigma = [max(s, r) for s, r in zip(sigma, CALIBRATIONS.sigmas(epsilon, delta, q, rounds, "rdp"))]
     return sigma
 
 
-def _spent(noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+def planned_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+    """ε that ``rounds`` rounds at (σ, q) spend at ``delta`` (memoized with the calibrations)."""
     return CALIBRATIONS.spent(noise_multiplier, q, rounds, delta, accountant)
 
 
@@ -220,10 +221,12 @@ def method_noise(
     noise_multiplier: Sequence[float] | None = None,
 ) -> MethodNoise:
     """Calibrate σ_m (unless given), weigh the groups with ω_m, measure ε spent and Λ for one method."""
-    sigma = noise_multiplier or _calibrated(list(epsilons), config.delta, list(q), config.rounds, config.accountant)
+    sigma = noise_multiplier or calibrated_sigma(
+        list(epsilons), config.delta, list(q), config.rounds, config.accountant
+    )
     r = [qm * s for qm, s in zip(q, sizes)]
     weight = aggregation_weights(r)
-    spent = [_spent(s, qm, config.rounds, config.delta, config.spending_accountant) for s, qm in zip(sigma, q)]
+    spent = [planned_epsilon(s, qm, config.rounds, config.delta, config.spending_accountant) for s, qm in zip(sigma, q)]
     return MethodNoise(
         name=name,
         epsilon=tuple(float(e) for e in epsilons),
@@ -244,7 +247,7 @@ def sigma2_model(groups: Groups, config: PlanConfig):
     if config.sigma_model == "bound" or config.accountant == "closed-form":
         return lambda q_vec: closed_form_sigma2(eps, config.delta, np.asarray(q_vec, dtype=float), config.rounds)
     return lambda q_vec: np.square(
-        _calibrated(eps.tolist(), config.delta, np.asarray(q_vec).tolist(), config.rounds, "rdp")
+        calibrated_sigma(eps.tolist(), config.delta, np.asarray(q_vec).tolist(), config.rounds, "rdp")
     )
 
 
