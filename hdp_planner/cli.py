@@ -16,11 +16,12 @@ from rich.table import Table
 
 from hdp_planner.accounting import calibrate_sigma
 from hdp_planner.baselines import BaselineOptions, add_baselines, baseline_names
+from hdp_planner.files import write_json_atomic
 from hdp_planner.grouping import Groups
 from hdp_planner.inputs import parse_floats, parse_ints
 from hdp_planner.noise import compare_noise
 from hdp_planner.plan import METHODS, MethodNoise, Plan, PlanConfig, solve_plan
-from hdp_planner.planfile import load_plan, plan_to_dict, verify, write_json_atomic
+from hdp_planner.planfile import load_plan, plan_to_dict, verify
 
 app = typer.Typer(
     name="hdp-plan",

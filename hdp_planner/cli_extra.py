@@ -25,7 +25,6 @@ from hdp_planner.budgets import (
     groups_from_budgets,
     load_budgets,
     parse_group_count,
-    write_text_atomic,
 )
 from hdp_planner.cli import (
     AccountantOpt,
@@ -50,6 +49,7 @@ from hdp_planner.cli import (
     one_line_errors,
     out,
 )
+from hdp_planner.files import write_text_atomic
 from hdp_planner.plan import METHODS, PlanConfig
 from hdp_planner.planfile import load_plan
 from hdp_planner.sweep import parse_range, parse_values, sweep_plan

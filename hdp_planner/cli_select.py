@@ -19,10 +19,9 @@ from rich import box
 from rich.table import Table
 
 from hdp_planner import fedsam
-from hdp_planner.budgets import write_text_atomic
 from hdp_planner.cli import CliError, app, err, one_line_errors, out
+from hdp_planner.files import write_json_atomic, write_text_atomic
 from hdp_planner.inputs import parse_floats
-from hdp_planner.planfile import write_json_atomic
 from hdp_planner.selection import (
     ACCOUNTANTS,
     PRIVACY_MODEL,

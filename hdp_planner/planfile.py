@@ -13,9 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import platform
-import tempfile
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from hdp_planner.baselines import BASELINES, SUBSPACES
+from hdp_planner.files import write_json_atomic
 from hdp_planner.noise import aggregation_weights, lambda_exact, lambda_for, pooled_weights
 from hdp_planner.plan import METHODS, PLANNED_METHOD, MethodNoise, Phase, Plan, PlanConfig, Projection
 from hdp_planner.schedule import group_epsilon
@@ -120,22 +119,6 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "notes": list(plan.notes),
         "versions": library_versions(),
     }
-
-
-def write_json_atomic(path: str | Path, document: Mapping[str, Any]) -> None:
-    """Write ``document`` as JSON to ``path`` through a temporary file and a rename: never half-written."""
-    path = Path(path)
-    if path.parent and not path.parent.is_dir():
-        raise PlanFileError(f"cannot write {path}: directory {path.parent} does not exist")
-    text = json.dumps(document, indent=2, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _reject_constant(token: str) -> float:

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines
+from hdp_planner.files import write_json_atomic
 from hdp_planner.grouping import Groups
 from hdp_planner.plan import PlanConfig, solve_plan
-from hdp_planner.planfile import plan_to_dict, verify, write_json_atomic
+from hdp_planner.planfile import plan_to_dict, verify
 
 PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "fmnist": {"eps": (0.5, 1.5, 3.0), "rounds": 50, "q": 0.02, "clip": 1.5, "local_steps": 5},
@@ -193,7 +194,7 @@ def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: S
     for s in summary:
         eps = "" if s["epsilon_spent"] is None else " ".join(f"{e:.6g}" for e in s["epsilon_spent"])
         writer.writerow([*("" if s[k] is None else s[k] for k in keys), eps, f"{s['wall_seconds_mean']:.1f}"])
-    from hdp_planner.budgets import write_text_atomic
+    from hdp_planner.files import write_text_atomic
 
     write_text_atomic(out / "results.csv", buf.getvalue())
     return [

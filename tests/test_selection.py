@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hypothesis
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -119,6 +120,7 @@ def test_unbiased_baseline_is_proportional_to_data_size():
     rate=st.floats(0.01, 1.0),
     log_eta=st.floats(-1.0, 4.0),
 )
+@hypothesis.example(clients=[(20.0, 477), (1.5, 1955)], rate=0.1040756003633801, log_eta=0.0)  # η = η*
 def test_random_instances_are_solved_to_kkt(clients, rate, log_eta):
     eps, sizes = zip(*clients)
     base = SelectionProblem(eps, sizes, sample_rate=rate)
@@ -130,7 +132,10 @@ def test_random_instances_are_solved_to_kkt(clients, rate, log_eta):
     assert math.isclose(p.sum(), 1.0, abs_tol=1e-12) and np.all(p > 0)
     assert sol.kkt_residual < 1e-4
     ref = structured_optimum(problem.unbiased, problem.noise_factor, eta)
-    np.testing.assert_allclose(p, ref, rtol=0, atol=1e-5)
+    # at η = η* the optimum sits on the kink p = p^u where the objective is flat to first order: a solver gap
+    # of ~1e-9 moves p by ~1e-5 there, so p is compared loosely near the threshold (the objective tightly)
+    near_threshold = math.isfinite(star) and abs(log_eta) < 0.1
+    np.testing.assert_allclose(p, ref, rtol=0, atol=1e-3 if near_threshold else 1e-5)
     assert sol.objective <= min(problem.objective(ref), sol.unbiased_objective) * (1 + 1e-6)
 
 

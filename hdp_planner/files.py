@@ -1,0 +1,31 @@
+"""Output files, written atomically: a temporary file beside the target, then a rename (never half-written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename; ValueError if its folder is missing."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ValueError(f"cannot write {path}: directory {parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike[str], document: Mapping[str, Any]) -> None:
+    """Write ``document`` as indented JSON (no NaN or infinity) to ``path``, atomically."""
+    write_text_atomic(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
