@@ -46,6 +46,11 @@ METHOD_NAMES = {
     "gdpfed-op": "GDPFed-op",
     "gdpfed+": "GDPFed+",
     **BASELINES,
+    # DP²-FedSAM family (hdp_planner_train.personal): client-level DP at one ε, the plan's DP-FedAvg noise row
+    "dp2-fedsam": "DP-FedAvg",
+    "dp-fedsam": "DP-FedAvg",
+    "centaur": "DP-FedAvg",
+    "dp-fedavg-ft": "DP-FedAvg",
 }
 
 

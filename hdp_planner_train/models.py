@@ -131,3 +131,25 @@ def make_model(dataset: str, num_classes: int = 10) -> nn.Module:
     if dataset == "shakespeare":
         return CharLSTM(vocab=num_classes)
     raise ValueError(f"no model for dataset {dataset!r}")
+
+
+HEADS: dict[type, str] = {DigitsMLP: "fc2", CNN2: "fc2", CNN3: "fc", ResNet18GN: "fc", CharLSTM: "fc"}
+"""The personal classifier head of each model (DP²-FedSAM, CENTAUR): its final linear layer."""
+
+
+def head_module_name(model: nn.Module) -> str:
+    """Name of ``model``'s head: :data:`HEADS`, else its last registered ``nn.Linear``."""
+    name = HEADS.get(type(model))
+    if name is None:
+        linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            raise ValueError(f"{type(model).__name__} has no linear layer to keep as a personal head")
+        name = linears[-1]
+    return name
+
+
+def split_head(model: nn.Module) -> list[str]:
+    """Parameter names of ``model``'s personal head (the final classifier layer); every other parameter is the
+    shared body."""
+    prefix = head_module_name(model) + "."
+    return [n for n, _ in model.named_parameters() if n.startswith(prefix)]

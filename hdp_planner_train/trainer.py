@@ -14,7 +14,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,14 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True
     chunk: int | None = None
+    shards: int | None = None  # pathological non-IID: S classes per client
+    rho: float | None = None  # SAM radius (dp2-fedsam, dp-fedsam)
+    head_steps: int | None = None  # τ_h (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
+    iid_share: float | None = None  # paper 003's non-IID mix: this share of the data IID, the rest label-sorted
+    noise_rule: str | None = None  # privacy-aware, unbiased, power-of-choice: exact (default) | paper
+    eta: float | None = None  # privacy-aware: Problem 1's weight η
+    per_round: int | None = None  # selection methods: clients drawn per round K (default round(q·n))
+    candidates: int | None = None  # power-of-choice: candidates d (default 2K)
 
 
 def _device(name: str) -> torch.device:
@@ -89,8 +97,11 @@ def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
 
 def _check(cfg: TrainConfig):
     """Validate everything before anything is written; returns (plan, data, spec, rounds, batch, momentum)."""
-    if cfg.method not in METHOD_NAMES:
-        raise TrainError(f"--method must be one of {', '.join(METHOD_NAMES)}, got {cfg.method!r}")
+    from hdp_planner_train.private_selection import SELECTION_METHODS, check_selection_options
+
+    if cfg.method not in METHOD_NAMES and cfg.method not in SELECTION_METHODS:
+        names = ", ".join((*METHOD_NAMES, *SELECTION_METHODS))
+        raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
     if cfg.engine not in ENGINES:
         raise TrainError(f"--engine must be one of {', '.join(ENGINES)}, got {cfg.engine!r}")
     if cfg.dataset not in DEFAULTS:
@@ -112,7 +123,11 @@ def _check(cfg: TrainConfig):
     momentum = float(cfg.momentum if cfg.momentum is not None else defaults["momentum"])  # type: ignore[arg-type]
     if batch < 1 or not 0 <= momentum < 1:
         raise TrainError(f"need --batch-size ≥ 1 and 0 ≤ --momentum < 1, got {batch} and {momentum}")
-    data = load_federated(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed)
+    from hdp_planner_train.personal import check_options
+
+    check_options(cfg)
+    check_selection_options(cfg)
+    data = load_federated(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share)
     if data.n_clients != plan.config.n:
         raise TrainError(
             f"plan has n = {plan.config.n} clients but the {cfg.dataset} partition gives n = {data.n_clients}: "
@@ -120,46 +135,27 @@ def _check(cfg: TrainConfig):
             + ("" if cfg.dataset == "shakespeare" else f" or train with --clients {plan.config.n}")
         )
     try:
-        spec = method_spec(plan, cfg.method)
+        spec = method_spec(plan, "gdpfed+" if cfg.method in SELECTION_METHODS else cfg.method)  # 003: ε per group
     except ValueError as exc:
         raise TrainError(f"{cfg.plan}: {exc}") from None
     return plan, data, spec, rounds, batch, momentum
-
-
-def _save_atomic(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def run(cfg: TrainConfig) -> dict[str, Any]:
     """Train ``cfg.method`` on ``cfg.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to ``cfg.out``."""
     plan, data, spec, rounds, batch, momentum = _check(cfg)
     device = _device(cfg.device)
+    from hdp_planner_train.personal import PERSONAL_METHODS, run_personal
+
+    if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
+        return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
+    from hdp_planner_train.private_selection import SELECTION_METHODS, run_selection
+
+    if cfg.method in SELECTION_METHODS:  # paper 003: record-level DP-SGD, clients selected with replacement
+        return run_selection(cfg, plan, data, rounds, batch, momentum, device)
     out = Path(cfg.out) if cfg.out else None
-    plan_hash = hashlib.sha256(Path(cfg.plan).read_bytes()).hexdigest()
-    identity = {
-        "plan_sha256": plan_hash,
-        "method": cfg.method,
-        "dataset": cfg.dataset,
-        "seed": cfg.seed,
-        "dirichlet": cfg.dirichlet,
-        "clients": data.n_clients,
-        "batch_size": batch,
-        "momentum": momentum,
-        "lr_decay": cfg.lr_decay,
-    }
-    ckpt_path = out / CHECKPOINT if out else None
-    state = None
-    if cfg.resume:
-        if ckpt_path is None or not ckpt_path.is_file():
-            raise TrainError(f"--resume: no {CHECKPOINT} in {cfg.out}")
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        diff = [k for k, v in identity.items() if state["identity"].get(k) != v]
-        if diff:
-            raise TrainError(f"--resume: the checkpoint in {cfg.out} was made with a different {', '.join(diff)}")
-        if state["next_round"] > rounds:
-            raise TrainError(f"--resume: the checkpoint already ran {state['next_round']} rounds > --rounds {rounds}")
+    identity = run_identity(cfg, data, batch, momentum)
+    state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
     model = make_model(cfg.dataset, data.num_classes).to(device)
@@ -169,19 +165,13 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             f"the plan's PFA was planned for d = {spec.projection.model_dim} parameters but the {cfg.dataset} model "
             f"has d = {theta.numel()}: re-plan with --model-dim {theta.numel()}"
         )
-    x_train = torch.as_tensor(data.x_train, device=device)
-    y_train = torch.as_tensor(data.y_train, device=device)
-    x_test = torch.as_tensor(data.x_test, device=device)
-    y_test = torch.as_tensor(data.y_test, device=device)
+    x_train, y_train, x_test, y_test = device_arrays(data, device)
 
-    start, history, lam_measured, lam_applied, seconds = 0, [], [], [], []
-    joined_log: list[list[int]] = []
+    log = RunLog()
     public_history: list[torch.Tensor] = []  # PFA: the public group's latest noisy sums
     if state is not None:
         theta = state["theta"].to(device)
-        start, history = state["next_round"], state["history"]
-        lam_measured, lam_applied, seconds = state["lambda_measured"], state["lambda_applied"], state["round_seconds"]
-        joined_log = state["joined"]
+        log = RunLog.from_state(state)
         public_history = [t.to(device) for t in state["public_history"]]
         torch.set_rng_state(state["torch_rng"])
     vector_to_parameters(theta.clone(), model.parameters())
@@ -189,11 +179,10 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
 
     c = plan.config
-    strict = int(np.argmin(plan.method(METHOD_NAMES[spec.method]).epsilon))
     progress = _progress(cfg.progress)
-    task = progress.add_task("training", total=rounds, completed=start)
+    task = progress.add_task("training", total=rounds, completed=log.next_round)
     with progress:
-        for r in range(start, rounds):
+        for r in range(log.next_round, rounds):
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
             sampled = sample_round(spec, cfg.seed, r)
@@ -207,81 +196,163 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history)
             theta = theta + update
             vector_to_parameters(theta.clone(), model.parameters())
-            seconds.append(time.perf_counter() - t0)
-            lam_measured.append(stats.lambda_measured)
-            lam_applied.append(stats.lambda_applied)
-            joined_log.append(stats.joined)
+            log.record(stats, time.perf_counter() - t0)
             if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
                 acc, loss = evaluate(model, x_test, y_test)
-                history.append({"round": r + 1, "accuracy": acc, "loss": loss})
-                eps = privacy_ledger(plan, spec, r + 1)[strict]["epsilon_spent"] if spec.private else math.inf
-                progress.update(
-                    task,
-                    description=f"round {r + 1}/{rounds} acc {acc:.2f}% loss {loss:.3f} ε spent {eps:.3g}",
-                )
+                log.history.append({"round": r + 1, "accuracy": acc, "loss": loss})
+                progress.update(task, description=round_description(plan, spec, r + 1, rounds, acc, loss))
             progress.update(task, completed=r + 1)
-            if ckpt_path is not None:
-                _save_atomic(
-                    {
-                        "identity": identity,
-                        "theta": theta.cpu(),
-                        "next_round": r + 1,
-                        "history": history,
-                        "lambda_measured": lam_measured,
-                        "lambda_applied": lam_applied,
-                        "round_seconds": seconds,
-                        "joined": joined_log,
-                        "public_history": [t.cpu() for t in public_history],
-                        "privacy_ledger": privacy_ledger(plan, spec, r + 1) if spec.private else None,
-                        "torch_rng": torch.get_rng_state(),
-                        "numpy_rng": "per-round SeedSequence([seed, round, stream])",
-                    },
-                    ckpt_path,
-                )
+            if out:
+                save_checkpoint(
+                    out, identity, theta, log, plan, spec,
+                    public_history=[t.cpu() for t in public_history], torch_rng=torch.get_rng_state(),
+                    numpy_rng="per-round SeedSequence([seed, round, stream])",
+                )  # fmt: skip
 
-    mn = plan.method(METHOD_NAMES[spec.method])
-    metrics: dict[str, Any] = {
+    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    metrics.update(
+        {
+            "engine": cfg.engine,
+            "clip": spec.clip if spec.private else None,  # C, or C_m per group
+            "privacy": (
+                f"(ε, δ={c.delta:.3g})-DP per group, {c.spending_accountant} accountant, for the {rounds} rounds run"
+                if spec.private
+                else "none: p-fedavg adds no noise and does not clip (ε = ∞)"
+            ),
+            "noise_lambda_note": (
+                "measured = mean over rounds of Σ_m ω_m²(k_m/d)‖n_m‖²/d (noise of each group sum, Top-k mask "
+                "independent of the noise; expectation = planned lambda_exact); applied = ‖Σ_m ω_m mask_m⊙n_m‖²/d "
+                "with the Top-k mask chosen on the noisy sum (biased up by Top-k's preference for large noise)"
+            ),
+            "groups": {k: list(v) for k, v in asdict(spec).items() if isinstance(v, tuple)},
+        }
+    )
+    if out:
+        _write_metrics(metrics, out, cfg.plot)
+    return metrics
+
+
+def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: Any) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the plan's hash and every setting that changes the run."""
+    return {
+        "plan_sha256": hashlib.sha256(Path(cfg.plan).read_bytes()).hexdigest(),
+        "method": cfg.method,
+        "dataset": cfg.dataset,
+        "seed": cfg.seed,
+        "dirichlet": cfg.dirichlet,
+        "shards": cfg.shards,
+        "iid_share": cfg.iid_share,
+        "clients": data.n_clients,
+        "batch_size": batch,
+        "momentum": momentum,
+        "lr_decay": cfg.lr_decay,
+        **extra,
+    }
+
+
+def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dict[str, Any] | None:
+    """The checkpoint in ``cfg.out`` with ``--resume`` (refused if it was made with other settings), else None."""
+    if not cfg.resume:
+        return None
+    path = Path(cfg.out) / CHECKPOINT if cfg.out else None
+    if path is None or not path.is_file():
+        raise TrainError(f"--resume: no {CHECKPOINT} in {cfg.out}")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    diff = [k for k, v in identity.items() if state["identity"].get(k) != v]
+    if diff:
+        raise TrainError(f"--resume: the checkpoint in {cfg.out} was made with a different {', '.join(diff)}")
+    if state["next_round"] > rounds:
+        raise TrainError(f"--resume: the checkpoint already ran {state['next_round']} rounds > --rounds {rounds}")
+    return state
+
+
+def device_arrays(data, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x_train, y_train, x_test, y_test) of ``data`` as tensors on ``device``."""
+    return tuple(torch.as_tensor(a, device=device) for a in (data.x_train, data.y_train, data.x_test, data.y_test))
+
+
+@dataclass
+class RunLog:
+    """What a run records round by round; checkpointed as is and summarized into the metrics."""
+
+    next_round: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    lambda_measured: list[float] = field(default_factory=list)
+    lambda_applied: list[float] = field(default_factory=list)
+    round_seconds: list[float] = field(default_factory=list)
+    joined: list[list[int]] = field(default_factory=list)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RunLog:
+        return cls(**{f.name: state[f.name] for f in fields(cls)})
+
+    def record(self, stats, seconds: float) -> None:
+        """One round done: its aggregation statistics and wall time."""
+        self.next_round += 1
+        self.round_seconds.append(seconds)
+        self.lambda_measured.append(stats.lambda_measured)
+        self.lambda_applied.append(stats.lambda_applied)
+        self.joined.append(stats.joined)
+
+    def summary(self) -> dict[str, Any]:
+        last = self.history[-1] if self.history else {}
+        return {
+            "final_accuracy": last.get("accuracy"),
+            "final_loss": last.get("loss"),
+            "history": self.history,
+            "noise_lambda_measured": float(np.mean(self.lambda_measured)) if self.lambda_measured else 0.0,
+            "noise_lambda_applied": float(np.mean(self.lambda_applied)) if self.lambda_applied else 0.0,
+            "joined_per_round_mean": np.mean(self.joined, axis=0).tolist() if self.joined else [],
+            "round_seconds": self.round_seconds,
+            "round_seconds_median": float(np.median(self.round_seconds)) if self.round_seconds else 0.0,
+        }
+
+
+def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan, spec, **extra: Any) -> None:
+    """Atomically write θ, the run log, the privacy ledger and ``extra`` to ``out/checkpoint.pt``."""
+    state = {
+        "identity": identity,
+        "theta": theta.cpu(),
+        **asdict(log),
+        "privacy_ledger": privacy_ledger(plan, spec, log.next_round) if spec.private else None,
+        **extra,
+    }
+    path = out / CHECKPOINT
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def round_description(plan, spec, done: int, rounds: int, acc: float, loss: float) -> str:
+    """The progress line: round, accuracy, loss and the ε the strictest group has spent."""
+    strict = int(np.argmin(plan.method(METHOD_NAMES[spec.method]).epsilon))
+    eps = privacy_ledger(plan, spec, done)[strict]["epsilon_spent"] if spec.private else math.inf
+    return f"round {done}/{rounds} acc {acc:.2f}% loss {loss:.3f} ε spent {eps:.3g}"
+
+
+def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int, batch: int, momentum: float,
+                 log: RunLog) -> dict[str, Any]:  # fmt: skip
+    """The metrics every plan-noised method reports (settings, accuracy history, ε spent, Λ measured vs planned)."""
+    c = plan.config
+    return {
         "method": cfg.method,
         "plan_method": METHOD_NAMES[spec.method],
         "dataset": cfg.dataset,
-        "engine": cfg.engine,
         "device": str(device),
         "seed": cfg.seed,
         "rounds": rounds,
         "plan_rounds": c.rounds,
         "clients": data.n_clients,
-        "d": int(theta.numel()),
+        "d": d,
         "batch_size": batch,
         "momentum": momentum,
         "lr": c.lr,
         "lr_decay": cfg.lr_decay,
         "local_steps": c.local_steps,
-        "clip": spec.clip if spec.private else None,  # C, or C_m per group
-        "final_accuracy": history[-1]["accuracy"] if history else None,
-        "final_loss": history[-1]["loss"] if history else None,
-        "history": history,
         "epsilon_spent": privacy_ledger(plan, spec, rounds),
-        "privacy": (
-            f"(ε, δ={c.delta:.3g})-DP per group, {c.spending_accountant} accountant, for the {rounds} rounds run"
-            if spec.private
-            else "none: p-fedavg adds no noise and does not clip (ε = ∞)"
-        ),
-        "noise_lambda_measured": float(np.mean(lam_measured)) if lam_measured else 0.0,
-        "noise_lambda_applied": float(np.mean(lam_applied)) if lam_applied else 0.0,
-        "noise_lambda_planned": mn.lambda_exact if spec.private else 0.0,
-        "noise_lambda_note": (
-            "measured = mean over rounds of Σ_m ω_m²(k_m/d)‖n_m‖²/d (noise of each group sum, Top-k mask "
-            "independent of the noise; expectation = planned lambda_exact); applied = ‖Σ_m ω_m mask_m⊙n_m‖²/d "
-            "with the Top-k mask chosen on the noisy sum (biased up by Top-k's preference for large noise)"
-        ),
-        "joined_per_round_mean": np.mean(joined_log, axis=0).tolist() if joined_log else [],
-        "round_seconds": seconds,
-        "round_seconds_median": float(np.median(seconds)) if seconds else 0.0,
-        "groups": {k: list(v) for k, v in asdict(spec).items() if isinstance(v, tuple)},
+        "noise_lambda_planned": plan.method(METHOD_NAMES[spec.method]).lambda_exact if spec.private else 0.0,
+        **log.summary(),
     }
-    if out:
-        _write_metrics(metrics, out, cfg.plot)
-    return metrics
 
 
 def _progress(enabled: bool):

@@ -1,0 +1,261 @@
+"""The DP²-FedSAM family in the trainer (paper 002): personal heads, SAM, per-client evaluation, pathological splits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from hdp_planner import load_plan, plan, save_plan  # noqa: E402
+from hdp_planner.cli import app  # noqa: E402
+from hdp_planner_train import personal  # noqa: E402
+from hdp_planner_train.aggregate import method_spec  # noqa: E402
+from hdp_planner_train.data import DataError, load_federated, pathological_partition  # noqa: E402
+from hdp_planner_train.models import make_model, split_head  # noqa: E402
+from hdp_planner_train.personal import (  # noqa: E402
+    client_update,
+    evaluate_heads,
+    head_mask,
+    label_distribution,
+    sam_step,
+)
+from hdp_planner_train.trainer import CHECKPOINT, TrainConfig, TrainError, privacy_ledger, run  # noqa: E402
+
+ROUNDS = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Per-client loops of tiny models: one thread is faster than two on a shared machine."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory):
+    """One ε (the DP-FedAvg row is what these methods use), n = the digits partition's 120 clients, q = 0.25."""
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    save_plan(plan([1.0], n=120, rounds=ROUNDS, q=0.25, clip=1.0), path)
+    return path
+
+
+def _cfg(plan_file, out, **kw) -> TrainConfig:
+    base = dict(plan=str(plan_file), dataset="digits", shards=2, out=str(out), progress=False, eval_every=2)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _ckpt(out):
+    return torch.load(out / CHECKPOINT, weights_only=False)
+
+
+# ------------------------------------------------------------------ partition
+
+
+@pytest.mark.parametrize(("n", "s"), [(120, 2), (120, 1), (37, 3), (10, 10)])
+def test_pathological_partition_gives_exactly_s_classes_and_uses_every_sample_once(n, s):
+    labels = load_federated("digits").y_train
+    parts = pathological_partition(labels, n, s, np.random.default_rng(1))
+    assert len(parts) == n
+    assert all(len(np.unique(labels[p])) == s for p in parts)
+    every = np.concatenate(parts)
+    assert len(every) == len(labels) and len(np.unique(every)) == len(labels)
+    counts = np.bincount([c for p in parts for c in np.unique(labels[p])], minlength=10)
+    assert counts.max() - counts.min() <= 1  # classes drawn evenly
+
+
+def test_pathological_partition_errors_and_options():
+    labels = np.repeat(np.arange(10), 5)
+    with pytest.raises(DataError, match="between 1 and the 10 classes"):
+        pathological_partition(labels, 4, 11, np.random.default_rng(0))
+    with pytest.raises(DataError, match="cannot cover"):
+        pathological_partition(labels, 3, 2, np.random.default_rng(0))
+    with pytest.raises(DataError, match="samples for"):
+        pathological_partition(labels, 40, 2, np.random.default_rng(0))  # 8 shards of a 5-sample class
+    with pytest.raises(DataError, match="--shards and --dirichlet"):
+        load_federated("digits", dirichlet=0.5, shards=2)
+    a, b = load_federated("digits", shards=2, seed=3), load_federated("digits", shards=2, seed=3)
+    assert all(np.array_equal(x, y) for x, y in zip(a.clients, b.clients))
+
+
+# ------------------------------------------------------------------ model split, SAM, local training
+
+
+@pytest.mark.parametrize(
+    ("dataset", "head"),
+    [("digits", "fc2"), ("fmnist", "fc2"), ("svhn", "fc"), ("cifar10", "fc"), ("shakespeare", "fc")],
+)
+def test_split_head_is_the_final_classifier(dataset, head):
+    model = make_model(dataset, 96 if dataset == "shakespeare" else 10)
+    assert split_head(model) == [f"{head}.weight", f"{head}.bias"]
+    last = list(model.named_parameters())[-2:]
+    assert int(head_mask(model).sum()) == sum(p.numel() for _, p in last)
+    assert bool(head_mask(model)[-1]) and not bool(head_mask(model)[0])
+
+
+def test_sam_perturbs_only_the_body_by_rho():
+    torch.manual_seed(0)
+    model = make_model("digits")
+    mask = head_mask(model)
+    body = [p for n, p in model.named_parameters() if n not in split_head(model)]
+    x, y = torch.randn(10, 1, 8, 8), torch.randint(0, 10, (10,))
+    before = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    perturbation = sam_step(model, body, x, y, 0.05, torch.optim.SGD(body, lr=0.1))
+    assert torch.all(perturbation[mask] == 0)
+    assert torch.count_nonzero(perturbation[~mask]) > 0.9 * int((~mask).sum())
+    assert float(torch.linalg.vector_norm(perturbation)) == pytest.approx(0.05, rel=1e-5)
+    after = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    assert torch.equal(after[mask], before[mask]) and not torch.equal(after[~mask], before[~mask])
+    # ρ = 0 is plain SGD: no perturbation
+    assert torch.count_nonzero(sam_step(model, body, x, y, 0.0, torch.optim.SGD(body, lr=0.1))) == 0
+
+
+def test_client_update_sends_only_the_body_and_keeps_its_head():
+    torch.manual_seed(0)
+    model = make_model("digits")
+    mask = head_mask(model)
+    theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    head = theta[mask] + 0.01
+    xs, ys = torch.randn(7, 10, 1, 8, 8), torch.randint(0, 10, (7, 10))
+    kw = dict(lr=0.1, momentum=0.5, rho=0.1, mask=mask)
+    delta, new_head = client_update(model, theta, head, xs, ys, head_steps=2, **kw)
+    assert delta.numel() == int((~mask).sum()) and float(delta.norm()) > 0  # d_φ only: no head coordinate
+    assert not torch.equal(new_head, head)
+    # no head steps: the head is frozen while the body trains
+    delta0, head0 = client_update(model, theta, head, xs[:5], ys[:5], head_steps=0, **kw)
+    assert torch.equal(head0, head) and float(delta0.norm()) > 0
+    # no personal head (dp-fedsam): the whole model's update
+    full, none = client_update(model, theta, None, xs[:5], ys[:5], head_steps=0, **kw)
+    assert none is None and full.numel() == theta.numel()
+
+
+def test_per_client_evaluation_weights_class_accuracies_by_the_clients_labels():
+    torch.manual_seed(0)
+    data = load_federated("digits", shards=1)
+    model = make_model("digits")
+    theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    mask = head_mask(model)
+    dist = label_distribution(data.clients, data.y_train, 10)
+    assert np.allclose(dist.sum(1), 1) and np.all((dist > 0).sum(1) == 1)
+    heads = theta[mask].unsqueeze(0).repeat(len(data.clients), 1)
+    x, y = torch.as_tensor(data.x_test), torch.as_tensor(data.y_test)
+    acc, _ = evaluate_heads(model, theta, heads, x, y, dist)
+    pred = model(x).argmax(-1)
+    for i in (0, 50, 119):  # one class per client: its accuracy is the model's accuracy on that class
+        c = int(np.argmax(dist[i]))
+        assert acc[i] == pytest.approx(100 * float((pred[y == c] == c).double().mean()), abs=1e-4)
+
+
+# ------------------------------------------------------------------ training runs
+
+
+def test_dp2_fedsam_heads_never_leave_the_clients(plan_file, tmp_path, monkeypatch):
+    seen = []
+    real = personal.aggregate
+
+    def spy(rows, *args, **kwargs):
+        seen.append(rows.shape[1])
+        return real(rows, *args, **kwargs)
+
+    monkeypatch.setattr(personal, "aggregate", spy)
+    m = run(_cfg(plan_file, tmp_path / "a", method="dp2-fedsam"))
+    model = make_model("digits")
+    mask = head_mask(model)
+    assert set(seen) == {m["d_shared"]} == {int((~mask).sum())} and m["d_head"] == int(mask.sum())
+    torch.manual_seed(0)
+    init = torch.nn.utils.parameters_to_vector(make_model("digits").parameters()).detach()
+    state = _ckpt(tmp_path / "a")
+    assert torch.equal(state["theta"][mask], init[mask])  # the global head never moves
+    assert not torch.equal(state["theta"][~mask], init[~mask])
+    changed = (state["heads"] != init[mask]).any(1)
+    assert 0 < int(changed.sum()) < 120  # sampled clients trained their heads; the others keep the initial one
+    assert m["privacy_model"] == "client-level (ε, δ)-DP, one ε" and m["plan_method"] == "DP-FedAvg"
+    assert m["epsilon_spent"] == privacy_ledger(load_plan(plan_file), _spec(plan_file), ROUNDS)
+    assert m["epsilon_spent_max"] == pytest.approx(1.0, rel=1e-3)
+    assert m["engine"] == "loop" and m["engine_note"] and m["rho"] == 0.1 and m["head_steps"] == 5
+    assert 0 <= m["final_accuracy"] <= 100 and m["client_accuracy"]["max"] >= m["final_accuracy"]
+    # same seed: same result
+    again = run(_cfg(plan_file, tmp_path / "b", method="dp2-fedsam"))
+    assert again["history"] == m["history"]
+    assert torch.equal(_ckpt(tmp_path / "b")["heads"], state["heads"])
+
+
+def _spec(plan_file):
+    return method_spec(load_plan(plan_file), "dp2-fedsam")
+
+
+def test_centaur_is_dp2_fedsam_with_rho_zero(plan_file, tmp_path):
+    cen = run(_cfg(plan_file, tmp_path / "c", method="centaur", head_steps=2))
+    dp2 = run(_cfg(plan_file, tmp_path / "d", method="dp2-fedsam", head_steps=2, rho=0.0))
+    assert cen["history"] == dp2["history"]
+    assert torch.equal(_ckpt(tmp_path / "c")["theta"], _ckpt(tmp_path / "d")["theta"])
+    sam = run(_cfg(plan_file, tmp_path / "e", method="dp2-fedsam", head_steps=2, rounds=2))
+    assert not torch.equal(_ckpt(tmp_path / "e")["theta"], _ckpt(tmp_path / "d")["theta"])
+    assert sam["rho"] == 0.1 and cen["rho"] is None
+
+
+def test_dp_fedsam_with_rho_zero_is_dp_fedavg(plan_file, tmp_path):
+    """SAM is the only difference: at ρ = 0 the loop engine's DP-FedAvg, same sampling, clipping and noise."""
+    sam0 = run(_cfg(plan_file, tmp_path / "s", method="dp-fedsam", rho=0.0))
+    avg = run(_cfg(plan_file, tmp_path / "f", method="dp-fedavg", engine="loop"))
+    assert torch.allclose(_ckpt(tmp_path / "s")["theta"], _ckpt(tmp_path / "f")["theta"], atol=1e-6)
+    assert [h["accuracy"] for h in sam0["history"]] == pytest.approx([h["accuracy"] for h in avg["history"]])
+    assert "global" in sam0["evaluation"] and sam0["client_accuracy"] is None
+
+
+def test_dp_fedavg_ft_trains_dp_fedavg_then_fine_tunes_locally(plan_file, tmp_path):
+    ft = run(_cfg(plan_file, tmp_path / "ft", method="dp-fedavg-ft", head_steps=3))
+    avg = run(_cfg(plan_file, tmp_path / "avg", method="dp-fedavg"))
+    assert torch.equal(_ckpt(tmp_path / "ft")["theta"], _ckpt(tmp_path / "avg")["theta"])
+    assert [h["global_accuracy"] for h in ft["history"]] == [h["accuracy"] for h in avg["history"]]
+    assert ft["final_accuracy"] > ft["history"][-1]["global_accuracy"]  # 2 classes per client: fine-tuning helps
+    assert ft["engine"] == "vectorized" and "fine-tuned 3 SGD steps" in ft["evaluation"]
+
+
+def test_resume_equals_uninterrupted_dp2_fedsam(plan_file, tmp_path):
+    full = run(_cfg(plan_file, tmp_path / "full", method="dp2-fedsam", head_steps=1, eval_every=1))
+    run(_cfg(plan_file, tmp_path / "part", method="dp2-fedsam", head_steps=1, eval_every=1, rounds=2))
+    resumed = run(_cfg(plan_file, tmp_path / "part", method="dp2-fedsam", head_steps=1, eval_every=1, resume=True))
+    assert resumed["history"] == full["history"]
+    with pytest.raises(TrainError, match="different rho"):
+        run(_cfg(plan_file, tmp_path / "part", method="dp2-fedsam", head_steps=1, rho=0.5, resume=True))
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"method": "gdpfed", "rho": 0.1}, "--rho"),
+        ({"method": "centaur", "rho": 0.1}, "--rho"),
+        ({"method": "dp-fedsam", "head_steps": 2}, "--head-steps"),
+        ({"method": "dp2-fedsam", "head_steps": -1}, "--head-steps must be"),
+        ({"method": "dp2-fedsam", "rho": -0.1}, "--rho must be"),
+    ],
+)
+def test_bad_options_are_refused(plan_file, tmp_path, kw, message):
+    with pytest.raises(TrainError, match=message):
+        run(_cfg(plan_file, tmp_path / "x", **kw))
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_trains_dp2_fedsam_and_refuses_bad_input(plan_file, tmp_path):
+    runner = CliRunner()
+    args = ["train", str(plan_file), "--dataset", "digits", "--shards", "2", "--rounds", "2"]
+    result = runner.invoke(app, [*args, "--method", "dp2-fedsam", "--rho", "0.05", "--head-steps", "1"])
+    assert result.exit_code == 0, result.output
+    assert "dp2-fedsam on digits" in result.output and "ε spent" in result.output
+    result = runner.invoke(app, [*args, "--method", "dp2-fedsam", "--dirichlet", "0.5"])
+    assert result.exit_code == 2 and "--shards and --dirichlet" in result.output
+    doc = json.loads(plan_file.read_text())
+    doc["config"]["rounds"] = 40  # same σ for 10× the rounds: ε overspent, verify rejects the plan
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["train", str(bad), "--dataset", "digits", "--shards", "2", "--method", "centaur"])
+    assert result.exit_code == 2 and "verification" in result.output
