@@ -29,6 +29,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text is plain: '[paper]', '[the paper's]' defaults are not rich tags
 )
 out = Console()
 err = Console(stderr=True)

@@ -77,7 +77,7 @@ def train(
     ] = None,
     noise_rule: Annotated[
         str | None,
-        typer.Option("--noise-rule", help="privacy-aware, unbiased, power-of-choice: exact (RDP) | paper [exact]."),
+        typer.Option("--noise-rule", help="Selection methods: paper (003 eqs. 6-7) | exact (RDP) [paper]."),
     ] = None,
     eta: Annotated[float | None, typer.Option("--eta", help="privacy-aware: Problem 1's weight η [1e5].")] = None,
     per_round: Annotated[

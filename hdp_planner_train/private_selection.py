@@ -14,9 +14,10 @@ clients with independent batches and noise). As Algorithm 1 (lines 3-4), all rou
 from the seed (:func:`preselect`) and every client's noise is calibrated for its realized count T_k: T_k·τ local
 DP-SGD steps, each a Poisson sample of its examples at rate r_k = min(1, B/|M_k|), per-example gradients clipped to
 C, N(0, z_k²C²) added to the clipped sum, divided by the expected batch r_k|M_k| (:func:`noisy_mean_gradient`): the
-mechanism :func:`hdp_planner.selection.record_noise_multiplier` accounts for. ``--noise-rule exact`` (default) takes
-z_k from the RDP accountant, ``paper`` from eqs. 6-7; both are recorded, and the ε each client spent is measured
-with the exact (RDP) accountant for the steps it ran; a setting whose noise would exceed a budget is refused.
+mechanism :func:`hdp_planner.selection.record_noise_multiplier` accounts for. ``--noise-rule paper`` (default, the
+method as published) takes z_k from eqs. 6-7, ``exact`` from the RDP accountant (several times less noise); both
+are recorded, and the ε each client spent is measured with the exact (RDP) accountant for the steps it ran; a
+setting whose noise would exceed a budget is refused.
 Power-of-choice's selections depend on the model, so its noise is calibrated for the number of rounds a client is a
 *candidate* (drawn up front too), an upper bound on its participations; its loss reports are not privatized (as in
 the paper's baseline), so its ε covers the DP-SGD updates only. The server averages the K updates (Algorithm 1,
@@ -311,7 +312,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     from hdp_planner_train.trainer import TrainError, _progress, _write_metrics
 
     c, method, n = plan.config, cfg.method, data.n_clients
-    rule = cfg.noise_rule or "exact"
+    rule = cfg.noise_rule or "paper"
     per_round = int(cfg.per_round or max(1, round(c.q * n)))
     d_cand = int(cfg.candidates or min(n, 2 * per_round)) if method == "power-of-choice" else None
     if d_cand is not None and not per_round <= d_cand <= n:

@@ -145,3 +145,12 @@ def test_solve_imports_neither_torch_nor_matplotlib():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("command", ["solve", "compare", "train"])
+def test_help_keeps_bracketed_defaults(command):
+    """Defaults are written '[paper]', '[the paper's]': help must print them, not read them as markup tags."""
+    res = runner.invoke(app, [command, "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    expected = {"solve": "[Remark 3's closed form]", "compare": "[the paper's]", "train": "[paper]"}[command]
+    assert expected in res.output

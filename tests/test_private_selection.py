@@ -216,7 +216,7 @@ def test_mixed_partition_has_the_iid_share_and_uses_every_example_once(digits):
 
 def test_metrics_record_the_privacy_model_and_epsilon_within_budget(aware_run):
     m = aware_run
-    assert "record-level" in m["privacy_model"] and m["noise_rule"] == "exact"
+    assert "record-level" in m["privacy_model"] and m["noise_rule"] == "paper"
     assert 0 <= m["final_accuracy"] <= 100 and len(m["round_seconds"]) == ROUNDS
     clients = m["client_privacy"]
     assert sum(c["selections"] for c in clients) == ROUNDS * 4  # with replacement: K draws per round
