@@ -222,19 +222,38 @@ def test_grouping_errors(m, method, message):
         B.groups_from_budgets(np.repeat([0.5, 1.5, 3.0], 10), m, method, config(30))
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.sampled_from([0.3, 0.5, 1.0, 1.5, 2.5, 7.0]), min_size=1, max_size=60), st.integers(1, 7))
-def test_histogram_streams_chunks(budgets, chunk):
-    """Chunk by chunk, the distinct budgets and their counts are np.unique's over all clients."""
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([0.3, 0.5, 1.0, 1.5, 2.5, 7.0]) | st.floats(1e-3, 1e3, allow_subnormal=False),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(1, 7),
+    st.integers(0, 8),
+)
+def test_histogram_streams_chunks(budgets, chunk, hash_limit):
+    """Chunk by chunk, hashed or sorted (past ``HASH_LIMIT`` distinct budgets), the distinct budgets and their
+    counts are np.unique's over all clients."""
     eps = np.array(budgets)
-    old = B.HISTOGRAM_CHUNK
-    B.HISTOGRAM_CHUNK = chunk
+    old = B.HISTOGRAM_CHUNK, B.HASH_LIMIT
+    B.HISTOGRAM_CHUNK, B.HASH_LIMIT = chunk, hash_limit
     try:
         values, counts = B.budget_histogram(eps)
     finally:
-        B.HISTOGRAM_CHUNK = old
+        B.HISTOGRAM_CHUNK, B.HASH_LIMIT = old
     expected = np.unique(eps, return_counts=True)
     assert values.tolist() == expected[0].tolist() and counts.tolist() == expected[1].tolist()
+
+
+@pytest.mark.parametrize("distinct", [1, 3000, 5000])  # below and above HASH_LIMIT = 4096
+def test_histogram_of_many_clients_and_budgets(distinct, monkeypatch):
+    monkeypatch.setattr(B, "HISTOGRAM_CHUNK", 1 << 14)
+    rng = np.random.default_rng(distinct)
+    eps = rng.choice(rng.uniform(0.1, 10.0, distinct), size=200_000)
+    values, counts = B.budget_histogram(eps)
+    expected = np.unique(eps, return_counts=True)
+    assert np.array_equal(values, expected[0]) and np.array_equal(counts, expected[1])
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])

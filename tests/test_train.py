@@ -413,6 +413,8 @@ def test_cifar10_and_svhn_loaders_read_torchvision_format(tmp_path):
         (cdir / name).write_bytes(pickle.dumps(batch))
     c = load_federated("cifar10", str(tmp_path / "cifar"), clients=8)
     assert c.x_train.shape == (40, 3, 32, 32) and c.n_clients == 8 and c.x_test.shape[0] == 10
+    patho = load_federated("cifar10", str(tmp_path / "cifar"), clients=8, shards=2)  # paper 002's partition
+    assert patho.n_clients == 8 and all(len(np.unique(patho.y_train[ids])) <= 2 for ids in patho.clients)
 
     from scipy.io import savemat
 
