@@ -12,7 +12,7 @@ from rich.markup import escape
 from hdp_planner_train import TORCH_HINT
 
 _err = Console(stderr=True)
-_out = Console()
+_out = Console(soft_wrap=True)  # result lines are never broken (logs, pipes)
 
 
 def _fail(message: str) -> None:
@@ -147,7 +147,7 @@ def train(
     if out:
         _out.print(f"metrics written to {out}/metrics.json", highlight=False)
     else:
-        _out.print(json.dumps({k: metrics[k] for k in ("final_accuracy", "epsilon_spent")}), highlight=False)
+        typer.echo(json.dumps({k: metrics[k] for k in ("final_accuracy", "epsilon_spent")}))  # one parseable line
 
 
 def compare(

@@ -300,6 +300,10 @@ def test_cli_trains_digits(plan_file, tmp_path):
     result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--rounds", "2", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "accuracy" in result.output and (out / "metrics.json").is_file()
+    bare = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--rounds", "1"], terminal_width=60)
+    assert bare.exit_code == 0, bare.output
+    summary = json.loads(bare.output.strip().splitlines()[-1])  # without --out: one parseable JSON line
+    assert summary["epsilon_spent"][0]["rounds"] == 1 and 0 <= summary["final_accuracy"] <= 100
 
 
 def test_cli_refuses_plan_failing_verify(plan_file, tmp_path):
