@@ -185,6 +185,9 @@ def compare(
     ] = 2.0,
     data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
     dirichlet: Annotated[float | None, typer.Option("--dirichlet", help="Dirichlet(α) label skew.")] = None,
+    shards: Annotated[
+        int | None, typer.Option("--shards", help="Pathological non-IID: S classes per client (paper 002).")
+    ] = None,
     engine: Annotated[str, typer.Option("--engine", help="vectorized | loop")] = "vectorized",
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
     eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every this many rounds.")] = 5,
@@ -214,9 +217,11 @@ def compare(
         if seeds < 1:
             raise ValueError(f"--seeds must be ≥ 1, got {seeds}")
         cfg = CompareConfig(dataset, check_methods(methods.split(",")), seeds, out, data_dir, dirichlet, engine, device,
-                            eval_every, resume)  # fmt: skip
+                            eval_every, resume, shards)  # fmt: skip
         paper = PAPER_SETTINGS[dataset]
-        data = load_federated(dataset, data_dir, None if n is None or dataset == "shakespeare" else n, dirichlet)
+        data = load_federated(
+            dataset, data_dir, None if n is None or dataset == "shakespeare" else n, dirichlet, shards=shards
+        )
         groups, config = build_request(
             eps or ",".join(f"{e:g}" for e in paper["eps"]),
             data.n_clients if n is None else n,

@@ -68,6 +68,7 @@ class CompareConfig:
     device: str = "auto"
     eval_every: int = 5
     resume: bool = False
+    shards: int | None = None  # pathological non-IID (paper 002's partition)
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -112,6 +113,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
     from hdp_planner_train.trainer import TrainConfig, run
 
     plan_hash = hashlib.sha256(plan_path.read_bytes()).hexdigest()
+    partition = {"dirichlet": cfg.dirichlet, "shards": cfg.shards}  # a reused run must have trained on the same
     rows = []
     total = cfg.seeds * len(cfg.methods)
     for seed in range(cfg.seeds):
@@ -120,7 +122,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
             done = folder / "run.json"
             if cfg.resume and done.is_file():
                 row = json.loads(done.read_text())
-                if row.get("plan_sha256") == plan_hash:
+                if row.get("plan_sha256") == plan_hash and row.get("partition") == partition:
                     rows.append(row)
                     report(f"[{len(rows)}/{total}] {method} seed {seed}: {row['final_accuracy']:.2f}% (reused)")
                     continue
@@ -132,6 +134,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     dataset=cfg.dataset,
                     data_dir=cfg.data_dir,
                     dirichlet=cfg.dirichlet,
+                    shards=cfg.shards,
                     seed=seed,
                     device=cfg.device,
                     eval_every=cfg.eval_every,
@@ -144,6 +147,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                 "method": method,
                 "seed": seed,
                 "plan_sha256": plan_hash,
+                "partition": partition,
                 "final_accuracy": metrics["final_accuracy"],
                 "history": metrics["history"],
                 "epsilon_spent": [e["epsilon_spent"] for e in metrics["epsilon_spent"]],

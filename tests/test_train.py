@@ -352,6 +352,11 @@ def test_cli_compare_trains_a_grid_and_resumes(tmp_path):
     assert (out / "comparison.png").stat().st_size > 1000 and (out / "results.csv").is_file()
     again = runner.invoke(app, [*args, "--out", str(out), "--eval-every", "1", "--resume"])
     assert again.exit_code == 0 and again.output.count("(reused)") == 4
+    # the same plan on another partition retrains (nothing reused); paper 002's methods run in the grid too
+    args[4] = "dp-fedavg,pfa,dp2-fedsam"
+    shards = runner.invoke(app, [*args, "--shards", "2", "--out", str(out), "--eval-every", "1", "--resume"])
+    assert shards.exit_code == 0, shards.output
+    assert "(reused)" not in shards.output and "dp2-fedsam" in shards.output
 
 
 def test_cli_compare_refuses_unknown_method(tmp_path):
