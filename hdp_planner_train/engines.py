@@ -9,6 +9,7 @@ Two engines with the same inputs and outputs, the flat client updates Δ_i = θ_
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -55,6 +56,18 @@ def loop_deltas(
     return torch.stack(deltas)
 
 
+def unflatten(model: nn.Module) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """flat θ (``parameters_to_vector`` order) → {name: view of θ in the parameter's shape}, for functional_call."""
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [int(np.prod(s)) for s in shapes]
+
+    def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}
+
+    return split
+
+
 def vectorized_deltas(
     model: nn.Module,
     theta: torch.Tensor,
@@ -69,9 +82,7 @@ def vectorized_deltas(
     if k_total == 0:
         return theta.new_zeros((0, d))
     names = [n for n, _ in model.named_parameters()]
-    shapes = [p.shape for _, p in model.named_parameters()]
-    sizes = [int(np.prod(s)) for s in shapes]
-    base = dict(zip(names, (t.view(s) for t, s in zip(torch.split(theta, sizes), shapes))))
+    base = unflatten(model)(theta)
 
     def loss_fn(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(functional_call(model, params, (x,)), y)

@@ -43,6 +43,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from hdp_planner.accounting import GaussianRounds, epsilon_spent
 from hdp_planner.selection import PRIVACY_MODEL, SelectionProblem, record_noise_multiplier, solve_selection
 from hdp_planner_train.aggregate import noise_generator, round_seed
+from hdp_planner_train.engines import evaluate, unflatten
 
 SELECTION_METHODS = ("privacy-aware", "unbiased", "power-of-choice")
 NOISE_RULES = ("exact", "paper")
@@ -211,13 +212,10 @@ def check_budgets(privacy: ClientPrivacy, steps: np.ndarray, delta: float, rule:
 
 def per_example_grads(model: nn.Module):
     """f(θ, x, y) → (b, d): the gradient of each example's loss at the flat parameters θ (torch.func vmap(grad))."""
-    names = [n for n, _ in model.named_parameters()]
-    shapes = [p.shape for _, p in model.named_parameters()]
-    sizes = [int(np.prod(s)) for s in shapes]
+    params = unflatten(model)
 
     def loss_one(flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        params = {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}
-        return F.cross_entropy(functional_call(model, params, (x.unsqueeze(0),)), y.unsqueeze(0))
+        return F.cross_entropy(functional_call(model, params(flat), (x.unsqueeze(0),)), y.unsqueeze(0))
 
     return vmap(grad(loss_one), in_dims=(None, 0, 0))
 
@@ -307,9 +305,8 @@ def power_of_choice(losses: np.ndarray, candidates: np.ndarray, per_round: int) 
 def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, device: torch.device) -> dict[str, Any]:
     """:func:`hdp_planner_train.trainer.run` for :data:`SELECTION_METHODS`; metrics.json adds the privacy model,
     the selection probabilities and every client's noise and ε spent."""
-    from hdp_planner_train.engines import evaluate
     from hdp_planner_train.models import make_model
-    from hdp_planner_train.trainer import TrainError, _progress, _write_metrics
+    from hdp_planner_train.trainer import TrainError, _progress, _write_metrics, device_arrays
 
     c, method, n = plan.config, cfg.method, data.n_clients
     rule = cfg.noise_rule or "paper"
@@ -339,10 +336,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     model = make_model(cfg.dataset, data.num_classes).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     grad_fn = per_example_grads(model)
-    x_train = torch.as_tensor(data.x_train, device=device)
-    y_train = torch.as_tensor(data.y_train, device=device)
-    x_test = torch.as_tensor(data.x_test, device=device)
-    y_test = torch.as_tensor(data.y_test, device=device)
+    x_train, y_train, x_test, y_test = device_arrays(data, device)
     sigma = privacy.sigma(c.clip)
     coef2 = float(np.sum(noise_coefficients(c.local_steps, momentum) ** 2))
     participations = np.zeros(n, dtype=np.int64)

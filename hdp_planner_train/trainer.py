@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
+import io
 import math
 import os
 import time
@@ -23,6 +23,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner import load_plan, verify
+from hdp_planner.files import write_json_atomic, write_text_atomic
 from hdp_planner.schedule import group_epsilon
 from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, method_spec, noise_generator, sample_round
 from hdp_planner_train.data import DEFAULTS, load_federated
@@ -61,7 +62,7 @@ class TrainConfig:
     rho: float | None = None  # SAM radius (dp2-fedsam, dp-fedsam)
     head_steps: int | None = None  # τ_h (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
     iid_share: float | None = None  # paper 003's non-IID mix: this share of the data IID, the rest label-sorted
-    noise_rule: str | None = None  # privacy-aware, unbiased, power-of-choice: exact (default) | paper
+    noise_rule: str | None = None  # privacy-aware, unbiased, power-of-choice: paper (default) | exact
     eta: float | None = None  # privacy-aware: Problem 1's weight η
     per_round: int | None = None  # selection methods: clients drawn per round K (default round(q·n))
     candidates: int | None = None  # power-of-choice: candidates d (default 2K)
@@ -369,14 +370,13 @@ def _progress(enabled: bool):
 
 
 def _write_metrics(metrics: dict[str, Any], out: Path, plot: bool) -> None:
-    tmp = out / "metrics.json.tmp"
-    tmp.write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, out / "metrics.json")
-    with (out / "metrics.csv").open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["round", "accuracy", "loss"])
-        for h in metrics["history"]:
-            w.writerow([h["round"], f"{h['accuracy']:.4f}", f"{h['loss']:.6f}"])
+    write_json_atomic(out / "metrics.json", metrics)
+    table = io.StringIO()
+    w = csv.writer(table)
+    w.writerow(["round", "accuracy", "loss"])
+    for h in metrics["history"]:
+        w.writerow([h["round"], f"{h['accuracy']:.4f}", f"{h['loss']:.6f}"])
+    write_text_atomic(out / "metrics.csv", table.getvalue())
     if plot:
         plot_history(metrics, out / "convergence.png")
 
