@@ -83,7 +83,7 @@ def _check_eps(values: np.ndarray, where: str, ids: Sequence[str]) -> None:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise BudgetError(
-            f"{where}: client {ids[i]!r} has budget ε = {values[i]!r}; every ε must be positive and finite"
+            f"{where}: client {ids[i]!r} has budget ε = {float(values[i])!r}; every ε must be positive and finite"
         )
 
 

@@ -50,7 +50,7 @@ BAD_CSV = [
     ("client_id,epsilon\na,1\na,2\n", "duplicate client_id 'a'"),
     ("client_id,epsilon\na,0\n", "positive"),
     ("client_id,epsilon\na,-1\n", "positive"),
-    ("client_id,epsilon\na,nan\n", "positive and finite"),
+    ("client_id,epsilon\na,nan\n", "budget ε = nan; every ε must be positive and finite"),
     ("client_id,epsilon\na,inf\n", "positive and finite"),
     ("client_id,epsilon\na,abc\n", "not a number"),
     ("", "empty file"),
