@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from hdp_planner.baselines import BASELINES
+from hdp_planner.mechanism import executed_mechanism
 from hdp_planner.noise import clip_factor, noise_share_std, poisson_sample, secure_normal
 from hdp_planner.plan import Phase, Plan, Projection
 
@@ -98,7 +99,8 @@ class GroupSpec:
 
 
 def method_spec(plan: Plan, method: str) -> GroupSpec:
-    """The groups of ``method`` (a :data:`METHOD_NAMES` key) in ``plan``."""
+    """The groups of ``method`` (a :data:`METHOD_NAMES` key) in ``plan``, as executed: sizes, q_m, C_m, σ_m and
+    the σ schedule come from :func:`hdp_planner.mechanism.executed_mechanism`, the mechanism ``verify`` accounts."""
     if method not in METHOD_NAMES:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")
     if METHOD_NAMES[method] not in {m.name for m in plan.methods}:
@@ -106,19 +108,20 @@ def method_spec(plan: Plan, method: str) -> GroupSpec:
             f"the plan has no {METHOD_NAMES[method]} noise: re-plan with hdp-plan solve --methods {method}"
         )
     m = plan.method(METHOD_NAMES[method])
+    mech = executed_mechanism(m, plan.config)
     private = method != "p-fedavg"
     return GroupSpec(
         method=method,
-        sizes=m.size,
-        q=m.q,
-        noise_multiplier=m.noise_multiplier if private else tuple(0.0 for _ in m.size),
-        k_ratio=m.k_ratio if private else tuple(1.0 for _ in m.size),
+        sizes=mech.sizes,
+        q=mech.q,
+        noise_multiplier=mech.noise_multiplier if private else tuple(0.0 for _ in mech.sizes),
+        k_ratio=m.k_ratio if private else tuple(1.0 for _ in mech.sizes),
         weight=m.weight,
-        clip=m.clip if m.clip is not None else plan.config.clip,
+        clip=mech.clip if m.clip is not None else mech.clip[0],
         private=private,
-        pooled=m.pooled,
+        pooled=mech.pooled,
         projection=m.projection,
-        schedule=m.schedule,
+        schedule=tuple(Phase(r, s) for r, s in mech.phases) if mech.scheduled and private else None,
     )
 
 
