@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
+
+import dp_accounting
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
-from hdp_planner.noise import secure_normal, secure_uniform
+from hdp_planner import PlanFileError, load_plan, plan, plan_to_dict, verify
+from hdp_planner.accounting import quiet_dp_accounting
+from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines
+from hdp_planner.noise import (
+    aggregation_weights,
+    lambda_exact,
+    lambda_for,
+    pooled_weights,
+    secure_normal,
+    secure_uniform,
+)
 
 torch = pytest.importorskip("torch")
 
 from hdp_planner_train.aggregate import (  # noqa: E402
+    METHOD_NAMES,
     GroupSpec,
     SecureNoise,
     SeededNoise,
     aggregate,
+    method_spec,
     noise_source,
     round_seed,
 )
@@ -34,7 +53,7 @@ def test_secure_normal_is_standard_normal():
 
 def test_secure_draws_never_repeat_and_uniforms_lie_in_unit_interval():
     u = secure_uniform(100_000)
-    assert 0 < u.min() and u.max() <= 1.0 and stats.kstest(u, "uniform").pvalue > 1e-4
+    assert 0 <= u.min() and u.max() < 1.0 and stats.kstest(u, "uniform").pvalue > 1e-4
     assert not np.array_equal(secure_normal(8), secure_normal(8))
 
 
@@ -64,6 +83,48 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
         noise_source("urandom", 0, 0)
 
 
+# ------------------------------------------------------------------ clipping never exceeds the accounted C
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    d=st.integers(1, 3000),
+    scale=st.floats(1e-3, 1e4),
+    clip=st.floats(1e-3, 1e3),
+    dtype=st.sampled_from(["float32", "float64"]),
+    seed=st.integers(0, 2**31),
+)
+def test_clipped_rows_never_exceed_c(rows, d, scale, clip, dtype, seed):
+    from hdp_planner_train.aggregate import clip_rows
+    from hdp_planner_train.private_selection import clip_per_example
+
+    dt = getattr(torch, dtype)
+    x = torch.randn(rows, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+    x[0] *= clip / torch.linalg.vector_norm(x[0]) * (1 + 1e-7)  # a row right at the edge
+    x = x.to(dt)
+    out, count = clip_rows(x, clip)
+    norms = torch.linalg.vector_norm(out.double(), dim=1)
+    assert bool((norms <= clip).all()), float((norms / clip).max() - 1)
+    before = torch.linalg.vector_norm(x.double(), dim=1)
+    small = before <= clip
+    torch.testing.assert_close(out[small], x[small], rtol=0, atol=0)  # within C: untouched
+    assert bool((norms[~small] >= clip * (1 - 1e-5)).all()) and count == int((~small).sum())
+    assert bool((torch.linalg.vector_norm(clip_per_example(x, clip).double(), dim=1) <= clip).all())
+
+
+def test_float32_rows_clipped_naively_exceed_c_and_ours_do_not():
+    """The review's finding: float64 norms, float32 scaling can leave ‖Δ‖ > C; clip_rows never does."""
+    from hdp_planner.noise import clip_factor
+    from hdp_planner_train.aggregate import clip_rows
+
+    x = torch.randn(2000, 5000, generator=torch.Generator().manual_seed(0)) * 3
+    naive = x * torch.as_tensor(clip_factor(torch.linalg.vector_norm(x.double(), dim=1).numpy(), 1.0),
+                                dtype=torch.float32)[:, None]
+    assert float(torch.linalg.vector_norm(naive.double(), dim=1).max()) > 1.0
+    assert float(torch.linalg.vector_norm(clip_rows(x, 1.0)[0].double(), dim=1).max()) <= 1.0
+
+
 # ------------------------------------------------------------------ tampered plans never under-noise a client
 #
 # For random valid plans and random mutations of any numeric or list field of plan.json (optionally with every
@@ -71,19 +132,6 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
 # client's ε, recomputed with dp-accounting's RdpAccountant (not our rdp.py) from the mechanism the trainer
 # executes (method_spec, i.e. GroupSpec, read as aggregate() applies it), is within the client's budget.
 
-import copy  # noqa: E402
-import functools  # noqa: E402
-import json  # noqa: E402
-
-import dp_accounting  # noqa: E402
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from hdp_planner import PlanFileError, load_plan, plan, plan_to_dict, verify  # noqa: E402
-from hdp_planner.accounting import quiet_dp_accounting  # noqa: E402
-from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
-from hdp_planner.noise import aggregation_weights, lambda_exact, lambda_for, pooled_weights  # noqa: E402
-from hdp_planner_train.aggregate import METHOD_NAMES, method_spec  # noqa: E402
 
 N = 120  # the digits partition's client count, so train's own check accepts the plans
 SETTINGS = {
