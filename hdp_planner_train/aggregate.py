@@ -41,7 +41,7 @@ import torch
 
 from hdp_planner.baselines import BASELINES
 from hdp_planner.mechanism import executed_mechanism
-from hdp_planner.noise import clip_factor, noise_share_std, poisson_sample, secure_normal
+from hdp_planner.noise import SecureRandom, clip_factor, noise_share_std, poisson_sample, secure_normal
 from hdp_planner.plan import Phase, Plan, Projection
 
 METHOD_NAMES = {
@@ -130,9 +130,11 @@ def round_seed(seed: int, rnd: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, rnd, stream]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
 
 
-def sample_round(spec: GroupSpec, seed: int, rnd: int) -> list[np.ndarray]:
-    """Global ids of the clients joining round ``rnd``, per group (Poisson sampling with q_m)."""
-    rng = np.random.default_rng(round_seed(seed, rnd, 0))
+def sample_round(spec: GroupSpec, seed: int, rnd: int, secure: bool = False) -> list[np.ndarray]:
+    """Global ids of the clients joining round ``rnd``, per group (Poisson sampling with q_m): from
+    ``round_seed(seed, rnd, 0)``, or with ``secure`` from the OS's CSPRNG, so that no recorded seed regenerates
+    who took part."""
+    rng = SecureRandom() if secure else np.random.default_rng(round_seed(seed, rnd, 0))
     return [off + poisson_sample(rng, size, q) for off, size, q in zip(spec.offsets, spec.sizes, spec.q)]
 
 

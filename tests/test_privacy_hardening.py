@@ -374,3 +374,67 @@ def test_the_independent_check_catches_finding_1():
     with pytest.raises(AssertionError, match="group 1"):
         assert_within_budgets(old_spec, client_budgets(json.loads(base_document("three"))), p.config.rounds,
                               p.config.delta)
+
+
+# ------------------------------------------------------------------ secure vs seeded runs, diagnostics
+
+
+@pytest.fixture(scope="module")
+def digits_plan_file(tmp_path_factory):
+    from hdp_planner import save_plan
+
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    save_plan(plan([0.5, 1.5, 3.0], n=N, rounds=4, q=0.2, clip=1.5), path)
+    return path
+
+
+DIAGNOSTICS = ("noise_lambda_measured", "noise_lambda_applied", "joined_per_round_mean", "round_seconds",
+               "round_seconds_median")
+
+
+def _train(plan_file, out, **kw):
+    from hdp_planner_train.trainer import TrainConfig, run
+
+    base = dict(plan=str(plan_file), dataset="digits", rounds=2, out=None if out is None else str(out),
+                progress=False)
+    return run(TrainConfig(**{**base, **kw}))
+
+
+def test_secure_run_writes_no_membership_diagnostics_and_resumes(digits_plan_file, tmp_path):
+    from hdp_planner_train.trainer import CHECKPOINT
+
+    out = tmp_path / "secure"
+    first = _train(digits_plan_file, out, rounds=1)  # --out: secure by default
+    assert first["noise_source"] == "secure"
+    resumed = _train(digits_plan_file, out, rounds=2, resume=True)
+    doc = json.loads((out / "metrics.json").read_text())
+    state = torch.load(out / CHECKPOINT, weights_only=False)
+    assert doc["noise_source"] == "secure" and resumed["epsilon_spent"][0]["rounds"] == 2
+    assert not set(DIAGNOSTICS) & set(doc) and "simulation_diagnostics" not in doc
+    assert state["next_round"] == 2 and state["identity"]["noise_source"] == "secure"
+    assert all(state[k] == [] for k in ("lambda_measured", "lambda_applied", "round_seconds", "joined"))
+    with pytest.raises(ValueError, match="noise_source"):  # a secure checkpoint never continues seeded
+        _train(digits_plan_file, out, rounds=2, resume=True, noise="seeded")
+    again = _train(digits_plan_file, tmp_path / "again", rounds=1)
+    assert again["history"] != first["history"]  # same seed, fresh noise and sampling
+
+
+def test_seeded_run_is_labelled_a_simulation_and_keeps_its_diagnostics(digits_plan_file, tmp_path):
+    a = _train(digits_plan_file, None)  # nothing leaves the process: seeded by default
+    b = _train(digits_plan_file, tmp_path / "b", noise="seeded")
+    assert a["noise_source"] == b["noise_source"] == "seeded" and "never release" in a["noise_note"]
+    assert set(DIAGNOSTICS) <= set(b) and a["history"] == b["history"]
+
+
+def test_cli_flags_and_the_seeded_warning(digits_plan_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "1"]
+    seeded = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "s"), "--seeded-noise"])
+    assert seeded.exit_code == 0, seeded.output
+    assert "never release" in seeded.output and "Λ measured" in seeded.output
+    secure = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "c")])
+    assert secure.exit_code == 0 and "never release" not in secure.output and "Λ measured" not in secure.output
+    assert json.loads((tmp_path / "c" / "metrics.json").read_text())["noise_source"] == "secure"
