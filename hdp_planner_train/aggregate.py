@@ -32,6 +32,7 @@ Noise measurement (two numbers per round, both per coordinate, noise n_m of grou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -150,6 +151,10 @@ class NoiseSource(Protocol):
         """A tensor of ``shape`` with independent N(0, std²) entries on ``device`` in ``dtype``."""
         ...
 
+    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+        """The sum of ``shares`` independent N(0, std²·I_d) shares (the clients' noise shares of a group)."""
+        ...
+
 
 class SeededNoise:
     """Reproducible noise for simulations: torch generators seeded from ``round_seed(seed, rnd, 2)``, one per device.
@@ -172,6 +177,13 @@ class SeededNoise:
             )
         return torch.randn(shape, generator=gen, device=device, dtype=dtype) * std
 
+    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+        """One draw per share, in client order: the same stream in every engine and on resume."""
+        total = torch.zeros(d, device=device, dtype=dtype)
+        for _ in range(shares):
+            total += self.normal(d, std, device, dtype)
+        return total
+
 
 class SecureNoise:
     """Noise from the OS's cryptographically secure generator (:func:`hdp_planner.noise.secure_normal`, float64),
@@ -183,6 +195,10 @@ class SecureNoise:
         size = (shape,) if isinstance(shape, int) else tuple(shape)
         draws = secure_normal(int(np.prod(size))) * std
         return torch.from_numpy(draws.reshape(size)).to(device=device, dtype=dtype)
+
+    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+        """The sum's own law, N(0, shares·std²·I_d), in one draw (the simulation holds every share anyway)."""
+        return self.normal(d, std * math.sqrt(shares), device, dtype)
 
 
 def noise_source(kind: NoiseKind, seed: int, rnd: int) -> NoiseSource:
@@ -238,11 +254,7 @@ def group_noise(
     d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource, device, dtype
 ) -> torch.Tensor:
     """The noise in a group's sum: ``joined`` client shares of std C·σ/√c each, or the server's N(0, C²σ²)."""
-    std = noise_share_std(clip, noise_multiplier, joined)
-    total = torch.zeros(d, device=device, dtype=dtype)
-    for _ in range(max(joined, 1)):  # one draw per share, in client order: identical in every engine
-        total += source.normal(d, std, device, dtype)
-    return total
+    return source.share_sum(d, max(joined, 1), noise_share_std(clip, noise_multiplier, joined), device, dtype)
 
 
 def principal_subspace(matrix: torch.Tensor, dim: int, method: str, source: NoiseSource) -> torch.Tensor:

@@ -77,6 +77,11 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
     b, _ = aggregate(deltas, [0, 0, 1], spec, noise_source("secure", 0, 0))
     assert float(a.var()) == pytest.approx(0.25 * (1.0 + 4.0), rel=0.03)
     assert not torch.equal(a, b)
+    from hdp_planner_train.aggregate import group_noise
+
+    for joined in (0, 1, 7):  # secure: the group's noise sum in one draw of its own law N(0, C²σ²)
+        noise = group_noise(d, joined, 1.5, 0.8, SecureNoise(), "cpu", torch.float64)
+        assert float(noise.var()) == pytest.approx(1.5**2 * 0.8**2, rel=0.03)
     x = SecureNoise().normal((3, 4), 2.0, "cpu", torch.float32)
     assert x.shape == (3, 4) and x.dtype == torch.float32
     with pytest.raises(ValueError):
