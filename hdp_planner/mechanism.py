@@ -125,6 +125,8 @@ def row_problems(plan: Plan) -> list[str]:
             continue
         if m.name in UNIFORM_Q_METHODS and not all(_close(q, c.q) for q in m.q):
             problems.append(f"{where}: every group must be sampled at the plan's q = {c.q:.6g}")
+        if m.name == "GDPFed-op" and c.fixed_q is not None and not _all_close(m.q, c.fixed_q):
+            problems.append(f"{where}: q must be the plan's fixed q")
         if m.name == "GDPFed+":
             op = plan.method("GDPFed-op")
             if not (_all_close(m.q, op.q) and _all_close(m.noise_multiplier, op.noise_multiplier)):

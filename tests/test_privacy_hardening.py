@@ -443,3 +443,25 @@ def test_cli_flags_and_the_seeded_warning(digits_plan_file, tmp_path):
     secure = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "c")])
     assert secure.exit_code == 0 and "never release" not in secure.output and "Λ measured" not in secure.output
     assert json.loads((tmp_path / "c" / "metrics.json").read_text())["noise_source"] == "secure"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["noise"]["DP-FedAvg"]["q"].__setitem__(0, 0.3), "DP-FedAvg: q"),
+        (lambda d: d["noise"]["DP-FedAvg"]["epsilon"].__setitem__(0, 1.5), "strictest"),
+        (lambda d: d["noise"]["GDPFed"]["q"].__setitem__(1, 0.05), "GDPFed: every group"),
+        (lambda d: d["noise"]["Time-adaptive"]["q"].__setitem__(0, 0.05), "Time-adaptive: every group"),
+        (lambda d: d["noise"]["GDPFed+"]["noise_multiplier"].__setitem__(2, 9.0), "GDPFed-op's"),
+        (lambda d: d["noise"]["IDP-FedAvg-Sample"]["noise_multiplier"].__setitem__(0, 9.0), "C_m·σ_m"),
+    ],
+)
+def test_rows_must_match_their_method_definition(tmp_path, edit, message):
+    """Consistent files (derived fields repaired) whose rows depart from their method are refused by the loader."""
+    doc = json.loads(base_document("three"))
+    edit(doc)
+    repair(doc)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PlanFileError, match=message):
+        load_plan(path)
