@@ -265,7 +265,7 @@ def _finite(x: float) -> float | None:
 
 
 def verdict(entry: dict[str, Any]) -> str:
-    """"UNDER-NOISED" when ε̂'s interval lies above the planned ε, the one-run lower bound exceeds it, or the
+    """Verdict "UNDER-NOISED" when ε̂'s interval lies above the planned ε, the one-run lower bound exceeds it, or the
     null canaries correlate across rounds; "not identifiable" when no canary was inserted; else "consistent"."""
     planned = entry["epsilon_planned"]
     reasons = []
@@ -280,3 +280,27 @@ def verdict(entry: dict[str, Any]) -> str:
     if reasons:
         return "UNDER-NOISED (" + "; ".join(reasons) + ")"
     return "not identifiable (no canary inserted)" if entry["epsilon_empirical"] is None else "consistent"
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def audit_lines(section: dict[str, Any]) -> list[str]:
+    """The audit table as text lines: per group planned ε, ε̂ [interval], lower bound, σ, q, correlation, verdict."""
+    lines = [
+        f"privacy audit ({section['canaries_per_group']} canaries per group): group | ε planned | "
+        "ε̂ [95% interval] | lower bound | σ planned / σ̂ | q planned / observed | lag-1 corr | verdict"
+    ]
+    for g in section["groups"]:
+        interval = g["epsilon_empirical_interval"]
+        emp = "—" if interval is None else f"{_fmt(g['epsilon_empirical'])} [{_fmt(interval[0])}, {_fmt(interval[1])}]"
+        if g.get("epsilon_empirical_capped"):
+            emp = "≥ " + emp
+        lines.append(
+            f"  {g['group']} | {_fmt(g['epsilon_planned'])} | {emp} | {_fmt(g['epsilon_lower_bound'])} | "
+            f"{_fmt(g['noise_multiplier_planned'])} / {_fmt(g['noise_multiplier_empirical'])} | "
+            f"{_fmt(g['sampling_rate_planned'])} / {_fmt(g['sampling_rate_observed'])} | "
+            f"{_fmt(g['lag1_correlation'])} | {g['verdict']}"
+        )
+    return lines

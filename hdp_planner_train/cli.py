@@ -87,6 +87,13 @@ def train(
     candidates: Annotated[
         int | None, typer.Option("--candidates", help="power-of-choice: candidates d per round [2K].")
     ] = None,
+    audit: Annotated[
+        bool, typer.Option("--audit", help="Insert canary clients; report an empirical ε per group beside the plan's.")
+    ] = False,
+    audit_canaries: Annotated[
+        int | None,
+        typer.Option("--audit-canaries", help="Canaries per group, half inserted on average [min(2000, d/M)]."),
+    ] = None,
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
@@ -124,6 +131,8 @@ def train(
         eta=eta,
         per_round=per_round,
         candidates=candidates,
+        audit=audit,
+        audit_canaries=audit_canaries,
     )
     try:
         metrics = run(cfg)
@@ -143,6 +152,11 @@ def train(
         from hdp_planner_train.private_selection import summary_lines
 
         for line in summary_lines(metrics):
+            _out.print(line, highlight=False)
+    if "audit" in metrics:
+        from hdp_planner.audit import audit_lines
+
+        for line in audit_lines(metrics["audit"]):
             _out.print(line, highlight=False)
     if out:
         _out.print(f"metrics written to {out}/metrics.json", highlight=False)

@@ -159,7 +159,7 @@ def test_no_shift_gives_zero_epsilon():
 @given(m=st.integers(20, 400), frac=st.floats(0.05, 1.0), acc=st.floats(0.0, 1.0), delta=st.sampled_from([0.0, 1e-5]))
 def test_steinke_epsilon_is_the_edge_of_rejection(m, frac, acc, delta):
     r = max(1, int(frac * m))
-    v = int(round(acc * r))
+    v = round(acc * r)
     eps = audit.steinke_epsilon(m, r, v, delta, 0.05)
     assert eps >= 0
     if eps > 0:  # ε just below the bound is rejected, just above it is not
