@@ -32,6 +32,20 @@ def check_auditable(spec: GroupSpec) -> None:
         raise ValueError(f"--audit: {spec.method}'s σ changes over rounds; the audit fits one σ per group")
 
 
+def auditable(plan, method: str) -> bool:
+    """Whether ``train --audit`` covers ``method`` under ``plan`` (a plan-noised method with a constant σ)."""
+    from hdp_planner_train.aggregate import method_spec
+    from hdp_planner_train.personal import PERSONAL_METHODS
+
+    if method in PERSONAL_METHODS:
+        return False
+    try:
+        check_auditable(method_spec(plan, method))
+    except ValueError:
+        return False
+    return True
+
+
 class CanaryAuditor:
     """The canaries of one run: layout from the seed, this round's joins, every round's projections."""
 

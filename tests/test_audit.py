@@ -173,3 +173,73 @@ def test_steinke_bound_is_zero_on_random_guesses_and_large_on_perfect_ones():
     assert audit.steinke_lower_bound(rng.normal(size=2000), inserted, 1e-5) < 0.5
     perfect = audit.steinke_lower_bound(inserted.astype(float), inserted, 1e-5)
     assert perfect > 3
+
+
+# ------------------------------------------------------------------ end to end: train --audit, compare --audit
+
+
+@pytest.fixture(scope="module")
+def digits_plan_file(tmp_path_factory):
+    from hdp_planner import plan, save_plan
+
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    save_plan(plan([0.5, 1.5, 3.0], n=120, rounds=10, q=0.1, clip=1.5, sparsity=(0.7, 0.8, 0.9)), path)
+    return path
+
+
+REQUIRED = (
+    "epsilon_planned", "epsilon_empirical", "epsilon_empirical_upper", "noise_multiplier_planned",
+    "noise_multiplier_empirical", "sampling_rate_planned", "sampling_rate_observed", "epsilon_lower_bound", "verdict",
+)  # fmt: skip
+
+
+def test_cli_train_audit_writes_the_audit_section(digits_plan_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    out = tmp_path / "run"
+    args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "4", "--audit", "--plot"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "privacy audit" in result.output and result.output.count(" | ") >= 3 * 7
+    metrics = json.loads((out / "metrics.json").read_text())
+    section = metrics["audit"]
+    assert section["canaries_per_group"] == 2410 // 3  # d = 2,410 for the digits model, M = 3
+    assert [g["group"] for g in section["groups"]] == [1, 2, 3]
+    for g, e in zip(section["groups"], metrics["epsilon_spent"]):
+        assert all(k in g for k in REQUIRED)
+        assert g["epsilon_planned"] == e["epsilon_spent"] and g["rounds"] == 4
+        assert not g["verdict"].startswith("UNDER")
+    # canaries are not counted as real clients in the log; the figure has the audit panel
+    assert all(j < 0.1 * 40 * 3 for j in metrics["joined_per_round_mean"])
+    assert (out / "convergence.png").stat().st_size > 1000
+
+
+def test_cli_train_audit_refuses_a_method_without_noise(digits_plan_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    out = tmp_path / "run"
+    args = ["train", str(digits_plan_file), "--dataset", "digits", "--method", "p-fedavg", "--audit"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 2 and result.output.startswith("error:") and "nothing to audit" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+    too_many = CliRunner().invoke(app, [*args[:-3], "--audit", "--audit-canaries", "5000", "--out", str(out)])
+    assert too_many.exit_code == 2 and "⌊d/M⌋ = 803" in too_many.output and not out.exists()
+
+
+def test_cli_compare_audit_prints_empirical_epsilon_beside_each_method(tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    out = tmp_path / "grid"
+    args = ["compare", "--dataset", "digits", "--methods", "p-fedavg,dp-fedavg", "--seeds", "1", "--rounds", "3"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--audit", "--device", "cpu"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "ε̂ audited" in result.output
+    summary = {s["method"]: s for s in json.loads((out / "results.json").read_text())["summary"]}
+    assert "epsilon_empirical" not in summary["p-fedavg"]  # no noise: nothing to audit
+    assert len(summary["dp-fedavg"]["epsilon_empirical"]) == 1 and summary["dp-fedavg"]["audit_flags"] == []
