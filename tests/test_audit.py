@@ -42,8 +42,11 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def simulate(spec: agg.GroupSpec, seed: int, rounds: int = ROUNDS, canaries: int = 3000) -> dict[str, Any]:
-    """``rounds`` rounds of synthetic client updates (norm ≈ 3, so clipped) plus canaries through ``aggregate``."""
+def simulate(
+    spec: agg.GroupSpec, seed: int, rounds: int = ROUNDS, canaries: int = 3000, secure: bool = False
+) -> dict[str, Any]:
+    """``rounds`` rounds of synthetic client updates (norm ≈ 3, so clipped) plus canaries through ``aggregate``,
+    with the seeded noise stream or the OS's secure one."""
     d = canaries * len(spec.sizes)
     auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
     data = np.random.default_rng(seed + 1000)
@@ -52,7 +55,8 @@ def simulate(spec: agg.GroupSpec, seed: int, rounds: int = ROUNDS, canaries: int
         group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-        agg.aggregate(deltas, group_of_row, spec, agg.noise_generator(seed, r), r, observe=auditor.observe)
+        source = agg.SecureNoise() if secure else agg.SeededNoise(seed, r)
+        agg.aggregate(deltas, group_of_row, spec, source, r, observe=auditor.observe)
     planned = [rdp_epsilon(s, q, rounds, DELTA) for s, q in zip(spec.noise_multiplier, spec.q)]
     return auditor.report(planned, DELTA)
 
@@ -96,18 +100,25 @@ def test_reused_noise_stream_is_flagged_in_that_group_only(monkeypatch):
     real = agg.group_noise
     calls = {"n": 0}
 
-    def reuse_first_group(d, joined, clip, sigma, generator, device, dtype):
+    def reuse_first_group(d, joined, clip, sigma, source, device, dtype):
         group = calls["n"] % len(SMALL.sizes)
         calls["n"] += 1
-        if group == 0:  # the bug: group 1's noise comes from a generator seeded the same way every round
-            generator = torch.Generator().manual_seed(1234)
-        return real(d, joined, clip, sigma, generator, device, dtype)
+        if group == 0:  # the bug: group 1's noise comes from a stream seeded the same way every round
+            source = agg.SeededNoise(1234, 0)
+        return real(d, joined, clip, sigma, source, device, dtype)
 
     monkeypatch.setattr(agg, "group_noise", reuse_first_group)
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
     assert _flagged(report) == [True, False]
     assert "correlated" in report["groups"][0]["verdict"]
     assert report["groups"][0]["lag1_correlation"] > 0.5
+
+
+def test_secure_noise_is_consistent():
+    report = simulate(SMALL, 1, rounds=10, canaries=1000, secure=True)
+    for g, sigma in zip(report["groups"], SMALL.noise_multiplier):
+        assert g["verdict"] == "consistent"
+        assert abs(g["noise_multiplier_empirical"] / sigma - 1) < 0.15
 
 
 def test_pooled_noise_projects_every_group_on_the_pool():
