@@ -254,3 +254,18 @@ def test_cli_compare_audit_prints_empirical_epsilon_beside_each_method(tmp_path)
     summary = {s["method"]: s for s in json.loads((out / "results.json").read_text())["summary"]}
     assert "epsilon_empirical" not in summary["p-fedavg"]  # no noise: nothing to audit
     assert len(summary["dp-fedavg"]["epsilon_empirical"]) == 1 and summary["dp-fedavg"]["audit_flags"] == []
+
+
+def test_resumed_audited_run_reproduces_the_audit(digits_plan_file, tmp_path):
+    from hdp_planner_train.trainer import TrainConfig, run
+
+    def train(out, rounds, resume=False):
+        cfg = TrainConfig(plan=str(digits_plan_file), method="gdpfed+", dataset="digits", rounds=rounds, out=str(out),
+                          device="cpu", progress=False, audit=True, audit_canaries=200, resume=resume)  # fmt: skip
+        return run(cfg)["audit"]["groups"]
+
+    whole = train(tmp_path / "whole", 3)
+    train(tmp_path / "part", 2)
+    resumed = train(tmp_path / "part", 3, resume=True)
+    for a, b in zip(whole, resumed):
+        assert a["insertions"] == b["insertions"] and a["epsilon_empirical"] == pytest.approx(b["epsilon_empirical"])
