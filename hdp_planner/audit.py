@@ -235,6 +235,9 @@ def audit_group(
         "lag1_correlation": corr,
         "lag1_correlation_se": se,
         "epsilon_lower_bound": steinke_lower_bound(z.sum(0), inserted, delta),
+        # what ε̂ estimates when the run is correct: the same PLD accountant at the planned σ (below the planned ε,
+        # which the plan's accountant, RDP by default, bounds less tightly)
+        "epsilon_pld_of_planned_sigma": empirical_epsilon(sigma_planned, q, rounds, delta)[0],
     }
     if math.isnan(mu):
         entry.update(
