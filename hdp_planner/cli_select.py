@@ -24,7 +24,9 @@ from hdp_planner.files import write_json_atomic, write_text_atomic
 from hdp_planner.inputs import parse_floats
 from hdp_planner.selection import (
     ACCOUNTANTS,
+    COUNT_RULE,
     PRIVACY_MODEL,
+    SELECTION_FAILURE,
     ClientNoise,
     SelectionProblem,
     SelectionSolution,
@@ -83,6 +85,9 @@ def selection_document(ids: list[str], sol: SelectionSolution, noise: ClientNois
         "schema": SCHEMA,
         "method": "privacy-aware client selection (paper 003, Problem 1)",
         "privacy_model": PRIVACY_MODEL,
+        "public": "each client's data size |M_k| (as in paper 003) and its budget ε_k's group",
+        "selections_rule": COUNT_RULE.format(beta=SELECTION_FAILURE),
+        "selections_failure_probability": SELECTION_FAILURE,
         "config": {**config_dict(pr), "accountant": accountant},
         "objective": sol.objective,
         "unbiased_objective": sol.unbiased_objective,
@@ -172,6 +177,11 @@ def render_selection(ids: list[str], sol: SelectionSolution, noise: ClientNoise,
         f"η ≤ η* = {pr.unbiased_threshold:.4g}",
         highlight=False,
     )
+    console.print(COUNT_RULE.format(beta=SELECTION_FAILURE), highlight=False)
+    console.print(
+        "|M_k| (each client's data size) is treated as public, as in paper 003: p^u, r_k and σ_k depend on it",
+        highlight=False,
+    )
     unbiased_term = float(np.sum(pu**2 * pr.noise_factor))
     console.print(
         f"DP term Σp_k²V_k: {noise.dp_term:.4g} (unbiased: {unbiased_term:.4g}, "
@@ -224,7 +234,9 @@ def select_cmd(
     ] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="Scatter like 003 Fig. 3 (.png/.svg/.pdf).")] = None,
 ) -> None:
-    """Privacy-aware client selection (003): Problem 1's probabilities p (cvxpy) and each client's σ_k."""
+    """Privacy-aware client selection (003): Problem 1's probabilities p (cvxpy) and each client's σ_k,
+    calibrated for a high-probability bound T_k on its draws with replacement. Each client's data size |M_k| is
+    treated as public, as in paper 003."""
     if accountant not in ACCOUNTANTS:
         raise CliError(f"--accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}")
     if sample_rate is not None and batch_size is not None:

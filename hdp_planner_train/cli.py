@@ -33,7 +33,8 @@ def train(
             help="p-fedavg | dp-fedavg | gdpfed | gdpfed-op | gdpfed+ | pfa | idp-fedavg-sample | idp-fedavg-scale | "
             "time-adaptive (baselines: plan them with solve --methods) | dp2-fedsam | dp-fedsam | centaur | "
             "dp-fedavg-ft (DP²-FedSAM family: the plan's DP-FedAvg noise, one ε) | privacy-aware | unbiased | "
-            "power-of-choice (paper 003: record-level DP-SGD, each client the ε of its plan group)",
+            "power-of-choice (paper 003: record-level DP-SGD, each client the ε of its plan group; data sizes |M_k| "
+            "are treated as public)",
         ),
     ] = "gdpfed+",
     dataset: Annotated[
@@ -94,6 +95,15 @@ def train(
         int | None,
         typer.Option("--audit-canaries", help="Canaries per group, half inserted on average [min(2000, d/M)]."),
     ] = None,
+    secure_noise: Annotated[
+        bool | None,
+        typer.Option(
+            "--secure-noise/--seeded-noise",
+            help="Noise and client sampling from the OS's CSPRNG (for models that are released), or reproducible "
+            "from --seed (a simulation: never release its model; adds per-round diagnostics) [secure with --out, "
+            "else seeded].",
+        ),
+    ] = None,
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
@@ -102,7 +112,7 @@ def train(
         _fail(f"hdp-plan train needs PyTorch: {TORCH_HINT}")
     if (plot or resume) and not out:
         _fail("--plot and --resume need --out DIR")
-    from hdp_planner_train.trainer import TrainConfig, run
+    from hdp_planner_train.trainer import SEEDED_NOTE, TrainConfig, run
 
     cfg = TrainConfig(
         plan=plan_file,
@@ -133,6 +143,7 @@ def train(
         candidates=candidates,
         audit=audit,
         audit_canaries=audit_canaries,
+        noise=None if secure_noise is None else ("secure" if secure_noise else "seeded"),
     )
     try:
         metrics = run(cfg)
@@ -142,12 +153,19 @@ def train(
     eps = ", ".join(
         "∞" if e["epsilon_spent"] is None else f"{e['epsilon_spent']:.3g}" for e in metrics["epsilon_spent"]
     )
+    diagnostics = (
+        f"; Λ measured {metrics['noise_lambda_measured']:.4g} (planned {metrics['noise_lambda_planned']:.4g}); "
+        f"median round {metrics['round_seconds_median']:.2f}s"
+        if "noise_lambda_measured" in metrics
+        else f"; Λ planned {metrics['noise_lambda_planned']:.4g}"
+    )
     _out.print(
         f"{metrics['method']} on {metrics['dataset']}: accuracy {metrics['final_accuracy']:.2f}% after "
-        f"{metrics['rounds']} rounds; ε spent per group: {eps}; Λ measured {metrics['noise_lambda_measured']:.4g} "
-        f"(planned {metrics['noise_lambda_planned']:.4g}); median round {metrics['round_seconds_median']:.2f}s",
+        f"{metrics['rounds']} rounds; ε spent per group: {eps}{diagnostics}",
         highlight=False,
     )
+    if metrics.get("noise_source") == "seeded":
+        _err.print(f"note: {SEEDED_NOTE}", highlight=False, soft_wrap=True)
     if "client_privacy" in metrics:  # paper 003's selection methods: both noise rules, ε spent per group
         from hdp_planner_train.private_selection import summary_lines
 
@@ -219,6 +237,7 @@ def compare(
     from hdp_planner_train.compare import (
         PAPER_SETTINGS,
         PAPER_SPARSITY,
+        SIMULATION,
         CompareConfig,
         check_methods,
         prepare_plan,
@@ -259,6 +278,7 @@ def compare(
         if data.n_clients != config.n:
             raise ValueError(f"--n {config.n} but the {dataset} partition has {data.n_clients} clients")
         plan_path = prepare_plan(cfg, groups, config, options, data.num_classes)
+        _out.print(f"note: {SIMULATION}", highlight=False)
         rows = run_grid(cfg, plan_path, lambda line: _out.print(line, highlight=False))
     except (ValueError, OSError, KeyError) as exc:
         _fail(str(exc) or type(exc).__name__)

@@ -2,7 +2,8 @@
 several seeds, reported as GDPFed Table 2 (mean ± sample std of the final test accuracy) with a figure.
 
 One plan holds every method's noise (the planner's four and the baselines asked for); each (method, seed)
-run is ``hdp-plan train`` with its own output folder, so a grid can be resumed run by run.
+run is ``hdp-plan train`` with its own output folder, so a grid can be resumed run by run. Every run uses seeded
+noise (``--seeded-noise``): the grid is a reproducible simulation, and its models must not be released.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from hdp_planner.files import write_json_atomic
 from hdp_planner.grouping import Groups
 from hdp_planner.plan import PlanConfig, solve_plan
 from hdp_planner.planfile import plan_to_dict, verify
+
+SIMULATION = "seeded noise: a reproducible simulation grid; its models must not be released"
 
 PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "fmnist": {"eps": (0.5, 1.5, 3.0), "rounds": 50, "q": 0.02, "clip": 1.5, "local_steps": 5},
@@ -148,6 +151,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     engine=cfg.engine,
                     progress=False,
                     audit=audit,
+                    noise="seeded",  # a simulation grid: reproducible, its models are not for release
                 )
             )
             row = {
@@ -219,7 +223,9 @@ def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: S
     """results.json (every run and the summary), results.csv (the summary) and comparison.png."""
     out = Path(cfg.out)
     write_json_atomic(
-        out / "results.json", {"dataset": cfg.dataset, "seeds": cfg.seeds, "summary": summary, "runs": rows}
+        out / "results.json",
+        {"dataset": cfg.dataset, "seeds": cfg.seeds, "noise_source": "seeded", "noise_note": SIMULATION,
+         "summary": summary, "runs": rows},
     )
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

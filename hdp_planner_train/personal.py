@@ -41,7 +41,7 @@ from torch.func import functional_call, vmap
 from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner_train.aggregate import METHOD_NAMES, SeededNoise, aggregate, sample_round
+from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, noise_source, sample_round
 from hdp_planner_train.engines import batch_indices, evaluate, local_deltas
 from hdp_planner_train.models import head_module_name, make_model, split_head
 
@@ -290,10 +290,12 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     """:func:`hdp_planner_train.trainer.run` for :data:`PERSONAL_METHODS`; same metrics, plus the privacy model."""
     from hdp_planner_train.trainer import (
         RunLog,
+        TrainError,
         _progress,
         _write_metrics,
         base_metrics,
         device_arrays,
+        noise_kind,
         resume_state,
         round_description,
         run_identity,
@@ -301,6 +303,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     )
 
     method, c = cfg.method, plan.config
+    if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients (issue 13)
+        raise TrainError(f"{method} runs the plan's DP-FedAvg row, which must be one group; it has {len(spec.sizes)}")
     personal = method in HEAD_METHODS
     rho = 0.0 if method == "centaur" else (DEFAULT_RHO if cfg.rho is None else float(cfg.rho))
     head_steps = c.local_steps if cfg.head_steps is None else int(cfg.head_steps)
@@ -319,7 +323,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     x_train, y_train, x_test, y_test = device_arrays(data, device)
     dist = label_distribution(data.clients, data.y_train, data.num_classes)
 
-    log = RunLog()
+    kind = noise_kind(cfg)
+    log = RunLog(diagnostics=kind == "seeded")
     if state is not None:
         theta = state["theta"].to(device)
         heads = None if state["heads"] is None else state["heads"].to(device)
@@ -335,7 +340,9 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         for r in range(log.next_round, rounds):
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
-            ids = np.concatenate(sample_round(spec, cfg.seed, r))
+            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
+            ids = np.concatenate(sampled)
+            group_of_row = np.concatenate([np.full(len(g), m) for m, g in enumerate(sampled)]).astype(np.int64)
             if method == "dp-fedavg-ft":  # plain DP-FedAvg training, on the configured engine
                 idx = batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r)
                 idx = torch.as_tensor(idx, device=device)
@@ -356,8 +363,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                         heads[cid] = new_head  # stays on the client
                     updates.append(delta)
                 rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
-            gen = SeededNoise(cfg.seed, r)
-            update, stats = aggregate(rows, np.zeros(len(ids), np.int64), spec, gen, r, [])
+            gen = noise_source(kind, cfg.seed, r)
+            update, stats = aggregate(rows, group_of_row, spec, gen, r, [])  # each group at its executed σ_m
             theta = theta.clone()
             theta[shared] += update
             log.record(stats, time.perf_counter() - t0)
@@ -427,7 +434,9 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                 + ("; personal heads never leave the clients" if personal else "")
                 + ("; fine-tuned copies never leave the clients" if method == "dp-fedavg-ft" else "")
             ),
-            "noise_lambda_note": f"per coordinate of the {d_shared} shared parameters the noise is added to",
+            "noise_lambda_note": None
+            if kind == "secure"
+            else f"simulation diagnostics, per coordinate of the {d_shared} shared parameters the noise is added to",
             "groups": {"size": list(spec.sizes), "q": list(spec.q), "noise_multiplier": list(spec.noise_multiplier)},
         }
     )

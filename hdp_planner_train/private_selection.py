@@ -41,8 +41,9 @@ from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.accounting import GaussianRounds, epsilon_spent
+from hdp_planner.noise import SecureRandom
 from hdp_planner.selection import PRIVACY_MODEL, SelectionProblem, record_noise_multiplier, solve_selection
-from hdp_planner_train.aggregate import NoiseSource, SeededNoise, round_seed
+from hdp_planner_train.aggregate import NoiseSource, clip_rows, noise_source, round_seed
 from hdp_planner_train.engines import evaluate, unflatten
 
 SELECTION_METHODS = ("privacy-aware", "unbiased", "power-of-choice")
@@ -222,8 +223,7 @@ def per_example_grads(model: nn.Module):
 
 def clip_per_example(grads: torch.Tensor, clip: float) -> torch.Tensor:
     """Scale every row g_i by min(1, C/‖g_i‖) (Algorithm 1, line 15)."""
-    norms = torch.linalg.vector_norm(grads, dim=1, keepdim=True)
-    return grads * torch.clamp(clip / norms.clamp_min(1e-12), max=1.0)
+    return clip_rows(grads, clip)[0]  # the one clipping rule: the norm never exceeds C as stored
 
 
 def noisy_mean_gradient(
@@ -306,9 +306,18 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     """:func:`hdp_planner_train.trainer.run` for :data:`SELECTION_METHODS`; metrics.json adds the privacy model,
     the selection probabilities and every client's noise and ε spent."""
     from hdp_planner_train.models import make_model
-    from hdp_planner_train.trainer import TrainError, _progress, _write_metrics, device_arrays
+    from hdp_planner_train.trainer import (
+        SECURE_NOTE,
+        SEEDED_NOTE,
+        TrainError,
+        _progress,
+        _write_metrics,
+        device_arrays,
+        noise_kind,
+    )
 
     c, method, n = plan.config, cfg.method, data.n_clients
+    kind = noise_kind(cfg)  # secure: DP-SGD noise and record sampling from the OS's CSPRNG
     rule = cfg.noise_rule or "paper"
     per_round = int(cfg.per_round or max(1, round(c.q * n)))
     d_cand = int(cfg.candidates or min(n, 2 * per_round)) if method == "power-of-choice" else None
@@ -352,8 +361,8 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
                 ids = power_of_choice(losses, cand[r], per_round)
             else:
                 ids = chosen[r]
-            rng = np.random.default_rng(round_seed(cfg.seed, r, 1))
-            gen = SeededNoise(cfg.seed, r)
+            rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 1))
+            gen = noise_source(kind, cfg.seed, r)
             total = torch.zeros_like(theta)
             noise_total = torch.zeros_like(theta)
             for k in ids:
@@ -392,18 +401,25 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
             "final_accuracy": history[-1]["accuracy"] if history else None,
             "final_loss": history[-1]["loss"] if history else None,
             "history": history,
-            "noise_lambda_measured": float(np.mean(lam_measured)),
+            "noise_source": kind,
+            "noise_note": SEEDED_NOTE if kind == "seeded" else SECURE_NOTE,
             "noise_lambda_planned": float(np.mean(lam_planned)),
             "noise_lambda_note": (
                 "per coordinate, mean over rounds: measured = ‖(1/K)Σ_j noise part of Δ_j‖²/d (local DP-SGD noise "
                 "carried by the applied update); planned = its expectation lr²Σ_s c_s²Σ_j σ_j²/K² at the selections"
             ),
             "selected": selected_log,
-            "round_seconds": seconds,
-            "round_seconds_median": float(np.median(seconds)),
             "plan_sha256": hashlib.sha256(Path(cfg.plan).read_bytes()).hexdigest(),
         }
     )
+    if kind == "seeded":  # simulation diagnostics: the noise actually drawn and the round times
+        metrics.update(
+            {
+                "noise_lambda_measured": float(np.mean(lam_measured)),
+                "round_seconds": seconds,
+                "round_seconds_median": float(np.median(seconds)),
+            }
+        )
     if out:
         out.mkdir(parents=True, exist_ok=True)
         _write_metrics(metrics, out, cfg.plot)

@@ -25,8 +25,8 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner import load_plan, verify
 from hdp_planner.files import write_json_atomic, write_text_atomic
-from hdp_planner.schedule import group_epsilon
-from hdp_planner_train.aggregate import METHOD_NAMES, SeededNoise, aggregate, method_spec, sample_round
+from hdp_planner.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
+from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, method_spec, noise_source, sample_round
 from hdp_planner_train.data import DEFAULTS, load_federated
 from hdp_planner_train.engines import ENGINES, batch_indices, evaluate, local_deltas
 from hdp_planner_train.models import make_model
@@ -69,6 +69,25 @@ class TrainConfig:
     candidates: int | None = None  # power-of-choice: candidates d (default 2K)
     audit: bool = False  # insert canary clients and report an empirical ε per group (hdp_planner.audit)
     audit_canaries: int | None = None  # canaries per group, in and out together (default min(2000, ⌊d/M⌋))
+    noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
+
+
+SEEDED_NOTE = (
+    "seeded noise: a simulation. Anyone holding the seed regenerates every noise draw and who took part, and can "
+    "subtract the noise from the model: never release a model trained with seeded noise"
+)
+SECURE_NOTE = (
+    "secure noise: noise and client sampling from the OS's CSPRNG; per-round diagnostics (measured noise, joined "
+    "counts, round times) are not recorded, as they reveal who took part"
+)
+
+
+def noise_kind(cfg: TrainConfig) -> str:
+    """The run's noise source: ``cfg.noise``, or secure whenever the run writes a model (``--out``), else seeded."""
+    kind = cfg.noise if cfg.noise is not None else ("secure" if cfg.out else "seeded")
+    if kind not in ("secure", "seeded"):
+        raise TrainError(f"noise source must be secure or seeded, got {kind!r}")
+    return kind
 
 
 def _device(name: str) -> torch.device:
@@ -82,19 +101,20 @@ def _device(name: str) -> torch.device:
 
 
 def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
-    """ε spent per group after ``rounds_run`` rounds (the plan's spending accountant, or RDP composition of a σ
-    schedule; δ of the plan)."""
+    """ε spent per group after ``rounds_run`` rounds of the executed mechanism (the plan's spending accountant,
+    or RDP composition of a σ schedule; δ of the plan), against the plan's budget for the group."""
     c = plan.config
     m = plan.method(METHOD_NAMES[spec.method])
+    mech = executed_mechanism(m, c)
     ledger = []
-    for i in range(len(spec.sizes)):
-        entry: dict[str, Any] = {"group": i + 1, "epsilon_budget": m.epsilon[i], "rounds": rounds_run}
+    for i, budget in enumerate(row_budgets(plan, m)):
+        entry: dict[str, Any] = {"group": i + 1, "epsilon_budget": budget, "rounds": rounds_run}
         if not spec.private:
             entry["epsilon_spent"] = None  # no noise: ε = ∞
         elif rounds_run == 0:
             entry["epsilon_spent"] = 0.0
         else:
-            entry["epsilon_spent"] = float(group_epsilon(m, i, rounds_run, c.delta, c.spending_accountant))
+            entry["epsilon_spent"] = float(mechanism_epsilon(mech, i, rounds_run, c.delta, c.spending_accountant))
         ledger.append(entry)
     return ledger
 
@@ -110,6 +130,7 @@ def _check(cfg: TrainConfig):
         raise TrainError(f"--engine must be one of {', '.join(ENGINES)}, got {cfg.engine!r}")
     if cfg.dataset not in DEFAULTS:
         raise TrainError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {cfg.dataset!r}")
+    noise_kind(cfg)
     plan = load_plan(cfg.plan)
     problems = verify(plan)
     if problems:
@@ -192,7 +213,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         except ValueError as exc:
             raise TrainError(str(exc)) from None
 
-    log = RunLog()
+    kind = noise_kind(cfg)
+    log = RunLog(diagnostics=kind == "seeded")
     public_history: list[torch.Tensor] = []  # PFA: the public group's latest noisy sums
     if state is not None:
         theta = state["theta"].to(device)
@@ -212,7 +234,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         for r in range(log.next_round, rounds):
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
-            sampled = sample_round(spec, cfg.seed, r)
+            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
             ids = np.concatenate(sampled) if sampled else np.zeros(0, np.int64)
             group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
             idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
@@ -221,7 +243,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             )
             if auditor is not None:
                 deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-            gen = SeededNoise(cfg.seed, r) if spec.private else None
+            gen = noise_source(kind, cfg.seed, r) if spec.private else None
             observe = auditor.observe if auditor is not None else None
             update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history, observe=observe)
             if auditor is not None:
@@ -238,7 +260,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 save_checkpoint(
                     out, identity, theta, log, plan, spec,
                     public_history=[t.cpu() for t in public_history], torch_rng=torch.get_rng_state(),
-                    numpy_rng="per-round SeedSequence([seed, round, stream])",
+                    numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
                     audit=auditor.state() if auditor is not None else None,
                 )  # fmt: skip
 
@@ -252,10 +274,11 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 if spec.private
                 else "none: p-fedavg adds no noise and does not clip (ε = ∞)"
             ),
-            "noise_lambda_note": (
-                "measured = mean over rounds of Σ_m ω_m²(k_m/d)‖n_m‖²/d (noise of each group sum, Top-k mask "
-                "independent of the noise; expectation = planned lambda_exact); applied = ‖Σ_m ω_m mask_m⊙n_m‖²/d "
-                "with the Top-k mask chosen on the noisy sum (biased up by Top-k's preference for large noise)"
+            "noise_lambda_note": None if kind == "secure" else (
+                "simulation diagnostics: measured = mean over rounds of Σ_m ω_m²(k_m/d)‖n_m‖²/d (noise of each "
+                "group sum, Top-k mask independent of the noise; expectation = planned lambda_exact); applied = "
+                "‖Σ_m ω_m mask_m⊙n_m‖²/d with the Top-k mask chosen on the noisy sum (biased up by Top-k's "
+                "preference for large noise)"
             ),
             "groups": {k: list(v) for k, v in asdict(spec).items() if isinstance(v, tuple)},
         }
@@ -282,6 +305,7 @@ def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: A
         "batch_size": batch,
         "momentum": momentum,
         "lr_decay": cfg.lr_decay,
+        "noise_source": noise_kind(cfg),  # a seeded checkpoint never continues as a secure run, nor back
         **extra,
     }
 
@@ -317,14 +341,18 @@ class RunLog:
     lambda_applied: list[float] = field(default_factory=list)
     round_seconds: list[float] = field(default_factory=list)
     joined: list[list[int]] = field(default_factory=list)
+    diagnostics: bool = True  # seeded (simulation) runs only: per-round noise, joined counts and times reveal
+    # who took part, so a secure run records none of them
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> RunLog:
         return cls(**{f.name: state[f.name] for f in fields(cls)})
 
     def record(self, stats, seconds: float) -> None:
-        """One round done: its aggregation statistics and wall time."""
+        """One round done: its aggregation statistics and wall time (kept only with ``diagnostics``)."""
         self.next_round += 1
+        if not self.diagnostics:
+            return
         self.round_seconds.append(seconds)
         self.lambda_measured.append(stats.lambda_measured)
         self.lambda_applied.append(stats.lambda_applied)
@@ -332,10 +360,12 @@ class RunLog:
 
     def summary(self) -> dict[str, Any]:
         last = self.history[-1] if self.history else {}
+        head = {"final_accuracy": last.get("accuracy"), "final_loss": last.get("loss"), "history": self.history}
+        if not self.diagnostics:
+            return head
         return {
-            "final_accuracy": last.get("accuracy"),
-            "final_loss": last.get("loss"),
-            "history": self.history,
+            **head,
+            "simulation_diagnostics": "seeded run: per-round noise, joined counts and times (reveal who took part)",
             "noise_lambda_measured": float(np.mean(self.lambda_measured)) if self.lambda_measured else 0.0,
             "noise_lambda_applied": float(np.mean(self.lambda_applied)) if self.lambda_applied else 0.0,
             "joined_per_round_mean": np.mean(self.joined, axis=0).tolist() if self.joined else [],
@@ -386,6 +416,8 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
         "lr_decay": cfg.lr_decay,
         "local_steps": c.local_steps,
         "epsilon_spent": privacy_ledger(plan, spec, rounds),
+        "noise_source": noise_kind(cfg),
+        "noise_note": SEEDED_NOTE if noise_kind(cfg) == "seeded" else SECURE_NOTE,
         "noise_lambda_planned": plan.method(METHOD_NAMES[spec.method]).lambda_exact if spec.private else 0.0,
         **log.summary(),
     }

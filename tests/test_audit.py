@@ -211,7 +211,7 @@ def test_cli_train_audit_writes_the_audit_section(digits_plan_file, tmp_path):
 
     out = tmp_path / "run"
     args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "4", "--audit", "--plot"]
-    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu"])
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu", "--seeded-noise"])
     assert result.exit_code == 0, result.output
     assert "privacy audit" in result.output and result.output.count(" | ") >= 3 * 7
     metrics = json.loads((out / "metrics.json").read_text())
@@ -222,7 +222,7 @@ def test_cli_train_audit_writes_the_audit_section(digits_plan_file, tmp_path):
         assert all(k in g for k in REQUIRED)
         assert g["epsilon_planned"] == e["epsilon_spent"] and g["rounds"] == 4
         assert not g["verdict"].startswith("UNDER")
-    # canaries are not counted as real clients in the log; the figure has the audit panel
+    # canaries are not counted as real clients in the (seeded run's) log; the figure has the audit panel
     assert all(j < 0.1 * 40 * 3 for j in metrics["joined_per_round_mean"])
     assert (out / "convergence.png").stat().st_size > 1000
 
@@ -256,12 +256,26 @@ def test_cli_compare_audit_prints_empirical_epsilon_beside_each_method(tmp_path)
     assert len(summary["dp-fedavg"]["epsilon_empirical"]) == 1 and summary["dp-fedavg"]["audit_flags"] == []
 
 
+def test_cli_train_audit_in_a_secure_run(digits_plan_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    out = tmp_path / "secure"
+    args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "3", "--audit", "--secure-noise"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "joined_per_round_mean" not in metrics and len(metrics["audit"]["groups"]) == 3
+
+
 def test_resumed_audited_run_reproduces_the_audit(digits_plan_file, tmp_path):
     from hdp_planner_train.trainer import TrainConfig, run
 
     def train(out, rounds, resume=False):
         cfg = TrainConfig(plan=str(digits_plan_file), method="gdpfed+", dataset="digits", rounds=rounds, out=str(out),
-                          device="cpu", progress=False, audit=True, audit_canaries=200, resume=resume)  # fmt: skip
+                          device="cpu", progress=False, audit=True, audit_canaries=200, resume=resume,
+                          noise="seeded")  # fmt: skip
         return run(cfg)["audit"]["groups"]
 
     whole = train(tmp_path / "whole", 3)

@@ -179,8 +179,24 @@ def test_exact_noise_meets_each_budget_and_the_paper_rule_over_noises(example):
     assert min(ratios) > 3 and np.median(ratios) > 5  # all 100 clients: 3.1x to 9.2x, median 7.0x
 
 
-def test_selection_counts_round_the_expectation_up():
-    np.testing.assert_array_equal(selection_counts([0.3, 0.6999, 0.0001], 10, 10), [30, 70, 1])
+def test_selection_counts_bound_the_binomial_draws_with_the_stated_failure_probability():
+    """Issue 13: T_k is the smallest t with P(Binomial(T·K, p_k) > t) ≤ β, never below ⌈T·K·p_k⌉ or 1; simulated
+    runs (draws with replacement) exceed it no more often than β allows, and the expectation often."""
+    from scipy.stats import binom
+
+    from hdp_planner.selection import SELECTION_FAILURE
+
+    p = np.array([0.3, 0.6999, 0.0001, 0.05, 0.9])
+    t = selection_counts(p, 10, 10)
+    assert np.all(binom.sf(t, 100, p) <= SELECTION_FAILURE) and np.all(binom.sf(t - 1, 100, p) > SELECTION_FAILURE)
+    assert np.all(t >= np.maximum(1, np.ceil(100 * p)))
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(50))
+    rounds, k = 40, 5
+    planned = selection_counts(probs, rounds, k, failure=1e-3)
+    draws = np.stack([np.bincount(rng.choice(50, size=rounds * k, p=probs), minlength=50) for _ in range(2000)])
+    assert np.mean(draws > planned) <= 2e-3  # β = 1e-3 per client and run, with sampling slack
+    assert np.mean(draws > np.ceil(rounds * k * probs)) > 0.2  # the old rule: broken for many clients
 
 
 def test_inverse_subsampling_epsilon_is_lemma1_and_never_overflows():
