@@ -33,7 +33,7 @@ Noise measurement (two numbers per round, both per coordinate, noise n_m of grou
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -288,11 +288,14 @@ def aggregate(
     source: NoiseSource | None,
     rnd: int = 0,
     public_history: list[torch.Tensor] | None = None,
+    observe: Callable[[int, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, RoundStats]:
     """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d).
 
     ``rnd`` picks σ_m from a schedule; PFA appends the public group's noisy sum to ``public_history`` (the
     caller keeps it between rounds) and projects onto the principal subspace of its latest ``window`` entries.
+    ``observe(m, y_m)`` (the privacy audit, :mod:`hdp_planner_train.canaries`) is called with each group's noisy
+    sum before Top-k / projection; with a pooled draw, every group's y_m is the pool's noisy sum.
     """
     d = deltas.shape[1]
     groups = torch.as_tensor(np.asarray(group_of_row, dtype=np.int64), device=deltas.device)
@@ -310,11 +313,17 @@ def aggregate(
         total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else deltas.new_zeros(d)
         noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], source, deltas.device, deltas.dtype)
         lam = spec.weight[0] ** 2 * float(torch.sum(noise.double() ** 2)) / d
+        if observe is not None:
+            for m in range(count):
+                observe(m, total + noise)
         return spec.weight[0] * (total + noise), RoundStats(joined, clipped, lam, lam)
     noises = [
         group_noise(d, joined[m], spec.clips[m], sigma[m], source, deltas.device, deltas.dtype) for m in range(count)
     ]
     ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
+    if observe is not None:
+        for m, y in enumerate(ys):
+            observe(m, y)
     measured = sum(
         w**2 * k * float(torch.sum(n.double() ** 2)) / d for w, k, n in zip(spec.weight, spec.k_ratio, noises)
     )

@@ -88,6 +88,13 @@ def train(
     candidates: Annotated[
         int | None, typer.Option("--candidates", help="power-of-choice: candidates d per round [2K].")
     ] = None,
+    audit: Annotated[
+        bool, typer.Option("--audit", help="Insert canary clients; report an empirical ε per group beside the plan's.")
+    ] = False,
+    audit_canaries: Annotated[
+        int | None,
+        typer.Option("--audit-canaries", help="Canaries per group, half inserted on average [min(2000, d/M)]."),
+    ] = None,
     secure_noise: Annotated[
         bool | None,
         typer.Option(
@@ -134,6 +141,8 @@ def train(
         eta=eta,
         per_round=per_round,
         candidates=candidates,
+        audit=audit,
+        audit_canaries=audit_canaries,
         noise=None if secure_noise is None else ("secure" if secure_noise else "seeded"),
     )
     try:
@@ -161,6 +170,11 @@ def train(
         from hdp_planner_train.private_selection import summary_lines
 
         for line in summary_lines(metrics):
+            _out.print(line, highlight=False)
+    if "audit" in metrics:
+        from hdp_planner.audit import audit_lines
+
+        for line in audit_lines(metrics["audit"]):
             _out.print(line, highlight=False)
     if out:
         _out.print(f"metrics written to {out}/metrics.json", highlight=False)
@@ -210,6 +224,9 @@ def compare(
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
     eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every this many rounds.")] = 5,
     resume: Annotated[bool, typer.Option("--resume", help="Reuse the runs already finished in --out.")] = False,
+    audit: Annotated[
+        bool, typer.Option("--audit", help="Canaries in every noised run: empirical ε per group beside the plan's.")
+    ] = False,
 ) -> None:
     """Train several methods on one plan over several seeds and print GDPFed Table 2 (mean ± std), with a figure."""
     try:
@@ -236,7 +253,7 @@ def compare(
         if seeds < 1:
             raise ValueError(f"--seeds must be ≥ 1, got {seeds}")
         cfg = CompareConfig(dataset, check_methods(methods.split(",")), seeds, out, data_dir, dirichlet, engine, device,
-                            eval_every, resume, shards)  # fmt: skip
+                            eval_every, resume, shards, audit)  # fmt: skip
         paper = PAPER_SETTINGS[dataset]
         data = load_federated(
             dataset, data_dir, None if n is None or dataset == "shakespeare" else n, dirichlet, shards=shards
@@ -281,17 +298,32 @@ def render_summary(dataset: str, seeds: int, summary: list[dict]):
     from rich.table import Table
 
     table = Table(box=box.SIMPLE_HEAD, title=f"{dataset}: final test accuracy (%) over {seeds} seeds (mean ± std)")
-    for col in ("method", "ours", "paper", "Λ measured / planned", "ε spent per group", "s per run"):
+    audited = any("epsilon_empirical" in s for s in summary)
+    columns = ("method", "ours", "paper", "Λ measured / planned", "ε spent per group")
+    for col in (*columns, *(("ε̂ audited (max upper)",) if audited else ()), "s per run"):
         table.add_column(col, justify="right")
     for s in summary:
         eps = "∞ (no noise)" if s["epsilon_spent"] is None else ", ".join(f"{e:.3g}" for e in s["epsilon_spent"])
         lam = "—" if s["epsilon_spent"] is None else f"{s['lambda_measured']:.3g} / {s['lambda_planned']:.3g}"
+        audit = (_audit_cell(s),) if audited else ()
         table.add_row(
             s["method"],
             f"{s['accuracy_mean']:.2f} ± {s['accuracy_std']:.2f}",
             "—" if s["paper"] is None else f"{s['paper']:.2f}",
             lam,
             eps,
+            *audit,
             f"{s['wall_seconds_mean']:.0f}",
         )
     return table
+
+
+def _audit_cell(s: dict) -> str:
+    """Empirical ε per group (upper bound) and a flag when any seed's audit was not consistent."""
+    if "epsilon_empirical" not in s:
+        return "—"
+    cells = [
+        "—" if e is None else f"{e:.3g} ({'—' if u is None else f'{u:.3g}'})"
+        for e, u in zip(s["epsilon_empirical"], s["epsilon_empirical_upper"])
+    ]
+    return ", ".join(cells) + (" UNDER-NOISED" if any(f.startswith("UNDER") for f in s["audit_flags"]) else "")

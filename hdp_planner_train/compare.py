@@ -72,6 +72,7 @@ class CompareConfig:
     eval_every: int = 5
     resume: bool = False
     shards: int | None = None  # pathological non-IID (paper 002's partition)
+    audit: bool = False  # canaries in every auditable run: empirical ε per group (hdp_planner.audit)
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -113,8 +114,11 @@ def prepare_plan(
 
 def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None]) -> list[dict[str, Any]]:
     """Train every (seed, method) under ``plan_path`` (reusing finished runs with ``resume``); one row per run."""
+    from hdp_planner import load_plan
+    from hdp_planner_train.canaries import auditable
     from hdp_planner_train.trainer import TrainConfig, run
 
+    plan = load_plan(plan_path)
     plan_hash = hashlib.sha256(plan_path.read_bytes()).hexdigest()
     partition = {"dirichlet": cfg.dirichlet, "shards": cfg.shards}  # a reused run must have trained on the same
     rows = []
@@ -123,9 +127,11 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
         for method in cfg.methods:
             folder = Path(cfg.out) / method / f"seed{seed}"
             done = folder / "run.json"
+            audit = cfg.audit and auditable(plan, method)
             if cfg.resume and done.is_file():
                 row = json.loads(done.read_text())
-                if row.get("plan_sha256") == plan_hash and row.get("partition") == partition:
+                same = row.get("plan_sha256") == plan_hash and row.get("partition") == partition
+                if same and ("epsilon_empirical" in row or not audit):
                     rows.append(row)
                     report(f"[{len(rows)}/{total}] {method} seed {seed}: {row['final_accuracy']:.2f}% (reused)")
                     continue
@@ -144,6 +150,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     out=str(folder),
                     engine=cfg.engine,
                     progress=False,
+                    audit=audit,
                     noise="seeded",  # a simulation grid: reproducible, its models are not for release
                 )
             )
@@ -159,6 +166,11 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                 "noise_lambda_planned": metrics["noise_lambda_planned"],
                 "wall_seconds": time.perf_counter() - t0,
             }
+            if "audit" in metrics:
+                groups = metrics["audit"]["groups"]
+                row["epsilon_empirical"] = [g["epsilon_empirical"] for g in groups]
+                row["epsilon_empirical_upper"] = [g["epsilon_empirical_upper"] for g in groups]
+                row["audit_verdicts"] = [g["verdict"] for g in groups]
             write_json_atomic(done, row)
             rows.append(row)
             acc, wall = row["final_accuracy"], row["wall_seconds"]
@@ -184,9 +196,27 @@ def summarize(dataset: str, methods: Sequence[str], rows: Sequence[dict[str, Any
                 "lambda_planned": runs[0]["noise_lambda_planned"],
                 "epsilon_spent": None if spent[0][0] is None else np.max(spent, axis=0).tolist(),
                 "wall_seconds_mean": float(np.mean([r["wall_seconds"] for r in runs])),
+                **audit_summary(runs),
             }
         )
     return out
+
+
+def audit_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Empirical ε per group, mean over the audited seeds, the largest upper bound, and any verdict that is not
+    "consistent" (empty when no run of the method was audited)."""
+    audited = [r for r in runs if "epsilon_empirical" in r]
+    if not audited:
+        return {}
+    emp = np.array([[np.nan if e is None else e for e in r["epsilon_empirical"]] for r in audited], dtype=float)
+    upper = np.array([[np.nan if e is None else e for e in r["epsilon_empirical_upper"]] for r in audited], dtype=float)
+    flagged = sorted({v for r in audited for v in r["audit_verdicts"] if v != "consistent"})
+    with np.errstate(all="ignore"):
+        return {
+            "epsilon_empirical": [None if np.isnan(e) else float(e) for e in np.nanmean(emp, axis=0)],
+            "epsilon_empirical_upper": [None if np.isnan(e) else float(e) for e in np.nanmax(upper, axis=0)],
+            "audit_flags": flagged,
+        }
 
 
 def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]]) -> list[Path]:

@@ -1,7 +1,8 @@
 """Federated training of a plan (GDPFed Algorithm 2): rounds of sampling, local SGD, DP aggregation.
 
 Randomness is derived per round from ``SeedSequence([seed, round, stream])`` (streams: 0 client sampling,
-1 local batches, 2 noise), so the loop and vectorized engines sample and noise identically, and a resumed
+1 local batches, 2 noise; 3 and 4 the privacy audit's canaries, :mod:`hdp_planner_train.canaries`), so the
+loop and vectorized engines sample and noise identically, and a resumed
 run continues exactly where it stopped: the checkpoint holds θ, the next round, the history, the noise
 measurements and the privacy ledger (rounds run per group); it also stores torch's global RNG state.
 """
@@ -66,6 +67,8 @@ class TrainConfig:
     eta: float | None = None  # privacy-aware: Problem 1's weight η
     per_round: int | None = None  # selection methods: clients drawn per round K (default round(q·n))
     candidates: int | None = None  # power-of-choice: candidates d (default 2K)
+    audit: bool = False  # insert canary clients and report an empirical ε per group (hdp_planner.audit)
+    audit_canaries: int | None = None  # canaries per group, in and out together (default min(2000, ⌊d/M⌋))
     noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
 
 
@@ -149,6 +152,12 @@ def _check(cfg: TrainConfig):
 
     check_options(cfg)
     check_selection_options(cfg)
+    from hdp_planner_train.personal import PERSONAL_METHODS
+
+    if cfg.audit and (cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS):
+        raise TrainError(f"--audit covers the plan-noised methods, not {cfg.method}")
+    if cfg.audit_canaries is not None and not cfg.audit:
+        raise TrainError("--audit-canaries needs --audit")
     data = load_federated(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share)
     if data.n_clients != plan.config.n:
         raise TrainError(
@@ -160,6 +169,13 @@ def _check(cfg: TrainConfig):
         spec = method_spec(plan, "gdpfed+" if cfg.method in SELECTION_METHODS else cfg.method)  # 003: ε per group
     except ValueError as exc:
         raise TrainError(f"{cfg.plan}: {exc}") from None
+    if cfg.audit:
+        from hdp_planner_train.canaries import check_auditable
+
+        try:
+            check_auditable(spec)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
     return plan, data, spec, rounds, batch, momentum
 
 
@@ -176,7 +192,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.method in SELECTION_METHODS:  # paper 003: record-level DP-SGD, clients selected with replacement
         return run_selection(cfg, plan, data, rounds, batch, momentum, device)
     out = Path(cfg.out) if cfg.out else None
-    identity = run_identity(cfg, data, batch, momentum)
+    identity = run_identity(cfg, data, batch, momentum, audit=(cfg.audit_canaries or "default") if cfg.audit else None)
     state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
@@ -188,6 +204,14 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             f"has d = {theta.numel()}: re-plan with --model-dim {theta.numel()}"
         )
     x_train, y_train, x_test, y_test = device_arrays(data, device)
+    auditor = None
+    if cfg.audit:
+        from hdp_planner_train.canaries import CanaryAuditor
+
+        try:
+            auditor = CanaryAuditor(spec, int(theta.numel()), cfg.seed, cfg.audit_canaries)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
 
     kind = noise_kind(cfg)
     log = RunLog(diagnostics=kind == "seeded")
@@ -197,6 +221,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         log = RunLog.from_state(state)
         public_history = [t.to(device) for t in state["public_history"]]
         torch.set_rng_state(state["torch_rng"])
+        if auditor is not None:
+            auditor.load_state(state["audit"])
     vector_to_parameters(theta.clone(), model.parameters())
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -215,8 +241,13 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             deltas = local_deltas(
                 cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk
             )
+            if auditor is not None:
+                deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
             gen = noise_source(kind, cfg.seed, r) if spec.private else None
-            update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history)
+            observe = auditor.observe if auditor is not None else None
+            update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history, observe=observe)
+            if auditor is not None:
+                stats = auditor.real_stats(stats)
             theta = theta + update
             vector_to_parameters(theta.clone(), model.parameters())
             log.record(stats, time.perf_counter() - t0)
@@ -230,6 +261,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                     out, identity, theta, log, plan, spec,
                     public_history=[t.cpu() for t in public_history], torch_rng=torch.get_rng_state(),
                     numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
+                    audit=auditor.state() if auditor is not None else None,
                 )  # fmt: skip
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
@@ -251,6 +283,9 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             "groups": {k: list(v) for k, v in asdict(spec).items() if isinstance(v, tuple)},
         }
     )
+    if auditor is not None:
+        planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
+        metrics["audit"] = auditor.report(planned, c.delta)
     if out:
         _write_metrics(metrics, out, cfg.plot)
     return metrics
@@ -420,14 +455,36 @@ def plot_history(metrics: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rounds = [h["round"] for h in metrics["history"]]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    audit = metrics.get("audit")
+    fig, axes = plt.subplots(1, 3 if audit else 2, figsize=(15 if audit else 10, 4))
+    a1, a2 = axes[0], axes[1]
     a1.plot(rounds, [h["accuracy"] for h in metrics["history"]], marker="o", ms=3)
     a1.set_xlabel("communication round")
     a1.set_ylabel("test accuracy (%)")
     a2.plot(rounds, [h["loss"] for h in metrics["history"]], marker="o", ms=3, color="C1")
     a2.set_xlabel("communication round")
     a2.set_ylabel("test loss (cross-entropy)")
+    if audit:
+        plot_audit(axes[2], audit["groups"])
     fig.suptitle(f"{metrics['method']} on {metrics['dataset']} (seed {metrics['seed']})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_audit(ax, groups: list[dict[str, Any]]) -> None:
+    """Planned ε beside the empirical ε (95% interval) and the one-run lower bound, per group."""
+    x = np.arange(len(groups))
+    ax.bar(x - 0.2, [g["epsilon_planned"] for g in groups], 0.4, color="C7", label="planned ε (accountant)")
+    emp = [g["epsilon_empirical"] if g["epsilon_empirical"] is not None else np.nan for g in groups]
+    err = [
+        [e - g["epsilon_empirical_interval"][0], g["epsilon_empirical_interval"][1] - e]
+        if g["epsilon_empirical_interval"] else [0.0, 0.0]
+        for e, g in zip(emp, groups)
+    ]  # fmt: skip
+    ax.bar(x + 0.2, emp, 0.4, yerr=np.array(err).T, capsize=3, color="C2", label="empirical ε̂ (95% interval)")
+    ax.plot(x, [g["epsilon_lower_bound"] for g in groups], "k_", ms=18, mew=2, ls="none", label="one-run lower bound")
+    ax.set_xticks(x, [f"group {g['group']}" for g in groups])
+    ax.set_ylabel("ε")
+    ax.set_title("privacy audit (canaries)")
+    ax.legend(frameon=False, fontsize=8)

@@ -1,0 +1,285 @@
+"""The privacy audit: canaries through the real aggregation code find planted noise bugs (issue 14)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hdp_planner import audit
+from hdp_planner.rdp import rdp_epsilon
+
+torch = pytest.importorskip("torch")
+
+from hdp_planner_train import aggregate as agg  # noqa: E402
+from hdp_planner_train.canaries import CanaryAuditor  # noqa: E402
+
+ROUNDS, DELTA = 50, 6000**-1.1
+FMNIST = agg.GroupSpec(
+    method="gdpfed+", sizes=(200, 200, 200), q=(0.0069, 0.0189, 0.0342), noise_multiplier=(1.19, 0.934, 0.838),
+    k_ratio=(0.7, 0.8, 0.9), weight=(0.3, 0.3, 0.3), clip=1.5,
+)  # fmt: skip
+"""GDPFed's FMNIST plan (Table 1 q_m, Table 5 σ_m² = 1.42, 0.87, 0.70; T = 50, δ = n^-1.1), fewer real clients:
+with 1,500 canaries "in" per group, 500-2,600 insertions put μ̂ within 1.7-5% (one standard error)."""
+SMALL = agg.GroupSpec(
+    method="gdpfed+", sizes=(100, 100), q=(0.1, 0.05), noise_multiplier=(2.0, 1.5), k_ratio=(0.7, 0.9),
+    weight=(0.5, 0.5), clip=1.0,
+)  # fmt: skip
+"""Two groups, 10 rounds, 1,000 canaries each: enough to flag the planted bugs."""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: threads only contend (the machine is shared); restored after the module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def simulate(
+    spec: agg.GroupSpec, seed: int, rounds: int = ROUNDS, canaries: int = 3000, secure: bool = False
+) -> dict[str, Any]:
+    """``rounds`` rounds of synthetic client updates (norm ≈ 3, so clipped) plus canaries through ``aggregate``,
+    with the seeded noise stream or the OS's secure one."""
+    d = canaries * len(spec.sizes)
+    auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
+    data = np.random.default_rng(seed + 1000)
+    for r in range(rounds):
+        sampled = agg.sample_round(spec, seed, r)
+        group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
+        deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
+        deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
+        source = agg.SecureNoise() if secure else agg.SeededNoise(seed, r)
+        agg.aggregate(deltas, group_of_row, spec, source, r, observe=auditor.observe)
+    planned = [rdp_epsilon(s, q, rounds, DELTA) for s, q in zip(spec.noise_multiplier, spec.q)]
+    return auditor.report(planned, DELTA)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_correct_noise_is_consistent(seed):
+    report = simulate(FMNIST, seed)
+    for g, sigma in zip(report["groups"], FMNIST.noise_multiplier):
+        assert g["verdict"] == "consistent", g
+        assert g["epsilon_empirical_upper"] <= g["epsilon_planned"]
+        assert abs(g["noise_multiplier_empirical"] / sigma - 1) < 0.15
+        assert abs(g["sampling_rate_observed"] / g["sampling_rate_planned"] - 1) < 0.25
+        assert abs(g["lag1_correlation"]) < 4 * g["lag1_correlation_se"]
+        assert g["epsilon_lower_bound"] <= g["epsilon_planned"]
+    json.dumps(report, allow_nan=False)  # metrics.json-ready
+
+
+def _flagged(report) -> list[bool]:
+    return [g["verdict"].startswith("UNDER-NOISED") for g in report["groups"]]
+
+
+def test_noise_share_std_over_3_is_flagged(monkeypatch):
+    monkeypatch.setattr(agg, "noise_share_std", lambda c, s, n: c * s / math.sqrt(max(n, 1)) / 3)
+    report = simulate(SMALL, 0, rounds=10, canaries=1000)
+    assert all(_flagged(report))
+    for g in report["groups"]:
+        assert g["epsilon_empirical_interval"][0] > g["epsilon_planned"]
+        assert abs(g["noise_multiplier_empirical"] * 3 / g["noise_multiplier_planned"] - 1) < 0.15
+
+
+def test_noise_divided_by_c_is_flagged(monkeypatch):
+    monkeypatch.setattr(agg, "noise_share_std", lambda c, s, n: c * s / max(n, 1))
+    report = simulate(SMALL, 0, rounds=10, canaries=1000)
+    assert all(_flagged(report))
+    first, second = report["groups"]
+    assert first["epsilon_lower_bound"] > first["epsilon_planned"]  # a proof that group 1's plan is violated
+    assert second["epsilon_lower_bound"] > 0.5  # loose, but a proof of leakage
+
+
+def test_reused_noise_stream_is_flagged_in_that_group_only(monkeypatch):
+    real = agg.group_noise
+    calls = {"n": 0}
+
+    def reuse_first_group(d, joined, clip, sigma, source, device, dtype):
+        group = calls["n"] % len(SMALL.sizes)
+        calls["n"] += 1
+        if group == 0:  # the bug: group 1's noise comes from a stream seeded the same way every round
+            source = agg.SeededNoise(1234, 0)
+        return real(d, joined, clip, sigma, source, device, dtype)
+
+    monkeypatch.setattr(agg, "group_noise", reuse_first_group)
+    report = simulate(SMALL, 0, rounds=10, canaries=1000)
+    assert _flagged(report) == [True, False]
+    assert "correlated" in report["groups"][0]["verdict"]
+    assert report["groups"][0]["lag1_correlation"] > 0.5
+
+
+def test_secure_noise_is_consistent():
+    report = simulate(SMALL, 1, rounds=10, canaries=1000, secure=True)
+    for g, sigma in zip(report["groups"], SMALL.noise_multiplier):
+        assert g["verdict"] == "consistent"
+        assert abs(g["noise_multiplier_empirical"] / sigma - 1) < 0.15
+
+
+def test_pooled_noise_projects_every_group_on_the_pool():
+    spec = agg.GroupSpec(
+        method="idp-fedavg-sample", sizes=(100, 100), q=(0.1, 0.05), noise_multiplier=(1.0, 1.0),
+        k_ratio=(1.0, 1.0), weight=(0.01, 0.01), clip=1.0, pooled=True,
+    )  # fmt: skip
+    report = simulate(spec, 0, rounds=10, canaries=1000)
+    for g in report["groups"]:
+        assert g["verdict"] == "consistent"
+        assert abs(g["noise_multiplier_empirical"] - 1.0) < 0.15
+
+
+def test_directions_are_orthonormal_and_projections_match():
+    layout = audit.canary_layout(512, 2, 100, seed=3)
+    assert len(np.unique(layout.slots)) == 200  # disjoint slots
+    u = audit.canary_directions(layout, 1, np.arange(100))
+    np.testing.assert_allclose(u @ u.T, np.eye(100), atol=1e-12)
+    y = np.random.default_rng(0).normal(size=512)
+    np.testing.assert_allclose(audit.project(layout, 1, y), u @ y, atol=1e-12)
+    other = audit.canary_directions(layout, 0, np.arange(100))
+    np.testing.assert_allclose(other @ u.T, 0, atol=1e-12)  # groups do not see each other's canaries
+
+
+def test_layout_rejects_too_many_canaries():
+    with pytest.raises(ValueError, match="between 2 and"):
+        audit.canary_layout(100, 3, 40, seed=0)
+
+
+def test_no_insertion_is_not_identifiable():
+    z = np.random.default_rng(0).normal(size=(5, 40))
+    inserted = np.arange(40) < 20
+    entry = audit.audit_group(z, np.zeros((5, 40), bool), inserted, 0.01, 1e-5, 1.0, 1.0, seed=0)
+    assert entry["epsilon_empirical"] is None and entry["verdict"].startswith("not identifiable")
+    assert entry["sampling_rate_observed"] == 0.0
+
+
+def test_no_shift_gives_zero_epsilon():
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(10, 400))
+    joined = rng.random((10, 400)) < 0.3
+    inserted = np.arange(400) % 2 == 0
+    z[:, inserted] -= 0.5 * joined[:, inserted]  # canaries pull the sum the wrong way: μ̂ < 0
+    entry = audit.audit_group(z, joined & inserted, inserted, 0.3, 1e-5, 1.0, 1.0, seed=0)
+    assert entry["epsilon_empirical"] == 0.0 and entry["noise_multiplier_empirical"] is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(20, 400), frac=st.floats(0.05, 1.0), acc=st.floats(0.0, 1.0), delta=st.sampled_from([0.0, 1e-5]))
+def test_steinke_epsilon_is_the_edge_of_rejection(m, frac, acc, delta):
+    r = max(1, int(frac * m))
+    v = round(acc * r)
+    eps = audit.steinke_epsilon(m, r, v, delta, 0.05)
+    assert eps >= 0
+    if eps > 0:  # ε just below the bound is rejected, just above it is not
+        assert audit.steinke_p_value(m, r, v, eps, delta) < 0.05
+        assert audit.steinke_p_value(m, r, v, eps + 1e-6 + 1e-6 * eps, delta) >= 0.05 - 1e-9 or eps >= 99
+
+
+def test_steinke_bound_is_zero_on_random_guesses_and_large_on_perfect_ones():
+    rng = np.random.default_rng(0)
+    inserted = rng.random(2000) < 0.5
+    assert audit.steinke_lower_bound(rng.normal(size=2000), inserted, 1e-5) < 0.5
+    perfect = audit.steinke_lower_bound(inserted.astype(float), inserted, 1e-5)
+    assert perfect > 3
+
+
+# ------------------------------------------------------------------ end to end: train --audit, compare --audit
+
+
+@pytest.fixture(scope="module")
+def digits_plan_file(tmp_path_factory):
+    from hdp_planner import plan, save_plan
+
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    save_plan(plan([0.5, 1.5, 3.0], n=120, rounds=10, q=0.1, clip=1.5, sparsity=(0.7, 0.8, 0.9)), path)
+    return path
+
+
+REQUIRED = (
+    "epsilon_planned", "epsilon_empirical", "epsilon_empirical_upper", "noise_multiplier_planned",
+    "noise_multiplier_empirical", "sampling_rate_planned", "sampling_rate_observed", "epsilon_lower_bound", "verdict",
+)  # fmt: skip
+
+
+def test_cli_train_audit_writes_the_audit_section(digits_plan_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    out = tmp_path / "run"
+    args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "4", "--audit", "--plot"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu", "--seeded-noise"])
+    assert result.exit_code == 0, result.output
+    assert "privacy audit" in result.output and result.output.count(" | ") >= 3 * 7
+    metrics = json.loads((out / "metrics.json").read_text())
+    section = metrics["audit"]
+    assert section["canaries_per_group"] == 2410 // 3  # d = 2,410 for the digits model, M = 3
+    assert [g["group"] for g in section["groups"]] == [1, 2, 3]
+    for g, e in zip(section["groups"], metrics["epsilon_spent"]):
+        assert all(k in g for k in REQUIRED)
+        assert g["epsilon_planned"] == e["epsilon_spent"] and g["rounds"] == 4
+        assert not g["verdict"].startswith("UNDER")
+    # canaries are not counted as real clients in the (seeded run's) log; the figure has the audit panel
+    assert all(j < 0.1 * 40 * 3 for j in metrics["joined_per_round_mean"])
+    assert (out / "convergence.png").stat().st_size > 1000
+
+
+def test_cli_train_audit_refuses_a_method_without_noise(digits_plan_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    out = tmp_path / "run"
+    args = ["train", str(digits_plan_file), "--dataset", "digits", "--method", "p-fedavg", "--audit"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 2 and result.output.startswith("error:") and "nothing to audit" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+    too_many = CliRunner().invoke(app, [*args[:-3], "--audit", "--audit-canaries", "5000", "--out", str(out)])
+    assert too_many.exit_code == 2 and "⌊d/M⌋ = 803" in too_many.output and not out.exists()
+
+
+def test_cli_compare_audit_prints_empirical_epsilon_beside_each_method(tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    out = tmp_path / "grid"
+    args = ["compare", "--dataset", "digits", "--methods", "p-fedavg,dp-fedavg", "--seeds", "1", "--rounds", "3"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--audit", "--device", "cpu"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "ε̂ audited" in result.output
+    summary = {s["method"]: s for s in json.loads((out / "results.json").read_text())["summary"]}
+    assert "epsilon_empirical" not in summary["p-fedavg"]  # no noise: nothing to audit
+    assert len(summary["dp-fedavg"]["epsilon_empirical"]) == 1 and summary["dp-fedavg"]["audit_flags"] == []
+
+
+def test_cli_train_audit_in_a_secure_run(digits_plan_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from hdp_planner.cli import app
+
+    out = tmp_path / "secure"
+    args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "3", "--audit", "--secure-noise"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "joined_per_round_mean" not in metrics and len(metrics["audit"]["groups"]) == 3
+
+
+def test_resumed_audited_run_reproduces_the_audit(digits_plan_file, tmp_path):
+    from hdp_planner_train.trainer import TrainConfig, run
+
+    def train(out, rounds, resume=False):
+        cfg = TrainConfig(plan=str(digits_plan_file), method="gdpfed+", dataset="digits", rounds=rounds, out=str(out),
+                          device="cpu", progress=False, audit=True, audit_canaries=200, resume=resume,
+                          noise="seeded")  # fmt: skip
+        return run(cfg)["audit"]["groups"]
+
+    whole = train(tmp_path / "whole", 3)
+    train(tmp_path / "part", 2)
+    resumed = train(tmp_path / "part", 3, resume=True)
+    for a, b in zip(whole, resumed):
+        assert a["insertions"] == b["insertions"] and a["epsilon_empirical"] == pytest.approx(b["epsilon_empirical"])
