@@ -234,3 +234,20 @@ def test_shakespeare_natural_split_is_deterministic_and_test_windows_are_unseen(
     with pytest.raises(DataError, match="--clients"):
         load_federated("shakespeare", str(folder))  # the paper's 714 roles are not in these 5 speeches
     assert load_federated("shakespeare", str(folder), clients=4).n_clients == 4
+
+
+# ------------------------------------------------------------------ the peer benchmark
+
+
+def test_bench_vs_pfl_without_pfl_says_how_to_set_it_up(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_vs_pfl.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--pfl-python", str(tmp_path / "no-python")], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "pfl is not importable" in done.stderr and "pip install torch==2.13.0 'pfl[pytorch]'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
