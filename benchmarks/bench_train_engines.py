@@ -1,14 +1,19 @@
-"""Median local-training time per round, loop vs vectorized engine, on GDPFed's FMNIST setting.
+"""Median local-training time per round, loop vs vectorized engine, on GDPFed's FMNIST or Shakespeare setting.
 
-120 sampled clients × τ = 5 local steps, batch 10, the 2-layer CNN, lr 0.1, synthetic 28×28 data
-(the engines' cost does not depend on the pixel values). Usage::
+FMNIST: 120 sampled clients × τ = 5 local steps, batch 10, the 2-layer CNN (``--model``), lr 0.1, synthetic
+28×28 data (the engines' cost does not depend on the pixel values). Shakespeare (``--dataset shakespeare``): the
+LSTM on 80-character windows, batch 4, momentum 0.9; the paper's round is 71 clients × τ = 30 steps, so use fewer
+(``--clients 8 --steps 2``) and read the time per client-step, which the script scales to the paper's round.
+The two engines take turns (interleaved repeats); the load average is printed. Usage::
 
-    python benchmarks/bench_train_engines.py [--clients 120] [--repeats 5] [--threads 2]
+    python benchmarks/bench_train_engines.py [--clients 120] [--repeats 5] [--threads 2] [--model cnn2-paper]
+    python benchmarks/bench_train_engines.py --dataset shakespeare --clients 8 --steps 2 --repeats 3
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -21,9 +26,11 @@ from hdp_planner_train.models import make_model
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", choices=("fmnist", "shakespeare"), default="fmnist")
+    ap.add_argument("--model", default=None, help="a --model name for the dataset [its default]")
     ap.add_argument("--clients", type=int, default=120)
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=None, help="[10; shakespeare 4]")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu")
@@ -32,32 +39,48 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
     torch.manual_seed(0)
-    model = make_model("fmnist").to(dev)
+    lstm = args.dataset == "shakespeare"
+    batch = args.batch or (4 if lstm else 10)
+    momentum = 0.9 if lstm else 0.0
+    model = make_model(args.dataset, 96 if lstm else 10, args.model).to(dev)
     theta = parameters_to_vector(model.parameters()).detach()
-    xs = torch.randn(args.clients, args.steps, args.batch, 1, 28, 28, device=dev)
-    ys = torch.randint(0, 10, (args.clients, args.steps, args.batch), device=dev)
-
-    def timed(fn) -> tuple[float, torch.Tensor]:
-        times, out = [], None
-        for _ in range(args.repeats + 1):  # first call warms up
+    shape = (args.clients, args.steps, batch)
+    if lstm:
+        xs = torch.randint(0, 96, (*shape, 80), device=dev)
+        ys = torch.randint(0, 96, shape, device=dev)
+    else:
+        xs = torch.randn(*shape, 1, 28, 28, device=dev)
+        ys = torch.randint(0, 10, shape, device=dev)
+    engines = {
+        "loop": lambda: loop_deltas(model, theta, xs, ys, 0.1, momentum),
+        "vectorized": lambda: vectorized_deltas(model, theta, xs, ys, 0.1, momentum),
+    }
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    outs: dict[str, torch.Tensor] = {}
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    for rep in range(args.repeats + 1):  # the first round of each engine warms up
+        for name, fn in engines.items():
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = fn()
+            outs[name] = fn()
             if dev.type == "cuda":
                 torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times[1:]), out
-
-    t_loop, a = timed(lambda: loop_deltas(model, theta, xs, ys, 0.1, 0.0))
-    t_vec, b = timed(lambda: vectorized_deltas(model, theta, xs, ys, 0.1, 0.0))
-    diff = float((a - b).abs().max())
+            if rep:
+                times[name].append(time.perf_counter() - t0)
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    diff = float((outs["loop"] - outs["vectorized"]).abs().max())
     print(
-        f"FMNIST setting: {args.clients} clients × {args.steps} steps × batch {args.batch}, 2-layer CNN "
-        f"(d = {theta.numel():,}), {torch.get_num_threads()} threads, device {dev}"
+        f"{args.dataset} setting: {args.clients} clients × {args.steps} steps × batch {batch}, "
+        f"{type(model).__name__} (d = {theta.numel():,}), {torch.get_num_threads()} threads, device {dev}"
     )
-    print(f"loop       median {t_loop:.3f} s/round")
-    print(f"vectorized median {t_vec:.3f} s/round")
+    t_loop, t_vec = (statistics.median(times[n]) for n in ("loop", "vectorized"))
+    for name, t in (("loop", t_loop), ("vectorized", t_vec)):
+        line = f"{name:<10} median {t:.3f} s/round, min {min(times[name]):.3f}"
+        if lstm:
+            per = t / (args.clients * args.steps)
+            line += f"; {per:.4f} s per client-step, {71 * 30 * per:.0f} s for the paper's 71 × 30"
+        print(line)
     print(f"speed-up   {t_loop / t_vec:.2f}x   (max |Δ_loop − Δ_vec| = {diff:.2e})")
 
 

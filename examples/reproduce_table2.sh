@@ -7,5 +7,6 @@ set -euo pipefail
 OUT=${OUT:-runs/table2}
 SEEDS=${SEEDS:-3}
 METHODS=${METHODS:-p-fedavg,dp-fedavg,gdpfed,gdpfed-op,gdpfed+,pfa,idp-fedavg-sample,idp-fedavg-scale,time-adaptive}
-hdp-plan compare --dataset fmnist --methods "$METHODS" --seeds "$SEEDS" --out "$OUT" \
+MODEL=${MODEL:-cnn}  # cnn2-paper: McMahan et al. 2017's CNN (d = 1,663,370), the paper's scale (a GPU is advised)
+hdp-plan compare --dataset fmnist --model "$MODEL" --methods "$METHODS" --seeds "$SEEDS" --out "$OUT" \
   --eps 0.5,1.5,3.0 --n 6000 --rounds 50 --q 0.02 --clip 1.5 --local-steps 5 --sparsity 0.7,0.8,0.9 --resume

@@ -40,6 +40,14 @@ def train(
     dataset: Annotated[
         str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")
     ] = "fmnist",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="mlp (digits) | cnn (fmnist default, d = 26,010) | cnn2-paper (fmnist, McMahan et al. 2017's "
+            "2-layer CNN, d = 1,663,370) | cnn3 (svhn) | resnet18-gn (cifar10) | lstm (shakespeare) [the dataset's].",
+        ),
+    ] = None,
     data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
     dirichlet: Annotated[
         float | None,
@@ -144,6 +152,7 @@ def train(
         audit=audit,
         audit_canaries=audit_canaries,
         noise=None if secure_noise is None else ("secure" if secure_noise else "seeded"),
+        model=model,
     )
     try:
         metrics = run(cfg)
@@ -189,6 +198,14 @@ def compare(
     methods: Annotated[
         str, typer.Option("--methods", help="Methods to train, comma-separated (train's --method names).")
     ] = "p-fedavg,dp-fedavg,gdpfed,pfa,idp-fedavg-sample,gdpfed+",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="mlp (digits) | cnn (fmnist default, d = 26,010) | cnn2-paper (fmnist, McMahan et al. 2017's "
+            "2-layer CNN, d = 1,663,370) | cnn3 (svhn) | resnet18-gn (cifar10) | lstm (shakespeare) [the dataset's].",
+        ),
+    ] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Runs per method, seeds 0..S-1.")] = 3,
     out: Annotated[
         str, typer.Option("--out", help="Folder for plan.json, one folder per run, results.")
@@ -246,6 +263,7 @@ def compare(
         write_results,
     )
     from hdp_planner_train.data import load_federated
+    from hdp_planner_train.models import model_name
 
     try:
         if dataset not in PAPER_SETTINGS:
@@ -253,7 +271,8 @@ def compare(
         if seeds < 1:
             raise ValueError(f"--seeds must be ≥ 1, got {seeds}")
         cfg = CompareConfig(dataset, check_methods(methods.split(",")), seeds, out, data_dir, dirichlet, engine, device,
-                            eval_every, resume, shards, audit)  # fmt: skip
+                            eval_every, resume, shards, audit, model)  # fmt: skip
+        model_name(dataset, model)
         paper = PAPER_SETTINGS[dataset]
         data = load_federated(
             dataset, data_dir, None if n is None or dataset == "shakespeare" else n, dirichlet, shards=shards

@@ -73,6 +73,7 @@ class CompareConfig:
     resume: bool = False
     shards: int | None = None  # pathological non-IID (paper 002's partition)
     audit: bool = False  # canaries in every auditable run: empirical ε per group (hdp_planner.audit)
+    model: str | None = None  # models.MODELS name; None: the dataset's default
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -88,19 +89,14 @@ def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def model_dim(dataset: str, num_classes: int) -> int:
-    """d, the number of parameters of the dataset's model."""
-    from hdp_planner_train.models import make_model
-
-    return sum(p.numel() for p in make_model(dataset, num_classes).parameters())
-
-
 def prepare_plan(
     cfg: CompareConfig, groups: Groups, config: PlanConfig, options: BaselineOptions, num_classes: int
 ) -> Path:
     """Solve the plan with every baseline (PFA at the model's d), verify it, write it. The plan does not depend
     on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
-    options = dataclasses.replace(options, model_dim=model_dim(cfg.dataset, num_classes))
+    from hdp_planner_train.models import model_dim
+
+    options = dataclasses.replace(options, model_dim=model_dim(cfg.dataset, num_classes, cfg.model))
     plan = add_baselines(solve_plan(groups, config), tuple(BASELINES.values()), options)
     problems = verify(plan)
     if problems:
@@ -116,11 +112,13 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
     """Train every (seed, method) under ``plan_path`` (reusing finished runs with ``resume``); one row per run."""
     from hdp_planner import load_plan
     from hdp_planner_train.canaries import auditable
+    from hdp_planner_train.models import model_name
     from hdp_planner_train.trainer import TrainConfig, run
 
     plan = load_plan(plan_path)
     plan_hash = hashlib.sha256(plan_path.read_bytes()).hexdigest()
     partition = {"dirichlet": cfg.dirichlet, "shards": cfg.shards}  # a reused run must have trained on the same
+    model = model_name(cfg.dataset, cfg.model)  # ... partition and model
     rows = []
     total = cfg.seeds * len(cfg.methods)
     for seed in range(cfg.seeds):
@@ -131,6 +129,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
             if cfg.resume and done.is_file():
                 row = json.loads(done.read_text())
                 same = row.get("plan_sha256") == plan_hash and row.get("partition") == partition
+                same = same and row.get("model", model) == model
                 if same and ("epsilon_empirical" in row or not audit):
                     rows.append(row)
                     report(f"[{len(rows)}/{total}] {method} seed {seed}: {row['final_accuracy']:.2f}% (reused)")
@@ -152,6 +151,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     progress=False,
                     audit=audit,
                     noise="seeded",  # a simulation grid: reproducible, its models are not for release
+                    model=cfg.model,
                 )
             )
             row = {
@@ -159,6 +159,8 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                 "seed": seed,
                 "plan_sha256": plan_hash,
                 "partition": partition,
+                "model": model,
+                "d": metrics["d"],
                 "final_accuracy": metrics["final_accuracy"],
                 "history": metrics["history"],
                 "epsilon_spent": [e["epsilon_spent"] for e in metrics["epsilon_spent"]],

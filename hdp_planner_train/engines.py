@@ -2,8 +2,9 @@
 
 Two engines with the same inputs and outputs, the flat client updates Δ_i = θ_i − θ as a (K, d) tensor:
 - ``loop``: the plain reference, one client after the other with ``torch.optim.SGD``;
-- ``vectorized``: all clients at once with ``torch.func`` (functional_call + vmap + grad) over stacked
-  parameters (chunks of clients bound the memory), the same SGD-with-momentum arithmetic as torch.optim.SGD.
+- ``vectorized``: all clients at once over stacked parameters (chunks of clients bound the memory), the same
+  SGD-with-momentum arithmetic as torch.optim.SGD; gradients by ``torch.func`` (functional_call + vmap + grad),
+  or, for a model with ``forward_batched`` (the LSTM), by its own client-batched products (:func:`client_grads`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,43 @@ def unflatten(model: nn.Module) -> Callable[[torch.Tensor], dict[str, torch.Tens
     return split
 
 
+GradFn = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
+
+
+def client_grads(model: nn.Module) -> GradFn:
+    """(params {name: (K, *shape)}, x (K, B, ...), y (K, B)) → each client's gradient of its mean cross-entropy.
+
+    A model with ``forward_batched(params, x)`` (the LSTM) runs all clients through its own batched products and
+    one backward pass of the sum of the clients' losses (client k's loss depends only on its own weights, so the
+    gradient of the sum is every client's own); any other model goes through torch.func's vmap(grad(·)).
+    """
+    batched = getattr(model, "forward_batched", None)
+    if batched is not None:
+
+        def grads(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+            leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+            with torch.enable_grad():
+                logits = batched(leaves, x)
+                loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
+                return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+
+        return grads
+
+    def loss_fn(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(functional_call(model, params, (x,)), y)
+
+    return vmap(grad(loss_fn))
+
+
+def default_chunk(model: nn.Module, d: int, device: torch.device) -> int:
+    """Clients trained together: as many as 2·10⁸ stacked parameters allow, except a ``forward_batched`` model on
+    CPU, whose per-step batched products read every client's recurrent weights: there about 16 MB of weights in
+    all (4 clients of the LSTM) stays in cache; measured 0.06 s per client-step at 4 clients against 0.22 at 16."""
+    if device.type == "cpu" and hasattr(model, "forward_batched"):
+        return max(1, int(4e6 // max(d, 1)))
+    return max(1, int(2e8 // max(d, 1)))
+
+
 def vectorized_deltas(
     model: nn.Module,
     theta: torch.Tensor,
@@ -83,12 +121,8 @@ def vectorized_deltas(
         return theta.new_zeros((0, d))
     names = [n for n, _ in model.named_parameters()]
     base = unflatten(model)(theta)
-
-    def loss_fn(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(functional_call(model, params, (x,)), y)
-
-    grad_fn = vmap(grad(loss_fn))
-    chunk = chunk or max(1, min(k_total, int(2e8 // max(d, 1))))
+    grad_fn = client_grads(model)
+    chunk = chunk or default_chunk(model, d, theta.device)
     out = []
     for start in range(0, k_total, chunk):
         xc, yc = xs[start : start + chunk], ys[start : start + chunk]

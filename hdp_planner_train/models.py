@@ -37,6 +37,24 @@ class CNN2(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(-3))))
 
 
+class CNN2Paper(nn.Module):
+    """The 2-layer CNN of McMahan et al. 2017 (FedAvg) for (Fashion-)MNIST, the paper-scale choice:
+    conv5×5(32, same)-maxpool2-conv5×5(64, same)-maxpool2-fc(512)-fc(10), ReLU, d = 1,663,370.
+    """
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(64 * 7 * 7, 512)
+        self.fc2 = nn.Linear(512, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(-3))))
+
+
 class CNN3(nn.Module):
     """3-layer CNN for SVHN: three conv3×3-pool blocks (32, 64, 64) and a linear layer."""
 
@@ -118,22 +136,74 @@ class CharLSTM(nn.Module):
             h_seq = torch.stack(outs, dim=-2)
         return self.fc(h_seq[..., -1, :])
 
+    def forward_batched(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """K clients' own weights at once (``params[name]``: (K, *shape)), x: (K, B, L) → logits (K, B, vocab).
 
-def make_model(dataset: str, num_classes: int = 10) -> nn.Module:
-    if dataset == "digits":
-        return DigitsMLP(num_classes=num_classes)
-    if dataset == "fmnist":
-        return CNN2(num_classes)
-    if dataset == "svhn":
-        return CNN3(num_classes)
-    if dataset == "cifar10":
-        return ResNet18GN(num_classes)
-    if dataset == "shakespeare":
-        return CharLSTM(vocab=num_classes)
-    raise ValueError(f"no model for dataset {dataset!r}")
+        The same arithmetic as :meth:`forward` with every product batched over clients: the input projections of
+        all time steps as one batched matmul per layer, then per step ``torch.baddbmm`` with the (K, H, 4H)
+        recurrent weights (torch.func's vmap cannot batch a fused RNN, and vmapping this time loop is slow).
+        """
+        k = x.shape[0]
+        h_seq = params["embed.weight"][torch.arange(k, device=x.device)[:, None, None], x]  # (K, B, L, E)
+        for i in range(len(self.cells)):
+            w, b = params[f"cells.{i}.weight"], params[f"cells.{i}.bias"]  # (K, 4H, I + H), (K, 4H)
+            n_in = h_seq.shape[-1]
+            kb, steps = h_seq.shape[1], h_seq.shape[2]
+            x_gates = torch.baddbmm(b[:, None, :], h_seq.reshape(k, kb * steps, n_in), w[..., :n_in].transpose(1, 2))
+            x_gates = x_gates.view(k, kb, steps, -1)
+            w_h = w[..., n_in:].transpose(1, 2)  # (K, H, 4H)
+            h = h_seq.new_zeros((k, kb, self.hidden))
+            c = h_seq.new_zeros((k, kb, self.hidden))
+            outs = []
+            for t in range(steps):
+                gates = torch.baddbmm(x_gates[:, :, t], h, w_h)
+                i_g, f_g, g_g, o_g = gates.chunk(4, dim=-1)
+                c = torch.sigmoid(f_g) * c + torch.sigmoid(i_g) * torch.tanh(g_g)
+                h = torch.sigmoid(o_g) * torch.tanh(c)
+                outs.append(h)
+            h_seq = torch.stack(outs, dim=2)
+        return torch.baddbmm(params["fc.bias"][:, None, :], h_seq[:, :, -1], params["fc.weight"].transpose(1, 2))
 
 
-HEADS: dict[type, str] = {DigitsMLP: "fc2", CNN2: "fc2", CNN3: "fc", ResNet18GN: "fc", CharLSTM: "fc"}
+MODELS: dict[str, tuple[type[nn.Module], tuple[str, ...]]] = {
+    "mlp": (DigitsMLP, ("digits",)),
+    "cnn": (CNN2, ("fmnist",)),
+    "cnn2-paper": (CNN2Paper, ("fmnist",)),
+    "cnn3": (CNN3, ("svhn",)),
+    "resnet18-gn": (ResNet18GN, ("cifar10",)),
+    "lstm": (CharLSTM, ("shakespeare",)),
+}
+"""``--model`` names: the class and the datasets whose inputs it takes."""
+
+DEFAULT_MODEL = {"digits": "mlp", "fmnist": "cnn", "svhn": "cnn3", "cifar10": "resnet18-gn", "shakespeare": "lstm"}
+"""The model each dataset trains without ``--model`` (fmnist: the small CPU-friendly CNN, d = 26,010)."""
+
+
+def model_name(dataset: str, model: str | None = None) -> str:
+    """The ``--model`` name ``model`` resolves to on ``dataset`` (its default if None); ValueError if it cannot."""
+    if dataset not in DEFAULT_MODEL:
+        raise ValueError(f"no model for dataset {dataset!r}")
+    name = DEFAULT_MODEL[dataset] if model is None else model
+    if name not in MODELS:
+        raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {name!r}")
+    if dataset not in MODELS[name][1]:
+        fits = [m for m, (_, ds) in MODELS.items() if dataset in ds]
+        raise ValueError(f"--model {name} does not take {dataset} inputs; for {dataset} choose {' or '.join(fits)}")
+    return name
+
+
+def make_model(dataset: str, num_classes: int = 10, model: str | None = None) -> nn.Module:
+    """The ``model`` (default: the dataset's, :data:`DEFAULT_MODEL`) for ``dataset`` with ``num_classes`` outputs."""
+    cls = MODELS[model_name(dataset, model)][0]
+    return cls(vocab=num_classes) if cls is CharLSTM else cls(num_classes=num_classes)
+
+
+def model_dim(dataset: str, num_classes: int = 10, model: str | None = None) -> int:
+    """d, the number of parameters of ``model`` on ``dataset`` (the PFA plan's ``model_dim``)."""
+    return sum(p.numel() for p in make_model(dataset, num_classes, model).parameters())
+
+
+HEADS: dict[type, str] = {DigitsMLP: "fc2", CNN2: "fc2", CNN2Paper: "fc2", CNN3: "fc", ResNet18GN: "fc", CharLSTM: "fc"}
 """The personal classifier head of each model (DP²-FedSAM, CENTAUR): its final linear layer."""
 
 

@@ -316,7 +316,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
-    model = make_model(cfg.dataset, data.num_classes).to(device)
+    model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     mask = head_mask(model)
     heads = theta[mask].unsqueeze(0).repeat(data.n_clients, 1) if personal else None

@@ -305,7 +305,7 @@ def power_of_choice(losses: np.ndarray, candidates: np.ndarray, per_round: int) 
 def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, device: torch.device) -> dict[str, Any]:
     """:func:`hdp_planner_train.trainer.run` for :data:`SELECTION_METHODS`; metrics.json adds the privacy model,
     the selection probabilities and every client's noise and ε spent."""
-    from hdp_planner_train.models import make_model
+    from hdp_planner_train.models import make_model, model_name
     from hdp_planner_train.trainer import (
         SECURE_NOTE,
         SEEDED_NOTE,
@@ -342,7 +342,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
 
     out = Path(cfg.out) if cfg.out else None
     torch.manual_seed(cfg.seed)
-    model = make_model(cfg.dataset, data.num_classes).to(device)
+    model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     grad_fn = per_example_grads(model)
     x_train, y_train, x_test, y_test = device_arrays(data, device)
@@ -394,6 +394,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         {
             "device": str(device),
             "rounds": rounds,
+            "model": model_name(cfg.dataset, cfg.model),
             "d": int(theta.numel()),
             "batch_size": batch,
             "momentum": momentum,

@@ -29,7 +29,7 @@ from hdp_planner.mechanism import executed_mechanism, mechanism_epsilon, row_bud
 from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, method_spec, noise_source, sample_round
 from hdp_planner_train.data import DEFAULTS, load_federated
 from hdp_planner_train.engines import ENGINES, batch_indices, evaluate, local_deltas
-from hdp_planner_train.models import make_model
+from hdp_planner_train.models import MODELS, make_model, model_dim, model_name
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -70,6 +70,7 @@ class TrainConfig:
     audit: bool = False  # insert canary clients and report an empirical ε per group (hdp_planner.audit)
     audit_canaries: int | None = None  # canaries per group, in and out together (default min(2000, ⌊d/M⌋))
     noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
+    model: str | None = None  # models.MODELS name; None: the dataset's default (models.DEFAULT_MODEL)
 
 
 SEEDED_NOTE = (
@@ -131,6 +132,10 @@ def _check(cfg: TrainConfig):
     if cfg.dataset not in DEFAULTS:
         raise TrainError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {cfg.dataset!r}")
     noise_kind(cfg)
+    try:
+        model_name(cfg.dataset, cfg.model)
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
     plan = load_plan(cfg.plan)
     problems = verify(plan)
     if problems:
@@ -162,8 +167,7 @@ def _check(cfg: TrainConfig):
     if data.n_clients != plan.config.n:
         raise TrainError(
             f"plan has n = {plan.config.n} clients but the {cfg.dataset} partition gives n = {data.n_clients}: "
-            f"re-plan with --n {data.n_clients}"
-            + ("" if cfg.dataset == "shakespeare" else f" or train with --clients {plan.config.n}")
+            f"re-plan with --n {data.n_clients} or train with --clients {plan.config.n}"
         )
     try:
         spec = method_spec(plan, "gdpfed+" if cfg.method in SELECTION_METHODS else cfg.method)  # 003: ε per group
@@ -196,13 +200,10 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
-    model = make_model(cfg.dataset, data.num_classes).to(device)
+    model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     if spec.projection is not None and spec.projection.model_dim != theta.numel():
-        raise TrainError(
-            f"the plan's PFA was planned for d = {spec.projection.model_dim} parameters but the {cfg.dataset} model "
-            f"has d = {theta.numel()}: re-plan with --model-dim {theta.numel()}"
-        )
+        raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, theta.numel(), data.num_classes))
     x_train, y_train, x_test, y_test = device_arrays(data, device)
     auditor = None
     if cfg.audit:
@@ -291,12 +292,23 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     return metrics
 
 
+def pfa_dim_mismatch(cfg: TrainConfig, planned: int, d: int, num_classes: int) -> str:
+    """The one-line error for a PFA plan made for another d: which ``--model`` has the plan's d, or how to re-plan."""
+    name = model_name(cfg.dataset, cfg.model)
+    fits = [
+        m for m, (_, ds) in MODELS.items() if cfg.dataset in ds and model_dim(cfg.dataset, num_classes, m) == planned
+    ]
+    hint = f"train with --model {fits[0]}" if fits else f"re-plan with --model-dim {d}"
+    return f"the plan's PFA was planned for d = {planned} parameters but --model {name} has d = {d}: {hint}"
+
+
 def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: Any) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: the plan's hash and every setting that changes the run."""
     return {
         "plan_sha256": hashlib.sha256(Path(cfg.plan).read_bytes()).hexdigest(),
         "method": cfg.method,
         "dataset": cfg.dataset,
+        "model": model_name(cfg.dataset, cfg.model),
         "seed": cfg.seed,
         "dirichlet": cfg.dirichlet,
         "shards": cfg.shards,
@@ -404,6 +416,7 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
         "method": cfg.method,
         "plan_method": METHOD_NAMES[spec.method],
         "dataset": cfg.dataset,
+        "model": model_name(cfg.dataset, cfg.model),
         "device": str(device),
         "seed": cfg.seed,
         "rounds": rounds,

@@ -1,0 +1,253 @@
+"""The trainer at the paper's scale: --model (the paper-scale CNN, d from the chosen model), the LSTM's
+client-batched engine against the per-client loop, and Shakespeare's 714-role natural split."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from hdp_planner import plan, save_plan  # noqa: E402
+from hdp_planner.baselines import BaselineOptions, add_baselines  # noqa: E402
+from hdp_planner.cli import app  # noqa: E402
+from hdp_planner_train.data import (  # noqa: E402
+    SEQ_LEN,
+    TEST_PER_ROLE,
+    DataError,
+    _encode,
+    load_federated,
+    load_shakespeare,
+    parse_roles,
+    select_roles,
+)
+from hdp_planner_train.engines import client_grads, default_chunk, loop_deltas, vectorized_deltas  # noqa: E402
+from hdp_planner_train.models import (  # noqa: E402
+    DEFAULT_MODEL,
+    MODELS,
+    CharLSTM,
+    make_model,
+    model_dim,
+    model_name,
+)
+from hdp_planner_train.trainer import TrainConfig, pfa_dim_mismatch  # noqa: E402
+
+runner = CliRunner()
+
+
+def _flat(model):
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
+# ------------------------------------------------------------------ --model
+
+
+def test_paper_cnn_is_mcmahan_2017_and_the_default_stays():
+    """McMahan et al. 2017's CNN: 5×5 convs (32, 64) each with 2×2 max-pooling, fc 512, fc 10."""
+    model = make_model("fmnist", model="cnn2-paper")
+    expected = (25 * 32 + 32) + (25 * 32 * 64 + 64) + (7 * 7 * 64 * 512 + 512) + (512 * 10 + 10)
+    assert model_dim("fmnist", model="cnn2-paper") == expected == 1_663_370
+    assert model(torch.randn(3, 1, 28, 28)).shape == (3, 10)
+    assert [m.kernel_size for m in (model.conv1, model.conv2)] == [(5, 5), (5, 5)]
+    assert model_dim("fmnist") == 26_010 and model_name("fmnist") == "cnn"  # today's CNN stays the default
+    for dataset, name in DEFAULT_MODEL.items():
+        assert dataset in MODELS[name][1]
+
+
+def test_model_name_refuses_unknown_and_misfit_models():
+    with pytest.raises(ValueError, match="--model must be one of"):
+        model_name("fmnist", "vgg")
+    with pytest.raises(ValueError, match="for digits choose mlp"):
+        model_name("digits", "cnn2-paper")
+
+
+def test_paper_cnn_vectorized_equals_loop():
+    torch.manual_seed(0)
+    model = make_model("fmnist", model="cnn2-paper")
+    theta = _flat(model)
+    xs, ys = torch.randn(2, 2, 2, 1, 28, 28), torch.randint(0, 10, (2, 2, 2))
+    a = loop_deltas(model, theta, xs, ys, 0.1, 0.0)
+    b = vectorized_deltas(model, theta, xs, ys, 0.1, 0.0)
+    assert float((a - b).abs().max()) <= 1e-5 * float(a.abs().max())
+
+
+def test_pfa_mismatch_names_the_model_flag():
+    cfg = TrainConfig(plan="p.json", dataset="fmnist")
+    msg = pfa_dim_mismatch(cfg, 1_663_370, 26_010, 10)
+    assert "--model cnn2-paper" in msg and "d = 26010" in msg
+    assert "--model-dim 26010" in pfa_dim_mismatch(cfg, 999, 26_010, 10)
+
+
+def _write_fmnist(folder, n_train=40, n_test=10, seed=0):
+    """Four tiny IDX files in Fashion-MNIST's format (gzip), random pixels and labels."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir()
+    for stem, n in (("train", n_train), ("t10k", n_test)):
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        labels = rng.integers(0, 10, n, dtype=np.uint8)
+        head = bytes([0, 0, 8, 3]) + np.array([n, 28, 28], ">u4").tobytes()
+        (folder / f"{stem}-images-idx3-ubyte.gz").write_bytes(gzip.compress(head + images.tobytes()))
+        head = bytes([0, 0, 8, 1]) + np.array([n], ">u4").tobytes()
+        (folder / f"{stem}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(head + labels.tobytes()))
+
+
+def test_cli_train_with_the_paper_cnn_records_model_and_d(tmp_path):
+    data = tmp_path / "fmnist"
+    _write_fmnist(data)
+    base = plan([0.5, 1.5, 3.0], n=6, rounds=2, q=0.5, clip=1.5, local_steps=1)
+    pfa = add_baselines(base, ["PFA"], BaselineOptions(model_dim=1_663_370, pfa_dim=1, pfa_window=2))
+    path = tmp_path / "plan.json"
+    save_plan(pfa, path)
+    common = ["train", str(path), "--dataset", "fmnist", "--data-dir", str(data), "--clients", "6", "--rounds", "1"]
+    refused = runner.invoke(app, [*common, "--method", "pfa", "--out", str(tmp_path / "r")])
+    assert refused.exit_code == 2 and "--model cnn2-paper" in refused.output and "Traceback" not in refused.output
+    assert not (tmp_path / "r" / "metrics.json").exists()
+    bad = runner.invoke(app, [*common, "--model", "lstm", "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 2 and "for fmnist choose" in bad.output
+    out = tmp_path / "o"
+    done = runner.invoke(app, [*common, "--method", "dp-fedavg", "--model", "cnn2-paper", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["model"] == "cnn2-paper" and metrics["d"] == 1_663_370
+
+
+def test_cli_compare_refuses_a_model_of_another_dataset(tmp_path):
+    out = tmp_path / "grid"
+    result = runner.invoke(app, ["compare", "--dataset", "digits", "--model", "cnn", "--out", str(out)])
+    assert result.exit_code == 2 and "for digits choose mlp" in result.output
+    assert not (out / "plan.json").exists()
+
+
+# ------------------------------------------------------------------ the LSTM's batched engine
+
+
+def test_lstm_forward_batched_equals_forward_per_client():
+    torch.manual_seed(1)
+    model = CharLSTM(vocab=12, embed=3, hidden=5).double()
+    clients = [CharLSTM(vocab=12, embed=3, hidden=5).double() for _ in range(3)]
+    params = {n: torch.stack([dict(c.named_parameters())[n] for c in clients]) for n, _ in model.named_parameters()}
+    x = torch.randint(0, 12, (3, 4, 7))
+    out = model.forward_batched(params, x)
+    for k, c in enumerate(clients):
+        torch.testing.assert_close(out[k], c(x[k]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("momentum, chunk", [(0.9, 2), (0.0, None)])
+def test_lstm_vectorized_engine_equals_the_loop(momentum, chunk):
+    """Shakespeare's setting in miniature (momentum 0.9, several steps, clients in chunks), in float64."""
+    torch.manual_seed(2)
+    model = CharLSTM(vocab=16, embed=4, hidden=6).double()
+    theta = _flat(model)
+    xs, ys = torch.randint(0, 16, (5, 3, 4, 9)), torch.randint(0, 16, (5, 3, 4))
+    a = loop_deltas(model, theta, xs, ys, 0.5, momentum)
+    b = vectorized_deltas(model, theta, xs, ys, 0.5, momentum, chunk=chunk)
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    assert float(a.abs().min(dim=1).values.max()) > 0  # the clients really moved
+
+
+def test_lstm_batched_gradients_equal_vmap():
+    torch.manual_seed(3)
+    model = CharLSTM(vocab=10, embed=3, hidden=4).double()
+    params = {n: p.detach().unsqueeze(0).repeat(2, *[1] * p.dim()) for n, p in model.named_parameters()}
+    params = {n: p + 0.01 * torch.randn_like(p) for n, p in params.items()}  # two different clients
+    x, y = torch.randint(0, 10, (2, 3, 5)), torch.randint(0, 10, (2, 3))
+    batched = client_grads(model)(params, x, y)
+
+    class Plain(CharLSTM):  # the same model without forward_batched: torch.func's vmap(grad(·))
+        forward_batched = None
+
+    ref = _vmap_grads(Plain(vocab=10, embed=3, hidden=4).double(), params, x, y)
+    for n in params:
+        torch.testing.assert_close(batched[n], ref[n], rtol=1e-10, atol=1e-12)
+
+
+def _vmap_grads(model, params, x, y):
+    from torch.func import functional_call, grad, vmap
+    from torch.nn import functional as F
+
+    def loss_fn(p, xb, yb):
+        return F.cross_entropy(functional_call(model, p, (xb,)), yb)
+
+    return vmap(grad(loss_fn))(params, x, y)
+
+
+def test_lstm_chunks_stay_cache_sized_on_cpu():
+    lstm, cnn = make_model("shakespeare", 96), make_model("fmnist")
+    assert default_chunk(lstm, model_dim("shakespeare", 96), torch.device("cpu")) == 4
+    assert default_chunk(cnn, 26_010, torch.device("cpu")) >= 120  # a whole FMNIST round at once
+
+
+# ------------------------------------------------------------------ Shakespeare's 714 roles
+
+
+def test_select_roles_keeps_most_text_ties_in_given_order():
+    names = ["a:X", "a:Y", "b:X", "b:Z", "c:W"]
+    lengths = [300, 500, 500, 200, 900]
+    assert select_roles(names, lengths, 3) == [1, 2, 4]  # in the given order, not by length
+    assert select_roles(names, lengths, 2) == [1, 4]  # the tie at 500 goes to the earlier play
+    assert select_roles(names, lengths, None) == [0, 1, 2, 3, 4]
+    with pytest.raises(DataError, match="--clients between 1 and 5"):
+        select_roles(names, lengths, 6)
+
+
+def _speech(rng, n_chars):
+    words = ["".join(rng.choice(list("abcdefgh"), size=rng.integers(2, 7))) for _ in range(n_chars // 4)]
+    return " ".join(words)[:n_chars]
+
+
+def _write_play(folder, name, speeches):
+    lines = ["ACT I. SCENE 1.", ""]
+    for role, text in speeches:
+        lines += [f"{role}.", text, ""]
+    (folder / f"{name}_gut.txt").write_text("\n".join(lines))
+
+
+def test_shakespeare_natural_split_is_deterministic_and_test_windows_are_unseen(tmp_path):
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    sizes = {"alpha": [("Ham", 900), ("Ghost", 400), ("Guard", 100)], "beta": [("Iago", 1200), ("Ham", 400)]}
+    for play, roles in sizes.items():
+        _write_play(folder, play, [(r, _speech(rng, n)) for r, n in roles])
+    (folder / "alpha_gut_f.txt").write_text("Ham.\nthe First Folio copy is skipped\n")
+    xtr, ytr, xte, yte, parts = load_shakespeare(str(folder), clients=3, max_samples=50)
+    # Guard (100 chars) is too short; of the four left, Iago, alpha's Ham and the first 400-char role in file
+    # order (alpha's Ghost, not beta's Ham) are kept, in file-then-role order: alpha:GHOST, alpha:HAM, beta:IAGO
+    speeches = parse_roles((folder / "alpha_gut.txt").read_text(), "alpha_gut")
+    for k, role in enumerate(("alpha_gut:GHOST", "alpha_gut:HAM")):
+        codes = _encode(speeches[role])
+        assert np.array_equal(xtr[parts[k][0]], codes[:SEQ_LEN]) and len(parts[k]) == 50
+    # test windows start SEQ_LEN after the last training start (no shared character): Ghost's 320 windows leave
+    # none (20% < SEQ_LEN), Ham's 820 leave 10 from window 656 + 80, Iago's 10
+    codes = _encode(speeches["alpha_gut:HAM"])
+    cut = int(0.8 * (len(codes) - SEQ_LEN))
+    assert len(yte) == 2 * TEST_PER_ROLE and np.array_equal(xte[0], codes[cut + SEQ_LEN : cut + 2 * SEQ_LEN])
+    assert yte[0] == codes[cut + 2 * SEQ_LEN]
+    again = load_shakespeare(str(folder), clients=3, max_samples=50)
+    assert all(np.array_equal(a, b) for a, b in zip((xtr, ytr, xte, yte), again[:4]))
+    assert len(load_shakespeare(str(folder), clients=None)[4]) == 4  # every role with ≥ 160 characters
+    with pytest.raises(DataError, match="--clients"):
+        load_federated("shakespeare", str(folder))  # the paper's 714 roles are not in these 5 speeches
+    assert load_federated("shakespeare", str(folder), clients=4).n_clients == 4
+
+
+# ------------------------------------------------------------------ the peer benchmark
+
+
+def test_bench_vs_pfl_without_pfl_says_how_to_set_it_up(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_vs_pfl.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--pfl-python", str(tmp_path / "no-python")], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "pfl is not importable" in done.stderr and "pip install torch==2.13.0 'pfl[pytorch]'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
