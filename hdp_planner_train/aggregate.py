@@ -17,6 +17,9 @@ shared by all c joined clients (IDP-FedAvg), with ω = 1/Σr; σ_m of the round 
 PFA's projection of one group's noisy sum onto the principal subspace of the public group's latest noisy sums
 (:func:`principal_subspace`) instead of Top-k.
 
+Every Gaussian draw comes from a :class:`NoiseSource`: :class:`SecureNoise` (the OS's CSPRNG, for models that
+are released) or :class:`SeededNoise` (reproducible from the run's seed: simulations only, issue 13).
+
 Noise measurement (two numbers per round, both per coordinate, noise n_m of group m known exactly):
 - ``lambda_measured`` = Σ_m ω_m²·(k_m/d)·‖n_m‖²/d: the noise the applied update would carry if the kept
   coordinates were chosen independently of the noise. Its expectation is exactly ``lambda_exact``
@@ -32,12 +35,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
 
 from hdp_planner.baselines import BASELINES
-from hdp_planner.noise import clip_factor, noise_share_std, poisson_sample
+from hdp_planner.noise import clip_factor, noise_share_std, poisson_sample, secure_normal
 from hdp_planner.plan import Phase, Plan, Projection
 
 METHOD_NAMES = {
@@ -130,8 +134,60 @@ def sample_round(spec: GroupSpec, seed: int, rnd: int) -> list[np.ndarray]:
     return [off + poisson_sample(rng, size, q) for off, size, q in zip(spec.offsets, spec.sizes, spec.q)]
 
 
-def noise_generator(seed: int, rnd: int, device: torch.device | str = "cpu") -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(round_seed(seed, rnd, 2))
+NoiseKind = Literal["secure", "seeded"]
+
+
+class NoiseSource(Protocol):
+    """Where every Gaussian draw of a round comes from (the noise shares and PFA's start vectors)."""
+
+    kind: NoiseKind
+
+    def normal(self, shape: int | tuple[int, ...], std: float, device, dtype) -> torch.Tensor:
+        """A tensor of ``shape`` with independent N(0, std²) entries on ``device`` in ``dtype``."""
+        ...
+
+
+class SeededNoise:
+    """Reproducible noise for simulations: torch generators seeded from ``round_seed(seed, rnd, 2)``, one per device.
+
+    Anyone holding the seed regenerates every draw and can subtract it from the released model (issue 13):
+    a model trained with it must never be released."""
+
+    kind: NoiseKind = "seeded"
+
+    def __init__(self, seed: int, rnd: int) -> None:
+        self.seed, self.rnd = seed, rnd
+        self._generators: dict[str, torch.Generator] = {}
+
+    def normal(self, shape: int | tuple[int, ...], std: float, device, dtype) -> torch.Tensor:
+        device = torch.device(device)
+        gen = self._generators.get(device.type)  # one stream per device type, as one generator per round before
+        if gen is None:
+            gen = self._generators[device.type] = torch.Generator(device=device).manual_seed(
+                round_seed(self.seed, self.rnd, 2)
+            )
+        return torch.randn(shape, generator=gen, device=device, dtype=dtype) * std
+
+
+class SecureNoise:
+    """Noise from the OS's cryptographically secure generator (:func:`hdp_planner.noise.secure_normal`, float64),
+    converted to ``dtype`` on ``device``: nothing recorded with the run regenerates it."""
+
+    kind: NoiseKind = "secure"
+
+    def normal(self, shape: int | tuple[int, ...], std: float, device, dtype) -> torch.Tensor:
+        size = (shape,) if isinstance(shape, int) else tuple(shape)
+        draws = secure_normal(int(np.prod(size))) * std
+        return torch.from_numpy(draws.reshape(size)).to(device=device, dtype=dtype)
+
+
+def noise_source(kind: NoiseKind, seed: int, rnd: int) -> NoiseSource:
+    """The noise of round ``rnd``: :class:`SecureNoise` or :class:`SeededNoise` (seed, rnd)."""
+    if kind == "secure":
+        return SecureNoise()
+    if kind == "seeded":
+        return SeededNoise(seed, rnd)
+    raise ValueError(f"noise source must be secure or seeded, got {kind!r}")
 
 
 @dataclass
@@ -164,20 +220,20 @@ def clip_rows(rows: torch.Tensor, clip: float) -> tuple[torch.Tensor, int]:
 
 
 def group_noise(
-    d: int, joined: int, clip: float, noise_multiplier: float, generator: torch.Generator, device, dtype
+    d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource, device, dtype
 ) -> torch.Tensor:
     """The noise in a group's sum: ``joined`` client shares of std C·σ/√c each, or the server's N(0, C²σ²)."""
     std = noise_share_std(clip, noise_multiplier, joined)
     total = torch.zeros(d, device=device, dtype=dtype)
     for _ in range(max(joined, 1)):  # one draw per share, in client order: identical in every engine
-        total += torch.randn(d, generator=generator, device=device, dtype=dtype) * std
+        total += source.normal(d, std, device, dtype)
     return total
 
 
-def principal_subspace(matrix: torch.Tensor, dim: int, method: str, generator: torch.Generator) -> torch.Tensor:
+def principal_subspace(matrix: torch.Tensor, dim: int, method: str, source: NoiseSource) -> torch.Tensor:
     """Orthonormal (d, k) basis of the top-``dim`` left singular subspace of ``matrix`` (d, w): all of its
     span when w ≤ dim, else by ``lanczos`` (ARPACK's implicitly restarted Lanczos, as PFA) or ``randomized``
-    SVD (Halko et al. 2011: a Gaussian sketch, two power iterations). Start vectors come from ``generator``."""
+    SVD (Halko et al. 2011: a Gaussian sketch, two power iterations). Start vectors come from ``source``."""
     w = matrix.shape[1]
     if w <= dim:
         u, s, _ = torch.linalg.svd(matrix, full_matrices=False)
@@ -185,12 +241,12 @@ def principal_subspace(matrix: torch.Tensor, dim: int, method: str, generator: t
     if method == "lanczos":
         from scipy.sparse.linalg import svds
 
-        v0 = torch.randn(w, generator=generator, device=matrix.device, dtype=torch.float64).cpu().numpy()
+        v0 = source.normal(w, 1.0, matrix.device, torch.float64).cpu().numpy()
         u, _, _ = svds(matrix.double().cpu().numpy(), k=dim, solver="arpack", v0=v0)
         return torch.as_tensor(u.copy(), dtype=matrix.dtype, device=matrix.device)  # svds may return negative strides
     if method != "randomized":
         raise ValueError(f"unknown subspace method {method!r}")
-    sketch = torch.randn(w, min(w, dim + 5), generator=generator, device=matrix.device, dtype=matrix.dtype)
+    sketch = source.normal((w, min(w, dim + 5)), 1.0, matrix.device, matrix.dtype)
     basis = torch.linalg.qr(matrix @ sketch).Q
     for _ in range(2):
         basis = torch.linalg.qr(matrix @ torch.linalg.qr(matrix.T @ basis).Q).Q
@@ -202,7 +258,7 @@ def aggregate(
     deltas: torch.Tensor,
     group_of_row: Sequence[int],
     spec: GroupSpec,
-    generator: torch.Generator | None,
+    source: NoiseSource | None,
     rnd: int = 0,
     public_history: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, RoundStats]:
@@ -219,20 +275,20 @@ def aggregate(
     if not spec.private:
         update = sum((w * r.sum(0) for w, r in zip(spec.weight, rows)), torch.zeros_like(deltas[0:1].sum(0)))
         return update, RoundStats(joined, 0, 0.0, 0.0)
-    assert generator is not None, "a private method needs a noise generator"
+    assert source is not None, "a private method needs a noise source"
     clipped_rows = [clip_rows(r, c) for r, c in zip(rows, spec.clips)]
     clipped = sum(c for _, c in clipped_rows)
     sigma = spec.noise_at(rnd)
     if spec.pooled:  # one pool: one draw of std C_mσ_m (equal for all m) shared by every joined client
         total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else deltas.new_zeros(d)
-        noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], generator, deltas.device, deltas.dtype)
-        update, measured, applied = noisy_update([total + noise], [noise], spec, generator)
+        noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], source, deltas.device, deltas.dtype)
+        update, measured, applied = noisy_update([total + noise], [noise], spec, source)
         return update, RoundStats(joined, clipped, measured, applied)
     noises = [
-        group_noise(d, joined[m], spec.clips[m], sigma[m], generator, deltas.device, deltas.dtype) for m in range(count)
+        group_noise(d, joined[m], spec.clips[m], sigma[m], source, deltas.device, deltas.dtype) for m in range(count)
     ]
     ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
-    update, measured, applied = noisy_update(ys, noises, spec, generator, public_history)
+    update, measured, applied = noisy_update(ys, noises, spec, source, public_history)
     return update, RoundStats(joined, clipped, measured, applied)
 
 
@@ -240,13 +296,14 @@ def noisy_update(
     ys: list[torch.Tensor],
     noises: list[torch.Tensor] | None,
     spec: GroupSpec,
-    generator: torch.Generator | None,
+    source: NoiseSource,
     public_history: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, float, float]:
     """The server's side of a round (Algorithm 1, lines 14-16): from the groups' noisy sums ``ys`` (one pooled sum
     when ``spec.pooled``) to the update Σ_m ω_m·Top_k(y_m) (PFA: the projected group's sum projected instead), with
     ``lambda_measured`` and ``lambda_applied`` of the noises ``noises`` (NaN when the server does not know them,
-    e.g. when clients added the noise). Used by :func:`aggregate` and by the Flower strategy."""
+    e.g. when clients added the noise). ``source`` draws PFA's start vectors. Used by :func:`aggregate` and by the
+    Flower strategy (:mod:`hdp_planner_flower.strategy`)."""
     d = ys[0].numel()
     if spec.pooled:
         lam = spec.weight[0] ** 2 * float(torch.sum(noises[0].double() ** 2)) / d if noises is not None else math.nan
@@ -263,7 +320,7 @@ def noisy_update(
         assert public_history is not None, "PFA needs the public group's noisy sums of earlier rounds"
         public_history.append(ys[pr.public])
         del public_history[: -pr.window]
-        basis = principal_subspace(torch.stack(public_history, dim=1), pr.dim, pr.subspace, generator)
+        basis = principal_subspace(torch.stack(public_history, dim=1), pr.dim, pr.subspace, source)
         ys[pr.projected] = basis @ (basis.T @ ys[pr.projected])
         if noises is not None:
             noises[pr.projected] = basis @ (basis.T @ noises[pr.projected])

@@ -41,7 +41,7 @@ from torch.func import functional_call, vmap
 from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, noise_generator, sample_round
+from hdp_planner_train.aggregate import METHOD_NAMES, SeededNoise, aggregate, sample_round
 from hdp_planner_train.engines import batch_indices, evaluate, local_deltas
 from hdp_planner_train.models import head_module_name, make_model, split_head
 
@@ -356,7 +356,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                         heads[cid] = new_head  # stays on the client
                     updates.append(delta)
                 rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
-            gen = noise_generator(cfg.seed, r, device)
+            gen = SeededNoise(cfg.seed, r)
             update, stats = aggregate(rows, np.zeros(len(ids), np.int64), spec, gen, r, [])
             theta = theta.clone()
             theta[shared] += update

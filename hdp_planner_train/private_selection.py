@@ -42,7 +42,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.accounting import GaussianRounds, epsilon_spent
 from hdp_planner.selection import PRIVACY_MODEL, SelectionProblem, record_noise_multiplier, solve_selection
-from hdp_planner_train.aggregate import noise_generator, round_seed
+from hdp_planner_train.aggregate import NoiseSource, SeededNoise, round_seed
 from hdp_planner_train.engines import evaluate, unflatten
 
 SELECTION_METHODS = ("privacy-aware", "unbiased", "power-of-choice")
@@ -227,13 +227,13 @@ def clip_per_example(grads: torch.Tensor, clip: float) -> torch.Tensor:
 
 
 def noisy_mean_gradient(
-    grads: torch.Tensor, clip: float, multiplier: float, expected_batch: float, generator: torch.Generator
+    grads: torch.Tensor, clip: float, multiplier: float, expected_batch: float, source: NoiseSource
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(Σ_i clip(g_i) + N(0, z²C²I)) / (r|M|) and the noise part: the accounted record-level Gaussian step.
     The divisor is the *expected* batch size, so the sensitivity of the mean is C/(r|M|) whatever the batch."""
     d = grads.shape[1]
     total = clip_per_example(grads, clip).sum(0)
-    noise = torch.randn(d, generator=generator, device=grads.device, dtype=grads.dtype) * (multiplier * clip)
+    noise = source.normal(d, multiplier * clip, grads.device, grads.dtype)
     return (total + noise) / expected_batch, noise / expected_batch
 
 
@@ -248,7 +248,7 @@ def dp_sgd_client(
     expected_batch: float,
     lr: float,
     momentum: float,
-    generator: torch.Generator,
+    source: NoiseSource,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One client's τ local DP-SGD steps from θ on its examples (x, y), ``batches`` the Poisson-sampled positions
     of every step. Returns the update Δ = θ_τ − θ and its noise part (the same momentum recursion on the noise)."""
@@ -260,7 +260,7 @@ def dp_sgd_client(
             g_ex = grad_fn(local, x[idx], y[idx])
         else:
             g_ex = theta.new_zeros((0, theta.numel()))
-        step, noise = noisy_mean_gradient(g_ex, clip, multiplier, expected_batch, generator)
+        step, noise = noisy_mean_gradient(g_ex, clip, multiplier, expected_batch, source)
         if momentum:
             buf = step if buf is None else buf.mul_(momentum).add_(step)
             noise_buf = noise if noise_buf is None else noise_buf.mul_(momentum).add_(noise)
@@ -353,7 +353,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
             else:
                 ids = chosen[r]
             rng = np.random.default_rng(round_seed(cfg.seed, r, 1))
-            gen = noise_generator(cfg.seed, r, device)
+            gen = SeededNoise(cfg.seed, r)
             total = torch.zeros_like(theta)
             noise_total = torch.zeros_like(theta)
             for k in ids:

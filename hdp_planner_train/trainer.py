@@ -25,7 +25,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from hdp_planner import load_plan, verify
 from hdp_planner.files import write_json_atomic, write_text_atomic
 from hdp_planner.schedule import group_epsilon
-from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, method_spec, noise_generator, sample_round
+from hdp_planner_train.aggregate import METHOD_NAMES, SeededNoise, aggregate, method_spec, sample_round
 from hdp_planner_train.data import DEFAULTS, load_federated
 from hdp_planner_train.engines import ENGINES, batch_indices, evaluate, local_deltas
 from hdp_planner_train.models import make_model
@@ -193,7 +193,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             deltas = local_deltas(
                 cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk
             )
-            gen = noise_generator(cfg.seed, r, device) if spec.private else None
+            gen = SeededNoise(cfg.seed, r) if spec.private else None
             update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history)
             theta = theta + update
             vector_to_parameters(theta.clone(), model.parameters())

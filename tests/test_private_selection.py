@@ -15,6 +15,7 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.cli import app  # noqa: E402
 from hdp_planner.selection import record_noise_multiplier, solve_selection  # noqa: E402
+from hdp_planner_train.aggregate import SeededNoise  # noqa: E402
 from hdp_planner_train.data import DataError, load_federated, mixed_partition, mixed_split  # noqa: E402
 from hdp_planner_train.models import make_model  # noqa: E402
 from hdp_planner_train.private_selection import (  # noqa: E402
@@ -145,7 +146,7 @@ def test_noise_std_is_z_c_over_expected_batch_and_doubles_with_c():
     d, z, batch = 200_000, 1.3, 8.0
     stds = []
     for clip in (0.5, 1.0):
-        gen = torch.Generator().manual_seed(1)
+        gen = SeededNoise(1, 0)
         mean, noise = noisy_mean_gradient(torch.zeros(3, d, dtype=torch.float64), clip, z, batch, gen)
         torch.testing.assert_close(mean, noise)  # zero gradients: only the noise
         stds.append(float(noise.std()))
@@ -156,7 +157,7 @@ def test_noise_std_is_z_c_over_expected_batch_and_doubles_with_c():
     theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     measured = []
     for clip in (0.5, 1.0):
-        gen = torch.Generator().manual_seed(2)
+        gen = SeededNoise(2, 0)
         deltas = [
             dp_sgd_client(per_example_grads(model), theta, None, None, [np.zeros(0, int)], clip, z, batch, 1.0, 0.0,
                           gen)[0]

@@ -24,6 +24,7 @@ from hdp_planner.schedule import schedule_epsilon  # noqa: E402
 from hdp_planner_train.aggregate import (  # noqa: E402
     METHOD_NAMES,
     GroupSpec,
+    SeededNoise,
     aggregate,
     clip_rows,
     group_noise,
@@ -66,8 +67,7 @@ def _flat(model):
 @pytest.mark.parametrize("joined", [0, 1, 5])
 def test_group_noise_has_variance_c2_sigma2_whatever_joined(joined):
     clip, sigma, d = 1.5, 0.8, 400_000
-    gen = torch.Generator().manual_seed(joined)
-    noise = group_noise(d, joined, clip, sigma, gen, "cpu", torch.float64)
+    noise = group_noise(d, joined, clip, sigma, SeededNoise(joined, 0), "cpu", torch.float64)
     assert float(noise.var()) == pytest.approx(clip**2 * sigma**2, rel=0.02)
     assert abs(float(noise.mean())) < 0.01
 
@@ -77,7 +77,7 @@ def test_aggregate_zero_updates_carries_exactly_the_group_noise():
     d = 200_000
     for rows in ([], [0], [0, 0, 0, 1]):  # nobody / one client of group 0 / three of group 0 and one of group 1
         deltas = torch.zeros((len(rows), d), dtype=torch.float64)
-        update, stats = aggregate(deltas, rows, spec, torch.Generator().manual_seed(1))
+        update, stats = aggregate(deltas, rows, spec, SeededNoise(1, 0))
         assert float(update.var()) == pytest.approx(0.25 * (1.0 + 4.0), rel=0.03)
         assert stats.joined == [rows.count(0), rows.count(1)]
 
@@ -122,7 +122,7 @@ def test_measured_lambda_matches_plan(digits_plan, method):
         sampled = sample_round(spec, seed=3, rnd=r)
         groups = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(int)
         deltas = torch.randn(len(groups), d, generator=torch.Generator().manual_seed(r)) * 0.01
-        _, stats = aggregate(deltas, groups, spec, torch.Generator().manual_seed(100 + r), r, history)
+        _, stats = aggregate(deltas, groups, spec, SeededNoise(100 + r, 0), r, history)
         measured.append(stats.lambda_measured)
         applied.append(stats.lambda_applied)
     m = digits_plan.method(METHOD_NAMES[method])
@@ -144,13 +144,13 @@ def test_pooled_aggregation_draws_one_noise_and_clips_per_group(digits_plan):
     std = spec.clips[0] * spec.noise_multiplier[0]
     d = 200_000
     for rows in ([], [0], [0, 1, 1, 2, 2]):
-        update, stats = aggregate(torch.zeros((len(rows), d)), rows, spec, torch.Generator().manual_seed(2))
+        update, stats = aggregate(torch.zeros((len(rows), d)), rows, spec, SeededNoise(2, 0))
         assert float(update.var()) == pytest.approx(spec.weight[0] ** 2 * std**2, rel=0.03)
         assert stats.lambda_measured == pytest.approx(spec.weight[0] ** 2 * std**2, rel=0.03)
     tiny = dataclasses.replace(spec, noise_multiplier=(1e-9,) * 3)  # look at the clipped sum itself
     big = torch.zeros((3, 4))
     big[:, 0] = 10.0
-    update, stats = aggregate(big, [0, 1, 2], tiny, torch.Generator().manual_seed(3))
+    update, stats = aggregate(big, [0, 1, 2], tiny, SeededNoise(3, 0))
     assert float(update[0]) == pytest.approx(spec.weight[0] * sum(spec.clips), rel=1e-6) and stats.clipped == 3
 
 
@@ -165,7 +165,7 @@ def test_pfa_projection_lies_in_the_public_span(digits_plan):
     d, history, gen = 1000, [], torch.Generator().manual_seed(0)
     for r in range(5):
         deltas = torch.randn(6, d, generator=gen, dtype=torch.float64) * 0.1
-        update, _ = aggregate(deltas, [0, 0, 0, 1, 1, 1], two, torch.Generator().manual_seed(r), r, history)
+        update, _ = aggregate(deltas, [0, 0, 0, 1, 1, 1], two, SeededNoise(r, 0), r, history)
         assert len(history) == min(r + 1, 3)
         rest = update - 0.1 * history[-1]  # the projected group's part: ω_1·V Vᵀ y_1
         u, _, _ = torch.linalg.svd(torch.stack(history, dim=1), full_matrices=False)
@@ -181,7 +181,7 @@ def test_principal_subspace_methods_find_the_top_singular_subspace(method):
         [[30.0, 0, 0, 0, 0, 0], [0, 20.0, 0, 0, 0, 0]], dtype=torch.float64
     )
     matrix = low + torch.randn(3000, 6, generator=gen, dtype=torch.float64)
-    basis = principal_subspace(matrix, 2, method, torch.Generator().manual_seed(2))
+    basis = principal_subspace(matrix, 2, method, SeededNoise(2, 0))
     exact = torch.linalg.svd(matrix, full_matrices=False)[0][:, :2]
     assert basis.shape == (3000, 2)
     assert torch.allclose(basis @ basis.T, exact @ exact.T, atol=1e-8)  # the same projection
