@@ -1,7 +1,7 @@
 """Optional Flower integration (GDPFed on Flower's Message API): ``hdp-plan flower PLAN ...``.
 
 Importing this package imports neither flwr nor torch; :mod:`.strategy` (the server's strategy), :mod:`.mods`
-(the client-side mod), :mod:`.app` (ClientApp/ServerApp for the trainer's datasets) and :mod:`.simulation` (the
+(the client-side mod), :mod:`.records` (records ↔ flat vectors), :mod:`.app` (ClientApp/ServerApp for the trainer's datasets) and :mod:`.simulation` (the
 ``hdp-plan flower`` command) do. Install with the ``flower`` extra.
 """
 

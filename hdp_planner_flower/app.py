@@ -103,10 +103,11 @@ def _own_batches(data, cid: int, s: DataSettings, rnd: int) -> np.ndarray:
     return batch_indices(data.clients, np.array([cid]), s.local_steps, s.batch_size, s.seed, rnd, CLIENT_STREAM + cid)
 
 
-def client_app(mods: list | None = None) -> ClientApp:
-    """The ClientApp: :func:`train` wrapped by :func:`hdp_mod`, and the enrolment query."""
+def client_app(train_fn=train, mods: list | None = None) -> ClientApp:
+    """A ClientApp: ``train_fn`` (the user's training, default :func:`train`) wrapped by ``mods`` and then
+    :func:`hdp_mod` (innermost), and the enrolment query."""
     app = ClientApp()
-    app.train(mods=[*(mods or []), hdp_mod])(train)
+    app.train(mods=[*(mods or []), hdp_mod])(train_fn)
     app.query("hdp_enroll")(enroll)
     return app
 

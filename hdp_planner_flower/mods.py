@@ -16,9 +16,8 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 
 from hdp_planner.noise import noise_share_std
-from hdp_planner_flower.noise import secure_normal
 from hdp_planner_flower.records import ARRAYS, HDP, flatten, unflatten
-from hdp_planner_train.aggregate import clip_rows
+from hdp_planner_train.aggregate import SecureNoise, clip_rows
 
 TRUST_MODELS = ("server", "secagg")
 
@@ -32,11 +31,13 @@ def client_id(context: Context) -> int:
 
 
 def private_update(delta: torch.Tensor, clip: float, noise_multiplier: float, joined: int, share: bool):
-    """(clip(Δ) [+ N(0, C²σ²/c) from the secure source], whether Δ was scaled down)."""
+    """(clip(Δ) [+ N(0, C²σ²/c) from the OS's CSPRNG, ``SecureNoise``], whether Δ was scaled down)."""
     clipped, count = clip_rows(delta[None], clip)
     update = clipped[0]
     if share:
-        update = update + secure_normal(update.numel(), noise_share_std(clip, noise_multiplier, joined))
+        update = update + SecureNoise().normal(
+            update.numel(), noise_share_std(clip, noise_multiplier, joined), update.device, update.dtype
+        )
     return update, bool(count)
 
 

@@ -102,7 +102,7 @@ def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
             "flwr_version": version,
             "trust": cfg.trust,
             "trust_note": TRUST_NOTES[cfg.trust],
-            "noise_source": "OS entropy (secrets); no seed is written",
+            "noise_source": "secure (SecureNoise: the OS CSPRNG); sampling from os.urandom; no seed is written",
             "stopped": strategy.stopped,
             "clip": spec.clip,
             "groups": {"sizes": list(spec.sizes), "q": list(spec.q), "weight": list(spec.weight)},

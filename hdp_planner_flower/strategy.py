@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -34,16 +33,23 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from hdp_planner.noise import noise_share_std, poisson_sample
+from hdp_planner.noise import noise_share_std, poisson_sample, secure_uniform
 from hdp_planner.plan import Plan
 from hdp_planner_flower.mods import TRUST_MODELS
-from hdp_planner_flower.noise import secure_generator
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, flatten, unflatten
-from hdp_planner_train.aggregate import GroupSpec, RoundStats, clip_rows, group_noise, noisy_update
+from hdp_planner_train.aggregate import (
+    GroupSpec,
+    NoiseSource,
+    RoundStats,
+    SecureNoise,
+    clip_rows,
+    group_noise,
+    noisy_update,
+)
 from hdp_planner_train.trainer import RunLog, privacy_ledger
 
-Noise = Callable[[int, int, float, float], torch.Tensor]
-"""(d, joined, C, σ) → the noise of one group's sum, N(0, C²σ²·I_d) (drawn as ``joined`` shares)."""
+NoiseFor = Callable[[int], NoiseSource]
+"""Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""
 
 
 class FlowerRunError(ValueError):
@@ -51,16 +57,15 @@ class FlowerRunError(ValueError):
 
 
 class OsUniform:
-    """Uniform [0, 1) draws from OS entropy with numpy's ``Generator.random(size)`` interface."""
+    """Uniform draws from the OS's CSPRNG (``hdp_planner.noise.secure_uniform``) behind numpy's
+    ``Generator.random(size)``, so that ``poisson_sample`` samples with it: who joins is never reproducible."""
 
     def random(self, size: int) -> np.ndarray:
-        words = np.frombuffer(os.urandom(8 * int(size)), dtype=np.uint64)
-        return (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        return secure_uniform(int(size))
 
 
-def secure_noise(d: int, joined: int, clip: float, noise_multiplier: float) -> torch.Tensor:
-    """The simulator's ``group_noise`` drawn from a generator seeded by OS entropy (never written)."""
-    return group_noise(d, joined, clip, noise_multiplier, secure_generator(), "cpu", torch.float32)
+def secure_source(rnd: int) -> NoiseSource:
+    return SecureNoise()
 
 
 def default_groups(spec: GroupSpec) -> np.ndarray:
@@ -97,7 +102,7 @@ class HdpStrategy(Strategy):
         spec: GroupSpec,
         group_of_client: np.ndarray | None = None,
         trust: str = "server",
-        noise: Noise = secure_noise,
+        noise_for: NoiseFor = secure_source,
         uniform=None,
         on_round: Callable[[int, RoundStats, float, MetricRecord | None], None] | None = None,
     ) -> None:
@@ -105,7 +110,7 @@ class HdpStrategy(Strategy):
             raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
         if not spec.private:
             raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
-        self.plan, self.spec, self.trust, self.noise = plan, spec, trust, noise
+        self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
         self.uniform = OsUniform() if uniform is None else uniform
         self.on_round = on_round
@@ -186,8 +191,9 @@ class HdpStrategy(Strategy):
         """θ + Σ_m ω_m·Top_k(y_m) for the model sent in this round; the round's statistics in ``self.stats``."""
         rows, failed = self.group_rows(replies)
         theta = flatten(self.arrays)
-        ys, noises, clipped = self.noisy_sums(rows, theta.numel(), server_round - 1)
-        update, measured, applied = noisy_update(ys, noises, self.spec, secure_generator(), self.public_history)
+        source = self.noise_for(server_round - 1)
+        ys, noises, clipped = self.noisy_sums(rows, theta.numel(), server_round - 1, source)
+        update, measured, applied = noisy_update(ys, noises, self.spec, source, self.public_history)
         self.stats = RoundStats(list(self.joined), clipped, measured, applied)
         return unflatten(self.arrays, theta + update), MetricRecord({"joined": sum(self.joined), "failed": failed})
 
@@ -213,7 +219,7 @@ class HdpStrategy(Strategy):
             rows[m][cid] = flatten(reply.content[ARRAYS])
         return rows, failed
 
-    def noisy_sums(self, rows: list[dict[int, torch.Tensor]], d: int, rnd: int):
+    def noisy_sums(self, rows: list[dict[int, torch.Tensor]], d: int, rnd: int, source: NoiseSource):
         """(y_m per group, or one pooled y; their noises, or None under secagg; clipped count)."""
         spec = self.spec
         sigma = spec.noise_at(rnd)
@@ -224,29 +230,34 @@ class HdpStrategy(Strategy):
             got = [r.shape[0] for r in ordered]
             if spec.pooled:
                 total = torch.cat([r for r, _ in clipped_rows]).sum(0)
-                noise = self.noise(d, sum(got), spec.clips[0], sigma[0])
+                noise = self.group_noise(d, sum(got), spec.clips[0], sigma[0], source)
                 return [total + noise], [noise], clipped
-            noises = [self.noise(d, got[m], spec.clips[m], sigma[m]) for m in range(len(rows))]
+            noises = [self.group_noise(d, got[m], spec.clips[m], sigma[m], source) for m in range(len(rows))]
             return [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)], noises, clipped
         # secagg: the replies carry their shares; the server adds the shares of the sampled nodes that did not reply
         missing = [j - r.shape[0] for j, r in zip(self.joined, ordered)]
         if spec.pooled:
-            top_up = self.top_up(d, sum(self.joined), sum(missing), spec.clips[0], sigma[0])
+            top_up = self.top_up(d, sum(self.joined), sum(missing), spec.clips[0], sigma[0], source)
             return [torch.cat(ordered).sum(0) + top_up], None, 0
         ys = [
-            r.sum(0) + self.top_up(d, j, k, c, s)
+            r.sum(0) + self.top_up(d, j, k, c, s, source)
             for r, j, k, c, s in zip(ordered, self.joined, missing, spec.clips, sigma)
         ]
         return ys, None, 0
 
-    def top_up(self, d: int, joined: int, missing: int, clip: float, noise_multiplier: float) -> torch.Tensor:
+    @staticmethod
+    def group_noise(d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource) -> torch.Tensor:
+        """The simulator's ``group_noise`` (``joined`` shares, N(0, C²σ²) in all) on the CPU in float32."""
+        return group_noise(d, joined, clip, noise_multiplier, source, "cpu", torch.float32)
+
+    def top_up(self, d: int, joined: int, missing: int, clip: float, noise_multiplier: float, source: NoiseSource):
         """The noise shares of ``missing`` of ``joined`` sampled clients (all of N(0, C²σ²) when nobody joined)."""
         if joined == 0:
-            return self.noise(d, 0, clip, noise_multiplier)
+            return self.group_noise(d, 0, clip, noise_multiplier, source)
         if missing == 0:
             return torch.zeros(d)
         std = noise_share_std(clip, noise_multiplier, joined) * math.sqrt(missing)  # missing shares, one draw
-        return self.noise(d, 1, std, 1.0)
+        return source.normal(d, std, "cpu", torch.float32)
 
     def start(
         self,
