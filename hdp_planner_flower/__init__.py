@@ -1,8 +1,9 @@
 """Optional Flower integration (GDPFed on Flower's Message API): ``hdp-plan flower PLAN ...``.
 
-Importing this package imports neither flwr nor torch; :mod:`.strategy` (the server's strategy), :mod:`.mods`
-(the client-side mod), :mod:`.records` (records ↔ flat vectors), :mod:`.app` (ClientApp/ServerApp for the trainer's datasets) and :mod:`.simulation` (the
-``hdp-plan flower`` command) do. Install with the ``flower`` extra.
+Importing this package imports neither flwr nor torch; its modules do: :mod:`.strategy` (the server's strategy),
+:mod:`.mods` (the client-side mod), :mod:`.records` (records ↔ flat vectors), :mod:`.app` (the ClientApp, initial
+model and central evaluation for the trainer's datasets) and :mod:`.simulation` (the ServerApp's work, the
+``hdp-plan flower`` command, the ``flwr run`` ServerApp). Install with the ``flower`` extra.
 """
 
 from __future__ import annotations

@@ -1,28 +1,23 @@
-"""A ClientApp and a ServerApp that train the trainer's datasets and models (``hdp_planner_train``) under a plan.
+"""The ClientApp, the initial model and central evaluation for the trainer's datasets and models under a plan.
 
 The ClientApp's train function is ordinary user code (the model it receives, τ local SGD steps on the node's own
 data, the trained model back); :func:`~hdp_planner_flower.mods.hdp_mod` turns its reply into the private update.
-The ServerApp runs :class:`~hdp_planner_flower.strategy.HdpStrategy` and evaluates centrally on the test set.
-Used by ``hdp-plan flower`` (Flower's simulation engine) and by ``examples/flower`` (``flwr run``).
+The server side (:mod:`hdp_planner_flower.simulation`) starts from :func:`model_arrays` and evaluates centrally with
+:func:`central_evaluation`. Used by ``hdp-plan flower`` (Flower's simulation engine) and ``examples/flower``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.serverapp import Grid, ServerApp
 
-from hdp_planner.plan import Plan
 from hdp_planner_flower.mods import client_id, enroll, hdp_mod
 from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, unflatten
-from hdp_planner_flower.strategy import HdpStrategy
-from hdp_planner_train.aggregate import GroupSpec
 from hdp_planner_train.data import load_federated
 from hdp_planner_train.engines import batch_indices, evaluate, loop_deltas
 from hdp_planner_train.models import make_model
@@ -129,28 +124,3 @@ def central_evaluation(dataset: str, data):
         return MetricRecord({"accuracy": acc, "loss": loss})
 
     return evaluate_fn
-
-
-def server_app(plan: Plan, spec: GroupSpec, settings: DataSettings, rounds: int, holder: dict[str, Any],
-               **strategy_options: Any) -> ServerApp:  # fmt: skip
-    """A ServerApp running ``spec`` of ``plan`` for ``rounds`` rounds; the strategy (or the error that stopped it)
-    is left in ``holder`` for the caller."""
-    app = ServerApp()
-
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        try:
-            data = _data(settings.dataset, settings.data_dir, settings.clients, settings.dirichlet, settings.seed)
-            strategy = HdpStrategy(plan, spec, **strategy_options)
-            holder["strategy"] = strategy
-            holder["result"] = strategy.start(
-                grid,
-                model_arrays(settings.dataset, data.num_classes, settings.seed),
-                num_rounds=rounds,
-                train_config=settings.record(),
-                evaluate_fn=central_evaluation(settings.dataset, data),
-            )
-        except Exception as exc:  # reported by the caller as one line
-            holder["error"] = exc
-
-    return app

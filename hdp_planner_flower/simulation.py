@@ -46,9 +46,25 @@ class FlowerConfig:
     cpus_per_client: float = 1.0
 
 
-def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
-    """Run ``cfg`` on Flower's simulation engine; ``progress`` gets one line per round. Raises ValueError (one-line
-    message) for anything the user can fix, before anything is written."""
+@dataclass(frozen=True)
+class Prepared:
+    """A checked run: everything the server needs, built before any node starts or any file is written."""
+
+    cfg: FlowerConfig
+    train: Any  # the trainer's TrainConfig of the same run (validation and metrics are the trainer's)
+    plan: Any
+    data: Any
+    spec: Any
+    rounds: int
+    batch: int
+    momentum: float
+    groups: Any
+    settings: Any
+    version: str
+
+
+def prepare(cfg: FlowerConfig) -> Prepared:
+    """Validate ``cfg`` (ValueError with a one-line message for anything the user can fix) and load its data."""
     from hdp_planner_flower.mods import TRUST_MODELS
 
     version = require_flwr()
@@ -59,8 +75,9 @@ def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
     if cfg.cpus_per_client <= 0:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
     offline_env()
+    from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.strategy import groups_from_file
-    from hdp_planner_train.trainer import TrainConfig, _check, _write_metrics, base_metrics, round_description
+    from hdp_planner_train.trainer import TrainConfig, _check
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
                      dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop")  # fmt: skip
@@ -68,56 +85,120 @@ def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
     groups = groups_from_file(cfg.groups, spec) if cfg.groups else None
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ValueError(f"--out {cfg.out} is not a directory")
-    from hdp_planner_flower.app import DataSettings, client_app, server_app
-
     settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,
                             batch, momentum, plan.config.lr, tc.lr_decay)  # fmt: skip
-    holder: dict[str, Any] = {}
+    return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version)
+
+
+def serve(p: Prepared, grid, progress=print):
+    """The ServerApp's work: :class:`HdpStrategy` over ``grid`` for the run's rounds, a progress line per round,
+    central evaluation; returns the strategy (its ``log`` holds the run)."""
+    from hdp_planner_flower.app import central_evaluation, model_arrays
+    from hdp_planner_flower.strategy import HdpStrategy
+    from hdp_planner_train.trainer import round_description
 
     def on_round(rnd: int, stats, seconds: float, res) -> None:
         acc, loss = float(res["accuracy"]), float(res["loss"])
-        holder["strategy"].log.history.append({"round": rnd, "accuracy": acc, "loss": loss})
+        strategy.log.history.append({"round": rnd, "accuracy": acc, "loss": loss})
         joined = "/".join(str(j) for j in stats.joined)
-        progress(f"{round_description(plan, spec, rnd, rounds, acc, loss)} joined {joined} ({seconds:.2f} s)")
+        progress(f"{round_description(p.plan, p.spec, rnd, p.rounds, acc, loss)} joined {joined} ({seconds:.2f} s)")
 
-    app = server_app(plan, spec, settings, rounds, holder, group_of_client=groups, trust=cfg.trust, on_round=on_round)
-    progress(f"Flower {version} simulation: {spec.method} on {cfg.dataset}, {data.n_clients} nodes, trust "
-             f"{cfg.trust} ({TRUST_NOTES[cfg.trust]})")  # fmt: skip
-    _simulate(app, client_app(), data.n_clients, cfg.cpus_per_client)
-    if "error" in holder:
-        exc = holder["error"]
-        raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    if "strategy" not in holder or "result" not in holder:
-        raise RuntimeError("the Flower simulation ended without running the strategy")
-    strategy = holder["strategy"]
-    log = strategy.log
-    metrics = base_metrics(tc, plan, spec, data, "cpu", log.next_round, int(spec_dim(data, cfg.dataset)), batch,
-                           momentum, log)  # fmt: skip
+    progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.dataset}, {p.data.n_clients} nodes, trust "
+             f"{p.cfg.trust} ({TRUST_NOTES[p.cfg.trust]})")  # fmt: skip
+    strategy = HdpStrategy(p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round)
+    strategy.start(
+        grid,
+        model_arrays(p.cfg.dataset, p.data.num_classes, p.cfg.seed),
+        num_rounds=p.rounds,
+        train_config=p.settings.record(),
+        evaluate_fn=central_evaluation(p.cfg.dataset, p.data),
+    )
+    return strategy
+
+
+def finish(p: Prepared, strategy) -> dict[str, Any]:
+    """The trainer's metrics of the run (``base_metrics``) plus the runtime's; written to ``--out`` if given."""
+    from hdp_planner_train.trainer import _write_metrics, base_metrics
+
+    log, spec = strategy.log, p.spec
+    metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),
+                           p.batch, p.momentum, log)  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
         if isinstance(metrics[key], float) and math.isnan(metrics[key]):
             metrics[key] = None
     metrics.update(
         {
             "runtime": "flower",
-            "flwr_version": version,
-            "trust": cfg.trust,
-            "trust_note": TRUST_NOTES[cfg.trust],
+            "flwr_version": p.version,
+            "trust": p.cfg.trust,
+            "trust_note": TRUST_NOTES[p.cfg.trust],
             "noise_source": "secure (SecureNoise: the OS CSPRNG); sampling from os.urandom; no seed is written",
             "stopped": strategy.stopped,
             "clip": spec.clip,
             "groups": {"sizes": list(spec.sizes), "q": list(spec.q), "weight": list(spec.weight)},
         }
     )
-    if cfg.out:
-        Path(cfg.out).mkdir(parents=True, exist_ok=True)
-        _write_metrics(metrics, Path(cfg.out), False)
+    if p.cfg.out:
+        Path(p.cfg.out).mkdir(parents=True, exist_ok=True)
+        _write_metrics(metrics, Path(p.cfg.out), False)
     return metrics
+
+
+def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
+    """Run ``cfg`` on Flower's simulation engine (``run_simulation``, one virtual node per client); ``progress`` gets
+    one line per round. Raises ValueError (one-line message) for anything the user can fix."""
+    p = prepare(cfg)
+    from flwr.serverapp import ServerApp
+
+    from hdp_planner_flower.app import client_app
+
+    holder: dict[str, Any] = {}
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context) -> None:
+        try:
+            holder["strategy"] = serve(p, grid, progress)
+        except Exception as exc:  # reported by the caller as one line
+            holder["error"] = exc
+
+    _simulate(app, client_app(), p.data.n_clients, cfg.cpus_per_client)
+    if "error" in holder:
+        exc = holder["error"]
+        raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if "strategy" not in holder:
+        raise RuntimeError("the Flower simulation ended without running the strategy")
+    return finish(p, holder["strategy"])
+
+
+def run_config_server_app():
+    """A ServerApp for ``flwr run``: the run's settings come from ``[tool.flwr.app.config]`` (plan, method, dataset,
+    rounds, seed, trust, groups, out, data-dir, clients; 0 or "" for the defaults)."""
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context) -> None:
+        rc = context.run_config
+        text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out")}
+        cfg = FlowerConfig(plan=str(rc["plan"]), method=str(rc.get("method", "gdpfed+")),
+                           dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
+                           clients=int(rc.get("clients", 0)) or None, rounds=int(rc.get("rounds", 0)) or None,
+                           seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "server")), groups=text["groups"],
+                           out=text["out"])  # fmt: skip
+        p = prepare(cfg)
+        metrics = finish(p, serve(p, grid))
+        print(f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds"
+              + (f"; metrics written to {cfg.out}/metrics.json" if cfg.out else ""))  # fmt: skip
+
+    return app
 
 
 def spec_dim(data, dataset: str) -> int:
     from hdp_planner_train.models import make_model
 
-    return sum(p.numel() for p in make_model(dataset, data.num_classes).parameters())
+    return int(sum(p.numel() for p in make_model(dataset, data.num_classes).parameters()))
 
 
 def _simulate(app, client, nodes: int, cpus_per_client: float) -> None:
