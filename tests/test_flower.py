@@ -251,6 +251,20 @@ def test_cli_refuses_bad_input_with_one_line(plan_path, tmp_path):
         assert message in res.output and res.output.count("\n") == 1, res.output
 
 
+def test_cli_without_flwr_names_the_extra(plan_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "flwr", None)  # `import flwr` raises ImportError
+    res = CliRunner().invoke(cli_app, ["flower", str(plan_path), "--dataset", "digits", "--clients", str(N)])
+    assert res.exit_code == 2 and "install the flower extra" in res.output and res.output.count("\n") == 1
+
+
+def test_core_cli_imports_neither_flwr_nor_torch():
+    code = "import sys, hdp_planner.cli; print('flwr' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    assert out.stdout.split() == ["False", "False"], out.stderr
+
+
 @pytest.fixture(scope="module")
 def simulated(plan_path, tmp_path_factory):
     """One real `hdp-plan flower` run on Flower's simulation engine (Ray start-up ≈ 25 s), shared by the tests."""
