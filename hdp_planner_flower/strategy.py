@@ -171,13 +171,12 @@ class HdpStrategy(Strategy):
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
         messages = []
         for m, nodes in enumerate(picked):
-            g = 0 if spec.pooled else m  # the pool's noise: C_1σ_1 shared by every joined client
             rules = ConfigRecord(
                 {
                     "group": m,
                     "clip": float(spec.clips[m]),
-                    "noise-multiplier": float(sigma[g]),
-                    "joined": sum(self.joined) if spec.pooled else self.joined[m],
+                    "noise-multiplier": float(sigma[m]),  # pooled: C_mσ_m = s, the pool's std, for every m
+                    "joined": sum(self.joined) if spec.pooled else self.joined[m],  # pooled: the pool's c
                     "trust": self.trust,
                     "server-round": server_round,
                 }
