@@ -44,6 +44,10 @@ def _run(cmd: list[str], out: Path, resume: bool) -> dict:
     return data
 
 
+def _wall(metrics: dict) -> str:
+    return f"{metrics['wall_seconds']:.0f}" if metrics.get("wall_seconds") is not None else "—"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="gdpfed+,dp-fedavg")
@@ -136,7 +140,7 @@ def main() -> None:
         print(
             f"| {method} | {seed} | {sim['final_accuracy']:.2f} | {flw['final_accuracy']:.2f} | "
             f"{flw['final_accuracy'] - sim['final_accuracy']:+.2f} | {statistics.median(s):.3f} ({min(s):.3f}) | "
-            f"{statistics.median(f):.3f} ({min(f):.3f}) | {sim['wall_seconds']:.0f} / {flw['wall_seconds']:.0f} |"
+            f"{statistics.median(f):.3f} ({min(f):.3f}) | {_wall(sim)} / {_wall(flw)} |"
         )
     for method in args.methods.split(","):
         sims = [r[2]["final_accuracy"] for r in rows if r[0] == method]
