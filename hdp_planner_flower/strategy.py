@@ -125,10 +125,15 @@ class HdpStrategy(Strategy):
         self.stopped: str | None = None
 
     # ------------------------------------------------------------------ enrolment
-    def enroll(self, grid: Grid, timeout: float | None = None) -> None:
-        """Ask every node for its client id; refuse a federation that is not the plan's n clients."""
-        nodes = sorted(grid.get_node_ids())
+    def enroll(self, grid: Grid, timeout: float | None = None, wait: float = 600.0) -> None:
+        """Ask every node for its client id; refuse a federation that is not the plan's n clients (nodes still
+        connecting are waited for up to ``wait`` seconds; more than n nodes are refused at once)."""
         n = self.spec.n
+        deadline = time.monotonic() + wait
+        nodes = sorted(grid.get_node_ids())
+        while len(nodes) < n and time.monotonic() < deadline:
+            time.sleep(1.0)
+            nodes = sorted(grid.get_node_ids())
         if len(nodes) != n:
             raise FlowerRunError(f"the federation has {len(nodes)} nodes but the plan has n = {n} clients")
         query = [Message(RecordDict(), dst_node_id=node, message_type=ENROLL) for node in nodes]

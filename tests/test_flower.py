@@ -207,6 +207,23 @@ def test_wrong_node_count_and_repeated_ids_are_refused(flower_plan):
         run_strategy(flower_plan, "gdpfed+", None, grid=LocalGrid(client_app(), nodes=N + 1))
     with pytest.raises(FlowerRunError, match="two nodes report client id 0"):
         run_strategy(flower_plan, "gdpfed+", None, grid=LocalGrid(client_app(), partition=lambda i: i // 2))
+    strategy = HdpStrategy(flower_plan, method_spec(flower_plan, "gdpfed+"))
+    with pytest.raises(FlowerRunError, match=f"has {N - 1} nodes but the plan has n = {N} clients"):
+        strategy.enroll(LocalGrid(client_app(), nodes=N - 1), wait=0.5)
+
+
+def test_enrolment_waits_for_nodes_still_connecting(flower_plan):
+    class Connecting(LocalGrid):  # the simulation engine registers its nodes while the ServerApp starts
+        calls = 0
+
+        def get_node_ids(self):
+            self.calls += 1
+            return self.node_ids[: min(N, 10 * self.calls)]
+
+    grid = Connecting(client_app())
+    strategy = HdpStrategy(flower_plan, method_spec(flower_plan, "gdpfed+"))
+    strategy.enroll(grid, wait=30)
+    assert sorted(strategy.client_of_node.values()) == list(range(N)) and grid.calls == 3
 
 
 def test_a_client_claiming_another_group_is_refused(flower_plan):
