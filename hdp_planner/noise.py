@@ -37,29 +37,37 @@ PAPER_METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
 """The methods of GDPFed Table 5, for which the ``paper`` convention of Λ is defined."""
 
 
-def poisson_sample(rng: np.random.Generator, size: int, q: float) -> np.ndarray:
+def poisson_sample(rng: np.random.Generator | SecureRandom, size: int, q: float) -> np.ndarray:
     """Indices (0..size-1) of the clients that join this round, each independently with probability q."""
     return np.flatnonzero(rng.random(size) < q)
 
 
 def secure_uniform(size: int) -> np.ndarray:
-    """``size`` floats uniform on (0, 1] with 53 random bits each, from the OS's CSPRNG (``os.urandom``)."""
+    """``size`` floats uniform on [0, 1) with 53 random bits each, from the OS's CSPRNG (``os.urandom``)."""
     bits = np.frombuffer(os.urandom(8 * size), dtype=np.uint64) >> np.uint64(11)
-    return (bits.astype(np.float64) + 1.0) * 2.0**-53
+    return bits.astype(np.float64) * 2.0**-53
 
 
 def secure_normal(size: int) -> np.ndarray:
     """``size`` independent N(0, 1) draws in float64 from a cryptographically secure source: Box-Muller on
-    :func:`secure_uniform` pairs, √(−2 ln u₁)·(cos 2πu₂, sin 2πu₂). Unlike a seeded generator, nothing
+    :func:`secure_uniform` pairs, √(−2 ln(1−u₁))·(cos 2πu₂, sin 2πu₂). Unlike a seeded generator, nothing
     recorded with a run regenerates them (issue 13). Floating-point attacks on the sampler (Mironov 2012)
     are not addressed: see the README's trust model."""
     if size < 0:
         raise ValueError(f"size must be ≥ 0, got {size}")
     pairs = (size + 1) // 2
     u = secure_uniform(2 * pairs)
-    radius = np.sqrt(-2.0 * np.log(u[:pairs]))
+    radius = np.sqrt(-2.0 * np.log1p(-u[:pairs]))
     angle = 2.0 * np.pi * u[pairs:]
     return np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])[:size]
+
+
+class SecureRandom:
+    """The ``random(size)`` of a numpy Generator from the OS's CSPRNG: :func:`poisson_sample` with it draws who
+    joins a round so that no recorded seed regenerates the draw (secure mode, issue 13)."""
+
+    def random(self, size: int) -> np.ndarray:
+        return secure_uniform(size)
 
 
 def clip_factor(norm: np.ndarray | float, clip: float) -> np.ndarray:

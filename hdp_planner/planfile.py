@@ -23,9 +23,9 @@ import numpy as np
 
 from hdp_planner.baselines import BASELINES, SUBSPACES
 from hdp_planner.files import write_json_atomic
+from hdp_planner.mechanism import executed_mechanism, mechanism_epsilon, pooled_problem, row_budgets, row_problems
 from hdp_planner.noise import aggregation_weights, lambda_exact, lambda_for, pooled_weights
 from hdp_planner.plan import METHODS, PLANNED_METHOD, MethodNoise, Phase, Plan, PlanConfig, Projection
-from hdp_planner.schedule import group_epsilon
 
 SCHEMA = "hdp-plan/3"
 GROUP_KEYS = ("epsilon", "size", "q", "noise_multiplier", "k_ratio", "weight", "epsilon_spent")
@@ -215,7 +215,11 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     objective = _field(doc, "objective", "plan", _is_number, "a number")
     uniform_objective = _field(doc, "uniform_objective", "plan", _is_number, "a number")
     notes = _field(doc, "notes", "plan", lambda v: isinstance(v, list), "a list")
-    return Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
+    result = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
+    problems = row_problems(result)
+    if problems:  # a row that is not its method cannot be accounted as that method (issue 13)
+        raise PlanFileError(f"noise.{problems[0]}")
+    return result
 
 
 def _tuple_or_none(v: list[float] | None) -> tuple[float, ...] | None:
@@ -323,7 +327,8 @@ def _rules(name: str, entry: Mapping[str, Any], where: str, count: int, config: 
 
 
 def _check_rules(m: MethodNoise, where: str, config: PlanConfig) -> None:
-    """What the baseline keys imply: a schedule spanning T ending at σ, one pooled noise std, PFA's k/d."""
+    """What the baseline keys imply: a schedule spanning T ending at σ, PFA's k/d (the rest of each
+    method's definition: :func:`hdp_planner.mechanism.row_problems`)."""
     if m.schedule is not None:
         if sum(ph.rounds for ph in m.schedule) != config.rounds:
             raise PlanFileError(f"{where}: schedule phases do not add up to T = {config.rounds} rounds")
@@ -331,10 +336,8 @@ def _check_rules(m: MethodNoise, where: str, config: PlanConfig) -> None:
             raise PlanFileError(f"{where}: every schedule phase needs one σ per group")
         if m.schedule[-1].noise_multiplier != m.noise_multiplier:
             raise PlanFileError(f"{where}: noise_multiplier must be the last schedule phase's σ")
-    if m.pooled:
-        std = [c * s for c, s in zip(m.clips(config.clip), m.noise_multiplier)]
-        if not np.allclose(std, std[0], rtol=REL_TOL, atol=0):
-            raise PlanFileError(f"{where}: a pooled noise draw needs the same C_m·σ_m in every group")
+    if pooled_problem(m, config.clip):
+        raise PlanFileError(f"{where}: {pooled_problem(m, config.clip)}")
     if m.projection is not None:
         p = m.projection
         if not math.isclose(m.k_ratio[p.projected], p.dim / p.model_dim, rel_tol=REL_TOL):
@@ -352,22 +355,22 @@ def save_plan(plan: Plan, path: str | Path) -> None:
 
 
 def verify(plan: Plan) -> list[str]:
-    """Re-derive every group's ε with the plan's accountant; return one message per violation (empty: OK).
+    """Re-derive every group's ε from the mechanism the trainer executes; one message per violation (empty: OK).
 
-    Checks each method's groups against their budgets (a σ schedule composed over its phases with RDP),
-    DP-FedAvg against the strictest budget, and the recorded ε spent against the recomputed one.
+    Checks every row against its method's definition (:func:`hdp_planner.mechanism.row_problems`), then accounts
+    each group of the executed mechanism (:func:`~hdp_planner.mechanism.executed_mechanism`: Poisson rate q_m,
+    effective σ_m = noise std / C_m, a σ schedule composed with RDP) against the plan's budget for that group
+    (DP-FedAvg: the strictest ε), and the recorded ε spent against the recomputed one.
     """
     c = plan.config
-    problems = []
-    strictest = min(plan.groups.epsilon)
+    problems = row_problems(plan)
     for m in plan.methods:
-        if m.name == "DP-FedAvg" and not math.isclose(m.epsilon[0], strictest, rel_tol=REL_TOL):
-            problems.append(f"DP-FedAvg: budget ε={m.epsilon[0]:g} is not the strictest group's ε={strictest:g}")
-        for i, (eps, sigma, q, spent) in enumerate(zip(m.epsilon, m.noise_multiplier, m.q, m.epsilon_spent)):
-            actual = group_epsilon(m, i, c.rounds, c.delta, c.spending_accountant)
+        mech = executed_mechanism(m, c)
+        for i, (eps, q, spent) in enumerate(zip(row_budgets(plan, m), mech.q, m.epsilon_spent)):
+            actual = mechanism_epsilon(mech, i, c.rounds, c.delta, c.spending_accountant)
             label = f"{m.name}, group {i + 1} (ε={eps:g})"
             if actual > eps * (1 + 1e-9):
-                what = "its σ schedule" if m.schedule is not None else f"σ={sigma:.6g}"
+                what = "its σ schedule" if mech.scheduled else f"σ={mech.noise_multiplier[i]:.6g}"
                 problems.append(f"{label}: {what} at q={q:.6g} spends ε={actual:.6g} > budget {eps:g}")
             elif not math.isclose(actual, spent, rel_tol=1e-4, abs_tol=1e-9):
                 problems.append(f"{label}: file records ε spent {spent:.6g}, the accountant gives {actual:.6g}")

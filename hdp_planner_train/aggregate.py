@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from hdp_planner.baselines import BASELINES
+from hdp_planner.mechanism import executed_mechanism
 from hdp_planner.noise import clip_factor, noise_share_std, poisson_sample, secure_normal
 from hdp_planner.plan import Phase, Plan, Projection
 
@@ -99,7 +100,8 @@ class GroupSpec:
 
 
 def method_spec(plan: Plan, method: str) -> GroupSpec:
-    """The groups of ``method`` (a :data:`METHOD_NAMES` key) in ``plan``."""
+    """The groups of ``method`` (a :data:`METHOD_NAMES` key) in ``plan``, as executed: sizes, q_m, C_m, σ_m and
+    the σ schedule come from :func:`hdp_planner.mechanism.executed_mechanism`, the mechanism ``verify`` accounts."""
     if method not in METHOD_NAMES:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")
     if METHOD_NAMES[method] not in {m.name for m in plan.methods}:
@@ -107,19 +109,20 @@ def method_spec(plan: Plan, method: str) -> GroupSpec:
             f"the plan has no {METHOD_NAMES[method]} noise: re-plan with hdp-plan solve --methods {method}"
         )
     m = plan.method(METHOD_NAMES[method])
+    mech = executed_mechanism(m, plan.config)
     private = method != "p-fedavg"
     return GroupSpec(
         method=method,
-        sizes=m.size,
-        q=m.q,
-        noise_multiplier=m.noise_multiplier if private else tuple(0.0 for _ in m.size),
-        k_ratio=m.k_ratio if private else tuple(1.0 for _ in m.size),
+        sizes=mech.sizes,
+        q=mech.q,
+        noise_multiplier=mech.noise_multiplier if private else tuple(0.0 for _ in mech.sizes),
+        k_ratio=m.k_ratio if private else tuple(1.0 for _ in mech.sizes),
         weight=m.weight,
-        clip=m.clip if m.clip is not None else plan.config.clip,
+        clip=mech.clip if m.clip is not None else mech.clip[0],
         private=private,
-        pooled=m.pooled,
+        pooled=mech.pooled,
         projection=m.projection,
-        schedule=m.schedule,
+        schedule=tuple(Phase(r, s) for r, s in mech.phases) if mech.scheduled and private else None,
     )
 
 
@@ -210,13 +213,24 @@ def top_k_mask(y: torch.Tensor, k_ratio: float) -> torch.Tensor | None:
 
 
 def clip_rows(rows: torch.Tensor, clip: float) -> tuple[torch.Tensor, int]:
-    """Scale each row Δ_i by min(1, C/‖Δ_i‖) (``hdp_planner.noise.clip_factor``)."""
+    """Scale each row Δ_i by min(1, C/‖Δ_i‖) (``hdp_planner.noise.clip_factor``) so that ‖Δ_i‖ ≤ C holds for the
+    rows as stored: a clipped row's factor is lowered by 4 ulps of the dtype (rounding the factor and the scaled
+    entries moves the norm by at most ~1 ulp), and any row still above C, its norm taken in float64, is scaled
+    down again (issue 13: float32 rows clipped with float64 norms exceeded C by ~6e-8 relative)."""
     if rows.shape[0] == 0:
         return rows, 0
     norms = torch.linalg.vector_norm(rows.double(), dim=1).cpu().numpy()
     factor = clip_factor(norms, clip)
-    scale = torch.as_tensor(factor, dtype=rows.dtype, device=rows.device)
-    return rows * scale[:, None], int(np.sum(factor < 1.0))
+    clipped = factor < 1.0
+    margin = 1.0 - 4.0 * torch.finfo(rows.dtype).eps
+    scale = torch.as_tensor(np.where(clipped, factor * margin, 1.0), dtype=rows.dtype, device=rows.device)
+    out = rows * scale[:, None]
+    while True:  # a guard: each pass lowers an offending row by 4 ulps, more than its rounding can add
+        over = torch.linalg.vector_norm(out.double(), dim=1) > clip
+        if not bool(over.any()):
+            break
+        out = torch.where(over[:, None], out * margin, out)
+    return out, int(np.sum(clipped))
 
 
 def group_noise(

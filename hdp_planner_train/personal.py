@@ -290,6 +290,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     """:func:`hdp_planner_train.trainer.run` for :data:`PERSONAL_METHODS`; same metrics, plus the privacy model."""
     from hdp_planner_train.trainer import (
         RunLog,
+        TrainError,
         _progress,
         _write_metrics,
         base_metrics,
@@ -301,6 +302,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     )
 
     method, c = cfg.method, plan.config
+    if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients (issue 13)
+        raise TrainError(f"{method} runs the plan's DP-FedAvg row, which must be one group; it has {len(spec.sizes)}")
     personal = method in HEAD_METHODS
     rho = 0.0 if method == "centaur" else (DEFAULT_RHO if cfg.rho is None else float(cfg.rho))
     head_steps = c.local_steps if cfg.head_steps is None else int(cfg.head_steps)
@@ -335,7 +338,9 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         for r in range(log.next_round, rounds):
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
-            ids = np.concatenate(sample_round(spec, cfg.seed, r))
+            sampled = sample_round(spec, cfg.seed, r)
+            ids = np.concatenate(sampled)
+            group_of_row = np.concatenate([np.full(len(g), m) for m, g in enumerate(sampled)]).astype(np.int64)
             if method == "dp-fedavg-ft":  # plain DP-FedAvg training, on the configured engine
                 idx = batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r)
                 idx = torch.as_tensor(idx, device=device)
@@ -357,7 +362,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                     updates.append(delta)
                 rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
             gen = SeededNoise(cfg.seed, r)
-            update, stats = aggregate(rows, np.zeros(len(ids), np.int64), spec, gen, r, [])
+            update, stats = aggregate(rows, group_of_row, spec, gen, r, [])  # each group at its executed σ_m
             theta = theta.clone()
             theta[shared] += update
             log.record(stats, time.perf_counter() - t0)

@@ -42,7 +42,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.accounting import GaussianRounds, epsilon_spent
 from hdp_planner.selection import PRIVACY_MODEL, SelectionProblem, record_noise_multiplier, solve_selection
-from hdp_planner_train.aggregate import NoiseSource, SeededNoise, round_seed
+from hdp_planner_train.aggregate import NoiseSource, SeededNoise, clip_rows, round_seed
 from hdp_planner_train.engines import evaluate, unflatten
 
 SELECTION_METHODS = ("privacy-aware", "unbiased", "power-of-choice")
@@ -222,8 +222,7 @@ def per_example_grads(model: nn.Module):
 
 def clip_per_example(grads: torch.Tensor, clip: float) -> torch.Tensor:
     """Scale every row g_i by min(1, C/‖g_i‖) (Algorithm 1, line 15)."""
-    norms = torch.linalg.vector_norm(grads, dim=1, keepdim=True)
-    return grads * torch.clamp(clip / norms.clamp_min(1e-12), max=1.0)
+    return clip_rows(grads, clip)[0]  # the one clipping rule: the norm never exceeds C as stored
 
 
 def noisy_mean_gradient(

@@ -24,7 +24,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner import load_plan, verify
 from hdp_planner.files import write_json_atomic, write_text_atomic
-from hdp_planner.schedule import group_epsilon
+from hdp_planner.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.aggregate import METHOD_NAMES, SeededNoise, aggregate, method_spec, sample_round
 from hdp_planner_train.data import DEFAULTS, load_federated
 from hdp_planner_train.engines import ENGINES, batch_indices, evaluate, local_deltas
@@ -79,19 +79,20 @@ def _device(name: str) -> torch.device:
 
 
 def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
-    """ε spent per group after ``rounds_run`` rounds (the plan's spending accountant, or RDP composition of a σ
-    schedule; δ of the plan)."""
+    """ε spent per group after ``rounds_run`` rounds of the executed mechanism (the plan's spending accountant,
+    or RDP composition of a σ schedule; δ of the plan), against the plan's budget for the group."""
     c = plan.config
     m = plan.method(METHOD_NAMES[spec.method])
+    mech = executed_mechanism(m, c)
     ledger = []
-    for i in range(len(spec.sizes)):
-        entry: dict[str, Any] = {"group": i + 1, "epsilon_budget": m.epsilon[i], "rounds": rounds_run}
+    for i, budget in enumerate(row_budgets(plan, m)):
+        entry: dict[str, Any] = {"group": i + 1, "epsilon_budget": budget, "rounds": rounds_run}
         if not spec.private:
             entry["epsilon_spent"] = None  # no noise: ε = ∞
         elif rounds_run == 0:
             entry["epsilon_spent"] = 0.0
         else:
-            entry["epsilon_spent"] = float(group_epsilon(m, i, rounds_run, c.delta, c.spending_accountant))
+            entry["epsilon_spent"] = float(mechanism_epsilon(mech, i, rounds_run, c.delta, c.spending_accountant))
         ledger.append(entry)
     return ledger
 
