@@ -132,7 +132,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
             "flwr_version": p.version,
             "trust": p.cfg.trust,
             "trust_note": TRUST_NOTES[p.cfg.trust],
-            "noise_source": "secure (SecureNoise: the OS CSPRNG); sampling from os.urandom; no seed is written",
+            "noise_source": "SecureNoise and SecureRandom (the OS CSPRNG): no seed is written",
             "stopped": strategy.stopped,
             "clip": spec.clip,
             "groups": {"sizes": list(spec.sizes), "q": list(spec.q), "weight": list(spec.weight)},

@@ -33,7 +33,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from hdp_planner.noise import noise_share_std, poisson_sample, secure_uniform
+from hdp_planner.noise import SecureRandom, noise_share_std, poisson_sample
 from hdp_planner.plan import Plan
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, flatten, unflatten
@@ -54,14 +54,6 @@ NoiseFor = Callable[[int], NoiseSource]
 
 class FlowerRunError(ValueError):
     """A federation or reply the plan cannot run with: reported as one line, exit status 2."""
-
-
-class OsUniform:
-    """Uniform draws from the OS's CSPRNG (``hdp_planner.noise.secure_uniform``) behind numpy's
-    ``Generator.random(size)``, so that ``poisson_sample`` samples with it: who joins is never reproducible."""
-
-    def random(self, size: int) -> np.ndarray:
-        return secure_uniform(int(size))
 
 
 def secure_source(rnd: int) -> NoiseSource:
@@ -112,7 +104,7 @@ class HdpStrategy(Strategy):
             raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
         self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
-        self.uniform = OsUniform() if uniform is None else uniform
+        self.uniform = SecureRandom() if uniform is None else uniform  # who joins: OS CSPRNG, never a seed
         self.on_round = on_round
         self.client_of_node: dict[int, int] = {}
         self.members: list[list[int]] = []  # node ids of each group, in client-id order
