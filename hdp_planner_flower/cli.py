@@ -5,17 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-_err = Console(stderr=True)
-_out = Console(soft_wrap=True)
-
-
-def _fail(message: str) -> None:
-    _err.print(f"[bold red]error:[/] {escape(message.splitlines()[0]) if message else 'failed'}", highlight=False,
-               soft_wrap=True)  # fmt: skip
-    raise typer.Exit(2)
+from hdp_planner_train.cli import _fail, _out  # the trainer's one-line errors and unwrapped result lines
 
 
 def flower(
