@@ -348,11 +348,13 @@ def verify_cmd(
 
 
 from hdp_planner import cli_extra, cli_select  # noqa: E402, F401  (cli_select registers select, fedsam-noise)
+from hdp_planner_flower.cli import flower as _flower  # noqa: E402  (imports flwr only when the command runs)
 from hdp_planner_train.cli import compare as _compare  # noqa: E402
 from hdp_planner_train.cli import train as _train  # noqa: E402
 
 app.command("train")(_train)
 app.command("compare")(_compare)
+app.command("flower")(_flower)
 
 
 def main() -> None:

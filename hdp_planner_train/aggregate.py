@@ -312,11 +312,11 @@ def aggregate(
     if spec.pooled:  # one pool: one draw of std C_mσ_m (equal for all m) shared by every joined client
         total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else deltas.new_zeros(d)
         noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], source, deltas.device, deltas.dtype)
-        lam = spec.weight[0] ** 2 * float(torch.sum(noise.double() ** 2)) / d
         if observe is not None:
             for m in range(count):
                 observe(m, total + noise)
-        return spec.weight[0] * (total + noise), RoundStats(joined, clipped, lam, lam)
+        update, measured, applied = noisy_update([total + noise], [noise], spec, source)
+        return update, RoundStats(joined, clipped, measured, applied)
     noises = [
         group_noise(d, joined[m], spec.clips[m], sigma[m], source, deltas.device, deltas.dtype) for m in range(count)
     ]
@@ -324,8 +324,32 @@ def aggregate(
     if observe is not None:
         for m, y in enumerate(ys):
             observe(m, y)
-    measured = sum(
-        w**2 * k * float(torch.sum(n.double() ** 2)) / d for w, k, n in zip(spec.weight, spec.k_ratio, noises)
+    update, measured, applied = noisy_update(ys, noises, spec, source, public_history)
+    return update, RoundStats(joined, clipped, measured, applied)
+
+
+def noisy_update(
+    ys: list[torch.Tensor],
+    noises: list[torch.Tensor] | None,
+    spec: GroupSpec,
+    source: NoiseSource,
+    public_history: list[torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, float, float]:
+    """The server's side of a round (Algorithm 1, lines 14-16): from the groups' noisy sums ``ys`` (one pooled sum
+    when ``spec.pooled``) to the update Σ_m ω_m·Top_k(y_m) (PFA: the projected group's sum projected instead), with
+    ``lambda_measured`` and ``lambda_applied`` of the noises ``noises`` (NaN when the server does not know them,
+    e.g. when clients added the noise). ``source`` draws PFA's start vectors. Used by :func:`aggregate` and by the
+    Flower strategy (:mod:`hdp_planner_flower.strategy`)."""
+    d = ys[0].numel()
+    if spec.pooled:
+        lam = spec.weight[0] ** 2 * float(torch.sum(noises[0].double() ** 2)) / d if noises is not None else math.nan
+        return spec.weight[0] * ys[0], lam, lam
+    ys = list(ys)
+    noises = list(noises) if noises is not None else None
+    measured = (
+        sum(w**2 * k * float(torch.sum(n.double() ** 2)) / d for w, k, n in zip(spec.weight, spec.k_ratio, noises))
+        if noises is not None
+        else math.nan
     )
     pr = spec.projection
     if pr is not None:
@@ -334,15 +358,17 @@ def aggregate(
         del public_history[: -pr.window]
         basis = principal_subspace(torch.stack(public_history, dim=1), pr.dim, pr.subspace, source)
         ys[pr.projected] = basis @ (basis.T @ ys[pr.projected])
-        noises[pr.projected] = basis @ (basis.T @ noises[pr.projected])
-    update = torch.zeros(d, device=deltas.device, dtype=deltas.dtype)
+        if noises is not None:
+            noises[pr.projected] = basis @ (basis.T @ noises[pr.projected])
+    update = torch.zeros_like(ys[0])
     applied_noise = torch.zeros_like(update)
-    for m in range(count):
-        y, noise = ys[m], noises[m]
+    for m in range(len(ys)):
+        y = ys[m]
         mask = None if pr is not None and m == pr.projected else top_k_mask(y, spec.k_ratio[m])
         if mask is not None:
             y = y * mask
-            noise = noise * mask
         update += spec.weight[m] * y
-        applied_noise += spec.weight[m] * noise
-    return update, RoundStats(joined, clipped, measured, float(torch.sum(applied_noise.double() ** 2)) / d)
+        if noises is not None:
+            applied_noise += spec.weight[m] * (noises[m] if mask is None else noises[m] * mask)
+    applied = float(torch.sum(applied_noise.double() ** 2)) / d if noises is not None else math.nan
+    return update, measured, applied

@@ -1,0 +1,43 @@
+"""Optional Flower integration (GDPFed on Flower's Message API): ``hdp-plan flower PLAN ...``.
+
+Importing this package imports neither flwr nor torch; its modules do: :mod:`.strategy` (the server's strategy),
+:mod:`.mods` (the client-side mod), :mod:`.records` (records ↔ flat vectors), :mod:`.app` (the ClientApp, initial
+model and central evaluation for the trainer's datasets) and :mod:`.simulation` (the ServerApp's work, the
+``hdp-plan flower`` command, the ``flwr run`` ServerApp). Install with the ``flower`` extra.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+FLOWER_HINT = "pip install torch==2.13.0 && pip install -e '.[train,flower]'"
+
+OFFLINE_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",  # no usage reports
+    "FLWR_DISABLE_UPDATE_CHECK": "1",  # no version check against PyPI
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",  # `flwr run` uses this environment, installs nothing
+}
+"""Environment that keeps Flower offline (set by the app and the CLI unless the caller set them)."""
+
+
+def offline_env() -> dict[str, str]:
+    """Set :data:`OFFLINE_ENV` (keeping values the caller chose) and a ``FLWR_HOME`` in a fresh temporary folder
+    when none is set; returns what was set."""
+    chosen = {k: v for k, v in OFFLINE_ENV.items() if k not in os.environ}
+    if "FLWR_HOME" not in os.environ:
+        chosen["FLWR_HOME"] = tempfile.mkdtemp(prefix="hdp-flwr-")
+    os.environ.update(chosen)
+    return chosen
+
+
+def require_flwr() -> str:
+    """flwr's version, or a :class:`RuntimeError` naming the extra to install."""
+    try:
+        import flwr
+    except ImportError:
+        raise RuntimeError(f"hdp-plan flower needs Flower: install the flower extra ({FLOWER_HINT})") from None
+    return str(flwr.__version__)
+
+
+__all__ = ["FLOWER_HINT", "OFFLINE_ENV", "offline_env", "require_flwr"]

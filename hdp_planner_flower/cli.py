@@ -1,0 +1,78 @@
+"""``hdp-plan flower``: registered by :mod:`hdp_planner.cli`. Imports flwr and torch only when the command runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from hdp_planner_train.cli import _fail, _out  # the trainer's one-line errors and unwrapped result lines
+
+
+def flower(
+    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="dp-fedavg | gdpfed | gdpfed-op | gdpfed+ | pfa | idp-fedavg-sample | idp-fedavg-scale | "
+            "time-adaptive (the plan's client-level rows)",
+        ),
+    ] = "gdpfed+",
+    dataset: Annotated[
+        str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")
+    ] = "fmnist",
+    data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
+    clients: Annotated[
+        int | None, typer.Option("--clients", help="Clients (virtual nodes) to split the data among [paper n].")
+    ] = None,
+    dirichlet: Annotated[float | None, typer.Option("--dirichlet", help="Dirichlet(α) label skew [IID].")] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds to run (≤ the plan's T) [T].")] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Data partition, initial model, local batches (never the noise).")
+    ] = 0,
+    trust: Annotated[
+        str,
+        typer.Option(
+            "--trust",
+            help="server: clients send clipped updates, the server adds the noise | secagg: clients add noise shares "
+            "(not masked: Flower 1.41's SecAgg+ needs its legacy API)",
+        ),
+    ] = "server",
+    groups: Annotated[
+        str | None, typer.Option("--groups", help="`hdp-plan assign --output` CSV: the group of each client id.")
+    ] = None,
+    cpus_per_client: Annotated[float, typer.Option("--cpus-per-client", help="Ray CPUs per virtual node.")] = 1.0,
+    out: Annotated[str | None, typer.Option("--out", help="Folder for metrics.json/.csv.")] = None,
+) -> None:
+    """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
+    from hdp_planner_flower import require_flwr
+
+    try:
+        require_flwr()
+        import torch  # noqa: F401
+    except (RuntimeError, ImportError) as exc:
+        _fail(str(exc) if isinstance(exc, RuntimeError) else "hdp-plan flower needs PyTorch: install the flower extra")
+    from hdp_planner_flower.simulation import FlowerConfig, run_flower
+
+    cfg = FlowerConfig(plan=plan_file, method=method, dataset=dataset, data_dir=data_dir, clients=clients,
+                       dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, groups=groups, out=out,
+                       cpus_per_client=cpus_per_client)  # fmt: skip
+    try:
+        metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
+    except (ValueError, OSError, KeyError) as exc:
+        _fail(str(exc) or type(exc).__name__)
+        return
+    eps = ", ".join(f"{e['epsilon_spent']:.3g}" for e in metrics["epsilon_spent"])
+    lam = metrics["noise_lambda_measured"]
+    _out.print(
+        f"{metrics['method']} on {metrics['dataset']} (Flower {metrics['flwr_version']}, trust {metrics['trust']}): "
+        f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds; ε spent per group: {eps}; "
+        f"Λ measured {'n/a (noise added by clients)' if lam is None else f'{lam:.4g}'} "
+        f"(planned {metrics['noise_lambda_planned']:.4g}); median round {metrics['round_seconds_median']:.2f}s"
+        + (f"; {metrics['stopped']}" if metrics["stopped"] else ""),
+        highlight=False,
+        markup=False,
+    )
+    if out:
+        _out.print(f"metrics written to {out}/metrics.json", highlight=False, markup=False)

@@ -1,0 +1,214 @@
+"""``hdp-plan flower``: a plan's method trained through Flower's simulation engine (Ray), one virtual node per client.
+
+Validation is the trainer's (:func:`hdp_planner_train.trainer._check`: plan verified, data partition of the plan's
+n, method in the plan); metrics are the trainer's (``base_metrics``, ``metrics.json``/``.csv``) plus
+``"runtime": "flower"``, the flwr version and the trust model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hdp_planner_flower import offline_env, require_flwr
+
+FLOWER_METHODS = ("dp-fedavg", "gdpfed", "gdpfed-op", "gdpfed+", "pfa", "idp-fedavg-sample", "idp-fedavg-scale",
+                  "time-adaptive")  # fmt: skip
+"""The plan's client-level methods (rows of ``plan.json``) that run on Flower."""
+
+TRUST_NOTES = {
+    "server": "trusted server: clients send clipped updates, the server adds each group's full noise N(0, C²σ²)",
+    "secagg": (
+        "clients add noise shares N(0, C²σ²/c) and the server adds the shares of sampled clients that did not reply; "
+        "Flower 1.41's SecAgg+ runs only with its legacy API, so updates are NOT masked: the server sees each noisy "
+        "individual update (each carries only 1/c of the group's noise)"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class FlowerConfig:
+    plan: str
+    method: str = "gdpfed+"
+    dataset: str = "digits"
+    data_dir: str | None = None
+    clients: int | None = None
+    dirichlet: float | None = None
+    rounds: int | None = None
+    seed: int = 0
+    trust: str = "server"
+    groups: str | None = None  # hdp-plan assign's CSV (client_id, …, group)
+    out: str | None = None
+    cpus_per_client: float = 1.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked run: everything the server needs, built before any node starts or any file is written."""
+
+    cfg: FlowerConfig
+    train: Any  # the trainer's TrainConfig of the same run (validation and metrics are the trainer's)
+    plan: Any
+    data: Any
+    spec: Any
+    rounds: int
+    batch: int
+    momentum: float
+    groups: Any
+    settings: Any
+    version: str
+
+
+def prepare(cfg: FlowerConfig) -> Prepared:
+    """Validate ``cfg`` (ValueError with a one-line message for anything the user can fix) and load its data."""
+    from hdp_planner_flower.mods import TRUST_MODELS
+
+    version = require_flwr()
+    if cfg.method not in FLOWER_METHODS:
+        raise ValueError(f"--method must be one of {', '.join(FLOWER_METHODS)} on Flower, got {cfg.method!r}")
+    if cfg.trust not in TRUST_MODELS:
+        raise ValueError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {cfg.trust!r}")
+    if cfg.cpus_per_client <= 0:
+        raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
+    offline_env()
+    from hdp_planner_flower.app import DataSettings
+    from hdp_planner_flower.strategy import groups_from_file
+    from hdp_planner_train.trainer import TrainConfig, _check
+
+    tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
+                     dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop")  # fmt: skip
+    plan, data, spec, rounds, batch, momentum = _check(tc)
+    groups = groups_from_file(cfg.groups, spec) if cfg.groups else None
+    if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
+        raise ValueError(f"--out {cfg.out} is not a directory")
+    settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,
+                            batch, momentum, plan.config.lr, tc.lr_decay)  # fmt: skip
+    return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version)
+
+
+def serve(p: Prepared, grid, progress=print):
+    """The ServerApp's work: :class:`HdpStrategy` over ``grid`` for the run's rounds, a progress line per round,
+    central evaluation; returns the strategy (its ``log`` holds the run)."""
+    from hdp_planner_flower.app import central_evaluation, model_arrays
+    from hdp_planner_flower.strategy import HdpStrategy
+    from hdp_planner_train.trainer import round_description
+
+    def on_round(rnd: int, stats, seconds: float, res) -> None:
+        acc, loss = float(res["accuracy"]), float(res["loss"])
+        strategy.log.history.append({"round": rnd, "accuracy": acc, "loss": loss})
+        joined = "/".join(str(j) for j in stats.joined)
+        progress(f"{round_description(p.plan, p.spec, rnd, p.rounds, acc, loss)} joined {joined} ({seconds:.2f} s)")
+
+    progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.dataset}, {p.data.n_clients} nodes, trust "
+             f"{p.cfg.trust} ({TRUST_NOTES[p.cfg.trust]})")  # fmt: skip
+    strategy = HdpStrategy(p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round)
+    strategy.start(
+        grid,
+        model_arrays(p.cfg.dataset, p.data.num_classes, p.cfg.seed),
+        num_rounds=p.rounds,
+        train_config=p.settings.record(),
+        evaluate_fn=central_evaluation(p.cfg.dataset, p.data),
+    )
+    return strategy
+
+
+def finish(p: Prepared, strategy) -> dict[str, Any]:
+    """The trainer's metrics of the run (``base_metrics``) plus the runtime's; written to ``--out`` if given."""
+    from hdp_planner_train.trainer import _write_metrics, base_metrics
+
+    log, spec = strategy.log, p.spec
+    metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),
+                           p.batch, p.momentum, log)  # fmt: skip
+    for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
+        if isinstance(metrics[key], float) and math.isnan(metrics[key]):
+            metrics[key] = None
+    metrics.update(
+        {
+            "runtime": "flower",
+            "flwr_version": p.version,
+            "trust": p.cfg.trust,
+            "trust_note": TRUST_NOTES[p.cfg.trust],
+            "noise_source": "SecureNoise and SecureRandom (the OS CSPRNG): no seed is written",
+            "stopped": strategy.stopped,
+            "clip": spec.clip,
+            "groups": {"sizes": list(spec.sizes), "q": list(spec.q), "weight": list(spec.weight)},
+        }
+    )
+    if p.cfg.out:
+        Path(p.cfg.out).mkdir(parents=True, exist_ok=True)
+        _write_metrics(metrics, Path(p.cfg.out), False)
+    return metrics
+
+
+def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
+    """Run ``cfg`` on Flower's simulation engine (``run_simulation``, one virtual node per client); ``progress`` gets
+    one line per round. Raises ValueError (one-line message) for anything the user can fix."""
+    p = prepare(cfg)
+    from flwr.serverapp import ServerApp
+
+    from hdp_planner_flower.app import client_app
+
+    holder: dict[str, Any] = {}
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context) -> None:
+        try:
+            holder["strategy"] = serve(p, grid, progress)
+        except Exception as exc:  # reported by the caller as one line
+            holder["error"] = exc
+
+    _simulate(app, client_app(), p.data.n_clients, cfg.cpus_per_client)
+    if "error" in holder:
+        exc = holder["error"]
+        raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if "strategy" not in holder:
+        raise RuntimeError("the Flower simulation ended without running the strategy")
+    return finish(p, holder["strategy"])
+
+
+def run_config_server_app():
+    """A ServerApp for ``flwr run``: the run's settings come from ``[tool.flwr.app.config]`` (plan, method, dataset,
+    rounds, seed, trust, groups, out, data-dir, clients; 0 or "" for the defaults)."""
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context) -> None:
+        rc = context.run_config
+        text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out")}
+        cfg = FlowerConfig(plan=str(rc["plan"]), method=str(rc.get("method", "gdpfed+")),
+                           dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
+                           clients=int(rc.get("clients", 0)) or None, rounds=int(rc.get("rounds", 0)) or None,
+                           seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "server")), groups=text["groups"],
+                           out=text["out"])  # fmt: skip
+        p = prepare(cfg)
+        metrics = finish(p, serve(p, grid))
+        print(f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds"
+              + (f"; metrics written to {cfg.out}/metrics.json" if cfg.out else ""))  # fmt: skip
+
+    return app
+
+
+def spec_dim(data, dataset: str) -> int:
+    from hdp_planner_train.models import make_model
+
+    return int(sum(p.numel() for p in make_model(dataset, data.num_classes).parameters()))
+
+
+def _simulate(app, client, nodes: int, cpus_per_client: float) -> None:
+    """Flower's simulation engine, quiet: Ray and Flower log errors only."""
+    from flwr.simulation import run_simulation
+
+    logging.getLogger("flwr").setLevel(logging.ERROR)  # run_simulation's deprecation notice; client errors stay
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    backend = {
+        "client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
+        "init_args": {"logging_level": "ERROR", "log_to_driver": False},
+    }
+    run_simulation(server_app=app, client_app=client, num_supernodes=nodes, backend_config=backend)

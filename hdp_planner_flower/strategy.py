@@ -1,0 +1,298 @@
+"""The server's side of a plan on Flower: one ``flwr.serverapp.strategy.Strategy`` (GDPFed Algorithm 1 per round).
+
+Per round and group m the strategy Poisson-samples the group's nodes with q_m (``hdp_planner.noise.poisson_sample``
+on OS entropy; an empty round is fine), sends each sampled node the model, its group's C_m, σ_m and the round's
+joined count c_m, and turns the replies into the groups' noisy sums y_m; ``hdp_planner_train.aggregate.noisy_update``
+(the simulator's own code) then applies Top-k / PFA's projection and the weights ω_m. Trust models:
+
+- ``server``: clients send clipped updates; the server re-clips them (``clip_rows``: a no-op for honest clients)
+  and adds each group's full noise N(0, C_m²σ_m²) (``group_noise``), whatever number of replies arrived;
+- ``secagg``: each client adds its share N(0, C_m²σ_m²/c_m); for every sampled node that did not reply the server
+  adds that share itself, so a dropout never leaves y_m with less than its planned noise. Flower 1.41's SecAgg+
+  runs only with its legacy API, so these sums are not masked: the server sees each noisy individual update.
+
+Nodes are mapped to groups by the server alone: an enrolment query asks every node for its client id (node config
+``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
+group. A federation whose node count differs from the plan's n, a missing or repeated client id, or a reply that
+claims another group than the one it was sent stops the run with :class:`FlowerRunError`. Before each round the
+per-group ledger (the plan's spending accountant, ``hdp_planner_train.trainer.privacy_ledger``) is checked: the run
+stops before any group would exceed its ε.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+from hdp_planner.noise import SecureRandom, noise_share_std, poisson_sample
+from hdp_planner.plan import Plan
+from hdp_planner_flower.mods import TRUST_MODELS
+from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, flatten, unflatten
+from hdp_planner_train.aggregate import (
+    GroupSpec,
+    NoiseSource,
+    RoundStats,
+    SecureNoise,
+    clip_rows,
+    group_noise,
+    noisy_update,
+)
+from hdp_planner_train.trainer import RunLog, privacy_ledger
+
+NoiseFor = Callable[[int], NoiseSource]
+"""Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""
+
+
+class FlowerRunError(ValueError):
+    """A federation or reply the plan cannot run with: reported as one line, exit status 2."""
+
+
+def secure_source(rnd: int) -> NoiseSource:
+    return SecureNoise()
+
+
+def default_groups(spec: GroupSpec) -> np.ndarray:
+    """Group of client ids 0..n-1 as the simulator has it: the method's groups in order of their sizes."""
+    return np.repeat(np.arange(len(spec.sizes)), spec.sizes)
+
+
+def groups_from_file(path: str | Path, spec: GroupSpec) -> np.ndarray:
+    """Group (0-based) of client ids 0..n-1 from ``hdp-plan assign --output``'s CSV (client_id, …, group 1-based)."""
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        pairs = sorted((int(r["client_id"]), int(r["group"]) - 1) for r in rows)
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise FlowerRunError(f"cannot read groups file {path}: {exc}") from None
+    ids = [c for c, _ in pairs]
+    if ids != list(range(spec.n)):
+        raise FlowerRunError(f"groups file {path}: client ids must be 0..{spec.n - 1} (node config client-id)")
+    groups = np.asarray([g for _, g in pairs], dtype=np.int64)
+    if len(spec.sizes) == 1:
+        return np.zeros(spec.n, dtype=np.int64)  # one group (DP-FedAvg, IDP pools): everyone
+    counts = tuple(np.bincount(groups, minlength=len(spec.sizes)).tolist()) if groups.min() >= 0 else ()
+    if counts != tuple(spec.sizes):
+        raise FlowerRunError(f"groups file {path} puts {counts} clients in the groups; the plan has {spec.sizes}")
+    return groups
+
+
+class HdpStrategy(Strategy):
+    """A plan's method (``spec``) on Flower: Poisson sampling per group, clipped updates, planned noise, ledger."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        spec: GroupSpec,
+        group_of_client: np.ndarray | None = None,
+        trust: str = "server",
+        noise_for: NoiseFor = secure_source,
+        uniform=None,
+        on_round: Callable[[int, RoundStats, float, MetricRecord | None], None] | None = None,
+    ) -> None:
+        if trust not in TRUST_MODELS:
+            raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
+        if not spec.private:
+            raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
+        self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
+        self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
+        self.uniform = SecureRandom() if uniform is None else uniform  # who joins: OS CSPRNG, never a seed
+        self.on_round = on_round
+        self.client_of_node: dict[int, int] = {}
+        self.members: list[list[int]] = []  # node ids of each group, in client-id order
+        self.sent: dict[int, int] = {}  # node id → group, this round
+        self.joined: list[int] = []
+        self.arrays = ArrayRecord()
+        self.stats = RoundStats([], 0, math.nan, math.nan)
+        self.public_history: list[torch.Tensor] = []
+        self.log = RunLog()
+        self.stopped: str | None = None
+
+    # ------------------------------------------------------------------ enrolment
+    def enroll(self, grid: Grid, timeout: float | None = None, wait: float = 600.0) -> None:
+        """Ask every node for its client id; refuse a federation that is not the plan's n clients (nodes still
+        connecting are waited for up to ``wait`` seconds; more than n nodes are refused at once)."""
+        n = self.spec.n
+        deadline = time.monotonic() + wait
+        nodes = sorted(grid.get_node_ids())
+        while len(nodes) < n and time.monotonic() < deadline:
+            time.sleep(1.0)
+            nodes = sorted(grid.get_node_ids())
+        if len(nodes) != n:
+            raise FlowerRunError(f"the federation has {len(nodes)} nodes but the plan has n = {n} clients")
+        query = [Message(RecordDict(), dst_node_id=node, message_type=ENROLL) for node in nodes]
+        seen: dict[int, int] = {}
+        for reply in grid.send_and_receive(query, timeout=timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                raise FlowerRunError(f"node {node} failed to enrol: {reply.error.reason.splitlines()[0]}")
+            cid = int(reply.content[HDP]["client-id"])
+            if not 0 <= cid < n:
+                raise FlowerRunError(f"node {node} reports client id {cid}, outside the plan's 0..{n - 1}")
+            if cid in seen.values():
+                raise FlowerRunError(f"two nodes report client id {cid}")
+            seen[node] = cid
+        if len(seen) != n:
+            raise FlowerRunError(f"only {len(seen)} of {n} nodes answered the enrolment")
+        self.client_of_node = seen
+        by_client = sorted(seen, key=seen.__getitem__)
+        self.members = [
+            [nd for nd in by_client if self.group_of_client[seen[nd]] == m] for m in range(len(self.spec.sizes))
+        ]
+
+    # ------------------------------------------------------------------ rounds
+    def affordable(self, rounds: int) -> bool:
+        """Whether every group stays within its ε after ``rounds`` rounds (the plan's spending accountant)."""
+        return all(
+            e["epsilon_spent"] <= e["epsilon_budget"] * (1 + 1e-9) for e in privacy_ledger(self.plan, self.spec, rounds)
+        )
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """Poisson-sample every group's nodes with q_m; one message per sampled node with its group's rules."""
+        spec = self.spec
+        sigma = spec.noise_at(server_round - 1)
+        picked = [
+            [nodes[i] for i in poisson_sample(self.uniform, len(nodes), q)] for nodes, q in zip(self.members, spec.q)
+        ]
+        self.arrays, self.joined = arrays, [len(p) for p in picked]
+        self.sent = {node: m for m, p in enumerate(picked) for node in p}
+        messages = []
+        for m, nodes in enumerate(picked):
+            rules = ConfigRecord(
+                {
+                    "group": m,
+                    "clip": float(spec.clips[m]),
+                    "noise-multiplier": float(sigma[m]),  # pooled: C_mσ_m = s, the pool's std, for every m
+                    "joined": sum(self.joined) if spec.pooled else self.joined[m],  # pooled: the pool's c
+                    "trust": self.trust,
+                    "server-round": server_round,
+                }
+            )
+            for node in nodes:
+                content = RecordDict({ARRAYS: arrays, HDP: rules, TRAIN_SETTINGS: config})
+                messages.append(Message(content, dst_node_id=node, message_type="train"))
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord, MetricRecord]:
+        """θ + Σ_m ω_m·Top_k(y_m) for the model sent in this round; the round's statistics in ``self.stats``."""
+        rows, failed = self.group_rows(replies)
+        theta = flatten(self.arrays)
+        source = self.noise_for(server_round - 1)
+        ys, noises, clipped = self.noisy_sums(rows, theta.numel(), server_round - 1, source)
+        update, measured, applied = noisy_update(ys, noises, self.spec, source, self.public_history)
+        self.stats = RoundStats(list(self.joined), clipped, measured, applied)
+        return unflatten(self.arrays, theta + update), MetricRecord({"joined": sum(self.joined), "failed": failed})
+
+    def group_rows(self, replies: Iterable[Message]) -> tuple[list[dict[int, torch.Tensor]], int]:
+        """The replies' updates per group, keyed by client id; refuses replies the server did not ask for or that
+        claim another group. Replies with an error count as dropouts."""
+        rows: list[dict[int, torch.Tensor]] = [{} for _ in self.spec.sizes]
+        failed = 0
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            if node not in self.sent:
+                raise FlowerRunError(f"node {node} replied to a round it was not sampled for")
+            if reply.has_error():
+                failed += 1
+                continue
+            m, cid = self.sent[node], self.client_of_node[node]
+            meta = reply.content[HDP]
+            if int(meta["group"]) != m or int(meta["client-id"]) != cid:
+                raise FlowerRunError(
+                    f"client {cid} (node {node}) claims group {int(meta['group']) + 1} / client "
+                    f"{int(meta['client-id'])}; the plan puts it in group {m + 1}: reply refused"
+                )
+            rows[m][cid] = flatten(reply.content[ARRAYS])
+        return rows, failed
+
+    def noisy_sums(self, rows: list[dict[int, torch.Tensor]], d: int, rnd: int, source: NoiseSource):
+        """(y_m per group, or one pooled y; their noises, or None under secagg; clipped count)."""
+        spec = self.spec
+        sigma = spec.noise_at(rnd)
+        ordered = [torch.stack([r[c] for c in sorted(r)]) if r else torch.zeros(0, d) for r in rows]
+        if self.trust == "server":
+            clipped_rows = [clip_rows(r, c) for r, c in zip(ordered, spec.clips)]
+            clipped = sum(c for _, c in clipped_rows)
+            got = [r.shape[0] for r in ordered]
+            if spec.pooled:
+                total = torch.cat([r for r, _ in clipped_rows]).sum(0)
+                noise = self.group_noise(d, sum(got), spec.clips[0], sigma[0], source)
+                return [total + noise], [noise], clipped
+            noises = [self.group_noise(d, got[m], spec.clips[m], sigma[m], source) for m in range(len(rows))]
+            return [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)], noises, clipped
+        # secagg: the replies carry their shares; the server adds the shares of the sampled nodes that did not reply
+        missing = [j - r.shape[0] for j, r in zip(self.joined, ordered)]
+        if spec.pooled:
+            top_up = self.top_up(d, sum(self.joined), sum(missing), spec.clips[0], sigma[0], source)
+            return [torch.cat(ordered).sum(0) + top_up], None, 0
+        ys = [
+            r.sum(0) + self.top_up(d, j, k, c, s, source)
+            for r, j, k, c, s in zip(ordered, self.joined, missing, spec.clips, sigma)
+        ]
+        return ys, None, 0
+
+    @staticmethod
+    def group_noise(d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource) -> torch.Tensor:
+        """The simulator's ``group_noise`` (``joined`` shares, N(0, C²σ²) in all) on the CPU in float32."""
+        return group_noise(d, joined, clip, noise_multiplier, source, "cpu", torch.float32)
+
+    def top_up(self, d: int, joined: int, missing: int, clip: float, noise_multiplier: float, source: NoiseSource):
+        """The noise shares of ``missing`` of ``joined`` sampled clients (all of N(0, C²σ²) when nobody joined)."""
+        if joined == 0:
+            return self.group_noise(d, 0, clip, noise_multiplier, source)
+        if missing == 0:
+            return torch.zeros(d)
+        std = noise_share_std(clip, noise_multiplier, joined) * math.sqrt(missing)  # missing shares, one draw
+        return source.normal(d, std, "cpu", torch.float32)
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Enrol the nodes, then run rounds while every group's ε allows one more (central evaluation only)."""
+        self.enroll(grid, timeout)
+        result, arrays = Result(), initial_arrays
+        train_config = ConfigRecord() if train_config is None else train_config
+        for rnd in range(1, num_rounds + 1):
+            if not self.affordable(rnd):
+                self.stopped = f"stopped before round {rnd}: a group would exceed its ε"
+                break
+            t0 = time.perf_counter()
+            replies = grid.send_and_receive(self.configure_train(rnd, arrays, train_config, grid), timeout=timeout)
+            arrays, metrics = self.aggregate_train(rnd, replies)
+            self.log.record(self.stats, time.perf_counter() - t0)
+            result.arrays = arrays
+            result.train_metrics_clientapp[rnd] = metrics
+            res = evaluate_fn(rnd, arrays) if evaluate_fn else None
+            if res is not None:
+                result.evaluate_metrics_serverapp[rnd] = res
+            if self.on_round:
+                self.on_round(rnd, self.stats, self.log.round_seconds[-1], res)
+        return result
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        return []  # evaluation is central (the server's test set), as in the simulator
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return None
+
+    def summary(self) -> None:
+        pass

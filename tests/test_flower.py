@@ -1,0 +1,309 @@
+"""Plans on Flower (hdp_planner_flower): the strategy against the simulator's rules, trust models, refusals, and one
+real run of ``hdp-plan flower`` on Flower's simulation engine (Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+pytest.importorskip("flwr")
+
+from flwr.app import Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from hdp_planner import plan, save_plan  # noqa: E402
+from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
+from hdp_planner.cli import app as cli_app  # noqa: E402
+from hdp_planner_flower.app import DataSettings, client_app, model_arrays, train  # noqa: E402
+from hdp_planner_flower.records import ARRAYS, HDP, flatten  # noqa: E402
+from hdp_planner_flower.simulation import FLOWER_METHODS  # noqa: E402
+from hdp_planner_flower.strategy import FlowerRunError, HdpStrategy, groups_from_file  # noqa: E402
+from hdp_planner_train.aggregate import METHOD_NAMES, SeededNoise, aggregate, method_spec, round_seed, sample_round  # noqa: E402
+from hdp_planner_train.models import make_model  # noqa: E402
+
+N = 30  # virtual clients
+ROUNDS = 4  # the plan's T
+SEED = 3
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def flower_plan():
+    base = plan([0.5, 1.5, 3.0], n=N, rounds=ROUNDS, q=0.3, clip=1.5, sparsity=(0.7, 0.8, 0.9))
+    d = sum(p.numel() for p in make_model("digits").parameters())
+    return add_baselines(base, tuple(BASELINES.values()), BaselineOptions(model_dim=d, pfa_dim=2, pfa_window=3))
+
+
+@pytest.fixture(scope="module")
+def plan_path(flower_plan, tmp_path_factory):
+    path = tmp_path_factory.mktemp("flower") / "plan.json"
+    save_plan(flower_plan, path)
+    return path
+
+
+SETTINGS = DataSettings("digits", None, N, None, SEED, 2, 10, 0.0, 0.1, 0.99)
+
+
+class LocalGrid:
+    """A Grid that runs a ClientApp in this process (no Ray): node i has partition-id i; ``drop`` nodes never reply."""
+
+    def __init__(self, app, nodes: int = N, partition=None, drop=()):
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+        self.app = app
+        self.node_ids = [1000 + 7 * i for i in range(nodes)]
+        self.partition = partition or (lambda i: i)
+        self.drop = set(drop)
+
+    def get_node_ids(self):
+        return list(self.node_ids)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for msg in messages:
+            i = self.node_ids.index(msg.metadata.dst_node_id)
+            if i in self.drop and msg.metadata.message_type == "train":
+                continue
+            ctx = Context(1, msg.metadata.dst_node_id, {"partition-id": self.partition(i)}, RecordDict(), {})
+            replies.append(self.app(msg, ctx))
+        return replies
+
+
+def unchanged(msg: Message, context: Context) -> Message:
+    """A user's train function that learns nothing: the private update is exactly the noise share (or 0)."""
+    return Message(RecordDict({ARRAYS: msg.content[ARRAYS]}), reply_to=msg)
+
+
+def run_strategy(flower_plan, method, app, rounds=1, grid=None, **options):
+    spec = method_spec(flower_plan, method)
+    strategy = HdpStrategy(flower_plan, spec, **options)
+    arrays = model_arrays("digits", 10, SEED)
+    result = strategy.start(grid or LocalGrid(app), arrays, num_rounds=rounds, train_config=SETTINGS.record())
+    return strategy, arrays, result
+
+
+class SeededUniform:
+    """The simulator's sampling stream of a round (tests only): ``sample_round``'s generator."""
+
+    def __init__(self, seed, rnd):
+        self.rng = np.random.default_rng(round_seed(seed, rnd, 0))
+
+    def random(self, size):
+        return self.rng.random(size)
+
+
+@pytest.mark.parametrize("method", FLOWER_METHODS)
+def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, method):
+    """One Flower round (server trust) = aggregate() on the updates the clients sent, with the same noise stream."""
+    sent: dict[int, torch.Tensor] = {}
+
+    def record(msg, ctx, call_next):
+        reply = call_next(msg, ctx)
+        sent[int(reply.content[HDP]["client-id"])] = flatten(reply.content[ARRAYS])
+        return reply
+
+    strategy, arrays, result = run_strategy(
+        flower_plan, method, client_app(mods=[record]),
+        uniform=SeededUniform(SEED, 0), noise_for=lambda rnd: SeededNoise(SEED, rnd),
+    )  # fmt: skip
+    spec = strategy.spec
+    sampled = sample_round(spec, SEED, 0)
+    assert sorted(sent) == sorted(np.concatenate(sampled).tolist())  # the simulator's clients for this stream
+    ids = np.concatenate(sampled)
+    group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)])
+    deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, flatten(arrays).numel())
+    update, stats = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), 0, [])
+    assert torch.equal(flatten(result.arrays), flatten(arrays) + update)
+    assert stats.joined == strategy.log.joined[0]
+    assert stats.lambda_measured == pytest.approx(strategy.log.lambda_measured[0], rel=1e-12)
+
+
+def test_clients_send_clipped_updates_of_their_own_training(flower_plan):
+    """The mod turns the user's trained model into Δ clipped to C (here C is tiny so every update is clipped)."""
+    sent = []
+
+    def record(msg, ctx, call_next):
+        reply = call_next(msg, ctx)
+        sent.append((flatten(reply.content[ARRAYS]), float(msg.content[HDP]["clip"]), reply.content[HDP]["clipped"]))
+        return reply
+
+    app = client_app(mods=[record])
+    run_strategy(flower_plan, "dp-fedavg", app, rounds=2)
+    assert sent
+    for update, clip, clipped in sent:
+        assert float(torch.linalg.vector_norm(update)) <= clip * (1 + 1e-5)
+        assert clipped in (0, 1)
+    # the update is the clipped difference of the user's own training
+    msg_ctx = Context(1, 1, {"partition-id": 4}, RecordDict(), {})
+    arrays = model_arrays("digits", 10, SEED)
+    from flwr.app import ConfigRecord
+
+    msg = Message(
+        RecordDict({ARRAYS: arrays, HDP: ConfigRecord({"server-round": 1}), "train": SETTINGS.record()}),
+        dst_node_id=1, message_type="train",
+    )  # fmt: skip
+    trained = flatten(train(msg, msg_ctx).content[ARRAYS])
+    assert not torch.equal(trained, flatten(arrays))  # the user's training moved the model
+
+
+def test_per_group_sampling_rates_and_messages(flower_plan):
+    """Each group's nodes join with probability q_m (OS-entropy Poisson sampling); messages carry C_m, σ_m, c_m."""
+    spec = method_spec(flower_plan, "gdpfed+")
+    strategy = HdpStrategy(flower_plan, spec)
+    grid = LocalGrid(client_app())
+    strategy.enroll(grid)
+    trials = 3000
+    counts = np.zeros(3)
+    arrays = model_arrays("digits", 10, SEED)
+    for r in range(trials):
+        msgs = strategy.configure_train(1 + r % ROUNDS, arrays, SETTINGS.record(), grid)
+        for msg in msgs:
+            rules = msg.content[HDP]
+            m = int(rules["group"])
+            counts[m] += 1
+            assert int(rules["joined"]) == strategy.joined[m]
+            assert float(rules["clip"]) == spec.clips[m]
+            assert float(rules["noise-multiplier"]) == spec.noise_multiplier[m]
+            assert strategy.group_of_client[strategy.client_of_node[msg.metadata.dst_node_id]] == m
+    expected = trials * np.asarray(spec.q) * np.asarray(spec.sizes)
+    sd = np.sqrt(expected * (1 - np.asarray(spec.q)))
+    assert np.all(np.abs(counts - expected) < 5 * sd), (counts, expected)
+
+
+@pytest.mark.parametrize("trust", ["server", "secagg"])
+@pytest.mark.parametrize("method", ["dp-fedavg", "gdpfed-op", "idp-fedavg-sample", "idp-fedavg-scale"])
+def test_applied_noise_matches_exact_lambda_even_with_dropouts(flower_plan, method, trust):
+    """Clients that learn nothing: the applied update is pure noise, E‖u‖²/d = Λ_exact (no Top-k in these methods),
+    whether the server adds it or the clients add shares and a third of the nodes drop out."""
+    spec = method_spec(flower_plan, method)
+    assert all(k == 1.0 for k in spec.k_ratio)
+    grid = LocalGrid(client_app(unchanged), drop=range(0, N, 3))
+    strategy, arrays, result = run_strategy(flower_plan, method, None, rounds=ROUNDS, grid=grid, trust=trust)
+    assert strategy.log.next_round == ROUNDS
+    total = (flatten(result.arrays) - flatten(arrays)).double()  # Σ_r u_r, independent zero-mean rounds
+    d = total.numel()
+    lam = float(torch.sum(total**2)) / d / ROUNDS
+    planned = flower_plan.method(METHOD_NAMES[method]).lambda_exact
+    assert lam == pytest.approx(planned, rel=5 * np.sqrt(2 / d))  # sd of χ²_d/d is √(2/d) ≈ 3% at d = 2410
+
+
+def test_ledger_stops_before_a_group_exceeds_its_epsilon(flower_plan):
+    strategy, _, _ = run_strategy(flower_plan, "gdpfed+", client_app(unchanged), rounds=ROUNDS + 3)
+    assert strategy.log.next_round == ROUNDS
+    assert strategy.stopped == f"stopped before round {ROUNDS + 1}: a group would exceed its ε"
+    assert strategy.affordable(ROUNDS) and not strategy.affordable(ROUNDS + 1)
+
+
+def test_wrong_node_count_and_repeated_ids_are_refused(flower_plan):
+    with pytest.raises(FlowerRunError, match=f"has {N + 1} nodes but the plan has n = {N} clients"):
+        run_strategy(flower_plan, "gdpfed+", None, grid=LocalGrid(client_app(), nodes=N + 1))
+    with pytest.raises(FlowerRunError, match="two nodes report client id 0"):
+        run_strategy(flower_plan, "gdpfed+", None, grid=LocalGrid(client_app(), partition=lambda i: i // 2))
+    strategy = HdpStrategy(flower_plan, method_spec(flower_plan, "gdpfed+"))
+    with pytest.raises(FlowerRunError, match=f"has {N - 1} nodes but the plan has n = {N} clients"):
+        strategy.enroll(LocalGrid(client_app(), nodes=N - 1), wait=0.5)
+
+
+def test_enrolment_waits_for_nodes_still_connecting(flower_plan):
+    class Connecting(LocalGrid):  # the simulation engine registers its nodes while the ServerApp starts
+        calls = 0
+
+        def get_node_ids(self):
+            self.calls += 1
+            return self.node_ids[: min(N, 10 * self.calls)]
+
+    grid = Connecting(client_app())
+    strategy = HdpStrategy(flower_plan, method_spec(flower_plan, "gdpfed+"))
+    strategy.enroll(grid, wait=30)
+    assert sorted(strategy.client_of_node.values()) == list(range(N)) and grid.calls == 3
+
+
+def test_a_client_claiming_another_group_is_refused(flower_plan):
+    def liar(msg, ctx, call_next):
+        reply = call_next(msg, ctx)
+        if int(ctx.node_config["partition-id"]) < N // 3:  # group 1 (ε = 0.5) claims group 3
+            meta = reply.content[HDP]
+            reply.content[HDP] = MetricRecord({"group": 2, "client-id": meta["client-id"], "clipped": 0})
+        return reply
+
+    with pytest.raises(FlowerRunError, match=r"claims group 3 .* the plan puts it in group 1: reply refused") as err:
+        run_strategy(flower_plan, "gdpfed+", client_app(unchanged, mods=[liar]), rounds=ROUNDS)
+    assert "\n" not in str(err.value)
+
+
+def test_groups_file_maps_client_ids(flower_plan, tmp_path):
+    spec = method_spec(flower_plan, "gdpfed+")
+    groups = np.array([2, 0, 1] * (N // 3))
+    path = tmp_path / "groups.csv"
+    path.write_text(
+        "client_id,epsilon,group,group_epsilon\n" + "".join(f"{i},1,{g + 1},1\n" for i, g in enumerate(groups))
+    )
+    assert np.array_equal(groups_from_file(path, spec), groups)
+    path.write_text("client_id,epsilon,group,group_epsilon\n" + "".join(f"{i},1,1,1\n" for i in range(N)))
+    with pytest.raises(FlowerRunError, match="puts"):
+        groups_from_file(path, spec)
+
+
+def test_cli_refuses_bad_input_with_one_line(plan_path, tmp_path):
+    runner = CliRunner()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    cases = [
+        ([str(bad), "--dataset", "digits", "--clients", str(N)], "schema"),
+        ([str(plan_path), "--dataset", "digits"], "plan has n = 30 clients but the digits partition gives n = 120"),
+        ([str(plan_path), "--dataset", "digits", "--clients", str(N), "--method", "dp2-fedsam"], "--method must be"),
+        ([str(plan_path), "--dataset", "digits", "--clients", str(N), "--trust", "none"], "--trust must be"),
+    ]
+    for args, message in cases:
+        res = runner.invoke(cli_app, ["flower", *args])
+        assert res.exit_code == 2, res.output
+        assert message in res.output and res.output.count("\n") == 1, res.output
+
+
+def test_cli_without_flwr_names_the_extra(plan_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "flwr", None)  # `import flwr` raises ImportError
+    res = CliRunner().invoke(cli_app, ["flower", str(plan_path), "--dataset", "digits", "--clients", str(N)])
+    assert res.exit_code == 2 and "install the flower extra" in res.output and res.output.count("\n") == 1
+
+
+def test_core_cli_imports_neither_flwr_nor_torch():
+    code = "import sys, hdp_planner.cli; print('flwr' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+@pytest.fixture(scope="module")
+def simulated(plan_path, tmp_path_factory):
+    """One real `hdp-plan flower` run on Flower's simulation engine (Ray start-up ≈ 25 s), shared by the tests."""
+    out = tmp_path_factory.mktemp("flower-run")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "hdp_planner", "flower", str(plan_path), "--method", "gdpfed+", "--dataset",
+           "digits", "--clients", str(N), "--rounds", "3", "--seed", str(SEED), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return proc, out
+
+
+def test_flower_simulation_writes_the_trainers_metrics(simulated, flower_plan):
+    proc, out = simulated
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("round ")]
+    assert [ln.split()[1] for ln in lines] == ["1/3", "2/3", "3/3"]
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["runtime"] == "flower" and m["flwr_version"].startswith("1.41")
+    assert m["trust"] == "server" and m["rounds"] == 3 and len(m["history"]) == 3
+    assert m["clients"] == N and m["method"] == "gdpfed+" and m["stopped"] is None
+    assert m["noise_lambda_planned"] == pytest.approx(flower_plan.method("GDPFed+").lambda_exact)
+    assert m["noise_lambda_measured"] == pytest.approx(m["noise_lambda_planned"], rel=0.2)
+    spent = [e["epsilon_spent"] for e in m["epsilon_spent"]]
+    assert all(0 < s < b for s, b in zip(spent, flower_plan.method("GDPFed+").epsilon))
+    assert (out / "metrics.csv").read_text().startswith("round,accuracy,loss")
