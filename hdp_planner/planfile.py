@@ -1,11 +1,13 @@
-"""plan.json: the versioned file a plan is written to, read back from, and verified from (schema hdp-plan/3).
+"""plan.json: the versioned file a plan is written to, read back from, and verified from (schema hdp-plan/4).
 
 Reading validates every field and raises :class:`PlanFileError` (a ValueError) naming what is wrong;
 :func:`verify` re-derives every group's ε with the accountant from the file alone.
 
 hdp-plan/3 adds the baselines (:mod:`hdp_planner.baselines`) to ``noise``, each with the keys of its own rules:
 ``clip`` (per-group C_m), ``pooled`` (one noise draw for all groups), ``projection`` (PFA) and ``schedule``
-(per-round σ phases, each ``{"rounds", "noise_multiplier"}``). Files of older schemas are refused.
+(per-round σ phases, each ``{"rounds", "noise_multiplier"}``). hdp-plan/4 adds HDP-Pooled (``pooled`` and
+``clip``), ``config.min_share`` and ``recommendation`` (``{"method", "lambda", "ratio_to_planned"}``, re-derived
+from the rows on reading). Files of older schemas are refused.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from hdp_planner.noise import aggregation_weights, lambda_exact, lambda_for, poo
 from hdp_planner.plan import METHODS, PLANNED_METHOD, MethodNoise, Phase, Plan, PlanConfig, Projection
 from hdp_planner.schedule import group_epsilon
 
-SCHEMA = "hdp-plan/3"
+SCHEMA = "hdp-plan/4"
 GROUP_KEYS = ("epsilon", "size", "q", "noise_multiplier", "k_ratio", "weight", "epsilon_spent")
 REL_TOL = 1e-6
 RULES: dict[str, frozenset[str]] = {
@@ -35,6 +37,7 @@ RULES: dict[str, frozenset[str]] = {
     "IDP-FedAvg-Sample": frozenset({"pooled"}),
     "IDP-FedAvg-Scale": frozenset({"pooled", "clip"}),
     "Time-adaptive": frozenset({"schedule"}),
+    "HDP-Pooled": frozenset({"pooled", "clip"}),
 }
 """The optional keys each baseline's noise entry must have (and no other method may)."""
 
@@ -111,14 +114,21 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "lambda_convention": c.lambda_convention,
             "sparsity": None if c.sparsity is None else list(c.sparsity),
             "fixed_q": None if c.fixed_q is None else list(c.fixed_q),
+            "min_share": c.min_share,
         },
         "groups": groups,
         "noise": {m.name: _method_dict(m) for m in plan.methods},
+        "recommendation": _recommendation_dict(plan),
         "objective": plan.objective,
         "uniform_objective": plan.uniform_objective,
         "notes": list(plan.notes),
         "versions": library_versions(),
     }
+
+
+def _recommendation_dict(plan: Plan) -> dict[str, Any]:
+    r = plan.recommendation
+    return {"method": r.method, "lambda": r.lam, "ratio_to_planned": r.ratio_to_planned}
 
 
 def _reject_constant(token: str) -> float:
@@ -187,6 +197,7 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
             lambda_convention=_field(cfg, "lambda_convention", "config", lambda v: isinstance(v, str), "a string"),
             sparsity=_tuple_or_none(_field(cfg, "sparsity", "config", _optional_numbers, "null or a list of numbers")),
             fixed_q=_tuple_or_none(_field(cfg, "fixed_q", "config", _optional_numbers, "null or a list of numbers")),
+            min_share=_field(cfg, "min_share", "config", _is_number, "a number"),
         )
     except PlanFileError:
         raise
@@ -215,7 +226,17 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     objective = _field(doc, "objective", "plan", _is_number, "a number")
     uniform_objective = _field(doc, "uniform_objective", "plan", _is_number, "a number")
     notes = _field(doc, "notes", "plan", lambda v: isinstance(v, list), "a list")
-    return Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
+    plan = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
+    stored = _field(doc, "recommendation", "plan", lambda v: isinstance(v, dict), "an object")
+    derived = _recommendation_dict(plan)
+    method = _field(stored, "method", "recommendation", lambda v: isinstance(v, str), "a string")
+    if method != derived["method"]:
+        raise PlanFileError(f"recommendation: method {method!r} but the file's rows give {derived['method']!r}")
+    for key in ("lambda", "ratio_to_planned"):
+        value = _field(stored, key, "recommendation", _is_number, "a number")
+        if not math.isclose(value, derived[key], rel_tol=REL_TOL):
+            raise PlanFileError(f"recommendation: {key} = {value} but the file's rows give {derived[key]:.6g}")
+    return plan
 
 
 def _tuple_or_none(v: list[float] | None) -> tuple[float, ...] | None:
