@@ -87,6 +87,13 @@ def train(
     candidates: Annotated[
         int | None, typer.Option("--candidates", help="power-of-choice: candidates d per round [2K].")
     ] = None,
+    group_classes: Annotated[
+        str | None,
+        typer.Option(
+            "--group-classes",
+            help="Group-skewed labels: the classes of each plan group, e.g. 0,1,2,3/4,5,6/7,8,9 (per-group accuracy).",
+        ),
+    ] = None,
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
@@ -124,6 +131,7 @@ def train(
         eta=eta,
         per_round=per_round,
         candidates=candidates,
+        group_classes=group_classes,
     )
     try:
         metrics = run(cfg)
@@ -139,6 +147,9 @@ def train(
         f"(planned {metrics['noise_lambda_planned']:.4g}); median round {metrics['round_seconds_median']:.2f}s",
         highlight=False,
     )
+    if "group_accuracy" in metrics:
+        accs = ", ".join(f"{a:.2f}%" for a in metrics["group_accuracy"])
+        _out.print(f"accuracy on each group's classes: {accs}", highlight=False)
     if "client_privacy" in metrics:  # paper 003's selection methods: both noise rules, ε spent per group
         from hdp_planner_train.private_selection import summary_lines
 

@@ -26,7 +26,7 @@ from hdp_planner import load_plan, verify
 from hdp_planner.files import write_json_atomic, write_text_atomic
 from hdp_planner.schedule import group_epsilon
 from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, method_spec, noise_generator, sample_round
-from hdp_planner_train.data import DEFAULTS, load_federated
+from hdp_planner_train.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.engines import ENGINES, batch_indices, evaluate, local_deltas
 from hdp_planner_train.models import make_model
 
@@ -66,6 +66,7 @@ class TrainConfig:
     eta: float | None = None  # privacy-aware: Problem 1's weight η
     per_round: int | None = None  # selection methods: clients drawn per round K (default round(q·n))
     candidates: int | None = None  # power-of-choice: candidates d (default 2K)
+    group_classes: str | None = None  # group-skewed labels: "0,1,2,3/4,5,6/7,8,9", the classes of each plan group
 
 
 def _device(name: str) -> torch.device:
@@ -128,7 +129,12 @@ def _check(cfg: TrainConfig):
 
     check_options(cfg)
     check_selection_options(cfg)
-    data = load_federated(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share)
+    skew = None
+    if cfg.group_classes is not None:
+        skew = (plan.groups.size, parse_group_classes(cfg.group_classes, len(plan.groups.size), 10))
+    data = load_federated(
+        cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share, skew
+    )
     if data.n_clients != plan.config.n:
         raise TrainError(
             f"plan has n = {plan.config.n} clients but the {cfg.dataset} partition gives n = {data.n_clients}: "
@@ -211,6 +217,13 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 )  # fmt: skip
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    if cfg.group_classes is not None:  # accuracy on each privacy group's own classes
+        classes = parse_group_classes(cfg.group_classes, len(spec.sizes), data.num_classes)
+        metrics["group_classes"] = [list(c) for c in classes]
+        metrics["group_accuracy"] = [
+            evaluate(model, x_test[mask], y_test[mask])[0]
+            for mask in (torch.isin(y_test, torch.as_tensor(c, device=y_test.device)) for c in classes)
+        ]
     metrics.update(
         {
             "engine": cfg.engine,
@@ -243,6 +256,7 @@ def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: A
         "dirichlet": cfg.dirichlet,
         "shards": cfg.shards,
         "iid_share": cfg.iid_share,
+        **({"group_classes": cfg.group_classes} if cfg.group_classes is not None else {}),
         "clients": data.n_clients,
         "batch_size": batch,
         "momentum": momentum,
