@@ -193,6 +193,8 @@ class Plan:
     objective: float
     uniform_objective: float
     notes: tuple[str, ...] = field(default=())
+    recorded: Recommendation | None = field(default=None, compare=False)
+    """The recommendation a plan file recorded (checked against :attr:`recommendation` by ``verify``)."""
 
     def method(self, name: str) -> MethodNoise:
         for m in self.methods:

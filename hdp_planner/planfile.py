@@ -7,7 +7,7 @@ hdp-plan/3 adds the baselines (:mod:`hdp_planner.baselines`) to ``noise``, each 
 ``clip`` (per-group C_m), ``pooled`` (one noise draw for all groups), ``projection`` (PFA) and ``schedule``
 (per-round σ phases, each ``{"rounds", "noise_multiplier"}``). hdp-plan/4 adds HDP-Pooled (``pooled`` and
 ``clip``), ``config.min_share`` and ``recommendation`` (``{"method", "lambda", "ratio_to_planned"}``, re-derived
-from the rows on reading). Files of older schemas are refused.
+from the rows by :func:`verify`). Files of older schemas are refused.
 """
 
 from __future__ import annotations
@@ -26,7 +26,16 @@ import numpy as np
 from hdp_planner.baselines import BASELINES, SUBSPACES
 from hdp_planner.files import write_json_atomic
 from hdp_planner.noise import aggregation_weights, lambda_exact, lambda_for, pooled_weights
-from hdp_planner.plan import METHODS, PLANNED_METHOD, MethodNoise, Phase, Plan, PlanConfig, Projection
+from hdp_planner.plan import (
+    METHODS,
+    PLANNED_METHOD,
+    MethodNoise,
+    Phase,
+    Plan,
+    PlanConfig,
+    Projection,
+    Recommendation,
+)
 from hdp_planner.schedule import group_epsilon
 
 SCHEMA = "hdp-plan/4"
@@ -226,16 +235,14 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     objective = _field(doc, "objective", "plan", _is_number, "a number")
     uniform_objective = _field(doc, "uniform_objective", "plan", _is_number, "a number")
     notes = _field(doc, "notes", "plan", lambda v: isinstance(v, list), "a list")
-    plan = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
     stored = _field(doc, "recommendation", "plan", lambda v: isinstance(v, dict), "an object")
-    derived = _recommendation_dict(plan)
-    method = _field(stored, "method", "recommendation", lambda v: isinstance(v, str), "a string")
-    if method != derived["method"]:
-        raise PlanFileError(f"recommendation: method {method!r} but the file's rows give {derived['method']!r}")
-    for key in ("lambda", "ratio_to_planned"):
-        value = _field(stored, key, "recommendation", _is_number, "a number")
-        if not math.isclose(value, derived[key], rel_tol=REL_TOL):
-            raise PlanFileError(f"recommendation: {key} = {value} but the file's rows give {derived[key]:.6g}")
+    recorded = Recommendation(
+        _field(stored, "method", "recommendation", lambda v: isinstance(v, str), "a string"),
+        _field(stored, "lambda", "recommendation", _is_number, "a number"),
+        _field(stored, "ratio_to_planned", "recommendation", _is_number, "a number"),
+    )
+    plan = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
+    plan = dataclasses.replace(plan, recorded=recorded)
     return plan
 
 
@@ -376,7 +383,8 @@ def verify(plan: Plan) -> list[str]:
     """Re-derive every group's ε with the plan's accountant; return one message per violation (empty: OK).
 
     Checks each method's groups against their budgets (a σ schedule composed over its phases with RDP),
-    DP-FedAvg against the strictest budget, and the recorded ε spent against the recomputed one.
+    DP-FedAvg against the strictest budget, the recorded ε spent against the recomputed one, and a file's
+    recorded recommendation against the least-noise row its rows give (last).
     """
     c = plan.config
     problems = []
@@ -392,4 +400,14 @@ def verify(plan: Plan) -> list[str]:
                 problems.append(f"{label}: {what} at q={q:.6g} spends ε={actual:.6g} > budget {eps:g}")
             elif not math.isclose(actual, spent, rel_tol=1e-4, abs_tol=1e-9):
                 problems.append(f"{label}: file records ε spent {spent:.6g}, the accountant gives {actual:.6g}")
+    rec, got = plan.recommendation, plan.recorded
+    if got is not None and (
+        got.method != rec.method
+        or not math.isclose(got.lam, rec.lam, rel_tol=REL_TOL)
+        or not math.isclose(got.ratio_to_planned, rec.ratio_to_planned, rel_tol=REL_TOL)
+    ):
+        problems.append(
+            f"recommendation: the file recommends {got.method} (Λ = {got.lam:.6g}), its rows give {rec.method} "
+            f"(Λ = {rec.lam:.6g}, {rec.ratio_to_planned:.4g}x less than {PLANNED_METHOD})"
+        )
     return problems

@@ -67,15 +67,19 @@ def best_shares(room: np.ndarray, spread: np.ndarray, lower: np.ndarray, weight:
 
     def fill(t: float) -> np.ndarray:
         upper = np.maximum(t * room, lower)
-        cap = float(np.max(upper * spread))  # at ν = cap every α_m sits at its cap, and Σ caps ≥ 1 for t ≥ t_min
-        lo, hi = 0.0, cap if np.isfinite(cap) else 1.0 / float(np.sum(1.0 / spread)) + float(np.max(lower * spread))
-        for _ in range(200):
-            nu = 0.5 * (lo + hi)
-            if np.sum(np.clip(nu / spread, lower, upper)) < 1.0:
-                lo = nu
-            else:
-                hi = nu
-        a = np.clip(hi / spread, lower, upper)
+        # Σ_m clip(ν/spread_m, lower_m, upper_m) is piecewise linear in ν with kinks at lower·spread, upper·spread:
+        # find the segment where it crosses 1 and solve there (exact water-filling, no bisection)
+        kinks = np.unique(np.concatenate([lower * spread, upper[np.isfinite(upper)] * spread[np.isfinite(upper)]]))
+        sums = np.clip(kinks[:, None] / spread, lower, upper).sum(axis=1)
+        k = int(np.searchsorted(sums, 1.0))
+        if k == len(kinks):  # every α_m at its cap (Σ caps = 1 up to rounding), or no cap: every α_m = ν/spread_m
+            nu = kinks[-1] if np.all(np.isfinite(upper)) else max(kinks[-1], 1.0 / float(np.sum(1.0 / spread)))
+        elif k == 0:
+            nu = kinks[0]
+        else:
+            lo, hi = kinks[k - 1], kinks[k]
+            nu = lo + (1.0 - sums[k - 1]) * (hi - lo) / (sums[k] - sums[k - 1])
+        a = np.clip(nu / spread, lower, upper)
         return a / a.sum()
 
     def value(t: float) -> float:
@@ -131,8 +135,8 @@ def solve_pooled(
     model_dim: int | None,
     starts: Sequence[Sequence[float]],
 ) -> PooledPoint:
-    """Least J/C² over q (Σ q_m|G_m| = qn, Q_FLOOR ≤ q_m ≤ 1) and α, by SLSQP on the shares r_m/qn from each of
-    ``starts`` (rates q); the best of the starts and the solutions, so never worse than any start."""
+    """Least J/C² over q (Σ q_m|G_m| = qn, Q_FLOOR ≤ q_m ≤ 1) and α, by SLSQP on the shares r_m/qn from the two
+    best of ``starts`` (rates q); the best of the starts and the solutions, so never worse than any start."""
     g = np.asarray(sizes, dtype=float)
     total = config.q * g.sum()
     points = [evaluate(q, eps, sizes, config, model_dim) for q in starts]
@@ -144,7 +148,7 @@ def solve_pooled(
             q = np.clip(np.clip(s, lower, upper) / np.sum(np.clip(s, lower, upper)) * total / g, Q_FLOOR, 1.0)
             return evaluate(q, eps, sizes, config, model_dim).value / scale
 
-        for p in points[:]:
+        for p in sorted(points, key=lambda p: p.value)[:2]:  # SLSQP from the two best starts
             s0 = np.asarray(p.q) * g / total
             res = minimize(
                 scaled,
