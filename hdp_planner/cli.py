@@ -241,26 +241,27 @@ def render_plan(p: Plan, console: Console) -> None:
         box=box.SIMPLE_HEAD,
         title=f"Noise Λ ({c.lambda_convention} convention) and representation (population share {population})",
     )
-    columns = ["method", "q_m", "σ² per group", "Λ", "against DP-FedAvg", "clients/round r_m", "weight share α_m"]
-    for col in columns + ([f"α_m ≥ {c.min_share:g}·|G_m|/n"] if c.min_share > 0 else []):
-        noise.add_column(col, justify="right")
+    columns = ["method", "q_m", "σ_m²", "Λ", "against DP-FedAvg", "clients/round r_m", "weight share α_m"]
+    for col in columns:
+        noise.add_column(col, justify="right", no_wrap=col == "method")
     for m in p.methods:
-        sigma2 = ", ".join(
+        sigma2 = "/".join(
             "→".join(f"{ph.noise_multiplier[i] ** 2:.3g}" for ph in m.schedule or ()) or f"{m.sigma2[i]:.3g}"
             for i in range(len(m.size))
         )
         clients, share = p.representation(m)
         noise.add_row(
             m.name,
-            ", ".join(f"{100 * q:.3g}%" for q in m.q),
+            "/".join(f"{100 * q:.2g}" for q in m.q) + "%",
             sigma2,
             f"{m.lam:.4g}",
             "—" if m.name == "DP-FedAvg" else compare_noise(m.lam, base),
             "/".join(f"{x:.2g}" for x in clients),
-            "/".join(f"{100 * a:.2g}" for a in share) + "%",
-            *(["yes" if p.meets_min_share(m) else "no"] if c.min_share > 0 else []),
+            "/".join(f"{100 * a:.2g}" for a in share) + ("%" if p.meets_min_share(m) else "% ✗"),
         )
     console.print(noise)
+    if c.min_share > 0:
+        console.print(f"✗: some group's weight share is below {c.min_share:g}·|G_m|/n (--min-share)", highlight=False)
     for m in p.methods[len(METHODS) :]:
         console.print(f"[cyan]{m.name}:[/] {describe_baseline(m, c)}", highlight=False)
     gain = 1 - p.objective / p.uniform_objective
