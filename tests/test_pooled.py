@@ -183,3 +183,22 @@ def test_group_class_partition_gives_each_group_only_its_classes():
     for text in ("0,1/2", "0,1/1,2/3", "0,a/1/2", "0/1/10"):
         with pytest.raises(DataError, match="--group-classes"):
             parse_group_classes(text, 3, 10)
+
+
+def test_training_reports_accuracy_on_each_groups_classes(tmp_path):
+    """train --group-classes: per-group accuracy whose class-count-weighted mean is the overall accuracy."""
+    pytest.importorskip("torch")
+    from hdp_planner_train.data import load_federated
+    from hdp_planner_train.trainer import TrainConfig, run
+
+    p = pooled_plan([0.5, 1.5, 3.0], [40, 40, 40], q=0.1, clip=1.5)
+    save_plan(p, tmp_path / "plan.json")
+    cfg = TrainConfig(plan=str(tmp_path / "plan.json"), method="hdp-pooled", dataset="digits", rounds=2,
+                      group_classes="0,1,2,3/4,5,6/7,8,9", progress=False)  # fmt: skip
+    metrics = run(cfg)
+    y = load_federated("digits").y_test
+    counts = [np.isin(y, c).sum() for c in metrics["group_classes"]]
+    mean = sum(a * k for a, k in zip(metrics["group_accuracy"], counts)) / sum(counts)
+    assert len(metrics["group_accuracy"]) == 3 and mean == pytest.approx(metrics["final_accuracy"])
+    with pytest.raises(ValueError, match="--group-classes"):
+        run(dataclasses.replace(cfg, group_classes="0,1/2,3"))
