@@ -360,6 +360,8 @@ def solve(
         raise CliError("give --eps and --n, or --budgets FILE")
     else:
         groups, config = build_request(eps, n, sizes, *options)
+    if "all" in {x.strip().lower() for x in (methods or "").split(",")} and len(set(groups.epsilons)) < 2:
+        extra = tuple(name for name in extra if name != "PFA")  # PFA needs a public and a projected group
     with err.status(f"solving with the {config.accountant} accountant…"):
         result = add_baselines(solve_plan(groups, config), extra, extra_options)
         problems = verify(result)
