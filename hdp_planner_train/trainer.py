@@ -218,7 +218,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
     if cfg.group_classes is not None:  # accuracy on each privacy group's own classes
-        classes = parse_group_classes(cfg.group_classes, len(spec.sizes), data.num_classes)
+        classes = parse_group_classes(cfg.group_classes, len(plan.groups.size), data.num_classes)  # DP-FedAvg: 1 group
         metrics["group_classes"] = [list(c) for c in classes]
         metrics["group_accuracy"] = [
             evaluate(model, x_test[mask], y_test[mask])[0]

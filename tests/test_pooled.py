@@ -200,5 +200,7 @@ def test_training_reports_accuracy_on_each_groups_classes(tmp_path):
     counts = [np.isin(y, c).sum() for c in metrics["group_classes"]]
     mean = sum(a * k for a, k in zip(metrics["group_accuracy"], counts)) / sum(counts)
     assert len(metrics["group_accuracy"]) == 3 and mean == pytest.approx(metrics["final_accuracy"])
+    one = run(dataclasses.replace(cfg, method="dp-fedavg", rounds=1))  # one noise group, still the plan's 3 groups
+    assert len(one["group_accuracy"]) == 3
     with pytest.raises(ValueError, match="--group-classes"):
         run(dataclasses.replace(cfg, group_classes="0,1/2,3"))
