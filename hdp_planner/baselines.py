@@ -6,7 +6,10 @@ same accountant, written to and verified from the same plan file, and trained by
 - ``pfa``: Projected Federated Averaging (Liu et al., VLDB 2021), adapted to three groups as in B.2;
 - ``idp-fedavg-sample`` / ``idp-fedavg-scale``: individualized DP-SGD (Boenisch et al., NeurIPS 2023) at client
   level as in B.2 (following Kiani et al.), with the IDP-SGD authors' rules for q_m and C_m;
-- ``time-adaptive``: time-adaptive privacy spending (Kiani et al., ICLR 2025) as a per-round σ schedule.
+- ``time-adaptive``: time-adaptive privacy spending (Kiani et al., ICLR 2025) as a per-round σ schedule;
+- ``hdp-pooled``: per-group q_m and C_m with one pooled draw, chosen for the least error (:mod:`hdp_planner.pooled`).
+
+Every row is calibrated with the plan's accountant (time-adaptive composes RDP curves and stays RDP).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from hdp_planner.accounting import calibrate_q
 from hdp_planner.noise import lambda_exact, pooled_weights
 from hdp_planner.plan import MethodNoise, Phase, Plan, Projection, calibrated_sigma, planned_epsilon
+from hdp_planner.pooled import NAME as POOLED
+from hdp_planner.pooled import hdp_pooled
 from hdp_planner.schedule import calibrate_schedule, schedule_epsilon
 
 BASELINES: dict[str, str] = {
@@ -26,6 +31,7 @@ BASELINES: dict[str, str] = {
     "idp-fedavg-sample": "IDP-FedAvg-Sample",
     "idp-fedavg-scale": "IDP-FedAvg-Scale",
     "time-adaptive": "Time-adaptive",
+    "hdp-pooled": POOLED,
 }
 """Command-line name → plan name of each baseline."""
 SUBSPACES: tuple[str, ...] = ("lanczos", "randomized")
@@ -63,18 +69,22 @@ class BaselineOptions:
             raise ValueError(f"saving noise must be a number ≥ 1, got {self.saving_noise}")
 
 
-def baseline_names(methods: Sequence[str]) -> tuple[str, ...]:
-    """Plan names of the baselines among command-line method names (the planner's own four are always planned)."""
+def baseline_names(methods: Sequence[str], model_dim: int | None = None) -> tuple[str, ...]:
+    """Plan names of the baselines among command-line method names (the planner's own four are always planned);
+    ``all`` names every baseline, PFA only when ``model_dim`` is given."""
     from hdp_planner.plan import METHODS
 
     core = {m.lower() for m in METHODS} | {"p-fedavg"}
     out = []
     for name in methods:
         key = name.strip().lower()
-        if key in BASELINES:
+        if key == "all":
+            out.extend(v for k, v in BASELINES.items() if k != "pfa" or model_dim is not None)
+        elif key in BASELINES:
             out.append(BASELINES[key])
         elif key not in core:
-            raise ValueError(f"unknown method {name.strip()!r}; choose from {', '.join([*sorted(core), *BASELINES])}")
+            choices = ", ".join([*sorted(core), *BASELINES, "all"])
+            raise ValueError(f"unknown method {name.strip()!r}; choose from {choices}")
     return tuple(dict.fromkeys(out))
 
 
@@ -85,12 +95,27 @@ def add_baselines(plan: Plan, names: Sequence[str], options: BaselineOptions = B
         "IDP-FedAvg-Sample": idp_fedavg_sample,
         "IDP-FedAvg-Scale": idp_fedavg_scale,
         "Time-adaptive": time_adaptive,
+        POOLED: pooled,
     }
-    added = tuple(builders[name](plan, options) for name in names if name not in {m.name for m in plan.methods})
     notes = plan.notes
+    for name in names:  # in order: HDP-Pooled reuses the IDP rows already added
+        if name not in {m.name for m in plan.methods}:
+            plan = dataclasses.replace(plan, methods=(*plan.methods, builders[name](plan, options)))
     if "Time-adaptive" in names and plan.config.spending_accountant != "rdp":
         notes += ("Time-adaptive is calibrated and accounted with RDP (its schedule composes RDP curves)",)
-    return dataclasses.replace(plan, methods=plan.methods + added, notes=notes)
+    if POOLED in names and options.model_dim is None:
+        notes += (f"{POOLED} minimises the DP noise Λ alone: give --model-dim d to add the client-sampling variance",)
+    return dataclasses.replace(plan, notes=notes)
+
+
+def pooled(plan: Plan, options: BaselineOptions) -> MethodNoise:
+    """HDP-Pooled (:func:`hdp_planner.pooled.hdp_pooled`), started from both IDP-FedAvg rows (reused if planned)."""
+    have = {m.name: m for m in plan.methods}
+    corners = [
+        have[name] if name in have else build(plan, options)
+        for name, build in (("IDP-FedAvg-Sample", idp_fedavg_sample), ("IDP-FedAvg-Scale", idp_fedavg_scale))
+    ]
+    return hdp_pooled(plan, options.model_dim, corners)
 
 
 def _method(name: str, base: MethodNoise, plan: Plan, **changes: object) -> MethodNoise:
@@ -149,7 +174,8 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
     One pool with one shared σ: group m joins at the largest q_m at which σ meets ε_m over T rounds, and σ is
     set so that Σ_m q_m|G_m| = qn, the expected participants of DP-FedAvg (IDP-SGD's ``get_sample_rates``,
     here solved to 1e-10 instead of its 0.1% bisection). The pool's sum carries one N(0, C²σ²) and is averaged
-    over the qn expected participants.
+    over the qn expected participants. The q_m are found with RDP; with ``--accountant pld`` σ is then the
+    largest PLD σ the groups need at their q_m, so every row is calibrated by the same accountant.
     """
     from scipy.optimize import brentq
 
@@ -167,6 +193,8 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
     lo, hi = (math.log(calibrated_sigma(e, c.delta, c.q, c.rounds, "rdp")) for e in (max(eps), min(eps)))
     sigma = math.exp(brentq(excess, lo, hi, xtol=1e-12, rtol=1e-10)) if lo < hi else math.exp(lo)
     q = tuple(rates(sigma))
+    if c.accountant == "pld":
+        sigma = max(calibrated_sigma(list(eps), c.delta, list(q), c.rounds, "pld"))
     r = [qm * s for qm, s in zip(q, sizes)]
     spent = tuple(planned_epsilon(sigma, qm, c.rounds, c.delta, c.spending_accountant) for qm in q)
     return _method(

@@ -22,6 +22,7 @@ from hdp_planner.inputs import parse_floats, parse_ints
 from hdp_planner.noise import compare_noise
 from hdp_planner.plan import METHODS, MethodNoise, Plan, PlanConfig, solve_plan
 from hdp_planner.planfile import load_plan, plan_to_dict, verify
+from hdp_planner.pooled import recalibrated_lambda
 
 app = typer.Typer(
     name="hdp-plan",
@@ -103,6 +104,14 @@ SavingRounds = Annotated[
     typer.Option("--saving-rounds", help="Time-adaptive: rounds that save budget [T/2].", show_default=False),
 ]
 SavingNoise = Annotated[float, typer.Option("--saving-noise", help="Time-adaptive: σ multiplier while saving.")]
+MinShare = Annotated[
+    float,
+    typer.Option(
+        "--min-share",
+        help="F in [0, 1]: every group's weight share α_m ≥ F·|G_m|/n (1 = proportional) for HDP-Pooled and "
+        "Problem 1 (GDPFed-op/+); the recommendation only considers rows that meet it.",
+    ),
+]
 
 
 def build_config(
@@ -118,6 +127,7 @@ def build_config(
     accountant: str,
     sigma_model: str,
     lambda_convention: str,
+    min_share: float = 0.0,
 ) -> PlanConfig:
     """Validate the configuration options of `solve` into the API's PlanConfig."""
     return PlanConfig(
@@ -133,6 +143,7 @@ def build_config(
         lambda_convention=lambda_convention,  # type: ignore[arg-type]
         sparsity=parse_floats(sparsity, "--sparsity"),
         fixed_q=parse_floats(fixed_q, "--fixed-q"),
+        min_share=min_share,
     )
 
 
@@ -161,7 +172,7 @@ def build_baselines(
     saving_noise: float,
 ) -> tuple[tuple[str, ...], BaselineOptions]:
     """Validate ``--methods`` and the baselines' options (before anything is solved)."""
-    names = baseline_names(methods.split(",")) if methods else ()
+    names = baseline_names(methods.split(","), model_dim) if methods else ()
     if "PFA" in names and model_dim is None:
         raise CliError("pfa needs --model-dim: the model's parameter count d (fmnist's CNN: 26010)")
     options = BaselineOptions(pfa_dim, pfa_window, pfa_subspace, model_dim, saving_rounds, saving_noise)
@@ -225,22 +236,32 @@ def render_plan(p: Plan, console: Console) -> None:
         )
     console.print(table)
     base = p.method("DP-FedAvg").lam
-    noise = Table(box=box.SIMPLE_HEAD, title=f"Noise Λ ({c.lambda_convention} convention)")
-    for col in ("method", "q_m", "σ² per group", "Λ", "against DP-FedAvg"):
-        noise.add_column(col, justify="right")
+    population = "/".join(f"{100 * x:.2g}" for x in p.population_share) + "%"
+    noise = Table(
+        box=box.SIMPLE_HEAD,
+        title=f"Noise Λ ({c.lambda_convention} convention) and representation (population share {population})",
+    )
+    columns = ["method", "q_m", "σ_m²", "Λ", "against DP-FedAvg", "clients/round r_m", "weight share α_m"]
+    for col in columns:
+        noise.add_column(col, justify="right", no_wrap=col == "method")
     for m in p.methods:
-        sigma2 = ", ".join(
+        sigma2 = "/".join(
             "→".join(f"{ph.noise_multiplier[i] ** 2:.3g}" for ph in m.schedule or ()) or f"{m.sigma2[i]:.3g}"
             for i in range(len(m.size))
         )
+        clients, share = p.representation(m)
         noise.add_row(
             m.name,
-            ", ".join(f"{100 * q:.3g}%" for q in m.q),
+            "/".join(f"{100 * q:.2g}" for q in m.q) + "%",
             sigma2,
             f"{m.lam:.4g}",
             "—" if m.name == "DP-FedAvg" else compare_noise(m.lam, base),
+            "/".join(f"{x:.2g}" for x in clients),
+            "/".join(f"{100 * a:.2g}" for a in share) + ("%" if p.meets_min_share(m) else "% ✗"),
         )
     console.print(noise)
+    if c.min_share > 0:
+        console.print(f"✗: some group's weight share is below {c.min_share:g}·|G_m|/n (--min-share)", highlight=False)
     for m in p.methods[len(METHODS) :]:
         console.print(f"[cyan]{m.name}:[/] {describe_baseline(m, c)}", highlight=False)
     gain = 1 - p.objective / p.uniform_objective
@@ -251,6 +272,32 @@ def render_plan(p: Plan, console: Console) -> None:
     )
     for note in p.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def pld_saving_line(p: Plan) -> str | None:
+    """For an RDP plan: how much less exact noise the recommended row would carry calibrated with PLD."""
+    if p.config.accountant != "rdp":
+        return None
+    rec = p.method(p.recommendation.method)
+    lam = recalibrated_lambda(p, rec, "pld")
+    if lam is None:
+        return None
+    return (
+        f"PLD accountant: {rec.name} would carry Λ = {lam:.4g} instead of {rec.lambda_exact:.4g} "
+        f"({100 * (1 - lam / rec.lambda_exact):.1f}% less noise; plan with --accountant pld)"
+    )
+
+
+def recommendation_line(p: Plan) -> str:
+    """The one closing line of `solve`: the least-noise row meeting --min-share against the planned row."""
+    r = p.recommendation
+    where = f"rows meeting --min-share {p.config.min_share:g}" if p.config.min_share > 0 else "planned rows"
+    if r.method == p.groups.name:
+        return f"recommended: {r.method} (the planned row): least exact Λ = {r.lam:.4g} among the {where}"
+    return (
+        f"recommended: {r.method}: least exact Λ = {r.lam:.4g} among the {where}, "
+        f"{r.ratio_to_planned:.2f}x less noise than the planned {p.groups.name}"
+    )
 
 
 @app.command()
@@ -280,7 +327,11 @@ def solve(
     ] = "optimal",
     methods: Annotated[
         str | None,
-        typer.Option("--methods", help="Also plan baselines: pfa,idp-fedavg-sample,idp-fedavg-scale,time-adaptive."),
+        typer.Option(
+            "--methods",
+            help="Also plan baselines: pfa,idp-fedavg-sample,idp-fedavg-scale,time-adaptive,hdp-pooled, or all "
+            "(every client-level row; PFA when --model-dim is given).",
+        ),
     ] = None,
     model_dim: ModelDim = None,
     pfa_dim: PfaDim = 1,
@@ -288,11 +339,13 @@ def solve(
     pfa_subspace: PfaSubspace = "lanczos",
     saving_rounds: SavingRounds = None,
     saving_noise: SavingNoise = 2.0,
+    min_share: MinShare = 0.0,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan to this JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables.")] = False,
 ) -> None:
     """Solve a GDPFed+ plan: per-group q_m (Problem 1), σ_m (exact accountant), k_m, and the Λ table."""
     options = (rounds, q, delta, clip, lr, local_steps, sparsity, fixed_q, accountant, sigma_model, lambda_convention)
+    options += (min_share,)
     extra, extra_options = build_baselines(
         methods, model_dim, pfa_dim, pfa_window, pfa_subspace, saving_rounds, saving_noise
     )
@@ -307,6 +360,8 @@ def solve(
         raise CliError("give --eps and --n, or --budgets FILE")
     else:
         groups, config = build_request(eps, n, sizes, *options)
+    if "all" in {x.strip().lower() for x in (methods or "").split(",")} and len(set(groups.epsilons)) < 2:
+        extra = tuple(name for name in extra if name != "PFA")  # PFA needs a public and a projected group
     with err.status(f"solving with the {config.accountant} accountant…"):
         result = add_baselines(solve_plan(groups, config), extra, extra_options)
         problems = verify(result)
@@ -323,8 +378,13 @@ def solve(
     if grouped is not None:
         cli_extra.render_grouping(grouped)
     render_plan(result, out)
+    if methods is not None and "all" in {x.strip().lower() for x in methods.split(",")}:
+        saving = pld_saving_line(result)
+        if saving:
+            out.print(saving, highlight=False)
     if output:
         out.print(f"plan written to {output}", highlight=False)
+    out.print(recommendation_line(result), highlight=False, soft_wrap=True)
 
 
 @app.command("verify")

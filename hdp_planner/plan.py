@@ -37,6 +37,8 @@ from hdp_planner.problem import (
 
 METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
 PLANNED_METHOD = "GDPFed+"
+SHARE_TOL = 1e-6
+"""Relative tolerance on weight shares against ``--min-share`` (the solvers meet it to ~1e-9)."""
 STARVED_CLIENTS = 0.5
 """A group expecting fewer clients per round than this is reported as starved by Problem 1."""
 
@@ -62,6 +64,7 @@ class PlanConfig:
     lambda_convention: LambdaConvention = "exact"
     sparsity: tuple[float, ...] | None = None
     fixed_q: tuple[float, ...] | None = None
+    min_share: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
@@ -87,6 +90,12 @@ class PlanConfig:
                 raise ValueError(f"every sparsity k_m/d must lie in (0, 1], got {k}")
         for qm in self.fixed_q or ():
             check_ratio("every fixed q_m", qm)
+        f = self.min_share
+        if isinstance(f, bool) or not (isinstance(f, (int, float)) and 0 <= f <= 1):
+            raise ValueError(
+                f"min share F must lie in [0, 1] (F = 1: every group's weight share at least its population share; "
+                f"above 1 the shares cannot sum to 1), got {f}"
+            )
 
     @property
     def coefficients(self) -> Coefficients:
@@ -156,6 +165,15 @@ class MethodNoise:
         """C_m per group: the method's own thresholds, or ``default`` (the plan's C) for every group."""
         return self.clip if self.clip is not None else tuple(default for _ in self.size)
 
+    def weight_share(self, default_clip: float) -> tuple[float, ...]:
+        """α_m = ω_m r_m C_m / Σ_j ω_j r_j C_j: group m's share of the update's weight (at clipped norm C_m).
+
+        GDPFed's weights give α_m = r_m²/Σr² (B.2), one pool with one C gives r_m/Σr, per-group clips r_mC_m/Σr_jC_j.
+        """
+        terms = [w * r * c for w, r, c in zip(self.weight, self.expected_clients, self.clips(default_clip))]
+        total = sum(terms)
+        return tuple(t / total for t in terms)
+
     def rms_noise_multiplier(self, rounds: int) -> tuple[float, ...]:
         """√(mean over the rounds of σ_m²) per group: what a schedule's noise costs Λ on average."""
         if self.schedule is None:
@@ -175,6 +193,8 @@ class Plan:
     objective: float
     uniform_objective: float
     notes: tuple[str, ...] = field(default=())
+    recorded: Recommendation | None = field(default=None, compare=False)
+    """The recommendation a plan file recorded (checked against :attr:`recommendation` by ``verify``)."""
 
     def method(self, name: str) -> MethodNoise:
         for m in self.methods:
@@ -186,6 +206,41 @@ class Plan:
     def groups(self) -> MethodNoise:
         """The planned per-group parameters (GDPFed+)."""
         return self.method(PLANNED_METHOD)
+
+    @property
+    def population_share(self) -> tuple[float, ...]:
+        """|G_m|/n of every group."""
+        return tuple(s / self.config.n for s in self.groups.size)
+
+    def representation(self, m: MethodNoise) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Expected clients per round and weight share α_m of every group of the plan under ``m``.
+
+        DP-FedAvg pools all clients at one q with one C, so each group's share is its population share.
+        """
+        if len(m.size) == 1 and len(self.groups.size) > 1:
+            return tuple(m.q[0] * s for s in self.groups.size), self.population_share
+        return m.expected_clients, m.weight_share(self.config.clip)
+
+    def meets_min_share(self, m: MethodNoise) -> bool:
+        """Whether every group's weight share under ``m`` is at least F·|G_m|/n (F = ``config.min_share``)."""
+        share = self.representation(m)[1]
+        return all(a >= self.config.min_share * p * (1 - SHARE_TOL) for a, p in zip(share, self.population_share))
+
+    @property
+    def recommendation(self) -> Recommendation:
+        """The row with the least exact Λ among those meeting ``--min-share``, against the planned row (GDPFed+)."""
+        rows = [m for m in self.methods if self.meets_min_share(m)]
+        best = min(rows, key=lambda m: (m.lambda_exact, m.name)) if rows else self.groups
+        return Recommendation(best.name, best.lambda_exact, self.groups.lambda_exact / best.lambda_exact)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The least-noise row meeting the plan's min share: its name, exact Λ, and Λ(GDPFed+)/Λ (x less noise)."""
+
+    method: str
+    lam: float
+    ratio_to_planned: float
 
 
 def calibrated_sigma(
@@ -255,7 +310,7 @@ def plan(epsilons: Sequence[float], n: int, sizes: Sequence[int] | None = None, 
     """Plan GDPFed+ for groups with budgets ``epsilons`` over ``n`` clients, as ``hdp-plan solve`` does.
 
     ``options`` are :class:`PlanConfig`'s fields (rounds, q, delta, clip, lr, local_steps, accountant,
-    sigma_model, lambda_convention, sparsity, fixed_q). Example: ``plan([0.5, 1.5, 3.0], n=6000)``.
+    sigma_model, lambda_convention, sparsity, fixed_q, min_share). Example: ``plan([0.5, 1.5, 3.0], n=6000)``.
     """
     return solve_plan(Groups.from_budgets(epsilons, n, sizes), PlanConfig(n=n, **options))  # type: ignore[arg-type]
 
@@ -274,7 +329,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
     eps, sizes = groups.epsilons, groups.sizes
     uniform = [config.q] * m
 
-    problem = SamplingProblem(sizes, config.q, sigma2_of, coef)
+    problem = SamplingProblem(sizes, config.q, sigma2_of, coef, config.min_share)
     if config.fixed_q is not None:
         q_op = list(config.fixed_q)
         total = sum(q * s for q, s in zip(q_op, sizes))

@@ -1,11 +1,13 @@
-"""plan.json: the versioned file a plan is written to, read back from, and verified from (schema hdp-plan/3).
+"""plan.json: the versioned file a plan is written to, read back from, and verified from (schema hdp-plan/4).
 
 Reading validates every field and raises :class:`PlanFileError` (a ValueError) naming what is wrong;
 :func:`verify` re-derives every group's ε with the accountant from the file alone.
 
 hdp-plan/3 adds the baselines (:mod:`hdp_planner.baselines`) to ``noise``, each with the keys of its own rules:
 ``clip`` (per-group C_m), ``pooled`` (one noise draw for all groups), ``projection`` (PFA) and ``schedule``
-(per-round σ phases, each ``{"rounds", "noise_multiplier"}``). Files of older schemas are refused.
+(per-round σ phases, each ``{"rounds", "noise_multiplier"}``). hdp-plan/4 adds HDP-Pooled (``pooled`` and
+``clip``), ``config.min_share`` and ``recommendation`` (``{"method", "lambda", "ratio_to_planned"}``, re-derived
+from the rows by :func:`verify`). Files of older schemas are refused.
 """
 
 from __future__ import annotations
@@ -25,9 +27,18 @@ from hdp_planner.baselines import BASELINES, SUBSPACES
 from hdp_planner.files import write_json_atomic
 from hdp_planner.mechanism import executed_mechanism, mechanism_epsilon, pooled_problem, row_budgets, row_problems
 from hdp_planner.noise import aggregation_weights, lambda_exact, lambda_for, pooled_weights
-from hdp_planner.plan import METHODS, PLANNED_METHOD, MethodNoise, Phase, Plan, PlanConfig, Projection
+from hdp_planner.plan import (
+    METHODS,
+    PLANNED_METHOD,
+    MethodNoise,
+    Phase,
+    Plan,
+    PlanConfig,
+    Projection,
+    Recommendation,
+)
 
-SCHEMA = "hdp-plan/3"
+SCHEMA = "hdp-plan/4"
 GROUP_KEYS = ("epsilon", "size", "q", "noise_multiplier", "k_ratio", "weight", "epsilon_spent")
 REL_TOL = 1e-6
 RULES: dict[str, frozenset[str]] = {
@@ -35,6 +46,7 @@ RULES: dict[str, frozenset[str]] = {
     "IDP-FedAvg-Sample": frozenset({"pooled"}),
     "IDP-FedAvg-Scale": frozenset({"pooled", "clip"}),
     "Time-adaptive": frozenset({"schedule"}),
+    "HDP-Pooled": frozenset({"pooled", "clip"}),
 }
 """The optional keys each baseline's noise entry must have (and no other method may)."""
 
@@ -111,14 +123,21 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "lambda_convention": c.lambda_convention,
             "sparsity": None if c.sparsity is None else list(c.sparsity),
             "fixed_q": None if c.fixed_q is None else list(c.fixed_q),
+            "min_share": c.min_share,
         },
         "groups": groups,
         "noise": {m.name: _method_dict(m) for m in plan.methods},
+        "recommendation": _recommendation_dict(plan),
         "objective": plan.objective,
         "uniform_objective": plan.uniform_objective,
         "notes": list(plan.notes),
         "versions": library_versions(),
     }
+
+
+def _recommendation_dict(plan: Plan) -> dict[str, Any]:
+    r = plan.recommendation
+    return {"method": r.method, "lambda": r.lam, "ratio_to_planned": r.ratio_to_planned}
 
 
 def _reject_constant(token: str) -> float:
@@ -187,6 +206,7 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
             lambda_convention=_field(cfg, "lambda_convention", "config", lambda v: isinstance(v, str), "a string"),
             sparsity=_tuple_or_none(_field(cfg, "sparsity", "config", _optional_numbers, "null or a list of numbers")),
             fixed_q=_tuple_or_none(_field(cfg, "fixed_q", "config", _optional_numbers, "null or a list of numbers")),
+            min_share=_field(cfg, "min_share", "config", _is_number, "a number"),
         )
     except PlanFileError:
         raise
@@ -215,11 +235,18 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     objective = _field(doc, "objective", "plan", _is_number, "a number")
     uniform_objective = _field(doc, "uniform_objective", "plan", _is_number, "a number")
     notes = _field(doc, "notes", "plan", lambda v: isinstance(v, list), "a list")
-    result = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
-    problems = row_problems(result)
+    stored = _field(doc, "recommendation", "plan", lambda v: isinstance(v, dict), "an object")
+    recorded = Recommendation(
+        _field(stored, "method", "recommendation", lambda v: isinstance(v, str), "a string"),
+        _field(stored, "lambda", "recommendation", _is_number, "a number"),
+        _field(stored, "ratio_to_planned", "recommendation", _is_number, "a number"),
+    )
+    plan = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
+    plan = dataclasses.replace(plan, recorded=recorded)
+    problems = row_problems(plan)
     if problems:  # a row that is not its method cannot be accounted as that method (issue 13)
         raise PlanFileError(f"noise.{problems[0]}")
-    return result
+    return plan
 
 
 def _tuple_or_none(v: list[float] | None) -> tuple[float, ...] | None:
@@ -360,7 +387,8 @@ def verify(plan: Plan) -> list[str]:
     Checks every row against its method's definition (:func:`hdp_planner.mechanism.row_problems`), then accounts
     each group of the executed mechanism (:func:`~hdp_planner.mechanism.executed_mechanism`: Poisson rate q_m,
     effective σ_m = noise std / C_m, a σ schedule composed with RDP) against the plan's budget for that group
-    (DP-FedAvg: the strictest ε), and the recorded ε spent against the recomputed one.
+    (DP-FedAvg: the strictest ε), and the recorded ε spent against the recomputed one; last, a file's recorded
+    recommendation against the least-noise row its rows give.
     """
     c = plan.config
     problems = row_problems(plan)
@@ -374,4 +402,14 @@ def verify(plan: Plan) -> list[str]:
                 problems.append(f"{label}: {what} at q={q:.6g} spends ε={actual:.6g} > budget {eps:g}")
             elif not math.isclose(actual, spent, rel_tol=1e-4, abs_tol=1e-9):
                 problems.append(f"{label}: file records ε spent {spent:.6g}, the accountant gives {actual:.6g}")
+    rec, got = plan.recommendation, plan.recorded
+    if got is not None and (
+        got.method != rec.method
+        or not math.isclose(got.lam, rec.lam, rel_tol=REL_TOL)
+        or not math.isclose(got.ratio_to_planned, rec.ratio_to_planned, rel_tol=REL_TOL)
+    ):
+        problems.append(
+            f"recommendation: the file recommends {got.method} (Λ = {got.lam:.6g}), its rows give {rec.method} "
+            f"(Λ = {rec.lam:.6g}, {rec.ratio_to_planned:.4g}x less than {PLANNED_METHOD})"
+        )
     return problems

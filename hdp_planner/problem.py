@@ -88,13 +88,20 @@ class SamplingProblem:
     a fixed φ_m would make the μ4 term reward moving all weight to the least-sparsified group.
     With Theorem 1's σ ∝ q this reproduces Table 1; with an accountant's σ, which does not shrink like q
     as q → 0, the least noisy allocation starves the strictest groups (NOTES §2): Problem 1 has no term
-    for what their data would add.
+    for what their data would add. ``min_share`` F bounds every group's weight share α_m = r_m²/Σr² ≥ F|G_m|/n
+    (F = 1: proportional representation).
     """
 
     sizes: tuple[int, ...]
     q: float
     sigma2_of: Callable[[np.ndarray], np.ndarray]
     coef: Coefficients
+    min_share: float = 0.0
+
+    def shares_met(self, s: np.ndarray) -> bool:
+        """Whether the shares s_m = r_m/qn give every group α_m = s_m²/Σs² ≥ F|G_m|/n (to 1e-9)."""
+        g = np.asarray(self.sizes, dtype=float)
+        return bool(np.all(s**2 / np.sum(s**2) >= self.min_share * g / g.sum() * (1 - 1e-9)))
 
     def value(self, q_vec: Sequence[float]) -> float:
         """Problem 1's objective at per-group ratios ``q_vec``."""
@@ -113,28 +120,40 @@ class SamplingProblem:
             return SamplingSolution((self.q,), uniform_value, uniform_value)
         upper = np.minimum(g / total, 1.0)
         lower = np.full(len(g), 1e-6)
+        pop = g / g.sum()
 
         def scaled(s: np.ndarray) -> float:
             return self.value(s * total / g) / uniform_value
 
         # With Theorem 1's σ_m² ∝ q_m² and ω_m ∝ r_m², the optimum is r_m ∝ |G_m|/σ_m(q) (Cauchy-Schwarz).
         balanced = g / np.sqrt(self.sigma2_of(uniform))
-        starts = [g / g.sum(), balanced / balanced.sum()]
-        best_s, best_val = starts[0], 1.0
+        starts = [pop, balanced / balanced.sum()]
+        constraints = [{"type": "eq", "fun": lambda s: np.sum(s) - 1.0}]
+        if self.min_share > 0:  # α_m ≥ F·p_m as s_m² − F·p_m·Σs² ≥ 0; s ∝ √p gives α = p exactly
+            constraints.append({"type": "ineq", "fun": lambda s: (s**2 - self.min_share * pop * np.sum(s**2)) * 1e2})
+            starts.append(np.sqrt(pop) / np.sqrt(pop).sum())
+        best_s, best_val = None, np.inf
+        candidates = []
         for s0 in starts:
             res = minimize(
                 scaled,
                 np.clip(s0, lower, upper),
                 method="SLSQP",
                 bounds=list(zip(lower, upper)),
-                constraints=[{"type": "eq", "fun": lambda s: np.sum(s) - 1.0}],
+                constraints=constraints,
                 options={"ftol": 1e-12, "maxiter": 500},
             )
             s = np.clip(res.x, lower, upper)
-            s = s / s.sum()
-            if np.all(s * total / g <= 1.0 + 1e-12):
+            candidates += [s / s.sum(), s0 / s0.sum()]
+        for s in candidates:
+            if np.all(s * total / g <= 1.0 + 1e-12) and self.shares_met(s):
                 val = scaled(s)
                 if val < best_val:
                     best_s, best_val = s, val
+        if best_s is None:
+            raise ValueError(
+                f"min share {self.min_share:g}: Problem 1 cannot give every group its share of the weight "
+                "(a small group would need q_m > 1); lower --min-share or raise --q"
+            )
         q_opt = np.minimum(best_s * total / g, 1.0)
         return SamplingSolution(tuple(float(x) for x in q_opt), best_val * uniform_value, uniform_value)

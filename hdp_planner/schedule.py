@@ -15,16 +15,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from hdp_planner.accounting import (
-    Accountant,
-    GaussianRounds,
     check_delta,
     check_epsilon,
     check_ratio,
     check_rounds,
-    epsilon_spent,
     quiet_dp_accounting,
 )
-from hdp_planner.plan import MethodNoise
 from hdp_planner.rdp import DEFAULT_RDP_ORDERS, rdp_curve
 
 _SAFETY = 1e-7
@@ -104,11 +100,3 @@ def calibrate_schedule(
         sigma *= 1 + _SAFETY
     return saving_noise * sigma, sigma
 
-
-def group_epsilon(method: MethodNoise, group: int, rounds: int, delta: float, accountant: Accountant) -> float:
-    """ε that ``group`` of ``method`` spends in its first ``rounds`` rounds: a schedule composed with RDP, a
-    constant σ with ``accountant`` (the plan's spending accountant)."""
-    if method.schedule is None:
-        return epsilon_spent(GaussianRounds(method.noise_multiplier[group], method.q[group], rounds), delta, accountant)
-    phases = truncate([(ph.rounds, ph.noise_multiplier[group]) for ph in method.schedule], rounds)
-    return schedule_epsilon(phases, method.q[group], delta)

@@ -112,6 +112,13 @@ def train(
             "else seeded].",
         ),
     ] = None,
+    group_classes: Annotated[
+        str | None,
+        typer.Option(
+            "--group-classes",
+            help="Group-skewed labels: the classes of each plan group, e.g. 0,1,2,3/4,5,6/7,8,9 (per-group accuracy).",
+        ),
+    ] = None,
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
@@ -153,6 +160,7 @@ def train(
         audit_canaries=audit_canaries,
         noise=None if secure_noise is None else ("secure" if secure_noise else "seeded"),
         model=model,
+        group_classes=group_classes,
     )
     try:
         metrics = run(cfg)
@@ -175,6 +183,9 @@ def train(
     )
     if metrics.get("noise_source") == "seeded":
         _err.print(f"note: {SEEDED_NOTE}", highlight=False, soft_wrap=True)
+    if "group_accuracy" in metrics:
+        accs = ", ".join(f"{a:.2f}%" for a in metrics["group_accuracy"])
+        _out.print(f"accuracy on each group's classes: {accs}", highlight=False)
     if "client_privacy" in metrics:  # paper 003's selection methods: both noise rules, ε spent per group
         from hdp_planner_train.private_selection import summary_lines
 

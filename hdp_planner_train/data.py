@@ -11,7 +11,7 @@
 
 Partitions: IID (equal shares of a random permutation), Dirichlet(α) over labels, pathological (N clients,
 S classes each: :func:`pathological_partition`), paper 003's IID/label-sorted mix (:func:`mixed_partition`),
-natural (Shakespeare roles).
+group-skewed labels (each privacy group its own classes: :func:`group_class_partition`), natural (Shakespeare roles).
 """
 
 from __future__ import annotations
@@ -341,6 +341,37 @@ def mixed_partition(labels: np.ndarray, n_clients: int, iid_share: float, rng: n
     return [np.sort(np.concatenate(parts)).astype(np.int64) for parts in mixed_split(labels, n_clients, iid_share, rng)]
 
 
+def parse_group_classes(text: str, groups: int, num_classes: int) -> tuple[tuple[int, ...], ...]:
+    """``--group-classes`` "0,1,2,3/4,5,6/7,8,9": the classes of each privacy group, '/' between groups; each
+    class in at most one group."""
+    try:
+        parts = tuple(tuple(int(c) for c in part.split(",")) for part in text.split("/"))
+    except ValueError:
+        raise DataError(
+            f"--group-classes must look like 0,1,2,3/4,5,6/7,8,9 (a list per group), got {text!r}"
+        ) from None
+    flat = [c for part in parts for c in part]
+    if len(parts) != groups:
+        raise DataError(f"--group-classes gives {len(parts)} class lists for the plan's {groups} groups")
+    if any(not 0 <= c < num_classes for c in flat) or len(set(flat)) != len(flat):
+        raise DataError(f"--group-classes: classes must be distinct, in 0..{num_classes - 1}, got {text!r}")
+    return parts
+
+
+def group_class_partition(
+    labels: np.ndarray, sizes: tuple[int, ...], classes: tuple[tuple[int, ...], ...], rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Group-skewed labels: the clients of privacy group m (the plan's order: the first |G_1| clients, then the
+    next |G_2|, …) share, IID, the training samples of group m's classes only."""
+    out: list[np.ndarray] = []
+    for size, cls in zip(sizes, classes):
+        idx = rng.permutation(np.flatnonzero(np.isin(labels, cls)))
+        if len(idx) < size:
+            raise DataError(f"classes {cls} have {len(idx)} samples for {size} clients: use fewer clients")
+        out.extend(np.sort(part).astype(np.int64) for part in np.array_split(idx, size))
+    return out
+
+
 def load_federated(
     name: str,
     data_dir: str | None = None,
@@ -349,21 +380,24 @@ def load_federated(
     seed: int = 0,
     shards: int | None = None,
     iid_share: float | None = None,
+    group_classes: tuple[tuple[int, ...], tuple[tuple[int, ...], ...]] | None = None,
 ) -> FederatedData:
     """Load ``name`` and split its training set among clients (IID unless ``dirichlet`` or ``shards`` S classes per
-    client; natural for shakespeare)."""
+    client; natural for shakespeare). ``group_classes`` = (group sizes, classes of each group): group-skewed."""
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if shards is not None and dirichlet is not None:
         raise DataError("--shards and --dirichlet are two different partitions: give one of them")
     if iid_share is not None and (dirichlet is not None or shards is not None):
         raise DataError("--iid-share is a partition of its own: give it without --dirichlet and --shards")
+    if group_classes is not None and (dirichlet is not None or shards is not None or iid_share is not None):
+        raise DataError("--group-classes is a partition of its own: give it without --dirichlet, --shards, --iid-share")
     rng = np.random.default_rng([seed, 7919])
     if name == "shakespeare":
         if shards is not None:
             raise DataError("--shards: shakespeare has its natural partition (one client per speaking role)")
-        if iid_share is not None:
-            raise DataError("--iid-share: shakespeare has its natural partition (one client per speaking role)")
+        if iid_share is not None or group_classes is not None:
+            raise DataError("--iid-share, --group-classes: shakespeare has its natural partition (one client per role)")
         roles = DEFAULTS["shakespeare"]["clients"] if clients is None else clients
         xtr, ytr, xte, yte, natural = load_shakespeare(data_dir, roles)  # type: ignore[arg-type]
         return FederatedData(name, xtr, ytr, xte, yte, len(VOCAB), natural)
@@ -372,7 +406,12 @@ def load_federated(
     n = int(clients if clients is not None else DEFAULTS[name]["clients"])  # type: ignore[arg-type]
     if not 1 <= n <= len(ytr):
         raise DataError(f"{name} has {len(ytr)} training samples: cannot split among {n} clients")
-    if dirichlet is not None:
+    if group_classes is not None:
+        sizes, classes = group_classes
+        if sum(sizes) != n:
+            raise DataError(f"--group-classes: the plan's groups hold {sum(sizes)} clients, not {n}")
+        parts = group_class_partition(ytr, sizes, classes, rng)
+    elif dirichlet is not None:
         if not dirichlet > 0:
             raise DataError(f"--dirichlet must be positive, got {dirichlet}")
         parts = dirichlet_partition(ytr, n, dirichlet, rng)

@@ -27,7 +27,7 @@ from hdp_planner import load_plan, verify
 from hdp_planner.files import write_json_atomic, write_text_atomic
 from hdp_planner.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, method_spec, noise_source, sample_round
-from hdp_planner_train.data import DEFAULTS, load_federated
+from hdp_planner_train.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.engines import ENGINES, batch_indices, evaluate, local_deltas
 from hdp_planner_train.models import MODELS, make_model, model_dim, model_name
 
@@ -71,6 +71,7 @@ class TrainConfig:
     audit_canaries: int | None = None  # canaries per group, in and out together (default min(2000, ⌊d/M⌋))
     noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
     model: str | None = None  # models.MODELS name; None: the dataset's default (models.DEFAULT_MODEL)
+    group_classes: str | None = None  # group-skewed labels: "0,1,2,3/4,5,6/7,8,9", the classes of each plan group
 
 
 SEEDED_NOTE = (
@@ -163,7 +164,12 @@ def _check(cfg: TrainConfig):
         raise TrainError(f"--audit covers the plan-noised methods, not {cfg.method}")
     if cfg.audit_canaries is not None and not cfg.audit:
         raise TrainError("--audit-canaries needs --audit")
-    data = load_federated(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share)
+    skew = None
+    if cfg.group_classes is not None:
+        skew = (plan.groups.size, parse_group_classes(cfg.group_classes, len(plan.groups.size), 10))
+    data = load_federated(
+        cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share, skew
+    )
     if data.n_clients != plan.config.n:
         raise TrainError(
             f"plan has n = {plan.config.n} clients but the {cfg.dataset} partition gives n = {data.n_clients}: "
@@ -266,6 +272,13 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 )  # fmt: skip
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    if cfg.group_classes is not None:  # accuracy on each privacy group's own classes
+        classes = parse_group_classes(cfg.group_classes, len(plan.groups.size), data.num_classes)  # DP-FedAvg: 1 group
+        metrics["group_classes"] = [list(c) for c in classes]
+        metrics["group_accuracy"] = [
+            evaluate(model, x_test[mask], y_test[mask])[0]
+            for mask in (torch.isin(y_test, torch.as_tensor(c, device=y_test.device)) for c in classes)
+        ]
     metrics.update(
         {
             "engine": cfg.engine,
@@ -313,6 +326,7 @@ def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: A
         "dirichlet": cfg.dirichlet,
         "shards": cfg.shards,
         "iid_share": cfg.iid_share,
+        **({"group_classes": cfg.group_classes} if cfg.group_classes is not None else {}),
         "clients": data.n_clients,
         "batch_size": batch,
         "momentum": momentum,

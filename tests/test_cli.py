@@ -112,7 +112,7 @@ def test_bad_solve_input_is_one_line_and_writes_nothing(tmp_path, args, message)
         ('{"schema": "hdp-plan/2", "config": {', "not valid JSON"),
         ("hello", "not valid JSON"),
         ('{"schema": "other/1"}', "schema"),
-        ('{"schema": "hdp-plan/3", "config": {"n": -5}}', "config"),
+        ('{"schema": "hdp-plan/4", "config": {"n": -5}}', "config"),
         ('{"schema": "hdp-plan/2", "config": {"n": 5}}', "re-create it with hdp-plan solve"),  # older files
     ],
 )
