@@ -14,6 +14,17 @@ from hdp_planner_train import TORCH_HINT
 _err = Console(stderr=True)
 _out = Console(soft_wrap=True)  # result lines are never broken (logs, pipes)
 
+# Options shared by train and compare (names are a contract).
+DatasetOpt = Annotated[str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="mlp (digits) | cnn (fmnist default, d = 26,010) | cnn2-paper (fmnist, McMahan et al. 2017's "
+        "2-layer CNN, d = 1,663,370) | cnn3 (svhn) | resnet18-gn (cifar10) | lstm (shakespeare) [the dataset's].",
+    ),
+]
+
 
 def _fail(message: str) -> None:
     _err.print(
@@ -37,17 +48,8 @@ def train(
             "are treated as public)",
         ),
     ] = "gdpfed+",
-    dataset: Annotated[
-        str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")
-    ] = "fmnist",
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            help="mlp (digits) | cnn (fmnist default, d = 26,010) | cnn2-paper (fmnist, McMahan et al. 2017's "
-            "2-layer CNN, d = 1,663,370) | cnn3 (svhn) | resnet18-gn (cifar10) | lstm (shakespeare) [the dataset's].",
-        ),
-    ] = None,
+    dataset: DatasetOpt = "fmnist",
+    model: ModelOpt = None,
     data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
     dirichlet: Annotated[
         float | None,
@@ -203,20 +205,11 @@ def train(
 
 
 def compare(
-    dataset: Annotated[
-        str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")
-    ] = "fmnist",
+    dataset: DatasetOpt = "fmnist",
     methods: Annotated[
         str, typer.Option("--methods", help="Methods to train, comma-separated (train's --method names).")
     ] = "p-fedavg,dp-fedavg,gdpfed,pfa,idp-fedavg-sample,gdpfed+",
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            help="mlp (digits) | cnn (fmnist default, d = 26,010) | cnn2-paper (fmnist, McMahan et al. 2017's "
-            "2-layer CNN, d = 1,663,370) | cnn3 (svhn) | resnet18-gn (cifar10) | lstm (shakespeare) [the dataset's].",
-        ),
-    ] = None,
+    model: ModelOpt = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Runs per method, seeds 0..S-1.")] = 3,
     out: Annotated[
         str, typer.Option("--out", help="Folder for plan.json, one folder per run, results.")
