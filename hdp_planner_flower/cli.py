@@ -44,6 +44,14 @@ def flower(
     ] = None,
     cpus_per_client: Annotated[float, typer.Option("--cpus-per-client", help="Ray CPUs per virtual node.")] = 1.0,
     out: Annotated[str | None, typer.Option("--out", help="Folder for metrics.json/.csv.")] = None,
+    diagnostics: Annotated[
+        bool,
+        typer.Option(
+            "--diagnostics",
+            help="Simulation only: record per-round joined counts, measured noise and round times (they reveal who "
+            "took part: never with a model you release).",
+        ),
+    ] = False,
 ) -> None:
     """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
     from hdp_planner_flower import require_flwr
@@ -57,7 +65,7 @@ def flower(
 
     cfg = FlowerConfig(plan=plan_file, method=method, dataset=dataset, data_dir=data_dir, clients=clients,
                        dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, groups=groups, out=out,
-                       cpus_per_client=cpus_per_client)  # fmt: skip
+                       cpus_per_client=cpus_per_client, diagnostics=diagnostics)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:

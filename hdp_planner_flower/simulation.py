@@ -44,6 +44,7 @@ class FlowerConfig:
     groups: str | None = None  # hdp-plan assign's CSV (client_id, …, group)
     out: str | None = None
     cpus_per_client: float = 1.0
+    diagnostics: bool = False  # simulation diagnostics: per-round joined counts, measured noise, round times
 
 
 @dataclass(frozen=True)
@@ -100,12 +101,16 @@ def serve(p: Prepared, grid, progress=print):
     def on_round(rnd: int, stats, seconds: float, res) -> None:
         acc, loss = float(res["accuracy"]), float(res["loss"])
         strategy.log.history.append({"round": rnd, "accuracy": acc, "loss": loss})
-        joined = "/".join(str(j) for j in stats.joined)
-        progress(f"{round_description(p.plan, p.spec, rnd, p.rounds, acc, loss)} joined {joined} ({seconds:.2f} s)")
+        line = round_description(p.plan, p.spec, rnd, p.rounds, acc, loss)
+        if p.cfg.diagnostics:  # who joined and how long it took reveal participation: simulation only
+            line += f" joined {'/'.join(str(j) for j in stats.joined)} ({seconds:.2f} s)"
+        progress(line)
 
     progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.dataset}, {p.data.n_clients} nodes, trust "
              f"{p.cfg.trust} ({TRUST_NOTES[p.cfg.trust]})")  # fmt: skip
-    strategy = HdpStrategy(p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round)
+    strategy = HdpStrategy(
+        p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics
+    )
     strategy.start(
         grid,
         model_arrays(p.cfg.dataset, p.data.num_classes, p.cfg.seed),
@@ -124,7 +129,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),
                            p.batch, p.momentum, log)  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
-        if isinstance(metrics[key], float) and math.isnan(metrics[key]):
+        if isinstance(metrics.get(key), float) and math.isnan(metrics[key]):
             metrics[key] = None
     metrics.update(
         {
@@ -132,7 +137,8 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
             "flwr_version": p.version,
             "trust": p.cfg.trust,
             "trust_note": TRUST_NOTES[p.cfg.trust],
-            "noise_source": "SecureNoise and SecureRandom (the OS CSPRNG): no seed is written",
+            "noise_source": "secure",
+            "noise_note": "SecureNoise and SecureRandom (the OS CSPRNG): no seed is written",
             "stopped": strategy.stopped,
             "clip": spec.clip,
             "groups": {"sizes": list(spec.sizes), "q": list(spec.q), "weight": list(spec.weight)},

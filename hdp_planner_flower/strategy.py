@@ -97,6 +97,7 @@ class HdpStrategy(Strategy):
         noise_for: NoiseFor = secure_source,
         uniform=None,
         on_round: Callable[[int, RoundStats, float, MetricRecord | None], None] | None = None,
+        diagnostics: bool = False,
     ) -> None:
         if trust not in TRUST_MODELS:
             raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
@@ -113,7 +114,7 @@ class HdpStrategy(Strategy):
         self.arrays = ArrayRecord()
         self.stats = RoundStats([], 0, math.nan, math.nan)
         self.public_history: list[torch.Tensor] = []
-        self.log = RunLog()
+        self.log = RunLog(diagnostics=diagnostics)  # per-round joined counts, noise, times reveal who took part
         self.stopped: str | None = None
 
     # ------------------------------------------------------------------ enrolment

@@ -84,7 +84,7 @@ def unchanged(msg: Message, context: Context) -> Message:
 
 def run_strategy(flower_plan, method, app, rounds=1, grid=None, **options):
     spec = method_spec(flower_plan, method)
-    strategy = HdpStrategy(flower_plan, spec, **options)
+    strategy = HdpStrategy(flower_plan, spec, **{"diagnostics": True, **options})
     arrays = model_arrays("digits", 10, SEED)
     result = strategy.start(grid or LocalGrid(app), arrays, num_rounds=rounds, train_config=SETTINGS.record())
     return strategy, arrays, result
@@ -202,6 +202,18 @@ def test_ledger_stops_before_a_group_exceeds_its_epsilon(flower_plan):
     assert strategy.affordable(ROUNDS) and not strategy.affordable(ROUNDS + 1)
 
 
+def test_a_deployed_strategy_records_nothing_that_reveals_who_took_part(flower_plan):
+    """Without --diagnostics (the default: noise and sampling are secure) no per-round joined count, measured noise
+    or round time is kept (issue 13): only the accuracy history and the rounds run."""
+    spec = method_spec(flower_plan, "gdpfed+")
+    strategy = HdpStrategy(flower_plan, spec)
+    strategy.start(LocalGrid(client_app(unchanged)), model_arrays("digits", 10, SEED), num_rounds=2,
+                   train_config=SETTINGS.record())  # fmt: skip
+    assert strategy.log.next_round == 2
+    assert strategy.log.joined == [] and strategy.log.lambda_measured == [] and strategy.log.round_seconds == []
+    assert "joined_per_round_mean" not in strategy.log.summary()
+
+
 def test_wrong_node_count_and_repeated_ids_are_refused(flower_plan):
     with pytest.raises(FlowerRunError, match=f"has {N + 1} nodes but the plan has n = {N} clients"):
         run_strategy(flower_plan, "gdpfed+", None, grid=LocalGrid(client_app(), nodes=N + 1))
@@ -288,7 +300,8 @@ def simulated(plan_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("flower-run")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "hdp_planner", "flower", str(plan_path), "--method", "gdpfed+", "--dataset",
-           "digits", "--clients", str(N), "--rounds", "3", "--seed", str(SEED), "--out", str(out)]  # fmt: skip
+           "digits", "--clients", str(N), "--rounds", "3", "--seed", str(SEED), "--out", str(out),
+           "--diagnostics"]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     return proc, out
 
