@@ -52,6 +52,13 @@ def flower(
             "took part: never with a model you release).",
         ),
     ] = False,
+    audit: Annotated[
+        bool,
+        typer.Option("--audit", help="Canary clients in every group; an empirical ε per group beside the plan's."),
+    ] = False,
+    audit_canaries: Annotated[
+        int | None, typer.Option("--audit-canaries", help="Canaries per group [min(2000, d/M)].")
+    ] = None,
 ) -> None:
     """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
     from hdp_planner_flower import require_flwr
@@ -65,22 +72,34 @@ def flower(
 
     cfg = FlowerConfig(plan=plan_file, method=method, dataset=dataset, data_dir=data_dir, clients=clients,
                        dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, groups=groups, out=out,
-                       cpus_per_client=cpus_per_client, diagnostics=diagnostics)  # fmt: skip
+                       cpus_per_client=cpus_per_client, diagnostics=diagnostics, audit=audit,
+                       audit_canaries=audit_canaries)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:
         _fail(str(exc) or type(exc).__name__)
         return
     eps = ", ".join(f"{e['epsilon_spent']:.3g}" for e in metrics["epsilon_spent"])
-    lam = metrics["noise_lambda_measured"]
+    if "noise_lambda_measured" in metrics:  # --diagnostics (a simulation)
+        lam = metrics["noise_lambda_measured"]
+        noise = (
+            f"Λ measured {'n/a (noise added by clients)' if lam is None else f'{lam:.4g}'} "
+            f"(planned {metrics['noise_lambda_planned']:.4g}); median round {metrics['round_seconds_median']:.2f}s"
+        )
+    else:
+        noise = f"Λ planned {metrics['noise_lambda_planned']:.4g}"
     _out.print(
         f"{metrics['method']} on {metrics['dataset']} (Flower {metrics['flwr_version']}, trust {metrics['trust']}): "
         f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds; ε spent per group: {eps}; "
-        f"Λ measured {'n/a (noise added by clients)' if lam is None else f'{lam:.4g}'} "
-        f"(planned {metrics['noise_lambda_planned']:.4g}); median round {metrics['round_seconds_median']:.2f}s"
+        + noise
         + (f"; {metrics['stopped']}" if metrics["stopped"] else ""),
         highlight=False,
         markup=False,
     )
+    if "audit" in metrics:
+        from hdp_planner.audit import audit_lines
+
+        for line in audit_lines(metrics["audit"]):
+            _out.print(line, highlight=False, markup=False)
     if out:
         _out.print(f"metrics written to {out}/metrics.json", highlight=False, markup=False)

@@ -45,6 +45,8 @@ class FlowerConfig:
     out: str | None = None
     cpus_per_client: float = 1.0
     diagnostics: bool = False  # simulation diagnostics: per-round joined counts, measured noise, round times
+    audit: bool = False  # canary clients in every group, empirical ε per group (issue 14; --trust server)
+    audit_canaries: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,10 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_train.trainer import TrainConfig, _check
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
-                     dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop")  # fmt: skip
+                     dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop",
+                     audit=cfg.audit, audit_canaries=cfg.audit_canaries)  # fmt: skip
+    if cfg.audit and cfg.trust != "server":
+        raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
     plan, data, spec, rounds, batch, momentum = _check(tc)
     groups = groups_from_file(cfg.groups, spec) if cfg.groups else None
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
@@ -108,9 +113,15 @@ def serve(p: Prepared, grid, progress=print):
 
     progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.dataset}, {p.data.n_clients} nodes, trust "
              f"{p.cfg.trust} ({TRUST_NOTES[p.cfg.trust]})")  # fmt: skip
+    auditor = None
+    if p.cfg.audit:
+        from hdp_planner_train.canaries import CanaryAuditor
+
+        auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.dataset), p.cfg.seed, p.cfg.audit_canaries)
     strategy = HdpStrategy(
-        p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics
-    )
+        p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
+        auditor=auditor,
+    )  # fmt: skip
     strategy.start(
         grid,
         model_arrays(p.cfg.dataset, p.data.num_classes, p.cfg.seed),
@@ -144,6 +155,9 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
             "groups": {"sizes": list(spec.sizes), "q": list(spec.q), "weight": list(spec.weight)},
         }
     )
+    if strategy.auditor is not None:  # the trainer's audit section, from the canaries the strategy inserted
+        planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
+        metrics["audit"] = strategy.auditor.report(planned, p.plan.config.delta)
     if p.cfg.out:
         Path(p.cfg.out).mkdir(parents=True, exist_ok=True)
         _write_metrics(metrics, Path(p.cfg.out), False)

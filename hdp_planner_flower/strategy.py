@@ -98,11 +98,15 @@ class HdpStrategy(Strategy):
         uniform=None,
         on_round: Callable[[int, RoundStats, float, MetricRecord | None], None] | None = None,
         diagnostics: bool = False,
+        auditor=None,
     ) -> None:
         if trust not in TRUST_MODELS:
             raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
         if not spec.private:
             raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
+        if auditor is not None and trust != "server":
+            raise FlowerRunError("--audit needs --trust server: the server inserts the canaries and adds their noise")
+        self.auditor = auditor  # hdp_planner_train.canaries.CanaryAuditor: canary clients through the same round
         self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
         self.uniform = SecureRandom() if uniform is None else uniform  # who joins: OS CSPRNG, never a seed
@@ -221,6 +225,10 @@ class HdpStrategy(Strategy):
         spec = self.spec
         sigma = spec.noise_at(rnd)
         ordered = [torch.stack([r[c] for c in sorted(r)]) if r else torch.zeros(0, d) for r in rows]
+        if self.auditor is not None:  # canary clients join like real ones and go through the same clipping and noise
+            group_of_row = np.concatenate([np.full(r.shape[0], m) for m, r in enumerate(ordered)]).astype(np.int64)
+            deltas, group_of_row = self.auditor.insert(torch.cat(ordered), group_of_row, rnd)
+            ordered = [deltas[torch.as_tensor(group_of_row == m)] for m in range(len(rows))]
         if self.trust == "server":
             clipped_rows = [clip_rows(r, c) for r, c in zip(ordered, spec.clips)]
             clipped = sum(c for _, c in clipped_rows)
@@ -228,9 +236,12 @@ class HdpStrategy(Strategy):
             if spec.pooled:
                 total = torch.cat([r for r, _ in clipped_rows]).sum(0)
                 noise = self.group_noise(d, sum(got), spec.clips[0], sigma[0], source)
+                self.observe([total + noise] * len(rows))
                 return [total + noise], [noise], clipped
             noises = [self.group_noise(d, got[m], spec.clips[m], sigma[m], source) for m in range(len(rows))]
-            return [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)], noises, clipped
+            ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
+            self.observe(ys)
+            return ys, noises, clipped
         # secagg: the replies carry their shares; the server adds the shares of the sampled nodes that did not reply
         missing = [j - r.shape[0] for j, r in zip(self.joined, ordered)]
         if spec.pooled:
@@ -241,6 +252,12 @@ class HdpStrategy(Strategy):
             for r, j, k, c, s in zip(ordered, self.joined, missing, spec.clips, sigma)
         ]
         return ys, None, 0
+
+    def observe(self, ys: list[torch.Tensor]) -> None:
+        """Each group's noisy sum before Top-k / projection to the audit (pooled: the pool's sum for every group)."""
+        if self.auditor is not None:
+            for m, y in enumerate(ys):
+                self.auditor.observe(m, y)
 
     @staticmethod
     def group_noise(d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource) -> torch.Tensor:

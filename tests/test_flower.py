@@ -126,6 +126,41 @@ def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, meth
     assert stats.lambda_measured == pytest.approx(strategy.log.lambda_measured[0], rel=1e-12)
 
 
+@pytest.mark.parametrize("method", ["gdpfed+", "idp-fedavg-sample"])
+def test_audited_round_equals_the_simulators_audit(flower_plan, method):
+    """--audit on Flower: the strategy inserts the same canaries as train --audit, through the same clipping and
+    noise, and observes the same noisy sums (issue 14), so one round's update and canary projections are equal."""
+    from hdp_planner_train.canaries import CanaryAuditor
+
+    sent: dict[int, torch.Tensor] = {}
+
+    def record(msg, ctx, call_next):
+        reply = call_next(msg, ctx)
+        sent[int(reply.content[HDP]["client-id"])] = flatten(reply.content[ARRAYS])
+        return reply
+
+    spec = method_spec(flower_plan, method)
+    d = flatten(model_arrays("digits", 10, SEED)).numel()
+    ours = CanaryAuditor(spec, d, SEED, per_group=200)
+    _, arrays, result = run_strategy(
+        flower_plan, method, client_app(mods=[record]), auditor=ours,
+        uniform=SeededUniform(SEED, 0), noise_for=lambda rnd: SeededNoise(SEED, rnd),
+    )  # fmt: skip
+    sampled = sample_round(spec, SEED, 0)
+    ids = np.concatenate(sampled)
+    group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
+    deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, d)
+    theirs = CanaryAuditor(spec, d, SEED, per_group=200)
+    deltas, group_of_row = theirs.insert(deltas, group_of_row, 0)
+    update, _ = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), 0, [], observe=theirs.observe)
+    assert torch.equal(flatten(result.arrays), flatten(arrays) + update)
+    assert any(len(j) for j in theirs._joins)  # canaries joined this round
+    for z_ours, z_theirs in zip(ours.z, theirs.z):
+        np.testing.assert_array_equal(np.stack(z_ours), np.stack(z_theirs))
+    with pytest.raises(FlowerRunError, match="--trust server"):
+        HdpStrategy(flower_plan, spec, trust="secagg", auditor=ours)
+
+
 def test_clients_send_clipped_updates_of_their_own_training(flower_plan):
     """The mod turns the user's trained model into Δ clipped to C (here C is tiny so every update is clipped)."""
     sent = []
@@ -301,7 +336,7 @@ def simulated(plan_path, tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "hdp_planner", "flower", str(plan_path), "--method", "gdpfed+", "--dataset",
            "digits", "--clients", str(N), "--rounds", "3", "--seed", str(SEED), "--out", str(out),
-           "--diagnostics"]  # fmt: skip
+           "--diagnostics", "--audit"]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     return proc, out
 
@@ -318,5 +353,29 @@ def test_flower_simulation_writes_the_trainers_metrics(simulated, flower_plan):
     assert m["noise_lambda_planned"] == pytest.approx(flower_plan.method("GDPFed+").lambda_exact)
     assert m["noise_lambda_measured"] == pytest.approx(m["noise_lambda_planned"], rel=0.2)
     spent = [e["epsilon_spent"] for e in m["epsilon_spent"]]
+    audit = m["audit"]["groups"]  # --audit: the trainer's audit section, one entry per group
+    assert [g["epsilon_planned"] for g in audit] == pytest.approx(spent)
+    assert all(g["insertions"] > 0 and g["verdict"] for g in audit)
+    assert "privacy audit" in proc.stdout
     assert all(0 < s < b for s, b in zip(spent, flower_plan.method("GDPFed+").epsilon))
     assert (out / "metrics.csv").read_text().startswith("round,accuracy,loss")
+
+
+def test_cli_prints_no_per_round_diagnostics_by_default(plan_path, monkeypatch):
+    """Without --diagnostics the metrics hold no measured noise or round times, and the summary line says Λ planned."""
+    import hdp_planner_flower.simulation as simulation
+
+    seen = {}
+
+    def fake(cfg, progress):
+        seen["cfg"] = cfg
+        progress("round 1/1 acc 50.00% loss 1.000 ε spent 0.1")
+        return {"method": cfg.method, "dataset": cfg.dataset, "flwr_version": "1.41.0", "trust": cfg.trust,
+                "final_accuracy": 50.0, "rounds": 1, "epsilon_spent": [{"epsilon_spent": 0.1}],
+                "noise_lambda_planned": 1e-3, "stopped": None}  # fmt: skip
+
+    monkeypatch.setattr(simulation, "run_flower", fake)
+    res = CliRunner().invoke(cli_app, ["flower", str(plan_path), "--dataset", "digits", "--clients", str(N)])
+    assert res.exit_code == 0, res.output
+    assert not seen["cfg"].diagnostics and not seen["cfg"].audit
+    assert "Λ planned 0.001" in res.output and "joined" not in res.output and "median round" not in res.output
