@@ -17,7 +17,7 @@ from typing import Any
 from hdp_planner_flower import offline_env, require_flwr
 
 FLOWER_METHODS = ("dp-fedavg", "gdpfed", "gdpfed-op", "gdpfed+", "pfa", "idp-fedavg-sample", "idp-fedavg-scale",
-                  "time-adaptive")  # fmt: skip
+                  "time-adaptive", "hdp-pooled")  # fmt: skip
 """The plan's client-level methods (rows of ``plan.json``) that run on Flower."""
 
 TRUST_NOTES = {

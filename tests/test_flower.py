@@ -214,7 +214,7 @@ def test_per_group_sampling_rates_and_messages(flower_plan):
 
 
 @pytest.mark.parametrize("trust", ["server", "secagg"])
-@pytest.mark.parametrize("method", ["dp-fedavg", "gdpfed-op", "idp-fedavg-sample", "idp-fedavg-scale"])
+@pytest.mark.parametrize("method", ["dp-fedavg", "gdpfed-op", "idp-fedavg-sample", "idp-fedavg-scale", "hdp-pooled"])
 def test_applied_noise_matches_exact_lambda_even_with_dropouts(flower_plan, method, trust):
     """Clients that learn nothing: the applied update is pure noise, E‖u‖²/d = Λ_exact (no Top-k in these methods),
     whether the server adds it or the clients add shares and a third of the nodes drop out."""
