@@ -110,9 +110,9 @@ def test_unbiased_baseline_is_proportional_to_data_size():
     )
 
 
-# derandomize: CI checks the same 25 instances every run. A fresh draw found a near-flat instance (two groups at
-# ε = 3 with 1,388 and 1,411 records, η = 10η*) where Clarabel's p differs from the closed form by 1.6e-5 at an
-# objective equal to 1.6e-12: an open accuracy question of the solver, not of the optimum (noted for follow-up).
+# derandomize: the same instances every CI run. Fresh draws keep finding near-flat instances (groups with close
+# ε·|M| and η far above η*) where Clarabel's p, even at tolerance 1e-12, is 1e-5..2e-5 from the closed form at an
+# objective equal to ~1e-11: solver accuracy in flat directions, an open follow-up (see the stop note).
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(
     clients=st.lists(
@@ -124,6 +124,7 @@ def test_unbiased_baseline_is_proportional_to_data_size():
     log_eta=st.floats(-1.0, 4.0),
 )
 @hypothesis.example(clients=[(20.0, 477), (1.5, 1955)], rate=0.1040756003633801, log_eta=0.0)  # η = η*
+@hypothesis.example(clients=[(1.0, 2), (3.0, 1388), (3.0, 1411), (0.25, 27)], rate=1.0, log_eta=1.0)  # near-flat
 def test_random_instances_are_solved_to_kkt(clients, rate, log_eta):
     eps, sizes = zip(*clients)
     base = SelectionProblem(eps, sizes, sample_rate=rate)
