@@ -294,14 +294,15 @@ class HdpStrategy(Strategy):
             t0 = time.perf_counter()
             replies = grid.send_and_receive(self.configure_train(rnd, arrays, train_config, grid), timeout=timeout)
             arrays, metrics = self.aggregate_train(rnd, replies)
-            self.log.record(self.stats, time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            self.log.record(self.stats, seconds)  # kept only with diagnostics
             result.arrays = arrays
             result.train_metrics_clientapp[rnd] = metrics
             res = evaluate_fn(rnd, arrays) if evaluate_fn else None
             if res is not None:
                 result.evaluate_metrics_serverapp[rnd] = res
             if self.on_round:
-                self.on_round(rnd, self.stats, self.log.round_seconds[-1], res)
+                self.on_round(rnd, self.stats, seconds, res)
         return result
 
     def configure_evaluate(

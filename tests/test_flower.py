@@ -241,10 +241,11 @@ def test_a_deployed_strategy_records_nothing_that_reveals_who_took_part(flower_p
     """Without --diagnostics (the default: noise and sampling are secure) no per-round joined count, measured noise
     or round time is kept (issue 13): only the accuracy history and the rounds run."""
     spec = method_spec(flower_plan, "gdpfed+")
-    strategy = HdpStrategy(flower_plan, spec)
+    rounds = []
+    strategy = HdpStrategy(flower_plan, spec, on_round=lambda rnd, stats, seconds, res: rounds.append(rnd))
     strategy.start(LocalGrid(client_app(unchanged)), model_arrays("digits", 10, SEED), num_rounds=2,
                    train_config=SETTINGS.record())  # fmt: skip
-    assert strategy.log.next_round == 2
+    assert strategy.log.next_round == 2 and rounds == [1, 2]
     assert strategy.log.joined == [] and strategy.log.lambda_measured == [] and strategy.log.round_seconds == []
     assert "joined_per_round_mean" not in strategy.log.summary()
 
