@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from hdp_planner_train.cli import _fail, _out  # the trainer's one-line errors and unwrapped result lines
+from hdp_planner_train.cli import DatasetOpt, _fail, _out  # the trainer's one-line errors and unwrapped result lines
 
 
 def flower(
@@ -16,12 +16,10 @@ def flower(
         typer.Option(
             "--method",
             help="dp-fedavg | gdpfed | gdpfed-op | gdpfed+ | pfa | idp-fedavg-sample | idp-fedavg-scale | "
-            "time-adaptive (the plan's client-level rows)",
+            "time-adaptive | hdp-pooled (the plan's client-level rows)",
         ),
     ] = "gdpfed+",
-    dataset: Annotated[
-        str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")
-    ] = "fmnist",
+    dataset: DatasetOpt = "fmnist",
     data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
     clients: Annotated[
         int | None, typer.Option("--clients", help="Clients (virtual nodes) to split the data among [paper n].")

@@ -42,10 +42,10 @@ def train(
         typer.Option(
             "--method",
             help="p-fedavg | dp-fedavg | gdpfed | gdpfed-op | gdpfed+ | pfa | idp-fedavg-sample | idp-fedavg-scale | "
-            "time-adaptive (baselines: plan them with solve --methods) | dp2-fedsam | dp-fedsam | centaur | "
-            "dp-fedavg-ft (DP²-FedSAM family: the plan's DP-FedAvg noise, one ε) | privacy-aware | unbiased | "
-            "power-of-choice (paper 003: record-level DP-SGD, each client the ε of its plan group; data sizes |M_k| "
-            "are treated as public)",
+            "time-adaptive | hdp-pooled (baselines: plan them with solve --methods) | dp2-fedsam | dp-fedsam | "
+            "centaur | dp-fedavg-ft (DP²-FedSAM family: the plan's DP-FedAvg noise, one ε) | privacy-aware | "
+            "unbiased | power-of-choice (paper 003: record-level DP-SGD, each client the ε of its plan group; data "
+            "sizes |M_k| are treated as public)",
         ),
     ] = "gdpfed+",
     dataset: DatasetOpt = "fmnist",
