@@ -463,8 +463,23 @@ def _progress(enabled: bool):
     )
 
 
+def json_ready(value: Any) -> Any:
+    """``value`` with every NaN or infinity as None (JSON null): a run whose loss diverged is still recorded."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
+
+
 def _write_metrics(metrics: dict[str, Any], out: Path, plot: bool) -> None:
-    write_json_atomic(out / "metrics.json", metrics)
+    """metrics.json (non-finite numbers as null, ``"diverged": true`` when the final loss is not finite), metrics.csv
+    (``nan`` where the loss diverged) and, with ``plot``, the convergence figure."""
+    loss = metrics.get("final_loss")
+    diverged = {"diverged": True} if isinstance(loss, float) and not math.isfinite(loss) else {}
+    write_json_atomic(out / "metrics.json", json_ready({**metrics, **diverged}))
     table = io.StringIO()
     w = csv.writer(table)
     w.writerow(["round", "accuracy", "loss"])
