@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hdp_planner.accounting import calibrate_q
-from hdp_planner.noise import lambda_exact, pooled_weights
-from hdp_planner.plan import MethodNoise, Phase, Plan, Projection, calibrated_sigma, planned_epsilon
+from hdp_planner.noise import pooled_weights
+from hdp_planner.plan import MethodNoise, Phase, Plan, Projection, calibrated_sigma, derived_row, planned_epsilon
 from hdp_planner.pooled import NAME as POOLED
 from hdp_planner.pooled import hdp_pooled
 from hdp_planner.schedule import calibrate_schedule, schedule_epsilon
@@ -118,14 +118,6 @@ def pooled(plan: Plan, options: BaselineOptions) -> MethodNoise:
     return hdp_pooled(plan, options.model_dim, corners)
 
 
-def _method(name: str, base: MethodNoise, plan: Plan, **changes: object) -> MethodNoise:
-    """``base`` with ``changes``, its weights, Λ (exact: Table 5 has no convention for baselines) recomputed."""
-    m = dataclasses.replace(base, name=name, **changes)  # type: ignore[arg-type]
-    sigma = m.rms_noise_multiplier(plan.config.rounds)
-    lam = lambda_exact(m.weight, sigma, m.k_ratio, m.clips(plan.config.clip), m.pooled)
-    return dataclasses.replace(m, lam=lam, lambda_exact=lam)
-
-
 def pfa(plan: Plan, options: BaselineOptions) -> MethodNoise:
     """PFA (Liu et al., VLDB 2021, Algorithm 2-3) adapted to M groups as in GDPFed B.2.
 
@@ -148,7 +140,7 @@ def pfa(plan: Plan, options: BaselineOptions) -> MethodNoise:
     proj = Projection(public, projected, options.pfa_dim, options.pfa_window, options.pfa_subspace, options.model_dim)
     k = [1.0] * len(eps)
     k[projected] = options.pfa_dim / options.model_dim
-    return _method("PFA", base, plan, k_ratio=tuple(k), projection=proj)
+    return derived_row("PFA", base, plan, k_ratio=tuple(k), projection=proj)
 
 
 def idp_fedavg_scale(plan: Plan, options: BaselineOptions) -> MethodNoise:
@@ -165,7 +157,7 @@ def idp_fedavg_scale(plan: Plan, options: BaselineOptions) -> MethodNoise:
     mean_sigma = sum(s * size / n for s, size in zip(base.noise_multiplier, base.size))
     clip = tuple(plan.config.clip * mean_sigma / s for s in base.noise_multiplier)
     weight = tuple(float(w) for w in pooled_weights(base.expected_clients))
-    return _method("IDP-FedAvg-Scale", base, plan, clip=clip, pooled=True, weight=weight)
+    return derived_row("IDP-FedAvg-Scale", base, plan, clip=clip, pooled=True, weight=weight)
 
 
 def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
@@ -197,7 +189,7 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
         sigma = max(calibrated_sigma(list(eps), c.delta, list(q), c.rounds, "pld"))
     r = [qm * s for qm, s in zip(q, sizes)]
     spent = tuple(planned_epsilon(sigma, qm, c.rounds, c.delta, c.spending_accountant) for qm in q)
-    return _method(
+    return derived_row(
         "IDP-FedAvg-Sample",
         gdp,
         plan,
@@ -229,4 +221,4 @@ def time_adaptive(plan: Plan, options: BaselineOptions) -> MethodNoise:
         for m in range(len(gdp.size))
     )
     sigma = tuple(p[1] for p in pairs)
-    return _method("Time-adaptive", gdp, plan, noise_multiplier=sigma, epsilon_spent=spent, schedule=phases)
+    return derived_row("Time-adaptive", gdp, plan, noise_multiplier=sigma, epsilon_spent=spent, schedule=phases)

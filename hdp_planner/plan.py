@@ -9,6 +9,7 @@ Methods (GDPFed Table 3/5):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -264,6 +265,15 @@ def planned_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float
 def clear_caches() -> None:
     """Forget memoized calibrations (for cold timings; results do not depend on the cache)."""
     CALIBRATIONS.clear()
+
+
+def derived_row(name: str, base: MethodNoise, plan: Plan, **changes: object) -> MethodNoise:
+    """``base`` renamed with ``changes``, its Λ recomputed (exact: Table 5 has no convention for the baselines and the
+    pooled row), from the r.m.s. σ of a schedule and the row's own clips, weights and pooling."""
+    m = dataclasses.replace(base, name=name, **changes)  # type: ignore[arg-type]
+    sigma = m.rms_noise_multiplier(plan.config.rounds)
+    lam = lambda_exact(m.weight, sigma, m.k_ratio, m.clips(plan.config.clip), m.pooled)
+    return dataclasses.replace(m, lam=lam, lambda_exact=lam)
 
 
 def method_noise(

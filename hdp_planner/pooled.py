@@ -30,7 +30,7 @@ from scipy.optimize import minimize, minimize_scalar
 
 from hdp_planner.accounting import Accountant
 from hdp_planner.noise import lambda_exact, pooled_weights
-from hdp_planner.plan import MethodNoise, Plan, PlanConfig, calibrated_sigma, planned_epsilon
+from hdp_planner.plan import MethodNoise, Plan, PlanConfig, calibrated_sigma, derived_row, planned_epsilon
 
 NAME = "HDP-Pooled"
 Q_FLOOR = 1e-6
@@ -177,20 +177,10 @@ def pooled_row(plan: Plan, point: PooledPoint, model_dim: int | None, name: str 
     weight = tuple(float(w) for w in pooled_weights(r))
     spent = tuple(planned_epsilon(s, qm, c.rounds, c.delta, c.spending_accountant) for s, qm in zip(sigma, final.q))
     ones = tuple(1.0 for _ in r)
-    lam = lambda_exact(weight, sigma, ones, clips, pooled=True)
-    return dataclasses.replace(
-        gdp,
-        name=name,
-        q=final.q,
-        noise_multiplier=sigma,
-        k_ratio=ones,
-        weight=weight,
-        epsilon_spent=spent,
-        lam=lam,
-        lambda_exact=lam,
-        clip=clips,
-        pooled=True,
-    )
+    return derived_row(
+        name, gdp, plan, q=final.q, noise_multiplier=sigma, k_ratio=ones, weight=weight, epsilon_spent=spent,
+        clip=clips, pooled=True,
+    )  # fmt: skip
 
 
 def hdp_pooled(plan: Plan, model_dim: int | None, corners: Sequence[MethodNoise]) -> MethodNoise:
