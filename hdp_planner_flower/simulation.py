@@ -101,7 +101,7 @@ def serve(p: Prepared, grid, progress=print):
     central evaluation; returns the strategy (its ``log`` holds the run)."""
     from hdp_planner_flower.app import central_evaluation, model_arrays
     from hdp_planner_flower.strategy import HdpStrategy
-    from hdp_planner_train.trainer import round_description
+    from hdp_planner_train.scaffold import round_description
 
     def on_round(rnd: int, stats, seconds: float, res) -> None:
         acc, loss = float(res["accuracy"]), float(res["loss"])
@@ -134,7 +134,7 @@ def serve(p: Prepared, grid, progress=print):
 
 def finish(p: Prepared, strategy) -> dict[str, Any]:
     """The trainer's metrics of the run (``base_metrics``) plus the runtime's; written to ``--out`` if given."""
-    from hdp_planner_train.trainer import _write_metrics, base_metrics
+    from hdp_planner_train.scaffold import _write_metrics, base_metrics
 
     log, spec = strategy.log, p.spec
     metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),

@@ -15,7 +15,7 @@ Nodes are mapped to groups by the server alone: an enrolment query asks every no
 ``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
 group. A federation whose node count differs from the plan's n, a missing or repeated client id, or a reply that
 claims another group than the one it was sent stops the run with :class:`FlowerRunError`. Before each round the
-per-group ledger (the plan's spending accountant, ``hdp_planner_train.trainer.privacy_ledger``) is checked: the run
+per-group ledger (the plan's spending accountant, ``hdp_planner_train.scaffold.privacy_ledger``) is checked: the run
 stops before any group would exceed its ε.
 """
 
@@ -46,7 +46,7 @@ from hdp_planner_train.aggregate import (
     group_noise,
     noisy_update,
 )
-from hdp_planner_train.trainer import RunLog, privacy_ledger
+from hdp_planner_train.scaffold import RunLog, privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
 """Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""

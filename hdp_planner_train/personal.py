@@ -272,7 +272,7 @@ def evaluate_finetuned(
 
 def check_options(cfg) -> None:
     """Refuse --rho / --head-steps where the method does not use them, and bad values."""
-    from hdp_planner_train.trainer import TrainError
+    from hdp_planner_train.scaffold import TrainError
 
     if cfg.rho is not None:
         if cfg.method not in SAM_METHODS:
@@ -288,7 +288,7 @@ def check_options(cfg) -> None:
 
 def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
     """:func:`hdp_planner_train.trainer.run` for :data:`PERSONAL_METHODS`; same metrics, plus the privacy model."""
-    from hdp_planner_train.trainer import (
+    from hdp_planner_train.scaffold import (
         RunLog,
         TrainError,
         _progress,

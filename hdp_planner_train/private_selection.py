@@ -80,7 +80,7 @@ class ClientPrivacy:
 
 def check_selection_options(cfg) -> None:
     """Refuse the selection options where the method does not use them, and bad values (one line each)."""
-    from hdp_planner_train.trainer import TrainError
+    from hdp_planner_train.scaffold import TrainError
 
     chosen = cfg.method in SELECTION_METHODS
     for name, value in (("--noise-rule", cfg.noise_rule), ("--eta", cfg.eta), ("--clients-per-round", cfg.per_round)):
@@ -155,7 +155,7 @@ def candidate_sets(p: np.ndarray, rounds: int, candidates: int, seed: int) -> np
 def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, group: np.ndarray) -> ClientPrivacy:
     """Both noise multipliers of every client for its T_k·τ steps (shared by clients with equal ε, r, steps);
     ``group`` is every client's plan group."""
-    from hdp_planner_train.trainer import TrainError
+    from hdp_planner_train.scaffold import TrainError
 
     rates, eps = problem.rates, np.asarray(problem.epsilon)
     paper, exact = np.zeros(problem.count), np.zeros(problem.count)
@@ -194,7 +194,7 @@ def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, delta: float) -> np
 
 def check_budgets(privacy: ClientPrivacy, steps: np.ndarray, delta: float, rule: str) -> np.ndarray:
     """ε spent per client for ``steps`` (:func:`spent_epsilon`); refuses a client whose ε exceeds its budget."""
-    from hdp_planner_train.trainer import TrainError
+    from hdp_planner_train.scaffold import TrainError
 
     spent = spent_epsilon(privacy, steps, delta)
     over = np.flatnonzero(spent > privacy.epsilon * (1 + 1e-9))
@@ -306,7 +306,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     """:func:`hdp_planner_train.trainer.run` for :data:`SELECTION_METHODS`; metrics.json adds the privacy model,
     the selection probabilities and every client's noise and ε spent."""
     from hdp_planner_train.models import make_model, model_name
-    from hdp_planner_train.trainer import (
+    from hdp_planner_train.scaffold import (
         SECURE_NOTE,
         SEEDED_NOTE,
         TrainError,

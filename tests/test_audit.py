@@ -209,7 +209,7 @@ REQUIRED = (
 def test_cli_train_audit_writes_the_audit_section(digits_plan_file, tmp_path):
     from typer.testing import CliRunner
 
-    from hdp_planner.cli import app
+    from hdp_planner_cli.app import app
 
     out = tmp_path / "run"
     args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "4", "--audit", "--plot"]
@@ -232,7 +232,7 @@ def test_cli_train_audit_writes_the_audit_section(digits_plan_file, tmp_path):
 def test_cli_train_audit_refuses_a_method_without_noise(digits_plan_file, tmp_path):
     from typer.testing import CliRunner
 
-    from hdp_planner.cli import app
+    from hdp_planner_cli.app import app
 
     out = tmp_path / "run"
     args = ["train", str(digits_plan_file), "--dataset", "digits", "--method", "p-fedavg", "--audit"]
@@ -246,7 +246,7 @@ def test_cli_train_audit_refuses_a_method_without_noise(digits_plan_file, tmp_pa
 def test_cli_compare_audit_prints_empirical_epsilon_beside_each_method(tmp_path):
     from typer.testing import CliRunner
 
-    from hdp_planner.cli import app
+    from hdp_planner_cli.app import app
 
     out = tmp_path / "grid"
     args = ["compare", "--dataset", "digits", "--methods", "p-fedavg,dp-fedavg", "--seeds", "1", "--rounds", "3"]
@@ -261,7 +261,7 @@ def test_cli_compare_audit_prints_empirical_epsilon_beside_each_method(tmp_path)
 def test_cli_train_audit_in_a_secure_run(digits_plan_file, tmp_path):
     from typer.testing import CliRunner
 
-    from hdp_planner.cli import app
+    from hdp_planner_cli.app import app
 
     out = tmp_path / "secure"
     args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "3", "--audit", "--secure-noise"]

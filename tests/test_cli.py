@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from hdp_planner.cli import app
+from hdp_planner_cli.app import app
 
 runner = CliRunner()
 BASE = ["solve", "--eps", "0.5,1.5,3.0", "--n", "6000"]
@@ -140,7 +140,7 @@ def test_real_process_has_no_traceback(tmp_path):
 
 def test_solve_imports_neither_torch_nor_matplotlib():
     code = (
-        "import sys; from hdp_planner.cli import app; "
+        "import sys; from hdp_planner_cli.app import app; "
         "print(any(m.split('.')[0] in ('torch', 'matplotlib') for m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

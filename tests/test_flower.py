@@ -22,7 +22,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
-from hdp_planner.cli import app as cli_app  # noqa: E402
+from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower.app import DataSettings, client_app, model_arrays, train  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, HDP, flatten  # noqa: E402
 from hdp_planner_flower.simulation import FLOWER_METHODS  # noqa: E402
@@ -323,7 +323,7 @@ def test_cli_without_flwr_names_the_extra(plan_path, monkeypatch):
 
 
 def test_core_cli_imports_neither_flwr_nor_torch():
-    code = "import sys, hdp_planner.cli; print('flwr' in sys.modules, 'torch' in sys.modules)"
+    code = "import sys, hdp_planner_cli.app; print('flwr' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )

@@ -13,7 +13,7 @@ pytest.importorskip("sklearn")
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import load_plan, plan, save_plan  # noqa: E402
-from hdp_planner.cli import app  # noqa: E402
+from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train import personal  # noqa: E402
 from hdp_planner_train.aggregate import method_spec  # noqa: E402
 from hdp_planner_train.data import DataError, load_federated, pathological_partition  # noqa: E402

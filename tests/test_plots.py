@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from hdp_planner import plan as make_plan
-from hdp_planner.cli import app
 from hdp_planner.plots import figure_format, plot_plan, save_sweep
 from hdp_planner.sweep import sweep_plan
+from hdp_planner_cli.app import app
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -83,7 +83,7 @@ def test_solve_does_not_import_matplotlib():
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
-        "from hdp_planner.cli import app\n"
+        "from hdp_planner_cli.app import app\n"
         "r = CliRunner().invoke(app, ['solve', '--eps', '0.5,1.5', '--n', '200', '--rounds', '5'])\n"
         "assert r.exit_code == 0, r.output\n"
         "assert 'matplotlib' not in sys.modules, 'solve imported matplotlib'\n"

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from hdp_planner import PlanFileError, load_plan, plan, save_plan, verify
 from hdp_planner.accounting import GaussianRounds, reference_epsilon
 from hdp_planner.baselines import BaselineOptions, add_baselines, baseline_names
-from hdp_planner.cli import app
 from hdp_planner.plan import calibrated_sigma
 from hdp_planner.pooled import best_shares, objective, recalibrated_lambda
+from hdp_planner_cli.app import app
 from hdp_planner_train.data import DataError, group_class_partition, parse_group_classes
 
 ROWS = ("IDP-FedAvg-Sample", "IDP-FedAvg-Scale", "HDP-Pooled")

@@ -434,7 +434,7 @@ def test_seeded_run_is_labelled_a_simulation_and_keeps_its_diagnostics(digits_pl
 def test_cli_flags_and_the_seeded_warning(digits_plan_file, tmp_path):
     from typer.testing import CliRunner
 
-    from hdp_planner.cli import app
+    from hdp_planner_cli.app import app
 
     args = ["train", str(digits_plan_file), "--dataset", "digits", "--rounds", "1"]
     seeded = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "s"), "--seeded-noise"])

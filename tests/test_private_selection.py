@@ -13,8 +13,8 @@ pytest.importorskip("cvxpy")
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
-from hdp_planner.cli import app  # noqa: E402
 from hdp_planner.selection import record_noise_multiplier, solve_selection  # noqa: E402
+from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.aggregate import SeededNoise  # noqa: E402
 from hdp_planner_train.data import DataError, load_federated, mixed_partition, mixed_split  # noqa: E402
 from hdp_planner_train.models import make_model  # noqa: E402

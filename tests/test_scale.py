@@ -15,7 +15,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.baselines import BaselineOptions, add_baselines  # noqa: E402
-from hdp_planner.cli import app  # noqa: E402
+from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.data import (  # noqa: E402
     SEQ_LEN,
     TEST_PER_ROLE,

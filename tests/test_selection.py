@@ -17,7 +17,6 @@ from scipy.optimize import brentq
 from typer.testing import CliRunner
 
 from hdp_planner.accounting import GaussianRounds, epsilon_spent
-from hdp_planner.cli import app
 from hdp_planner.selection import (
     SelectionProblem,
     client_noise,
@@ -27,6 +26,7 @@ from hdp_planner.selection import (
     selection_counts,
     solve_selection,
 )
+from hdp_planner_cli.app import app
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clients.csv"
 runner = CliRunner()
@@ -300,7 +300,7 @@ def test_select_writes_csv_json_and_figure(tmp_path):
 
 def test_select_and_fedsam_noise_leave_cvxpy_out_of_start_up():
     code = (
-        "import sys; from hdp_planner.cli import app; "
+        "import sys; from hdp_planner_cli.app import app; "
         "names = {c.name for c in app.registered_commands}; "
         "heavy = any(m.split('.')[0] in ('cvxpy', 'matplotlib') for m in sys.modules); "
         "print({'select', 'fedsam-noise'} <= names, heavy)"

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from hdp_planner.cli import app
 from hdp_planner.grouping import Groups
 from hdp_planner.plan import PlanConfig
 from hdp_planner.sweep import Varied, parse_range, parse_values, parse_vary, sweep_plan
+from hdp_planner_cli.app import app
 
 runner = CliRunner()
 FMNIST = (Groups.from_budgets((0.5, 1.5, 3.0), 6000), PlanConfig(n=6000, rounds=50, q=0.02))

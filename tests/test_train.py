@@ -18,9 +18,9 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
-from hdp_planner.cli import app  # noqa: E402
 from hdp_planner.plan import Projection  # noqa: E402
 from hdp_planner.schedule import schedule_epsilon  # noqa: E402
+from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.aggregate import (  # noqa: E402
     METHOD_NAMES,
     GroupSpec,
@@ -395,7 +395,7 @@ def test_cli_without_torch_says_how_to_install(plan_file, monkeypatch):
 def test_planner_cli_does_not_import_torch():
     import subprocess
 
-    code = "import sys, hdp_planner.cli; print('torch' in sys.modules)"
+    code = "import sys, hdp_planner_cli.app; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

@@ -1,12 +1,10 @@
-"""``hdp-plan``: a thin command-line layer over :mod:`hdp_planner`'s API."""
+"""``hdp-plan solve`` and ``verify``: parse the options, call :mod:`hdp_planner`'s API, render the plan."""
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 from rich import box
@@ -15,168 +13,39 @@ from rich.markup import escape
 from rich.table import Table
 
 from hdp_planner.accounting import calibrate_sigma
-from hdp_planner.baselines import BaselineOptions, add_baselines, baseline_names
+from hdp_planner.baselines import add_baselines
 from hdp_planner.files import write_json_atomic
-from hdp_planner.grouping import Groups
-from hdp_planner.inputs import parse_floats, parse_ints
 from hdp_planner.noise import compare_noise
 from hdp_planner.plan import METHODS, MethodNoise, Plan, PlanConfig, solve_plan
 from hdp_planner.planfile import load_plan, plan_to_dict, verify
 from hdp_planner.pooled import recalibrated_lambda
-
-app = typer.Typer(
-    name="hdp-plan",
-    help="Plan differentially private federated learning with heterogeneous privacy budgets (GDPFed+).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # help text is plain: '[paper]', '[the paper's]' defaults are not rich tags
+from hdp_planner_cli.budgets import group_budgets, render_grouping
+from hdp_planner_cli.console import err, one_line_errors, out
+from hdp_planner_cli.options import (
+    AccountantOpt,
+    CliError,
+    Clip,
+    Delta,
+    FixedQ,
+    LambdaOpt,
+    LocalSteps,
+    Lr,
+    MinShare,
+    ModelDim,
+    PfaDim,
+    PfaSubspace,
+    PfaWindow,
+    Q,
+    Rounds,
+    SavingNoise,
+    SavingRounds,
+    SigmaModelOpt,
+    Sizes,
+    Sparsity,
+    build_baselines,
+    build_request,
+    check_group_count,
 )
-out = Console()
-err = Console(stderr=True)
-if not out.is_terminal:  # logs and CI: wide enough that the tables never wrap
-    out.width = max(out.width, 132)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class CliError(Exception):
-    """An error the user can fix: printed as one line, exit status 2."""
-
-
-def one_line_errors(fn: F) -> F:
-    """Turn input errors into ``error: …`` on stderr and exit status 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (CliError, ValueError, OSError) as exc:
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-# Options of `solve`, defined once and shared by every command that plans (names are a contract).
-Eps = Annotated[str, typer.Option("--eps", help="Privacy budget ε of each group, comma-separated: 0.5,1.5,3.0.")]
-N = Annotated[int, typer.Option("--n", help="Total number of clients n.")]
-Sizes = Annotated[str | None, typer.Option("--sizes", help="Clients per group, comma-separated [even split of n].")]
-Rounds = Annotated[int, typer.Option("--rounds", "-T", help="Training rounds T.")]
-Q = Annotated[float, typer.Option("--q", help="Global expected participation ratio q (Σ r_m = qn).")]
-Delta = Annotated[float | None, typer.Option("--delta", help="δ of (ε, δ)-DP [1/n^1.1].", show_default=False)]
-Clip = Annotated[float, typer.Option("--clip", "-C", help="Clipping threshold C of client updates.")]
-Lr = Annotated[float, typer.Option("--lr", help="Local learning rate η (enters μ4, μ5 and k_m).")]
-LocalSteps = Annotated[int, typer.Option("--local-steps", help="Local SGD steps τ per round.")]
-Sparsity = Annotated[
-    str | None, typer.Option("--sparsity", help="Fixed k_m/d per group, e.g. 0.7,0.8,0.9 [Remark 3's closed form].")
-]
-FixedQ = Annotated[
-    str | None, typer.Option("--fixed-q", help="Evaluate these per-group q_m instead of solving Problem 1.")
-]
-AccountantOpt = Annotated[
-    str, typer.Option("--accountant", help="Calibration of the final σ_m: rdp | pld | closed-form (Theorem 1).")
-]
-SigmaModelOpt = Annotated[
-    str,
-    typer.Option(
-        "--sigma-model",
-        help="σ_m(q_m) in Problem 1: bound (Theorem 1, as Table 1) | accountant (RDP σ, Algorithm 1's noise).",
-    ),
-]
-LambdaOpt = Annotated[
-    str,
-    typer.Option(
-        "--lambda-convention",
-        help="Λ: exact (per-coordinate noise of the applied update) | paper (Table 5's convention).",
-    ),
-]
-# Options of the baselines (GDPFed Section 2, B.2), shared by `solve` and `compare`.
-ModelDim = Annotated[
-    int | None, typer.Option("--model-dim", help="Parameters d of the model (PFA keeps k/d of the projected noise).")
-]
-PfaDim = Annotated[int, typer.Option("--pfa-dim", help="PFA: dimension k of the public subspace.")]
-PfaWindow = Annotated[int, typer.Option("--pfa-window", help="PFA: latest public noisy sums spanning the subspace.")]
-PfaSubspace = Annotated[str, typer.Option("--pfa-subspace", help="PFA: top-k subspace by lanczos | randomized SVD.")]
-SavingRounds = Annotated[
-    int | None,
-    typer.Option("--saving-rounds", help="Time-adaptive: rounds that save budget [T/2].", show_default=False),
-]
-SavingNoise = Annotated[float, typer.Option("--saving-noise", help="Time-adaptive: σ multiplier while saving.")]
-MinShare = Annotated[
-    float,
-    typer.Option(
-        "--min-share",
-        help="F in [0, 1]: every group's weight share α_m ≥ F·|G_m|/n (1 = proportional) for HDP-Pooled and "
-        "Problem 1 (GDPFed-op/+); the recommendation only considers rows that meet it.",
-    ),
-]
-
-
-def build_config(
-    n: int,
-    rounds: int,
-    q: float,
-    delta: float | None,
-    clip: float,
-    lr: float,
-    local_steps: int,
-    sparsity: str | None,
-    fixed_q: str | None,
-    accountant: str,
-    sigma_model: str,
-    lambda_convention: str,
-    min_share: float = 0.0,
-) -> PlanConfig:
-    """Validate the configuration options of `solve` into the API's PlanConfig."""
-    return PlanConfig(
-        n=n,
-        rounds=rounds,
-        q=q,
-        delta=delta,
-        clip=clip,
-        lr=lr,
-        local_steps=local_steps,
-        accountant=accountant,  # type: ignore[arg-type]
-        sigma_model=sigma_model,  # type: ignore[arg-type]
-        lambda_convention=lambda_convention,  # type: ignore[arg-type]
-        sparsity=parse_floats(sparsity, "--sparsity"),
-        fixed_q=parse_floats(fixed_q, "--fixed-q"),
-        min_share=min_share,
-    )
-
-
-def check_group_count(config: PlanConfig, count: int) -> None:
-    """Per-group options must give one value per group."""
-    for name, values in (("--sparsity", config.sparsity), ("--fixed-q", config.fixed_q)):
-        if values is not None and len(values) != count:
-            raise CliError(f"{name} has {len(values)} values for {count} groups")
-
-
-def build_request(eps: str, n: int, sizes: str | None, *config_options: Any) -> tuple[Groups, PlanConfig]:
-    """Validate the options of `solve` (``config_options`` as :func:`build_config` takes them after n)."""
-    groups = Groups.from_budgets(parse_floats(eps, "--eps") or (), n, parse_ints(sizes, "--sizes"))
-    config = build_config(n, *config_options)
-    check_group_count(config, groups.count)
-    return groups, config
-
-
-def build_baselines(
-    methods: str | None,
-    model_dim: int | None,
-    pfa_dim: int,
-    pfa_window: int,
-    pfa_subspace: str,
-    saving_rounds: int | None,
-    saving_noise: float,
-) -> tuple[tuple[str, ...], BaselineOptions]:
-    """Validate ``--methods`` and the baselines' options (before anything is solved)."""
-    names = baseline_names(methods.split(","), model_dim) if methods else ()
-    if "PFA" in names and model_dim is None:
-        raise CliError("pfa needs --model-dim: the model's parameter count d (fmnist's CNN: 26010)")
-    options = BaselineOptions(pfa_dim, pfa_window, pfa_subspace, model_dim, saving_rounds, saving_noise)
-    return names, options
 
 
 def _fmt(x: float, digits: int = 4) -> str:
@@ -300,7 +169,6 @@ def recommendation_line(p: Plan) -> str:
     )
 
 
-@app.command()
 @one_line_errors
 def solve(
     eps: Annotated[str | None, typer.Option("--eps", help="Privacy budget ε of each group: 0.5,1.5,3.0.")] = None,
@@ -353,7 +221,7 @@ def solve(
     if budgets is not None:
         if eps is not None or sizes is not None:
             raise CliError("--budgets replaces --eps and --sizes; give one or the other")
-        grouped, config = cli_extra.group_budgets(budgets, group_count, grouping, n, options)
+        grouped, config = group_budgets(budgets, group_count, grouping, n, options)
         groups = grouped.groups
         check_group_count(config, groups.count)
     elif eps is None or n is None:
@@ -376,7 +244,7 @@ def solve(
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     if grouped is not None:
-        cli_extra.render_grouping(grouped)
+        render_grouping(grouped)
     render_plan(result, out)
     if methods is not None and "all" in {x.strip().lower() for x in methods.split(",")}:
         saving = pld_saving_line(result)
@@ -387,7 +255,6 @@ def solve(
     out.print(recommendation_line(result), highlight=False, soft_wrap=True)
 
 
-@app.command("verify")
 @one_line_errors
 def verify_cmd(
     plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
@@ -405,17 +272,3 @@ def verify_cmd(
         spent = ", ".join(f"{s:.4g}≤{e:g}" for s, e in zip(m.epsilon_spent, m.epsilon))
         out.print(f"[green]OK[/] {m.name}: ε spent {spent}", highlight=False)
     out.print(f"{plan_file}: all {len(g.size)} groups within budget ({p.config.spending_accountant} accountant)")
-
-
-from hdp_planner import cli_extra, cli_select  # noqa: E402, F401  (cli_select registers select, fedsam-noise)
-from hdp_planner_flower.cli import flower as _flower  # noqa: E402  (imports flwr only when the command runs)
-from hdp_planner_train.cli import compare as _compare  # noqa: E402
-from hdp_planner_train.cli import train as _train  # noqa: E402
-
-app.command("train")(_train)
-app.command("compare")(_compare)
-app.command("flower")(_flower)
-
-
-def main() -> None:
-    app()

@@ -1,4 +1,4 @@
-"""``hdp-plan train``: registered by :mod:`hdp_planner.cli`. Imports torch only when the command runs."""
+"""``hdp-plan train`` and ``compare``: registered by :mod:`hdp_planner_cli.app`. Torch is imported when one runs."""
 
 from __future__ import annotations
 
@@ -6,33 +6,13 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from hdp_planner_cli.console import err as _err
+from hdp_planner_cli.console import fail as _fail
+from hdp_planner_cli.console import out as console
+from hdp_planner_cli.console import result_out as _out
+from hdp_planner_cli.options import DatasetOpt, ModelOpt, build_baselines, build_request
 from hdp_planner_train import TORCH_HINT
-
-_err = Console(stderr=True)
-_out = Console(soft_wrap=True)  # result lines are never broken (logs, pipes)
-
-# Options shared by train and compare (names are a contract).
-DatasetOpt = Annotated[str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        help="mlp (digits) | cnn (fmnist default, d = 26,010) | cnn2-paper (fmnist, McMahan et al. 2017's "
-        "2-layer CNN, d = 1,663,370) | cnn3 (svhn) | resnet18-gn (cifar10) | lstm (shakespeare) [the dataset's].",
-    ),
-]
-
-
-def _fail(message: str) -> None:
-    _err.print(
-        f"[bold red]error:[/] {escape(message.splitlines()[0]) if message else 'failed'}",
-        highlight=False,
-        soft_wrap=True,
-    )
-    raise typer.Exit(2)
 
 
 def train(
@@ -254,7 +234,6 @@ def compare(
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan compare needs PyTorch: {TORCH_HINT}")
-    from hdp_planner.cli import build_baselines, build_request
     from hdp_planner_train.compare import (
         PAPER_SETTINGS,
         PAPER_SPARSITY,
@@ -306,7 +285,6 @@ def compare(
     except (ValueError, OSError, KeyError) as exc:
         _fail(str(exc) or type(exc).__name__)
         return
-    from hdp_planner.cli import out as console  # wide enough for the table in logs
 
     summary = summarize(dataset, cfg.methods, rows)
     paths = write_results(cfg, rows, summary)

@@ -1,4 +1,4 @@
-"""``hdp-plan flower``: registered by :mod:`hdp_planner.cli`. Imports flwr and torch only when the command runs."""
+"""``hdp-plan flower``: registered by :mod:`hdp_planner_cli.app`. Imports flwr and torch only when the command runs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from hdp_planner_train.cli import DatasetOpt, _fail, _out  # the trainer's one-line errors and unwrapped result lines
+from hdp_planner_cli.console import fail as _fail
+from hdp_planner_cli.console import result_out as _out
+from hdp_planner_cli.options import DatasetOpt
 
 
 def flower(

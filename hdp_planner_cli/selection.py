@@ -1,7 +1,7 @@
 """``hdp-plan select`` (paper 003's privacy-aware client selection) and ``hdp-plan fedsam-noise`` (paper 002's
 client-level σ, exact against closed form).
 
-Registered on :data:`hdp_planner.cli.app` when :mod:`hdp_planner.cli` imports this module. cvxpy is imported
+Registered on the app by :mod:`hdp_planner_cli.app`. cvxpy is imported
 when Problem 1 is solved and matplotlib when a figure is drawn, never at start-up.
 """
 
@@ -19,7 +19,6 @@ from rich import box
 from rich.table import Table
 
 from hdp_planner import fedsam
-from hdp_planner.cli import CliError, app, err, one_line_errors, out
 from hdp_planner.files import write_json_atomic, write_text_atomic
 from hdp_planner.inputs import parse_floats
 from hdp_planner.selection import (
@@ -35,6 +34,8 @@ from hdp_planner.selection import (
     read_clients,
     solve_selection,
 )
+from hdp_planner_cli.console import err, one_line_errors, out
+from hdp_planner_cli.options import CliError
 
 SCHEMA = "hdp-plan-select/1"
 OUTPUT_FORMATS = (".csv", ".json")
@@ -204,7 +205,6 @@ def render_selection(ids: list[str], sol: SelectionSolution, noise: ClientNoise,
         )
 
 
-@app.command("select")
 @one_line_errors
 def select_cmd(
     clients: Annotated[str, typer.Argument(help="CSV with columns client_id, epsilon, num_samples.")],
@@ -277,7 +277,6 @@ def select_cmd(
         out.print(f"figure written to {plot}", highlight=False)
 
 
-@app.command("fedsam-noise")
 @one_line_errors
 def fedsam_noise_cmd(
     eps: Annotated[str | None, typer.Option("--eps", help="Budgets ε, comma-separated [the paper's settings].")] = None,

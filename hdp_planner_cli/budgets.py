@@ -1,7 +1,6 @@
 """``hdp-plan sweep``, ``plot`` and ``assign``, and the per-client-budget part of ``solve``.
 
-Registered on :data:`hdp_planner.cli.app` when :mod:`hdp_planner.cli` imports this module. Matplotlib is
-imported only by the commands that draw.
+Registered on the app by :mod:`hdp_planner_cli.app`. Matplotlib is imported only by the commands that draw.
 """
 
 from __future__ import annotations
@@ -26,7 +25,12 @@ from hdp_planner.budgets import (
     load_budgets,
     parse_group_count,
 )
-from hdp_planner.cli import (
+from hdp_planner.files import write_text_atomic
+from hdp_planner.plan import METHODS, PlanConfig
+from hdp_planner.planfile import load_plan
+from hdp_planner.sweep import parse_range, parse_values, sweep_plan
+from hdp_planner_cli.console import err, one_line_errors, out
+from hdp_planner_cli.options import (
     AccountantOpt,
     CliError,
     Clip,
@@ -42,17 +46,9 @@ from hdp_planner.cli import (
     SigmaModelOpt,
     Sizes,
     Sparsity,
-    app,
     build_config,
     build_request,
-    err,
-    one_line_errors,
-    out,
 )
-from hdp_planner.files import write_text_atomic
-from hdp_planner.plan import METHODS, PlanConfig
-from hdp_planner.planfile import load_plan
-from hdp_planner.sweep import parse_range, parse_values, sweep_plan
 
 
 def _progress() -> Progress:
@@ -69,7 +65,6 @@ def _progress() -> Progress:
 # --------------------------------------------------------------------------------------------- sweep
 
 
-@app.command()
 @one_line_errors
 def sweep(
     eps: Eps,
@@ -156,7 +151,6 @@ def sweep(
 # --------------------------------------------------------------------------------------------- plot
 
 
-@app.command("plot")
 @one_line_errors
 def plot_cmd(
     plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
@@ -207,7 +201,7 @@ def group_budgets(
     budgets: str, group_count: str, grouping: str, n: int | None, config_options: tuple
 ) -> tuple[Grouping, PlanConfig]:
     """``solve --budgets FILE``: read the clients' budgets and group them (``config_options`` as in
-    :func:`hdp_planner.cli.build_config` after n). Raises CliError/ValueError on bad input."""
+    :func:`hdp_planner_cli.options.build_config` after n). Raises CliError/ValueError on bad input."""
     if grouping not in GROUPINGS:
         raise CliError(f"--grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
     count = parse_group_count(group_count)
@@ -218,7 +212,6 @@ def group_budgets(
     return groups_from_budgets(budget, count, grouping, config), config
 
 
-@app.command("assign")
 @one_line_errors
 def assign_cmd(
     plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],

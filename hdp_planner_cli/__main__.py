@@ -1,0 +1,3 @@
+from hdp_planner_cli.app import main
+
+main()

@@ -1,0 +1,151 @@
+"""The options shared by ``hdp-plan``'s commands (names are a contract) and their parsers into the API's inputs.
+
+Imports nothing of the CLI: every command module imports its option types from here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from hdp_planner.baselines import BaselineOptions, baseline_names
+from hdp_planner.grouping import Groups
+from hdp_planner.inputs import parse_floats, parse_ints
+from hdp_planner.plan import PlanConfig
+
+
+class CliError(Exception):
+    """An error the user can fix: printed as one line, exit status 2."""
+
+
+# Options of `solve`, defined once and shared by every command that plans (names are a contract).
+Eps = Annotated[str, typer.Option("--eps", help="Privacy budget ε of each group, comma-separated: 0.5,1.5,3.0.")]
+N = Annotated[int, typer.Option("--n", help="Total number of clients n.")]
+Sizes = Annotated[str | None, typer.Option("--sizes", help="Clients per group, comma-separated [even split of n].")]
+Rounds = Annotated[int, typer.Option("--rounds", "-T", help="Training rounds T.")]
+Q = Annotated[float, typer.Option("--q", help="Global expected participation ratio q (Σ r_m = qn).")]
+Delta = Annotated[float | None, typer.Option("--delta", help="δ of (ε, δ)-DP [1/n^1.1].", show_default=False)]
+Clip = Annotated[float, typer.Option("--clip", "-C", help="Clipping threshold C of client updates.")]
+Lr = Annotated[float, typer.Option("--lr", help="Local learning rate η (enters μ4, μ5 and k_m).")]
+LocalSteps = Annotated[int, typer.Option("--local-steps", help="Local SGD steps τ per round.")]
+Sparsity = Annotated[
+    str | None, typer.Option("--sparsity", help="Fixed k_m/d per group, e.g. 0.7,0.8,0.9 [Remark 3's closed form].")
+]
+FixedQ = Annotated[
+    str | None, typer.Option("--fixed-q", help="Evaluate these per-group q_m instead of solving Problem 1.")
+]
+AccountantOpt = Annotated[
+    str, typer.Option("--accountant", help="Calibration of the final σ_m: rdp | pld | closed-form (Theorem 1).")
+]
+SigmaModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--sigma-model",
+        help="σ_m(q_m) in Problem 1: bound (Theorem 1, as Table 1) | accountant (RDP σ, Algorithm 1's noise).",
+    ),
+]
+LambdaOpt = Annotated[
+    str,
+    typer.Option(
+        "--lambda-convention",
+        help="Λ: exact (per-coordinate noise of the applied update) | paper (Table 5's convention).",
+    ),
+]
+# Options of the baselines (GDPFed Section 2, B.2), shared by `solve` and `compare`.
+ModelDim = Annotated[
+    int | None, typer.Option("--model-dim", help="Parameters d of the model (PFA keeps k/d of the projected noise).")
+]
+PfaDim = Annotated[int, typer.Option("--pfa-dim", help="PFA: dimension k of the public subspace.")]
+PfaWindow = Annotated[int, typer.Option("--pfa-window", help="PFA: latest public noisy sums spanning the subspace.")]
+PfaSubspace = Annotated[str, typer.Option("--pfa-subspace", help="PFA: top-k subspace by lanczos | randomized SVD.")]
+SavingRounds = Annotated[
+    int | None,
+    typer.Option("--saving-rounds", help="Time-adaptive: rounds that save budget [T/2].", show_default=False),
+]
+SavingNoise = Annotated[float, typer.Option("--saving-noise", help="Time-adaptive: σ multiplier while saving.")]
+MinShare = Annotated[
+    float,
+    typer.Option(
+        "--min-share",
+        help="F in [0, 1]: every group's weight share α_m ≥ F·|G_m|/n (1 = proportional) for HDP-Pooled and "
+        "Problem 1 (GDPFed-op/+); the recommendation only considers rows that meet it.",
+    ),
+]
+
+
+def build_config(
+    n: int,
+    rounds: int,
+    q: float,
+    delta: float | None,
+    clip: float,
+    lr: float,
+    local_steps: int,
+    sparsity: str | None,
+    fixed_q: str | None,
+    accountant: str,
+    sigma_model: str,
+    lambda_convention: str,
+    min_share: float = 0.0,
+) -> PlanConfig:
+    """Validate the configuration options of `solve` into the API's PlanConfig."""
+    return PlanConfig(
+        n=n,
+        rounds=rounds,
+        q=q,
+        delta=delta,
+        clip=clip,
+        lr=lr,
+        local_steps=local_steps,
+        accountant=accountant,  # type: ignore[arg-type]
+        sigma_model=sigma_model,  # type: ignore[arg-type]
+        lambda_convention=lambda_convention,  # type: ignore[arg-type]
+        sparsity=parse_floats(sparsity, "--sparsity"),
+        fixed_q=parse_floats(fixed_q, "--fixed-q"),
+        min_share=min_share,
+    )
+
+
+def check_group_count(config: PlanConfig, count: int) -> None:
+    """Per-group options must give one value per group."""
+    for name, values in (("--sparsity", config.sparsity), ("--fixed-q", config.fixed_q)):
+        if values is not None and len(values) != count:
+            raise CliError(f"{name} has {len(values)} values for {count} groups")
+
+
+def build_request(eps: str, n: int, sizes: str | None, *config_options: Any) -> tuple[Groups, PlanConfig]:
+    """Validate the options of `solve` (``config_options`` as :func:`build_config` takes them after n)."""
+    groups = Groups.from_budgets(parse_floats(eps, "--eps") or (), n, parse_ints(sizes, "--sizes"))
+    config = build_config(n, *config_options)
+    check_group_count(config, groups.count)
+    return groups, config
+
+
+def build_baselines(
+    methods: str | None,
+    model_dim: int | None,
+    pfa_dim: int,
+    pfa_window: int,
+    pfa_subspace: str,
+    saving_rounds: int | None,
+    saving_noise: float,
+) -> tuple[tuple[str, ...], BaselineOptions]:
+    """Validate ``--methods`` and the baselines' options (before anything is solved)."""
+    names = baseline_names(methods.split(","), model_dim) if methods else ()
+    if "PFA" in names and model_dim is None:
+        raise CliError("pfa needs --model-dim: the model's parameter count d (fmnist's CNN: 26010)")
+    options = BaselineOptions(pfa_dim, pfa_window, pfa_subspace, model_dim, saving_rounds, saving_noise)
+    return names, options
+
+
+# Options shared by train and compare (names are a contract).
+DatasetOpt = Annotated[str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="mlp (digits) | cnn (fmnist default, d = 26,010) | cnn2-paper (fmnist, McMahan et al. 2017's "
+        "2-layer CNN, d = 1,663,370) | cnn3 (svhn) | resnet18-gn (cifar10) | lstm (shakespeare) [the dataset's].",
+    ),
+]
