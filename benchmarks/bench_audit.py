@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from hdp_planner_train.aggregate import GroupSpec, SeededNoise, aggregate, sample_round
-from hdp_planner_train.canaries import CanaryAuditor
-from hdp_planner_train.engines import vectorized_deltas
-from hdp_planner_train.models import make_model
+from hdp_planner_train.audit.canaries import CanaryAuditor
+from hdp_planner_train.rules.aggregate import GroupSpec, SeededNoise, aggregate, sample_round
+from hdp_planner_train.simulator.engines import vectorized_deltas
+from hdp_planner_train.simulator.models import make_model
 
 SPEC = GroupSpec(
     method="gdpfed+", sizes=(2000, 2000, 2000), q=(0.0069, 0.0189, 0.0342), noise_multiplier=(1.19, 0.934, 0.838),

@@ -22,10 +22,10 @@ from dp_accounting.mechanism_calibration import ExplicitBracketInterval
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
-from hdp_planner import pld
-from hdp_planner.accounting import GaussianRounds, dp_event, reference_epsilon
-from hdp_planner.pld import calibrate_sigma_pld
-from hdp_planner.rdp import calibrate_q_rdp, calibrate_sigma_rdp
+from hdp_planner.accounting import pld
+from hdp_planner.accounting.calibration import GaussianRounds, dp_event, reference_epsilon
+from hdp_planner.accounting.pld import calibrate_sigma_pld
+from hdp_planner.accounting.rdp import calibrate_q_rdp, calibrate_sigma_rdp
 
 # (epsilon, delta, q, rounds): ε 0.1–20, δ 1e-9–1e-3, q 1e-4–0.5, rounds 1–1e4
 SIGMA_SETTINGS = [

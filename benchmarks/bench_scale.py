@@ -17,8 +17,8 @@ import tracemalloc
 
 import numpy as np
 
-from hdp_planner.budgets import groups_from_budgets
-from hdp_planner.plan import PlanConfig, clear_caches, solve_plan
+from hdp_planner.planning.budgets import groups_from_budgets
+from hdp_planner.planning.plan import PlanConfig, clear_caches, solve_plan
 
 
 def budgets(n: int, rng: np.random.Generator) -> np.ndarray:

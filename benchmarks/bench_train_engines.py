@@ -20,8 +20,8 @@ import time
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from hdp_planner_train.engines import loop_deltas, vectorized_deltas
-from hdp_planner_train.models import make_model
+from hdp_planner_train.simulator.engines import loop_deltas, vectorized_deltas
+from hdp_planner_train.simulator.models import make_model
 
 
 def main() -> None:

@@ -75,8 +75,8 @@ def main() -> None:
     print("| dataset | ours | paper | max rel. diff | noise term of Problem 1, ours / at paper q |")
     print("| --- | --- | --- | --- | --- |")
     from hdp_planner import Groups, PlanConfig
-    from hdp_planner.plan import sigma2_model
-    from hdp_planner.problem import SamplingProblem
+    from hdp_planner.planning.plan import sigma2_model
+    from hdp_planner.planning.problem import SamplingProblem
 
     for name, (eps, n, rounds, clip, q, tau) in SETTINGS.items():
         ours = [100 * x for x in run(name, fixed=False).groups.q]

@@ -11,7 +11,8 @@ An accountant proves what the mechanism *as specified* spends; canaries measure 
   each round with probability q_m on the audit's own stream, and its update 2·C_m·u_j goes through the real
   clipping, noise-share and aggregation code (clipped to C_m·u_j). "Out" canaries are never inserted: the null.
 - Estimate. Over all rounds, μ̂ = (mean z when inserted − mean z_out)/sd(z_out) is the canary's shift in noise
-  units, σ̂ = 1/μ̂ the noise multiplier it really faced, and ε̂ the PLD ε (dp-accounting, :mod:`hdp_planner.pld`)
+  units, σ̂ = 1/μ̂ the noise multiplier it really faced, and ε̂ the PLD ε (dp-accounting,
+  :mod:`hdp_planner.accounting.pld`)
   of PoissonSampled(q_m, Gaussian(σ̂)) composed T times at the plan's δ, with a bootstrap interval over canaries.
   The lag-1 correlation of z_out across rounds shows a reused noise stream (nowhere else does).
 - Proof. :func:`steinke_lower_bound` gives the rigorous one-run lower bound of Steinke, Nasr and Jagielski
@@ -156,7 +157,7 @@ def lag_correlation(z_out: np.ndarray) -> tuple[float | None, float | None]:
 def empirical_epsilon(sigma: float, q: float, rounds: int, delta: float) -> tuple[float, bool]:
     """PLD ε of PoissonSampled(q, Gaussian(σ)) over ``rounds`` at ``delta``; σ = ∞ (μ̂ ≤ 0) gives 0. Also whether
     σ was raised to :data:`EPSILON_SIGMA_FLOOR`."""
-    from hdp_planner.pld import pld_epsilon
+    from hdp_planner.accounting.pld import pld_epsilon
 
     if not sigma > 0 or math.isinf(sigma):
         return 0.0, False

@@ -16,7 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hdp_planner.budgets import (
+from hdp_planner.io.files import write_text_atomic
+from hdp_planner.planfile.document import load_plan
+from hdp_planner.planning.budgets import (
     GROUPINGS,
     BudgetError,
     Grouping,
@@ -25,10 +27,8 @@ from hdp_planner.budgets import (
     load_budgets,
     parse_group_count,
 )
-from hdp_planner.files import write_text_atomic
-from hdp_planner.plan import METHODS, PlanConfig
-from hdp_planner.planfile import load_plan
-from hdp_planner.sweep import parse_range, parse_values, sweep_plan
+from hdp_planner.planning.plan import METHODS, PlanConfig
+from hdp_planner.planning.sweep import parse_range, parse_values, sweep_plan
 from hdp_planner_cli.console import err, one_line_errors, out
 from hdp_planner_cli.options import (
     AccountantOpt,
@@ -94,7 +94,7 @@ def sweep(
     ] = None,
 ) -> None:
     """Re-solve the plan while one parameter varies (GDPFed Figure 2: optimal q_m against ε_1)."""
-    from hdp_planner.sweep import parse_vary
+    from hdp_planner.planning.sweep import parse_vary
 
     groups, config = build_request(
         eps,
@@ -117,7 +117,7 @@ def sweep(
     points = parse_values(values) if values is not None else parse_range(range_ or "")
     varied = parse_vary(vary, groups)
     if plot:
-        from hdp_planner.plots import check_figure_path
+        from hdp_planner.report.plots import check_figure_path
 
         check_figure_path(plot)
     if csv_path:
@@ -142,7 +142,7 @@ def sweep(
         write_text_atomic(csv_path, result.to_csv())
         out.print(f"sweep written to {csv_path}", highlight=False)
     if plot:
-        from hdp_planner.plots import save_sweep
+        from hdp_planner.report.plots import save_sweep
 
         save_sweep(result, plot)
         out.print(f"figure written to {plot}", highlight=False)
@@ -158,7 +158,7 @@ def plot_cmd(
     fmt: Annotated[str, typer.Option("--format", help="png | svg | pdf.")] = "png",
 ) -> None:
     """Draw a plan: Table 5's comparison, ε spent against rounds, and σ against q per group."""
-    from hdp_planner.plots import FORMATS, plot_plan
+    from hdp_planner.report.plots import FORMATS, plot_plan
 
     if fmt not in FORMATS:
         raise CliError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")

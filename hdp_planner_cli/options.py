@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
-from hdp_planner.baselines import BaselineOptions, baseline_names
-from hdp_planner.grouping import Groups
-from hdp_planner.inputs import parse_floats, parse_ints
-from hdp_planner.plan import PlanConfig
+from hdp_planner.io.inputs import parse_floats, parse_ints
+from hdp_planner.methods.baselines import BaselineOptions, baseline_names
+from hdp_planner.planning.grouping import Groups
+from hdp_planner.planning.plan import PlanConfig
 
 
 class CliError(Exception):

@@ -12,13 +12,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hdp_planner.accounting import calibrate_sigma
-from hdp_planner.baselines import add_baselines
-from hdp_planner.files import write_json_atomic
-from hdp_planner.noise import compare_noise
-from hdp_planner.plan import METHODS, MethodNoise, Plan, PlanConfig, solve_plan
-from hdp_planner.planfile import load_plan, plan_to_dict, verify
-from hdp_planner.pooled import recalibrated_lambda
+from hdp_planner.io.files import write_json_atomic
+from hdp_planner.methods.baselines import add_baselines
+from hdp_planner.methods.pooled import recalibrated_lambda
+from hdp_planner.planfile.document import load_plan, plan_to_dict, verify
+from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, rdp_sigmas, solve_plan
+from hdp_planner.rules.noise import compare_noise
 from hdp_planner_cli.budgets import group_budgets, render_grouping
 from hdp_planner_cli.console import err, one_line_errors, out
 from hdp_planner_cli.options import (
@@ -81,15 +80,14 @@ def render_plan(p: Plan, console: Console) -> None:
         title=f"GDPFed+ plan: n={c.n}, T={c.rounds}, q={c.q:g}, δ={c.delta:.3g}, C={c.clip:g}, "
         f"accountant={c.accountant}",
     )
-    pld = c.accountant == "pld"
+    rdp = rdp_sigmas(p)  # PLD plans: how much noise PLD saves over RDP at the same (ε_m, q_m)
     columns = ["group", "ε_m", "|G_m|", "q_m", "r_m", "σ_m", "σ_m²", "k_m/d", "ω_m", "ε spent"]
-    for col in columns + (["σ_m by RDP", "PLD saves"] if pld else []):
+    for col in columns + (["σ_m by RDP", "PLD saves"] if rdp else []):
         table.add_column(col, justify="right")
     for i in range(len(g.size)):
         extra = []
-        if pld:  # how much noise the tighter PLD accountant saves over RDP at the same (ε_m, q_m)
-            rdp_sigma = calibrate_sigma(g.epsilon[i], c.delta, g.q[i], c.rounds, "rdp")
-            extra = [_fmt(rdp_sigma), f"{100 * (1 - g.noise_multiplier[i] / rdp_sigma):.1f}% of σ"]
+        if rdp:
+            extra = [_fmt(rdp[i]), f"{100 * (1 - g.noise_multiplier[i] / rdp[i]):.1f}% of σ"]
         table.add_row(
             str(i + 1),
             _fmt(g.epsilon[i]),

@@ -18,10 +18,10 @@ import typer
 from rich import box
 from rich.table import Table
 
-from hdp_planner import fedsam
-from hdp_planner.files import write_json_atomic, write_text_atomic
-from hdp_planner.inputs import parse_floats
-from hdp_planner.selection import (
+from hdp_planner.io.files import write_json_atomic, write_text_atomic
+from hdp_planner.io.inputs import parse_floats
+from hdp_planner.methods import fedsam
+from hdp_planner.methods.selection import (
     ACCOUNTANTS,
     COUNT_RULE,
     PRIVACY_MODEL,
@@ -113,7 +113,7 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
 def save_selection_figure(problem: SelectionProblem, p: tuple[float, ...], path: str) -> Path:
     """003 Fig. 3: each client at (dataset size, ε), coloured by its selection probability; Problem 1's p
     beside the unbiased p^u on one colour scale (red: rarely, blue: often selected)."""
-    from hdp_planner.plots import pyplot, save_figure
+    from hdp_planner.report.plots import pyplot, save_figure
 
     plt = pyplot()
     sizes, eps = np.asarray(problem.num_samples), np.asarray(problem.epsilon)
@@ -244,7 +244,7 @@ def select_cmd(
     if output:
         _check_output(output)
     if plot:
-        from hdp_planner.plots import check_figure_path
+        from hdp_planner.report.plots import check_figure_path
 
         check_figure_path(plot)
     ids, eps, sizes = read_clients(clients)

@@ -109,7 +109,7 @@ def train(
         _fail(f"hdp-plan train needs PyTorch: {TORCH_HINT}")
     if (plot or resume) and not out:
         _fail("--plot and --resume need --out DIR")
-    from hdp_planner_train.trainer import SEEDED_NOTE, TrainConfig, run
+    from hdp_planner_train.simulator.trainer import SEEDED_NOTE, TrainConfig, run
 
     cfg = TrainConfig(
         plan=plan_file,
@@ -169,7 +169,7 @@ def train(
         accs = ", ".join(f"{a:.2f}%" for a in metrics["group_accuracy"])
         _out.print(f"accuracy on each group's classes: {accs}", highlight=False)
     if "client_privacy" in metrics:  # paper 003's selection methods: both noise rules, ε spent per group
-        from hdp_planner_train.private_selection import summary_lines
+        from hdp_planner_train.simulator.private_selection import summary_lines
 
         for line in summary_lines(metrics):
             _out.print(line, highlight=False)
@@ -234,7 +234,7 @@ def compare(
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan compare needs PyTorch: {TORCH_HINT}")
-    from hdp_planner_train.compare import (
+    from hdp_planner_train.simulator.compare import (
         PAPER_SETTINGS,
         PAPER_SPARSITY,
         SIMULATION,
@@ -245,8 +245,8 @@ def compare(
         summarize,
         write_results,
     )
-    from hdp_planner_train.data import load_federated
-    from hdp_planner_train.models import model_name
+    from hdp_planner_train.simulator.data import load_federated
+    from hdp_planner_train.simulator.models import model_name
 
     try:
         if dataset not in PAPER_SETTINGS:

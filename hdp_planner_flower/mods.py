@@ -2,8 +2,8 @@
 
 :func:`hdp_mod` wraps the user's train function (``@app.train(mods=[hdp_mod])``): the user's function trains the
 model it receives and replies with the trained model, as in any Flower app; the mod replaces that reply with
-Δ = θ_local − θ clipped to ‖Δ‖ ≤ C_m (``hdp_planner_train.aggregate.clip_rows``) and, under the ``secagg`` trust
-model, adds the client's share N(0, C_m²σ_m²/c) (``hdp_planner.noise.noise_share_std``, c = the round's joined
+Δ = θ_local − θ clipped to ‖Δ‖ ≤ C_m (``hdp_planner_train.rules.aggregate.clip_rows``) and, under the ``secagg`` trust
+model, adds the client's share N(0, C_m²σ_m²/c) (``hdp_planner.rules.noise.noise_share_std``, c = the round's joined
 count the server announced). The group, C_m, σ_m and c come from the server; the client only echoes the group so
 that the server can refuse a reply that claims another one. :func:`enroll` answers the server's enrolment query
 with the node's client id (``client-id`` in the node config, or the simulation's ``partition-id``).
@@ -15,9 +15,9 @@ import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 
-from hdp_planner.noise import noise_share_std
+from hdp_planner.rules.noise import noise_share_std
 from hdp_planner_flower.records import ARRAYS, HDP, flatten, unflatten
-from hdp_planner_train.aggregate import SecureNoise, clip_rows
+from hdp_planner_train.rules.aggregate import SecureNoise, clip_rows
 
 TRUST_MODELS = ("server", "secagg")
 

@@ -1,7 +1,7 @@
 """``hdp-plan flower``: a plan's method trained through Flower's simulation engine (Ray), one virtual node per client.
 
-Validation is the trainer's (:func:`hdp_planner_train.trainer._check`: plan verified, data partition of the plan's
-n, method in the plan); metrics are the trainer's (``base_metrics``, ``metrics.json``/``.csv``) plus
+Validation is the trainer's (:func:`hdp_planner_train.simulator.trainer._check`: plan verified, data partition of the
+plan's n, method in the plan); metrics are the trainer's (``base_metrics``, ``metrics.json``/``.csv``) plus
 ``"runtime": "flower"``, the flwr version and the trust model.
 """
 
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hdp_planner.methods.registry import REGISTRY
 from hdp_planner_flower import offline_env, require_flwr
 
-FLOWER_METHODS = ("dp-fedavg", "gdpfed", "gdpfed-op", "gdpfed+", "pfa", "idp-fedavg-sample", "idp-fedavg-scale",
-                  "time-adaptive", "hdp-pooled")  # fmt: skip
-"""The plan's client-level methods (rows of ``plan.json``) that run on Flower."""
+FLOWER_METHODS = tuple(key for key, m in REGISTRY.items() if m.flower)
+"""The plan's client-level methods (rows of ``plan.json``) that run on Flower (the method registry)."""
 
 TRUST_NOTES = {
     "server": "trusted server: clients send clipped updates, the server adds each group's full noise N(0, C²σ²)",
@@ -80,7 +80,7 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     offline_env()
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.strategy import groups_from_file
-    from hdp_planner_train.trainer import TrainConfig, _check
+    from hdp_planner_train.simulator.trainer import TrainConfig, _check
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
                      dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop",
@@ -101,7 +101,7 @@ def serve(p: Prepared, grid, progress=print):
     central evaluation; returns the strategy (its ``log`` holds the run)."""
     from hdp_planner_flower.app import central_evaluation, model_arrays
     from hdp_planner_flower.strategy import HdpStrategy
-    from hdp_planner_train.scaffold import round_description
+    from hdp_planner_train.simulator.scaffold import round_description
 
     def on_round(rnd: int, stats, seconds: float, res) -> None:
         acc, loss = float(res["accuracy"]), float(res["loss"])
@@ -115,7 +115,7 @@ def serve(p: Prepared, grid, progress=print):
              f"{p.cfg.trust} ({TRUST_NOTES[p.cfg.trust]})")  # fmt: skip
     auditor = None
     if p.cfg.audit:
-        from hdp_planner_train.canaries import CanaryAuditor
+        from hdp_planner_train.audit.canaries import CanaryAuditor
 
         auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.dataset), p.cfg.seed, p.cfg.audit_canaries)
     strategy = HdpStrategy(
@@ -134,7 +134,7 @@ def serve(p: Prepared, grid, progress=print):
 
 def finish(p: Prepared, strategy) -> dict[str, Any]:
     """The trainer's metrics of the run (``base_metrics``) plus the runtime's; written to ``--out`` if given."""
-    from hdp_planner_train.scaffold import _write_metrics, base_metrics
+    from hdp_planner_train.simulator.scaffold import _write_metrics, base_metrics
 
     log, spec = strategy.log, p.spec
     metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),
@@ -216,7 +216,7 @@ def run_config_server_app():
 
 
 def spec_dim(data, dataset: str) -> int:
-    from hdp_planner_train.models import make_model
+    from hdp_planner_train.simulator.models import make_model
 
     return int(sum(p.numel() for p in make_model(dataset, data.num_classes).parameters()))
 

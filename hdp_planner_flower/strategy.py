@@ -1,8 +1,10 @@
 """The server's side of a plan on Flower: one ``flwr.serverapp.strategy.Strategy`` (GDPFed Algorithm 1 per round).
 
-Per round and group m the strategy Poisson-samples the group's nodes with q_m (``hdp_planner.noise.poisson_sample``
+Per round and group m the strategy Poisson-samples the group's nodes with q_m
+(``hdp_planner.rules.noise.poisson_sample``
 on OS entropy; an empty round is fine), sends each sampled node the model, its group's C_m, σ_m and the round's
-joined count c_m, and turns the replies into the groups' noisy sums y_m; ``hdp_planner_train.aggregate.noisy_update``
+joined count c_m, and turns the replies into the groups' noisy sums y_m;
+``hdp_planner_train.rules.aggregate.noisy_update``
 (the simulator's own code) then applies Top-k / PFA's projection and the weights ω_m. Trust models:
 
 - ``server``: clients send clipped updates; the server re-clips them (``clip_rows``: a no-op for honest clients)
@@ -15,8 +17,8 @@ Nodes are mapped to groups by the server alone: an enrolment query asks every no
 ``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
 group. A federation whose node count differs from the plan's n, a missing or repeated client id, or a reply that
 claims another group than the one it was sent stops the run with :class:`FlowerRunError`. Before each round the
-per-group ledger (the plan's spending accountant, ``hdp_planner_train.scaffold.privacy_ledger``) is checked: the run
-stops before any group would exceed its ε.
+per-group ledger (the plan's spending accountant, ``hdp_planner_train.simulator.scaffold.privacy_ledger``) is checked:
+the run stops before any group would exceed its ε.
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from hdp_planner.noise import SecureRandom, noise_share_std, poisson_sample
-from hdp_planner.plan import Plan
+from hdp_planner.planning.plan import Plan
+from hdp_planner.rules.noise import SecureRandom, noise_share_std, poisson_sample
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, flatten, unflatten
-from hdp_planner_train.aggregate import (
+from hdp_planner_train.rules.aggregate import (
     GroupSpec,
     NoiseSource,
     RoundStats,
@@ -46,7 +48,7 @@ from hdp_planner_train.aggregate import (
     group_noise,
     noisy_update,
 )
-from hdp_planner_train.scaffold import RunLog, privacy_ledger
+from hdp_planner_train.simulator.scaffold import RunLog, privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
 """Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""
@@ -106,7 +108,7 @@ class HdpStrategy(Strategy):
             raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
         if auditor is not None and trust != "server":
             raise FlowerRunError("--audit needs --trust server: the server inserts the canaries and adds their noise")
-        self.auditor = auditor  # hdp_planner_train.canaries.CanaryAuditor: canary clients through the same round
+        self.auditor = auditor  # hdp_planner_train.audit.canaries.CanaryAuditor: canary clients through the same round
         self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
         self.uniform = SecureRandom() if uniform is None else uniform  # who joins: OS CSPRNG, never a seed

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from hdp_planner import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
-from hdp_planner.accounting import (
+from hdp_planner.accounting.calibration import (
     CalibrationMemo,
     calibrate_sigmas,
     closed_form_sigma2,
@@ -95,7 +95,7 @@ def test_batched_calibration_and_spending(accountant):
 
 
 def test_memo_calibrates_only_new_groups_and_records_their_spending(monkeypatch):
-    from hdp_planner import rdp
+    from hdp_planner.accounting import rdp
 
     calls = []
     real = rdp.calibrate_sigmas_rdp

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hdp_planner import audit
-from hdp_planner.rdp import rdp_epsilon
+from hdp_planner.accounting.rdp import rdp_epsilon
 
 torch = pytest.importorskip("torch")
 
-from hdp_planner_train import aggregate as agg  # noqa: E402
-from hdp_planner_train.canaries import CanaryAuditor  # noqa: E402
+from hdp_planner_train.audit.canaries import CanaryAuditor  # noqa: E402
+from hdp_planner_train.rules import aggregate as agg  # noqa: E402
 
 ROUNDS, DELTA = 50, 6000**-1.1
 FMNIST = agg.GroupSpec(
@@ -272,7 +272,7 @@ def test_cli_train_audit_in_a_secure_run(digits_plan_file, tmp_path):
 
 
 def test_resumed_audited_run_reproduces_the_audit(digits_plan_file, tmp_path):
-    from hdp_planner_train.trainer import TrainConfig, run
+    from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     def train(out, rounds, resume=False):
         cfg = TrainConfig(plan=str(digits_plan_file), method="gdpfed+", dataset="digits", rounds=rounds, out=str(out),

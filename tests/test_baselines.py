@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hdp_planner import PlanFileError, load_plan, plan, save_plan, verify
-from hdp_planner.accounting import GaussianRounds, epsilon_spent, reference_epsilon
-from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines, baseline_names, idp_fedavg_sample
-from hdp_planner.noise import lambda_exact
-from hdp_planner.rdp import rdp_epsilon
-from hdp_planner.schedule import calibrate_schedule, schedule_epsilon, truncate
+from hdp_planner.accounting.calibration import GaussianRounds, epsilon_spent, reference_epsilon
+from hdp_planner.accounting.rdp import rdp_epsilon
+from hdp_planner.accounting.schedule import calibrate_schedule, schedule_epsilon, truncate
+from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines, baseline_names
+from hdp_planner.methods.idp_fedavg import idp_fedavg_sample
+from hdp_planner.rules.noise import lambda_exact
 
 D = 10_000  # a model dimension for PFA's Λ (the planner never builds the model)
 

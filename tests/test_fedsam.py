@@ -7,8 +7,8 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from hdp_planner.accounting import GaussianRounds, epsilon_spent
-from hdp_planner.fedsam import ORDER_CONDITION, PAPER_RATE, PAPER_ROUNDS, PAPER_SETTINGS, fedsam_noise
+from hdp_planner.accounting.calibration import GaussianRounds, epsilon_spent
+from hdp_planner.methods.fedsam import ORDER_CONDITION, PAPER_RATE, PAPER_ROUNDS, PAPER_SETTINGS, fedsam_noise
 from hdp_planner_cli.app import app
 
 runner = CliRunner()

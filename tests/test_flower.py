@@ -21,14 +21,21 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
-from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
+from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower.app import DataSettings, client_app, model_arrays, train  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, HDP, flatten  # noqa: E402
 from hdp_planner_flower.simulation import FLOWER_METHODS  # noqa: E402
 from hdp_planner_flower.strategy import FlowerRunError, HdpStrategy, groups_from_file  # noqa: E402
-from hdp_planner_train.aggregate import METHOD_NAMES, SeededNoise, aggregate, method_spec, round_seed, sample_round  # noqa: E402
-from hdp_planner_train.models import make_model  # noqa: E402
+from hdp_planner_train.rules.aggregate import (  # noqa: E402
+    METHOD_NAMES,
+    SeededNoise,
+    aggregate,
+    method_spec,
+    round_seed,
+    sample_round,
+)
+from hdp_planner_train.simulator.models import make_model  # noqa: E402
 
 N = 30  # virtual clients
 ROUNDS = 4  # the plan's T
@@ -130,7 +137,7 @@ def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, meth
 def test_audited_round_equals_the_simulators_audit(flower_plan, method):
     """--audit on Flower: the strategy inserts the same canaries as train --audit, through the same clipping and
     noise, and observes the same noisy sums (issue 14), so one round's update and canary projections are equal."""
-    from hdp_planner_train.canaries import CanaryAuditor
+    from hdp_planner_train.audit.canaries import CanaryAuditor
 
     sent: dict[int, torch.Tensor] = {}
 

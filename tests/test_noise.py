@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdp_planner.noise import clip_factor, lambda_exact, lambda_paper, noise_share_std, poisson_sample
+from hdp_planner.rules.noise import clip_factor, lambda_exact, lambda_paper, noise_share_std, poisson_sample
 
 
 @given(joined=st.integers(0, 50), clip=st.floats(0.1, 5), sigma=st.floats(0.1, 20))

@@ -14,18 +14,18 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import load_plan, plan, save_plan  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
-from hdp_planner_train import personal  # noqa: E402
-from hdp_planner_train.aggregate import method_spec  # noqa: E402
-from hdp_planner_train.data import DataError, load_federated, pathological_partition  # noqa: E402
-from hdp_planner_train.models import make_model, split_head  # noqa: E402
-from hdp_planner_train.personal import (  # noqa: E402
+from hdp_planner_train.rules.aggregate import method_spec  # noqa: E402
+from hdp_planner_train.simulator import personal  # noqa: E402
+from hdp_planner_train.simulator.data import DataError, load_federated, pathological_partition  # noqa: E402
+from hdp_planner_train.simulator.models import make_model, split_head  # noqa: E402
+from hdp_planner_train.simulator.personal import (  # noqa: E402
     client_update,
     evaluate_heads,
     head_mask,
     label_distribution,
     sam_step,
 )
-from hdp_planner_train.trainer import CHECKPOINT, TrainConfig, TrainError, privacy_ledger, run  # noqa: E402
+from hdp_planner_train.simulator.trainer import CHECKPOINT, TrainConfig, TrainError, privacy_ledger, run  # noqa: E402
 
 ROUNDS = 4
 

@@ -9,8 +9,8 @@ import pytest
 from conftest import PAPER, paper_plan
 
 from hdp_planner import Groups, PlanConfig, plan, solve_plan, verify
-from hdp_planner.plan import sigma2_model
-from hdp_planner.problem import SamplingProblem
+from hdp_planner.planning.plan import sigma2_model
+from hdp_planner.planning.problem import SamplingProblem
 
 
 @pytest.mark.parametrize("name", list(PAPER))
@@ -90,3 +90,15 @@ def test_plan_validates_its_inputs():
         plan((0.5, -1.0), 100)
     with pytest.raises(dataclasses.FrozenInstanceError):
         PlanConfig(n=10).q = 0.5  # type: ignore[misc]
+
+
+def test_rdp_sigmas_are_what_pld_saves_over_rdp():
+    from hdp_planner.accounting.calibration import calibrate_sigma
+    from hdp_planner.planning.plan import rdp_sigmas
+
+    p = plan([0.5, 1.5, 3.0], n=600, rounds=20, accountant="pld")
+    rdp = rdp_sigmas(p)
+    g = p.groups
+    assert rdp == tuple(calibrate_sigma(e, p.config.delta, q, 20, "rdp") for e, q in zip(g.epsilon, g.q))
+    assert all(s < r for s, r in zip(g.noise_multiplier, rdp))  # PLD is the tighter accountant
+    assert rdp_sigmas(plan([0.5, 1.5, 3.0], n=600, rounds=20)) is None

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hdp_planner import PlanFileError, load_plan, plan, plan_to_dict, save_plan, verify
-from hdp_planner.planfile import SCHEMA
+from hdp_planner.planfile.document import SCHEMA
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ def test_broken_files(tmp_path, plan_path):
 
 def _lower_sigma(doc, method, group, factor):
     """Lower one group's σ in ``method`` and repair every derived field, so only the accountant can object."""
-    from hdp_planner.noise import lambda_exact
+    from hdp_planner.rules.noise import lambda_exact
 
     names = ("GDPFed-op", "GDPFed+") if method in ("GDPFed-op", "GDPFed+") else (method,)
     for name in names:

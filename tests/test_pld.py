@@ -1,4 +1,4 @@
-"""hdp_planner.pld against dp-accounting's PLDAccountant at its default discretization."""
+"""hdp_planner.accounting.pld against dp-accounting's PLDAccountant at its default discretization."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdp_planner.accounting import dp_event
-from hdp_planner.pld import calibrate_sigma_pld, pld_epsilon
-from hdp_planner.rdp import calibrate_sigma_rdp
+from hdp_planner.accounting.calibration import dp_event
+from hdp_planner.accounting.pld import calibrate_sigma_pld, pld_epsilon
+from hdp_planner.accounting.rdp import calibrate_sigma_rdp
 
 
 def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:

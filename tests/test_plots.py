@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from hdp_planner import plan as make_plan
-from hdp_planner.plots import figure_format, plot_plan, save_sweep
-from hdp_planner.sweep import sweep_plan
+from hdp_planner.planning.sweep import sweep_plan
+from hdp_planner.report.plots import figure_format, plot_plan, save_sweep
 from hdp_planner_cli.app import app
 
 runner = CliRunner()
@@ -49,7 +49,7 @@ def test_figure_formats(tmp_path, small_plan):
 
 
 def small_plan_groups():
-    from hdp_planner.grouping import Groups
+    from hdp_planner.planning.grouping import Groups
 
     return Groups.from_budgets((0.5, 1.5, 3.0), 600)
 

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hdp_planner import PlanFileError, load_plan, plan, save_plan, verify
-from hdp_planner.accounting import GaussianRounds, reference_epsilon
-from hdp_planner.baselines import BaselineOptions, add_baselines, baseline_names
-from hdp_planner.plan import calibrated_sigma
-from hdp_planner.pooled import best_shares, objective, recalibrated_lambda
+from hdp_planner.accounting.calibration import GaussianRounds, reference_epsilon
+from hdp_planner.methods.baselines import BaselineOptions, add_baselines, baseline_names
+from hdp_planner.methods.pooled import best_shares, objective, recalibrated_lambda
+from hdp_planner.planning.plan import calibrated_sigma
 from hdp_planner_cli.app import app
-from hdp_planner_train.data import DataError, group_class_partition, parse_group_classes
+from hdp_planner_train.simulator.data import DataError, group_class_partition, parse_group_classes
 
 ROWS = ("IDP-FedAvg-Sample", "IDP-FedAvg-Scale", "HDP-Pooled")
 runner = CliRunner()
@@ -188,8 +188,8 @@ def test_group_class_partition_gives_each_group_only_its_classes():
 def test_training_reports_accuracy_on_each_groups_classes(tmp_path):
     """train --group-classes: per-group accuracy whose class-count-weighted mean is the overall accuracy."""
     pytest.importorskip("torch")
-    from hdp_planner_train.data import load_federated
-    from hdp_planner_train.trainer import TrainConfig, run
+    from hdp_planner_train.simulator.data import load_federated
+    from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     p = pooled_plan([0.5, 1.5, 3.0], [40, 40, 40], q=0.1, clip=1.5)
     save_plan(p, tmp_path / "plan.json")

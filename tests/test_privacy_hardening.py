@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from hdp_planner import PlanFileError, load_plan, plan, plan_to_dict, verify
-from hdp_planner.accounting import quiet_dp_accounting
-from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines
-from hdp_planner.noise import (
+from hdp_planner.accounting.calibration import quiet_dp_accounting
+from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
+from hdp_planner.rules.noise import (
     aggregation_weights,
     lambda_exact,
     lambda_for,
@@ -27,7 +27,7 @@ from hdp_planner.noise import (
 
 torch = pytest.importorskip("torch")
 
-from hdp_planner_train.aggregate import (  # noqa: E402
+from hdp_planner_train.rules.aggregate import (  # noqa: E402
     METHOD_NAMES,
     GroupSpec,
     SecureNoise,
@@ -77,7 +77,7 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
     b, _ = aggregate(deltas, [0, 0, 1], spec, noise_source("secure", 0, 0))
     assert float(a.var()) == pytest.approx(0.25 * (1.0 + 4.0), rel=0.03)
     assert not torch.equal(a, b)
-    from hdp_planner_train.aggregate import group_noise
+    from hdp_planner_train.rules.aggregate import group_noise
 
     for joined in (0, 1, 7):  # secure: the group's noise sum in one draw of its own law N(0, C²σ²)
         noise = group_noise(d, joined, 1.5, 0.8, SecureNoise(), "cpu", torch.float64)
@@ -101,8 +101,8 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
     seed=st.integers(0, 2**31),
 )
 def test_clipped_rows_never_exceed_c(rows, d, scale, clip, dtype, seed):
-    from hdp_planner_train.aggregate import clip_rows
-    from hdp_planner_train.private_selection import clip_per_example
+    from hdp_planner_train.rules.aggregate import clip_rows
+    from hdp_planner_train.simulator.private_selection import clip_per_example
 
     dt = getattr(torch, dtype)
     x = torch.randn(rows, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
@@ -120,8 +120,8 @@ def test_clipped_rows_never_exceed_c(rows, d, scale, clip, dtype, seed):
 
 def test_float32_rows_clipped_naively_exceed_c_and_ours_do_not():
     """The review's finding: float64 norms, float32 scaling can leave ‖Δ‖ > C; clip_rows never does."""
-    from hdp_planner.noise import clip_factor
-    from hdp_planner_train.aggregate import clip_rows
+    from hdp_planner.rules.noise import clip_factor
+    from hdp_planner_train.rules.aggregate import clip_rows
 
     x = torch.randn(2000, 5000, generator=torch.Generator().manual_seed(0)) * 3
     naive = x * torch.as_tensor(clip_factor(torch.linalg.vector_norm(x.double(), dim=1).numpy(), 1.0),
@@ -349,7 +349,7 @@ def test_a_tampered_plan_is_rejected_or_executes_within_every_budget(tmp_path_fa
        method=st.sampled_from(PRIVATE_METHODS))
 def test_train_refuses_a_tampered_plan_or_executes_within_every_budget(tmp_path_factory, data, name, fix, method):
     """The trainer's own check before round 1 (no training): refuse, or the spec it returns is within budget."""
-    from hdp_planner_train.trainer import TrainConfig, TrainError, _check
+    from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, _check
 
     original = json.loads(base_document(name))
     doc = data.draw(mutations(original, METHOD_NAMES[method]))
@@ -368,7 +368,7 @@ def test_the_independent_check_catches_finding_1():
     as written (the old trainer's spec) it would overspend, so the independent check above is not vacuous."""
     import dataclasses
 
-    from hdp_planner.planfile import plan_from_dict
+    from hdp_planner.planfile.document import plan_from_dict
 
     p = plan_from_dict(json.loads(base_document("three")))
     q = p.config.q
@@ -398,7 +398,7 @@ DIAGNOSTICS = ("noise_lambda_measured", "noise_lambda_applied", "joined_per_roun
 
 
 def _train(plan_file, out, **kw):
-    from hdp_planner_train.trainer import TrainConfig, run
+    from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     base = dict(plan=str(plan_file), dataset="digits", rounds=2, out=None if out is None else str(out),
                 progress=False)
@@ -406,7 +406,7 @@ def _train(plan_file, out, **kw):
 
 
 def test_secure_run_writes_no_membership_diagnostics_and_resumes(digits_plan_file, tmp_path):
-    from hdp_planner_train.trainer import CHECKPOINT
+    from hdp_planner_train.simulator.trainer import CHECKPOINT
 
     out = tmp_path / "secure"
     first = _train(digits_plan_file, out, rounds=1)  # --out: secure by default

@@ -1,4 +1,4 @@
-"""Paper 003's privacy-aware client selection in the trainer (hdp_planner_train.private_selection) and the
+"""Paper 003's privacy-aware client selection in the trainer (hdp_planner_train.simulator.private_selection) and the
 non-IID mix partition: selection probabilities, sampling with replacement, record-level DP-SGD, metrics."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ pytest.importorskip("cvxpy")
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
-from hdp_planner.selection import record_noise_multiplier, solve_selection  # noqa: E402
+from hdp_planner.methods.selection import record_noise_multiplier, solve_selection  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
-from hdp_planner_train.aggregate import SeededNoise  # noqa: E402
-from hdp_planner_train.data import DataError, load_federated, mixed_partition, mixed_split  # noqa: E402
-from hdp_planner_train.models import make_model  # noqa: E402
-from hdp_planner_train.private_selection import (  # noqa: E402
+from hdp_planner_train.rules.aggregate import SeededNoise  # noqa: E402
+from hdp_planner_train.simulator.data import DataError, load_federated, mixed_partition, mixed_split  # noqa: E402
+from hdp_planner_train.simulator.models import make_model  # noqa: E402
+from hdp_planner_train.simulator.private_selection import (  # noqa: E402
     ClientPrivacy,
     calibrate_clients,
     candidate_sets,
@@ -34,7 +34,7 @@ from hdp_planner_train.private_selection import (  # noqa: E402
     selection_probabilities,
     selection_problem,
 )
-from hdp_planner_train.trainer import TrainConfig, TrainError, run  # noqa: E402
+from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run  # noqa: E402
 
 N = 20  # digits clients: about 72 examples each
 ROUNDS = 3

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdp_planner.accounting import closed_form_sigma2
-from hdp_planner.noise import aggregation_weights, lambda_exact
-from hdp_planner.problem import Coefficients, SamplingProblem, closed_form_k_ratio, objective, reweighting
+from hdp_planner.accounting.calibration import closed_form_sigma2
+from hdp_planner.planning.problem import Coefficients, SamplingProblem, closed_form_k_ratio, objective, reweighting
+from hdp_planner.rules.noise import aggregation_weights, lambda_exact
 
 COEF = Coefficients(lr=0.1, local_steps=5)
 

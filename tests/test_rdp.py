@@ -1,4 +1,4 @@
-"""hdp_planner.rdp against dp-accounting's RdpAccountant (the reference it must reproduce)."""
+"""hdp_planner.accounting.rdp against dp-accounting's RdpAccountant (the reference it must reproduce)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdp_planner.accounting import GaussianRounds, reference_epsilon
-from hdp_planner.rdp import (
+from hdp_planner.accounting.calibration import GaussianRounds, reference_epsilon
+from hdp_planner.accounting.rdp import (
     DEFAULT_RDP_ORDERS,
     calibrate_q_rdp,
     calibrate_sigma_rdp,
@@ -160,7 +160,7 @@ def test_calibrate_sigma_q_one():
 
 
 def test_calibrate_sigma_huge_epsilon_clamps_at_sigma_min():
-    from hdp_planner.rdp import SIGMA_MIN
+    from hdp_planner.accounting.rdp import SIGMA_MIN
 
     sigma = calibrate_sigma_rdp(1e6, 1e-3, 1e-4, 1)
     assert sigma == pytest.approx(SIGMA_MIN)
@@ -224,7 +224,7 @@ def test_rdp_epsilon_invalid():
 def test_rdp_curve_is_dp_accountings_at_every_order(sigma, q):
     from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, _compute_rdp_poisson_subsampled_gaussian
 
-    from hdp_planner.accounting import quiet_dp_accounting
+    from hdp_planner.accounting.calibration import quiet_dp_accounting
 
     with quiet_dp_accounting():
         reference = np.asarray(_compute_rdp_poisson_subsampled_gaussian(q, sigma, DEFAULT_RDP_ORDERS))

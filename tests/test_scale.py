@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
-from hdp_planner.baselines import BaselineOptions, add_baselines  # noqa: E402
+from hdp_planner.methods.baselines import BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
-from hdp_planner_train.data import (  # noqa: E402
+from hdp_planner_train.simulator.data import (  # noqa: E402
     SEQ_LEN,
     TEST_PER_ROLE,
     DataError,
@@ -26,8 +26,8 @@ from hdp_planner_train.data import (  # noqa: E402
     parse_roles,
     select_roles,
 )
-from hdp_planner_train.engines import client_grads, default_chunk, loop_deltas, vectorized_deltas  # noqa: E402
-from hdp_planner_train.models import (  # noqa: E402
+from hdp_planner_train.simulator.engines import client_grads, default_chunk, loop_deltas, vectorized_deltas  # noqa: E402
+from hdp_planner_train.simulator.models import (  # noqa: E402
     DEFAULT_MODEL,
     MODELS,
     CharLSTM,
@@ -35,7 +35,7 @@ from hdp_planner_train.models import (  # noqa: E402
     model_dim,
     model_name,
 )
-from hdp_planner_train.trainer import TrainConfig, pfa_dim_mismatch  # noqa: E402
+from hdp_planner_train.simulator.trainer import TrainConfig, pfa_dim_mismatch  # noqa: E402
 
 runner = CliRunner()
 

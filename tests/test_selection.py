@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq
 from typer.testing import CliRunner
 
-from hdp_planner.accounting import GaussianRounds, epsilon_spent
-from hdp_planner.selection import (
+from hdp_planner.accounting.calibration import GaussianRounds, epsilon_spent
+from hdp_planner.methods.selection import (
     SelectionProblem,
     client_noise,
     inverse_subsampled_epsilon,
@@ -188,7 +188,7 @@ def test_selection_counts_bound_the_binomial_draws_with_the_stated_failure_proba
     runs (draws with replacement) exceed it no more often than β allows, and the expectation often."""
     from scipy.stats import binom
 
-    from hdp_planner.selection import SELECTION_FAILURE
+    from hdp_planner.methods.selection import SELECTION_FAILURE
 
     p = np.array([0.3, 0.6999, 0.0001, 0.05, 0.9])
     t = selection_counts(p, 10, 10)

@@ -17,11 +17,11 @@ pytest.importorskip("sklearn")
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
-from hdp_planner.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
-from hdp_planner.plan import Projection  # noqa: E402
-from hdp_planner.schedule import schedule_epsilon  # noqa: E402
+from hdp_planner.accounting.schedule import schedule_epsilon  # noqa: E402
+from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
+from hdp_planner.planning.plan import Projection  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
-from hdp_planner_train.aggregate import (  # noqa: E402
+from hdp_planner_train.rules.aggregate import (  # noqa: E402
     METHOD_NAMES,
     GroupSpec,
     SeededNoise,
@@ -33,10 +33,10 @@ from hdp_planner_train.aggregate import (  # noqa: E402
     sample_round,
     top_k_mask,
 )
-from hdp_planner_train.data import dirichlet_partition, load_federated  # noqa: E402
-from hdp_planner_train.engines import loop_deltas, vectorized_deltas  # noqa: E402
-from hdp_planner_train.models import make_model  # noqa: E402
-from hdp_planner_train.trainer import CHECKPOINT, TrainConfig, run  # noqa: E402
+from hdp_planner_train.simulator.data import dirichlet_partition, load_federated  # noqa: E402
+from hdp_planner_train.simulator.engines import loop_deltas, vectorized_deltas  # noqa: E402
+from hdp_planner_train.simulator.models import make_model  # noqa: E402
+from hdp_planner_train.simulator.trainer import CHECKPOINT, TrainConfig, run  # noqa: E402
 
 N_DIGITS = 120  # the digits partition's default client count
 
@@ -460,7 +460,7 @@ def test_a_diverged_run_is_still_recorded(tmp_path):
     """A loss that became NaN is written as null with "diverged": true (metrics.json refuses NaN itself)."""
     import json
 
-    from hdp_planner_train.trainer import _write_metrics
+    from hdp_planner_train.simulator.trainer import _write_metrics
 
     metrics = {"final_loss": float("nan"), "history": [{"round": 1, "accuracy": 10.0, "loss": float("nan")}],
                "epsilon_spent": [{"epsilon_spent": 0.5}], "noise": [float("inf"), 1.0]}  # fmt: skip

@@ -1,0 +1,1 @@
+"""Input/output helpers with no planning in them: atomic file writes, comma-separated option values."""

@@ -1,0 +1,63 @@
+"""The baselines of GDPFed (Section 2, Appendix B.2), planned on the same groups, sampling, clipping and noise.
+
+Each is a :class:`~hdp_planner.planning.plan.MethodNoise` added to a solved plan by :func:`add_baselines`, checked by
+the same accountant, written to and verified from the same plan file, and trained by ``hdp-plan train --method``:
+
+- ``pfa``: Projected Federated Averaging (Liu et al., VLDB 2021), adapted to three groups as in B.2;
+- ``idp-fedavg-sample`` / ``idp-fedavg-scale``: individualized DP-SGD (Boenisch et al., NeurIPS 2023) at client
+  level as in B.2 (following Kiani et al.), with the IDP-SGD authors' rules for q_m and C_m;
+- ``time-adaptive``: time-adaptive privacy spending (Kiani et al., ICLR 2025) as a per-round σ schedule;
+- ``hdp-pooled``: per-group q_m and C_m with one pooled draw, chosen for the least error
+(:mod:`hdp_planner.methods.pooled`).
+
+Every row is calibrated with the plan's accountant (time-adaptive composes RDP curves and stays RDP).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from hdp_planner.methods.options import SUBSPACES, BaselineOptions
+from hdp_planner.methods.registry import REGISTRY, Method
+from hdp_planner.planning.plan import Plan
+
+__all__ = ["BASELINES", "SUBSPACES", "BaselineOptions", "add_baselines", "baseline_names"]
+
+
+def _baselines() -> dict[str, Method]:
+    """The registered methods whose row is added to a solved plan (in registry order), by command-line name."""
+    return {key: m for key, m in REGISTRY.items() if m.build is not None}
+
+
+BASELINES: dict[str, str] = {key: m.row for key, m in _baselines().items()}
+"""Command-line name → plan name of each baseline (the registry's methods with a row builder)."""
+
+
+def baseline_names(methods: Sequence[str], model_dim: int | None = None) -> tuple[str, ...]:
+    """Plan names of the baselines among command-line method names (the planner's own four are always planned);
+    ``all`` names every baseline, PFA only when ``model_dim`` is given."""
+    baselines = {key: m.row for key, m in _baselines().items()}
+    core = {key for key, m in REGISTRY.items() if m.family == "fedavg" and m.build is None}
+    out = []
+    for name in methods:
+        key = name.strip().lower()
+        if key == "all":
+            out.extend(v for k, v in baselines.items() if k != "pfa" or model_dim is not None)
+        elif key in baselines:
+            out.append(baselines[key])
+        elif key not in core:
+            choices = ", ".join([*sorted(core), *baselines, "all"])
+            raise ValueError(f"unknown method {name.strip()!r}; choose from {choices}")
+    return tuple(dict.fromkeys(out))
+
+
+def add_baselines(plan: Plan, names: Sequence[str], options: BaselineOptions = BaselineOptions()) -> Plan:  # noqa: B008
+    """``plan`` with the named baselines (plan names, :data:`BASELINES` values) added to its methods, each built by
+    its registry entry (:attr:`Method.build`), and the notes the entries add."""
+    builders = {m.row: m for m in _baselines().values()}
+    for name in names:  # in order: HDP-Pooled reuses the IDP rows already added
+        if name not in {m.name for m in plan.methods}:
+            plan = dataclasses.replace(plan, methods=(*plan.methods, builders[name].build(plan, options)))
+    notes = tuple(note for m in builders.values() if m.row in names and m.note and (note := m.note(plan, options)))
+    return dataclasses.replace(plan, notes=plan.notes + notes)

@@ -1,0 +1,61 @@
+"""What a method is (issue 18): one frozen record per ``--method`` key, declared by the method's own module and
+collected by :mod:`hdp_planner.methods.registry`, which the planner, ``verify``, the trainer, ``compare``, the audit
+and Flower read instead of lists of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from hdp_planner.methods.options import BaselineOptions
+from hdp_planner.planning.plan import MethodNoise, Plan
+
+Family = Literal["fedavg", "personal", "selection"]
+"""The trainer that runs a method: the FedAvg rounds of Algorithm 2 (:mod:`hdp_planner_train.simulator.trainer`),
+the DP²-FedSAM family with personal heads (``personal``), or paper 003's client selection (``selection``)."""
+
+
+@dataclass(frozen=True)
+class RoundRules:
+    """How the rounds of a plan row run (GDPFed Algorithm 1 and the baselines' variants, :mod:`~.rules.noise`).
+
+    ``sampling``: every group at the plan's q (``plan-q``) or at its own q_m (``per-group-q``); ``pooled``: one noise
+    draw for the sum of every group (else one per group); ``clip``: the plan's C or a C_m per group; ``top_k``:
+    GDPFed+'s Top-k_m of each group's noisy sum; ``projection``: PFA's projection of one group's noisy sum;
+    ``schedule``: σ changes over the rounds (phases)."""
+
+    sampling: Literal["plan-q", "per-group-q"]
+    pooled: bool = False
+    clip: Literal["plan", "per-group"] = "plan"
+    top_k: bool = False
+    projection: bool = False
+    schedule: bool = False
+
+    @property
+    def row_keys(self) -> frozenset[str]:
+        """The optional keys of the row's ``noise`` entry in plan.json (and no other row may have them)."""
+        flags = {"pooled": self.pooled, "clip": self.clip == "per-group", "projection": self.projection}
+        return frozenset(k for k, on in {**flags, "schedule": self.schedule}.items() if on)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One ``--method`` key.
+
+    ``row``: the plan row (``noise`` entry) it trains from. ``rules``: that row's round rules, declared by the one
+    method that plans the row (None: the method trains from a row another method plans, e.g. p-fedavg from
+    DP-FedAvg's). ``build``: how the row is added to a solved plan (``(plan, BaselineOptions) -> MethodNoise``;
+    None: one of the rows Problem 1's solver plans, :func:`hdp_planner.planning.plan.solve_plan`). ``private``:
+    whether it adds the row's noise; ``audit``: ``train --audit`` covers it; ``flower``: it runs on Flower;
+    ``note``: a note for the plan when the row is built (or None)."""
+
+    key: str
+    row: str
+    family: Family = "fedavg"
+    rules: RoundRules | None = None
+    build: Callable[[Plan, BaselineOptions], MethodNoise] | None = None
+    private: bool = True
+    audit: bool = False
+    flower: bool = False
+    note: Callable[[Plan, BaselineOptions], str | None] | None = None

@@ -1,0 +1,40 @@
+"""The baselines' own options (GDPFed Section 2, B.2): PFA's subspace and time-adaptive's saving phase."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SUBSPACES: tuple[str, ...] = ("lanczos", "randomized")
+
+
+@dataclass(frozen=True)
+class BaselineOptions:
+    """The baselines' own parameters.
+
+    PFA: projection dimension k (``pfa_dim``; PFA's code defaults to 1), how many of the public group's latest
+    noisy sums span the subspace (``pfa_window``), the subspace method, and d (``model_dim``, needed for Λ: the
+    projected group keeps k/d of its noise). Time-adaptive: the first ``saving_rounds`` rounds [T/2] add
+    ``saving_noise`` times the noise of the later rounds.
+    """
+
+    pfa_dim: int = 1
+    pfa_window: int = 10
+    pfa_subspace: str = "lanczos"
+    model_dim: int | None = None
+    saving_rounds: int | None = None
+    saving_noise: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("pfa_dim", "pfa_window"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name.replace('_', ' ')} must be a positive integer, got {v}")
+        if self.pfa_dim > self.pfa_window:
+            raise ValueError(f"pfa dim {self.pfa_dim} needs a window of at least as many rounds, got {self.pfa_window}")
+        if self.pfa_subspace not in SUBSPACES:
+            raise ValueError(f"pfa subspace must be one of {', '.join(SUBSPACES)}, got {self.pfa_subspace!r}")
+        if self.model_dim is not None and (not isinstance(self.model_dim, int) or self.model_dim < self.pfa_dim):
+            raise ValueError(f"model dim must be an integer ≥ the pfa dim {self.pfa_dim}, got {self.model_dim}")
+        if not (isinstance(self.saving_noise, (int, float)) and math.isfinite(self.saving_noise)):
+            raise ValueError(f"saving noise must be a number ≥ 1, got {self.saving_noise}")

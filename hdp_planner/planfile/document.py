@@ -1,0 +1,422 @@
+"""plan.json: the versioned file a plan is written to, read back from, and verified from (schema hdp-plan/4).
+
+Reading validates every field and raises :class:`PlanFileError` (a ValueError) naming what is wrong;
+:func:`verify` re-derives every group's ε with the accountant from the file alone.
+
+hdp-plan/3 adds the baselines (:mod:`hdp_planner.methods.baselines`) to ``noise``, each with the keys of its own rules:
+``clip`` (per-group C_m), ``pooled`` (one noise draw for all groups), ``projection`` (PFA) and ``schedule``
+(per-round σ phases, each ``{"rounds", "noise_multiplier"}``). hdp-plan/4 adds HDP-Pooled (``pooled`` and
+``clip``), ``config.min_share`` and ``recommendation`` (``{"method", "lambda", "ratio_to_planned"}``, re-derived
+from the rows by :func:`verify`). Files of older schemas are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import platform
+from collections.abc import Callable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hdp_planner.io.files import write_json_atomic
+from hdp_planner.methods.options import SUBSPACES
+from hdp_planner.methods.registry import row_rules, rows
+from hdp_planner.planfile.mechanism import (
+    executed_mechanism,
+    mechanism_epsilon,
+    pooled_problem,
+    row_budgets,
+    row_problems,
+)
+from hdp_planner.planning.plan import (
+    METHODS,
+    PLANNED_METHOD,
+    MethodNoise,
+    Phase,
+    Plan,
+    PlanConfig,
+    Projection,
+    Recommendation,
+)
+from hdp_planner.rules.noise import aggregation_weights, lambda_exact, lambda_for, pooled_weights
+
+SCHEMA = "hdp-plan/4"
+GROUP_KEYS = ("epsilon", "size", "q", "noise_multiplier", "k_ratio", "weight", "epsilon_spent")
+REL_TOL = 1e-6
+
+
+def row_keys(name: str) -> frozenset[str]:
+    """The optional keys row ``name``'s noise entry must have, and no other row may (its round rules in the method
+    registry: :attr:`~hdp_planner.methods.method.RoundRules.row_keys`)."""
+    rules = row_rules(name)
+    return frozenset() if rules is None else rules.row_keys
+
+
+class PlanFileError(ValueError):
+    """A plan file that cannot be read, or whose content is impossible or inconsistent."""
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("hdp-planner", "dp-accounting", "numpy", "scipy"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "unknown"
+    return versions
+
+
+def _method_dict(m: MethodNoise) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "epsilon": list(m.epsilon),
+        "size": list(m.size),
+        "q": list(m.q),
+        "expected_clients": list(m.expected_clients),
+        "noise_multiplier": list(m.noise_multiplier),
+        "sigma2": list(m.sigma2),
+        "k_ratio": list(m.k_ratio),
+        "weight": list(m.weight),
+        "epsilon_spent": list(m.epsilon_spent),
+        "lambda": m.lam,
+        "lambda_exact": m.lambda_exact,
+    }
+    if m.clip is not None:
+        doc["clip"] = list(m.clip)
+    if m.pooled:
+        doc["pooled"] = True
+    if m.projection is not None:
+        doc["projection"] = dataclasses.asdict(m.projection)
+    if m.schedule is not None:
+        doc["schedule"] = [{"rounds": ph.rounds, "noise_multiplier": list(ph.noise_multiplier)} for ph in m.schedule]
+    return doc
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The JSON document of a plan; ``groups`` lists the planned (GDPFed+) parameters per group."""
+    c = plan.config
+    g = plan.groups
+    groups = [
+        {
+            "epsilon": g.epsilon[i],
+            "size": g.size[i],
+            "q": g.q[i],
+            "expected_clients": g.expected_clients[i],
+            "noise_multiplier": g.noise_multiplier[i],
+            "sigma2": g.sigma2[i],
+            "k_ratio": g.k_ratio[i],
+            "weight": g.weight[i],
+            "epsilon_spent": g.epsilon_spent[i],
+        }
+        for i in range(len(g.size))
+    ]
+    return {
+        "schema": SCHEMA,
+        "config": {
+            "n": c.n,
+            "rounds": c.rounds,
+            "q": c.q,
+            "delta": c.delta,
+            "clip": c.clip,
+            "lr": c.lr,
+            "local_steps": c.local_steps,
+            "accountant": c.accountant,
+            "sigma_model": c.sigma_model,
+            "lambda_convention": c.lambda_convention,
+            "sparsity": None if c.sparsity is None else list(c.sparsity),
+            "fixed_q": None if c.fixed_q is None else list(c.fixed_q),
+            "min_share": c.min_share,
+        },
+        "groups": groups,
+        "noise": {m.name: _method_dict(m) for m in plan.methods},
+        "recommendation": _recommendation_dict(plan),
+        "objective": plan.objective,
+        "uniform_objective": plan.uniform_objective,
+        "notes": list(plan.notes),
+        "versions": library_versions(),
+    }
+
+
+def _recommendation_dict(plan: Plan) -> dict[str, Any]:
+    r = plan.recommendation
+    return {"method": r.method, "lambda": r.lam, "ratio_to_planned": r.ratio_to_planned}
+
+
+def _reject_constant(token: str) -> float:
+    raise PlanFileError(f"not valid JSON: {token} is not a number")
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    """Load a plan file's JSON object, with errors that say what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise PlanFileError(f"plan file {path} not found")
+    try:
+        doc = json.loads(path.read_text(), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise PlanFileError(f"{path} is not a text file") from exc
+    except json.JSONDecodeError as exc:
+        raise PlanFileError(f"{path} is not valid JSON (truncated?): {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(doc, dict):
+        raise PlanFileError(f"{path} holds JSON but not a plan object")
+    if doc.get("schema") != SCHEMA:
+        raise PlanFileError(
+            f"{path} has schema {doc.get('schema')!r}, expected {SCHEMA!r}: re-create it with hdp-plan solve"
+        )
+    return doc
+
+
+def _field(obj: Mapping[str, Any], key: str, where: str, kind: Callable[[Any], bool], what: str) -> Any:
+    if key not in obj:
+        raise PlanFileError(f"{where}: missing {key!r}")
+    value = obj[key]
+    if not kind(value):
+        raise PlanFileError(f"{where}: {key!r} must be {what}, got {value!r}")
+    return value
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_list_of(kind: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and len(v) > 0 and all(kind(x) for x in v)
+
+
+def _optional_numbers(v: Any) -> bool:
+    return v is None or _is_list_of(_is_number)(v)
+
+
+def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
+    """Rebuild a :class:`Plan` from its JSON document, validating types, ranges and internal consistency."""
+    cfg = _field(doc, "config", "plan", lambda v: isinstance(v, dict), "an object")
+    try:
+        config = PlanConfig(
+            n=_field(cfg, "n", "config", _is_int, "an integer"),
+            rounds=_field(cfg, "rounds", "config", _is_int, "an integer"),
+            q=_field(cfg, "q", "config", _is_number, "a number"),
+            delta=_field(cfg, "delta", "config", _is_number, "a number"),
+            clip=_field(cfg, "clip", "config", _is_number, "a number"),
+            lr=_field(cfg, "lr", "config", _is_number, "a number"),
+            local_steps=_field(cfg, "local_steps", "config", _is_int, "an integer"),
+            accountant=_field(cfg, "accountant", "config", lambda v: isinstance(v, str), "a string"),
+            sigma_model=_field(cfg, "sigma_model", "config", lambda v: isinstance(v, str), "a string"),
+            lambda_convention=_field(cfg, "lambda_convention", "config", lambda v: isinstance(v, str), "a string"),
+            sparsity=_tuple_or_none(_field(cfg, "sparsity", "config", _optional_numbers, "null or a list of numbers")),
+            fixed_q=_tuple_or_none(_field(cfg, "fixed_q", "config", _optional_numbers, "null or a list of numbers")),
+            min_share=_field(cfg, "min_share", "config", _is_number, "a number"),
+        )
+    except PlanFileError:
+        raise
+    except ValueError as exc:
+        raise PlanFileError(f"config: {exc}") from exc
+    noise = _field(doc, "noise", "plan", lambda v: isinstance(v, dict), "an object")
+    unknown = sorted(set(noise) - set(rows()))
+    if unknown:
+        raise PlanFileError(f"noise: unknown method {unknown[0]!r}")
+    methods = []
+    for name in (*METHODS, *(b for b in rows() if b in noise and b not in METHODS)):
+        entry = _field(noise, name, "noise", lambda v: isinstance(v, dict), "an object")
+        methods.append(_method_from_dict(name, entry, config))
+    for m in methods[1:]:
+        if m.epsilon != methods[1].epsilon or m.size != methods[1].size:
+            raise PlanFileError(f"noise.{m.name}: groups (ε, size) differ from noise.{methods[1].name}")
+    groups = _field(doc, "groups", "plan", _is_list_of(lambda v: isinstance(v, dict)), "a non-empty list")
+    planned = methods[METHODS.index(PLANNED_METHOD)]
+    if len(groups) != len(planned.size):
+        raise PlanFileError(f"groups lists {len(groups)} groups but noise.{PLANNED_METHOD} has {len(planned.size)}")
+    for i, row in enumerate(groups):
+        for key in GROUP_KEYS:
+            value = _field(row, key, f"group {i + 1}", _is_number, "a number")
+            if not math.isclose(value, getattr(planned, key)[i], rel_tol=REL_TOL):
+                raise PlanFileError(f"group {i + 1}: {key} = {value} differs from noise.{PLANNED_METHOD}")
+    objective = _field(doc, "objective", "plan", _is_number, "a number")
+    uniform_objective = _field(doc, "uniform_objective", "plan", _is_number, "a number")
+    notes = _field(doc, "notes", "plan", lambda v: isinstance(v, list), "a list")
+    stored = _field(doc, "recommendation", "plan", lambda v: isinstance(v, dict), "an object")
+    recorded = Recommendation(
+        _field(stored, "method", "recommendation", lambda v: isinstance(v, str), "a string"),
+        _field(stored, "lambda", "recommendation", _is_number, "a number"),
+        _field(stored, "ratio_to_planned", "recommendation", _is_number, "a number"),
+    )
+    plan = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
+    plan = dataclasses.replace(plan, recorded=recorded)
+    problems = row_problems(plan)
+    if problems:  # a row that is not its method cannot be accounted as that method (issue 13)
+        raise PlanFileError(f"noise.{problems[0]}")
+    return plan
+
+
+def _tuple_or_none(v: list[float] | None) -> tuple[float, ...] | None:
+    return None if v is None else tuple(float(x) for x in v)
+
+
+def _method_from_dict(name: str, entry: Mapping[str, Any], config: PlanConfig) -> MethodNoise:
+    where = f"noise.{name}"
+    lists = {
+        key: _field(entry, key, where, _is_list_of(_is_number), "a non-empty list of numbers") for key in GROUP_KEYS
+    }
+    count = len(lists["size"])
+    for key, values in lists.items():
+        if len(values) != count:
+            raise PlanFileError(f"{where}: {key} has {len(values)} values for {count} groups")
+    checks = {
+        "epsilon": lambda v: v > 0,
+        "size": lambda v: float(v).is_integer() and v >= 1,
+        "q": lambda v: 0 < v <= 1,
+        "noise_multiplier": lambda v: v > 0,
+        "k_ratio": lambda v: 0 < v <= 1,
+        "weight": lambda v: v > 0,
+        "epsilon_spent": lambda v: v >= 0,
+    }
+    for key, ok in checks.items():
+        for i, v in enumerate(lists[key]):
+            if not ok(v):
+                raise PlanFileError(f"{where}, group {i + 1}: impossible {key} = {v}")
+    if sum(lists["size"]) != config.n:
+        raise PlanFileError(f"{where}: group sizes sum to {sum(lists['size'])}, not n = {config.n}")
+    rules = _rules(name, entry, where, count, config)
+    r = [q * s for q, s in zip(lists["q"], lists["size"])]
+    derived = {
+        "expected_clients": r,
+        "sigma2": [s * s for s in lists["noise_multiplier"]],
+        "weight": list(pooled_weights(r) if rules["pooled"] else aggregation_weights(r)),
+    }
+    for key, values in derived.items():
+        stored = _field(entry, key, where, _is_list_of(_is_number), "a non-empty list of numbers")
+        if len(stored) != count or not np.allclose(stored, values, rtol=REL_TOL, atol=0):
+            raise PlanFileError(f"{where}: {key} is inconsistent with q, size and noise_multiplier")
+    sigma, k, w = lists["noise_multiplier"], lists["k_ratio"], lists["weight"]
+    method = MethodNoise(
+        name=name,
+        epsilon=tuple(float(x) for x in lists["epsilon"]),
+        size=tuple(int(x) for x in lists["size"]),
+        q=tuple(float(x) for x in lists["q"]),
+        noise_multiplier=tuple(float(x) for x in sigma),
+        k_ratio=tuple(float(x) for x in k),
+        weight=tuple(float(x) for x in w),
+        epsilon_spent=tuple(float(x) for x in lists["epsilon_spent"]),
+        lam=0.0,
+        lambda_exact=0.0,
+        **rules,
+    )
+    _check_rules(method, where, config)
+    clips, rms = method.clips(config.clip), method.rms_noise_multiplier(config.rounds)
+    lam = lambda_for(config.lambda_convention, name, r, w, rms, k, clips, method.pooled)
+    lam_exact = lambda_exact(w, rms, k, clips, method.pooled)
+    for key, value in (("lambda", lam), ("lambda_exact", lam_exact)):
+        stored = _field(entry, key, where, _is_number, "a number")
+        if not math.isclose(stored, value, rel_tol=REL_TOL):
+            raise PlanFileError(f"{where}: {key} = {stored} but the file's parameters give {value:.6g}")
+    return dataclasses.replace(method, lam=lam, lambda_exact=lam_exact)
+
+
+def _rules(name: str, entry: Mapping[str, Any], where: str, count: int, config: PlanConfig) -> dict[str, Any]:
+    """The baseline keys of a noise entry (:func:`row_keys`), parsed and range-checked."""
+    allowed = row_keys(name)
+    present = {"clip", "pooled", "projection", "schedule"} & set(entry)
+    if present != allowed:
+        wrong = sorted(present ^ allowed)[0]
+        raise PlanFileError(f"{where}: {'missing' if wrong in allowed else 'unexpected'} {wrong!r}")
+    rules: dict[str, Any] = {
+        "pooled": _field(entry, "pooled", where, lambda v: v is True, "true") if "pooled" in entry else False
+    }
+    positive_list = _is_list_of(lambda v: _is_number(v) and v > 0)
+    if "clip" in entry:
+        clip = _field(entry, "clip", where, positive_list, "a list of positive numbers")
+        if len(clip) != count:
+            raise PlanFileError(f"{where}: clip has {len(clip)} values for {count} groups")
+        rules["clip"] = tuple(float(x) for x in clip)
+    if "projection" in entry:
+        proj = _field(entry, "projection", where, lambda v: isinstance(v, dict), "an object")
+        ints = {
+            key: _field(proj, key, f"{where}.projection", _is_int, "an integer")
+            for key in ("public", "projected", "dim", "window", "model_dim")
+        }
+        subspace = _field(proj, "subspace", f"{where}.projection", lambda v: v in SUBSPACES, " or ".join(SUBSPACES))
+        if not (0 <= ints["public"] < count and 0 <= ints["projected"] < count and ints["public"] != ints["projected"]):
+            raise PlanFileError(f"{where}.projection: public and projected must be two of the {count} groups")
+        if not 1 <= ints["dim"] <= min(ints["window"], ints["model_dim"]):
+            raise PlanFileError(f"{where}.projection: need 1 ≤ dim ≤ window and dim ≤ model_dim")
+        rules["projection"] = Projection(subspace=subspace, **ints)
+    if "schedule" in entry:
+        phases = _field(entry, "schedule", where, _is_list_of(lambda v: isinstance(v, dict)), "a list of phases")
+        rules["schedule"] = tuple(
+            Phase(
+                _field(ph, "rounds", f"{where}.schedule", lambda v: _is_int(v) and v >= 1, "a positive integer"),
+                tuple(float(x) for x in _field(ph, "noise_multiplier", f"{where}.schedule", positive_list, "σ > 0")),
+            )
+            for ph in phases
+        )
+    return rules
+
+
+def _check_rules(m: MethodNoise, where: str, config: PlanConfig) -> None:
+    """What the baseline keys imply: a schedule spanning T ending at σ, PFA's k/d (the rest of each
+    method's definition: :func:`hdp_planner.planfile.mechanism.row_problems`)."""
+    if m.schedule is not None:
+        if sum(ph.rounds for ph in m.schedule) != config.rounds:
+            raise PlanFileError(f"{where}: schedule phases do not add up to T = {config.rounds} rounds")
+        if any(len(ph.noise_multiplier) != len(m.size) for ph in m.schedule):
+            raise PlanFileError(f"{where}: every schedule phase needs one σ per group")
+        if m.schedule[-1].noise_multiplier != m.noise_multiplier:
+            raise PlanFileError(f"{where}: noise_multiplier must be the last schedule phase's σ")
+    if pooled_problem(m, config.clip):
+        raise PlanFileError(f"{where}: {pooled_problem(m, config.clip)}")
+    if m.projection is not None:
+        p = m.projection
+        if not math.isclose(m.k_ratio[p.projected], p.dim / p.model_dim, rel_tol=REL_TOL):
+            raise PlanFileError(f"{where}: the projected group's k_ratio must be dim/model_dim")
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file (types, ranges, consistency); privacy is checked by :func:`verify`."""
+    doc = read_document(path)
+    return plan_from_dict(doc)
+
+
+def save_plan(plan: Plan, path: str | Path) -> None:
+    write_json_atomic(path, plan_to_dict(plan))
+
+
+def verify(plan: Plan) -> list[str]:
+    """Re-derive every group's ε from the mechanism the trainer executes; one message per violation (empty: OK).
+
+    Checks every row against its method's definition (:func:`hdp_planner.planfile.mechanism.row_problems`), then
+    accounts
+    each group of the executed mechanism (:func:`~hdp_planner.planfile.mechanism.executed_mechanism`: Poisson rate q_m,
+    effective σ_m = noise std / C_m, a σ schedule composed with RDP) against the plan's budget for that group
+    (DP-FedAvg: the strictest ε), and the recorded ε spent against the recomputed one; last, a file's recorded
+    recommendation against the least-noise row its rows give.
+    """
+    c = plan.config
+    problems = row_problems(plan)
+    for m in plan.methods:
+        mech = executed_mechanism(m, c)
+        for i, (eps, q, spent) in enumerate(zip(row_budgets(plan, m), mech.q, m.epsilon_spent)):
+            actual = mechanism_epsilon(mech, i, c.rounds, c.delta, c.spending_accountant)
+            label = f"{m.name}, group {i + 1} (ε={eps:g})"
+            if actual > eps * (1 + 1e-9):
+                what = "its σ schedule" if mech.scheduled else f"σ={mech.noise_multiplier[i]:.6g}"
+                problems.append(f"{label}: {what} at q={q:.6g} spends ε={actual:.6g} > budget {eps:g}")
+            elif not math.isclose(actual, spent, rel_tol=1e-4, abs_tol=1e-9):
+                problems.append(f"{label}: file records ε spent {spent:.6g}, the accountant gives {actual:.6g}")
+    rec, got = plan.recommendation, plan.recorded
+    if got is not None and (
+        got.method != rec.method
+        or not math.isclose(got.lam, rec.lam, rel_tol=REL_TOL)
+        or not math.isclose(got.ratio_to_planned, rec.ratio_to_planned, rel_tol=REL_TOL)
+    ):
+        problems.append(
+            f"recommendation: the file recommends {got.method} (Λ = {got.lam:.6g}), its rows give {rec.method} "
+            f"(Λ = {rec.lam:.6g}, {rec.ratio_to_planned:.4g}x less than {PLANNED_METHOD})"
+        )
+    return problems

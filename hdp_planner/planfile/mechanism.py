@@ -1,0 +1,158 @@
+"""The mechanism a plan row is executed as, and the rules every row must follow (issue 13).
+
+A plan row (:class:`~hdp_planner.planning.plan.MethodNoise`) is only a description. What a client's privacy depends on
+is what the trainer executes for the client's group m in every round: Poisson sampling at rate q_m, clipping to
+C_m, and Gaussian noise of std s_m(t) on the sum the client's update enters. Its effective noise multiplier is
+σ_m(t) = s_m(t)/C_m (GDPFed Algorithm 1, Theorem 1's mechanism). :func:`executed_mechanism` derives exactly
+these numbers from a row; the trainer's ``GroupSpec`` takes its numbers from it, and ``verify`` accounts ε from
+it, so a row cannot be executed differently from how it was accounted.
+
+Per-group noise: s_m(t) = C_m·σ_m(t) (σ_m(t) from the row's schedule, or σ_m). A pooled row (IDP-FedAvg) draws one
+noise of std s(t) = C_1·σ_1(t) for the sum of every group, so group m's effective multiplier is s(t)/C_m.
+
+:func:`row_problems` checks each row against its method's definition (GDPFed Table 3, Appendix B.2): DP-FedAvg is
+one group of all n clients at the plan's q, noised for the strictest ε; every other row has the plan's groups;
+GDPFed, PFA, IDP-FedAvg-Scale and Time-adaptive sample every group at the plan's q; GDPFed+ has GDPFed-op's q and
+σ; IDP-FedAvg-Sample has one σ; a pooled row has one noise std C_m·σ_m.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hdp_planner.accounting.calibration import Accountant, GaussianRounds, epsilon_spent
+from hdp_planner.accounting.schedule import schedule_epsilon, truncate
+from hdp_planner.methods.registry import row_rules, rows
+from hdp_planner.planning.plan import MethodNoise, Plan, PlanConfig, Projection
+
+REL_TOL = 1e-6
+
+
+def uniform_q_rows() -> tuple[str, ...]:
+    """Rows whose every group is sampled at the plan's q (their round rules in the method registry)."""
+    return tuple(row for row in rows() if (rules := row_rules(row)) is not None and rules.sampling == "plan-q")
+
+
+@dataclass(frozen=True)
+class ExecutedMechanism:
+    """What the trainer runs for one row: per group m, Poisson rate ``q[m]`` over ``sizes[m]`` clients, clipping
+    to ``clip[m]``, and ``phases``: (rounds, effective σ_m) in order, noise std = clip[m]·σ_m. ``pooled``: one
+    draw for all groups (its std is ``clip[0]·σ_0``, equal to every clip[m]·σ_m by construction). The round's
+    other rules: the weight ω_m on each group's noisy sum, the kept fraction k_m/d (Top-k, or PFA's
+    ``projection``), and whether the row clips per group (``clip_per_group``: its own C_m, else the plan's C)."""
+
+    sizes: tuple[int, ...]
+    q: tuple[float, ...]
+    clip: tuple[float, ...]
+    phases: tuple[tuple[int, tuple[float, ...]], ...]
+    pooled: bool
+    scheduled: bool = False
+    weight: tuple[float, ...] = ()
+    k_ratio: tuple[float, ...] = ()
+    projection: Projection | None = None
+    clip_per_group: bool = False
+
+    @property
+    def noise_multiplier(self) -> tuple[float, ...]:
+        """σ_m of the last phase (the constant σ_m when there is one phase)."""
+        return self.phases[-1][1]
+
+    @property
+    def rounds(self) -> int:
+        return sum(r for r, _ in self.phases)
+
+    def group_phases(self, m: int) -> list[tuple[int, float]]:
+        """Group m's (rounds, effective σ) phases, for the accountant."""
+        return [(r, s[m]) for r, s in self.phases]
+
+
+def executed_mechanism(method: MethodNoise, config: PlanConfig) -> ExecutedMechanism:
+    """The mechanism the trainer executes for ``method``'s row (see the module docstring)."""
+    clip = method.clips(config.clip)
+    if method.schedule is None:
+        raw = ((config.rounds, method.noise_multiplier),)
+    else:
+        raw = tuple((ph.rounds, ph.noise_multiplier) for ph in method.schedule)
+    if method.pooled:  # one std s = C_1σ_1 for the whole pool: group m's effective multiplier is s/C_m
+        phases = tuple((r, tuple(clip[0] * s[0] / c for c in clip)) for r, s in raw)
+    else:
+        phases = tuple((r, tuple(float(x) for x in s)) for r, s in raw)
+    return ExecutedMechanism(
+        method.size,
+        method.q,
+        clip,
+        phases,
+        method.pooled,
+        method.schedule is not None,
+        method.weight,
+        method.k_ratio,
+        method.projection,
+        method.clip is not None,
+    )
+
+
+def mechanism_epsilon(mech: ExecutedMechanism, group: int, rounds: int, delta: float, accountant: Accountant) -> float:
+    """ε that ``group`` spends in the first ``rounds`` rounds of ``mech``: a σ schedule composed with RDP
+    (:mod:`hdp_planner.accounting.schedule`), a constant σ with ``accountant`` (the plan's spending accountant)."""
+    q = mech.q[group]
+    if not mech.scheduled:
+        return epsilon_spent(GaussianRounds(mech.noise_multiplier[group], q, rounds), delta, accountant)
+    return schedule_epsilon(truncate(mech.group_phases(group), rounds), q, delta)
+
+
+def row_budgets(plan: Plan, method: MethodNoise) -> tuple[float, ...]:
+    """The budget each group of ``method`` must meet: the plan's ε_m, or the strictest ε for one group of all n."""
+    groups = plan.groups
+    if len(method.size) == 1 and len(groups.size) > 1:
+        return (min(groups.epsilon),)
+    return groups.epsilon
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL)
+
+
+def _all_close(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+
+
+def pooled_problem(m: MethodNoise, default_clip: float) -> str | None:
+    """Why a pooled row's C_m·σ_m differ (one noise draw has one std), or None."""
+    std = [cm * s for cm, s in zip(m.clips(default_clip), m.noise_multiplier)]
+    if m.pooled and not all(_close(s, std[0]) for s in std):
+        return "a pooled noise draw needs the same C_m·σ_m in every group"
+    return None
+
+
+def row_problems(plan: Plan) -> list[str]:
+    """Where a row departs from its method's definition (empty: every row is what its method says)."""
+    c, groups = plan.config, plan.groups
+    problems = []
+    for m in plan.methods:
+        where = f"{m.name}"
+        if m.name == "DP-FedAvg":
+            if m.size != (c.n,):
+                problems.append(f"{where}: must be one group of all n = {c.n} clients, has sizes {list(m.size)}")
+                continue
+            if not _close(m.epsilon[0], min(groups.epsilon)):
+                problems.append(f"{where}: budget ε={m.epsilon[0]:g} is not the strictest ε={min(groups.epsilon):g}")
+            if not _close(m.q[0], c.q):
+                problems.append(f"{where}: q = {m.q[0]:.6g} is not the plan's q = {c.q:.6g}")
+            continue
+        if m.size != groups.size or not _all_close(m.epsilon, groups.epsilon):
+            problems.append(f"{where}: its groups (ε, size) are not the plan's groups")
+            continue
+        if m.name in uniform_q_rows() and not all(_close(q, c.q) for q in m.q):
+            problems.append(f"{where}: every group must be sampled at the plan's q = {c.q:.6g}")
+        if m.name == "GDPFed-op" and c.fixed_q is not None and not _all_close(m.q, c.fixed_q):
+            problems.append(f"{where}: q must be the plan's fixed q")
+        if m.name == "GDPFed+":
+            op = plan.method("GDPFed-op")
+            if not (_all_close(m.q, op.q) and _all_close(m.noise_multiplier, op.noise_multiplier)):
+                problems.append(f"{where}: q and σ must be GDPFed-op's")
+        if m.name == "IDP-FedAvg-Sample" and len(set(m.noise_multiplier)) != 1:
+            problems.append(f"{where}: must add one σ for every group")
+        if pooled_problem(m, c.clip):
+            problems.append(f"{where}: {pooled_problem(m, c.clip)}")
+    return problems

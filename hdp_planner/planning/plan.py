@@ -1,0 +1,406 @@
+"""A GDPFed+ plan: per-group q_m, σ_m, k_m and ω_m, with the noise of the four methods it is compared with.
+
+Methods (GDPFed Table 3/5):
+- DP-FedAvg: all n clients one group at rate q, noised for the strictest ε;
+- GDPFed: every group at rate q, each noised for its own ε_m;
+- GDPFed-op: Problem 1's q_m (or ``fixed_q``), each group noised for ε_m at q_m;
+- GDPFed+: GDPFed-op plus Top-k sparsification at k_m (``sparsity`` or Remark 3's closed form).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hdp_planner.accounting.calibration import (
+    CALIBRATIONS,
+    Accountant,
+    calibrate_sigma,
+    check_accountant,
+    check_delta,
+    check_ratio,
+    check_rounds,
+    closed_form_sigma2,
+)
+from hdp_planner.planning.grouping import Groups
+from hdp_planner.planning.problem import (
+    SIGMA_MODELS,
+    Coefficients,
+    SamplingProblem,
+    SigmaModel,
+    closed_form_k_ratio,
+    reweighting,
+)
+from hdp_planner.rules.noise import LAMBDA_CONVENTIONS, LambdaConvention, aggregation_weights, lambda_exact, lambda_for
+
+METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
+PLANNED_METHOD = "GDPFed+"
+SHARE_TOL = 1e-6
+"""Relative tolerance on weight shares against ``--min-share`` (the solvers meet it to ~1e-9)."""
+STARVED_CLIENTS = 0.5
+"""A group expecting fewer clients per round than this is reported as starved by Problem 1."""
+
+
+def _positive(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {value}")
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Everything a plan depends on besides the groups. ``delta=None`` means δ = 1/n^1.1 (GDPFed B.2)."""
+
+    n: int
+    rounds: int = 50
+    q: float = 0.02
+    delta: float | None = None
+    clip: float = 1.0
+    lr: float = 0.1
+    local_steps: int = 5
+    accountant: Accountant = "rdp"
+    sigma_model: SigmaModel = "bound"
+    lambda_convention: LambdaConvention = "exact"
+    sparsity: tuple[float, ...] | None = None
+    fixed_q: tuple[float, ...] | None = None
+    min_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n must be a positive integer, got {self.n}")
+        check_rounds(self.rounds)
+        check_ratio("q", self.q)
+        if self.delta is None:
+            object.__setattr__(self, "delta", self.n**-1.1)
+        check_delta(self.delta)
+        _positive("clip", self.clip)
+        _positive("lr", self.lr)
+        if isinstance(self.local_steps, bool) or not isinstance(self.local_steps, int) or self.local_steps < 1:
+            raise ValueError(f"local steps must be a positive integer, got {self.local_steps}")
+        check_accountant(self.accountant)
+        if self.sigma_model not in SIGMA_MODELS:
+            raise ValueError(f"sigma model must be one of {', '.join(SIGMA_MODELS)}, got {self.sigma_model!r}")
+        if self.lambda_convention not in LAMBDA_CONVENTIONS:
+            raise ValueError(
+                f"lambda convention must be one of {', '.join(LAMBDA_CONVENTIONS)}, got {self.lambda_convention!r}"
+            )
+        for k in self.sparsity or ():
+            if not (isinstance(k, (int, float)) and 0 < k <= 1):
+                raise ValueError(f"every sparsity k_m/d must lie in (0, 1], got {k}")
+        for qm in self.fixed_q or ():
+            check_ratio("every fixed q_m", qm)
+        f = self.min_share
+        if isinstance(f, bool) or not (isinstance(f, (int, float)) and 0 <= f <= 1):
+            raise ValueError(
+                f"min share F must lie in [0, 1] (F = 1: every group's weight share at least its population share; "
+                f"above 1 the shares cannot sum to 1), got {f}"
+            )
+
+    @property
+    def coefficients(self) -> Coefficients:
+        return Coefficients(self.lr, self.local_steps)
+
+    @property
+    def spending_accountant(self) -> Accountant:
+        """The accountant that measures ε: a closed-form σ is measured exactly, with RDP."""
+        return "rdp" if self.accountant == "closed-form" else self.accountant
+
+
+@dataclass(frozen=True)
+class Phase:
+    """``rounds`` consecutive rounds in which group m adds noise multiplier ``noise_multiplier[m]``."""
+
+    rounds: int
+    noise_multiplier: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Projection:
+    """PFA's projection (Liu et al., VLDB 2021): group ``projected``'s noisy sum is replaced by its orthogonal
+    projection onto the top-``dim`` principal subspace of group ``public``'s last ``window`` noisy sums, found by
+    ``subspace`` (lanczos | randomized SVD). Groups are 0-based; ``model_dim`` is d, the number of parameters."""
+
+    public: int
+    projected: int
+    dim: int
+    window: int
+    subspace: str
+    model_dim: int
+
+
+@dataclass(frozen=True)
+class MethodNoise:
+    """One method's per-group parameters and the noise Λ they put in the global update.
+
+    The last four fields are the baselines' (:mod:`hdp_planner.methods.baselines`): per-group clipping thresholds
+    (None: the plan's C), one pooled noise draw for all groups, PFA's projection, and a per-round σ schedule
+    whose last phase's σ is ``noise_multiplier`` (None: ``noise_multiplier`` in every round).
+    """
+
+    name: str
+    epsilon: tuple[float, ...]
+    size: tuple[int, ...]
+    q: tuple[float, ...]
+    noise_multiplier: tuple[float, ...]
+    k_ratio: tuple[float, ...]
+    weight: tuple[float, ...]
+    epsilon_spent: tuple[float, ...]
+    lam: float
+    lambda_exact: float
+    clip: tuple[float, ...] | None = None
+    pooled: bool = False
+    projection: Projection | None = None
+    schedule: tuple[Phase, ...] | None = None
+
+    @property
+    def expected_clients(self) -> tuple[float, ...]:
+        return tuple(q * s for q, s in zip(self.q, self.size))
+
+    @property
+    def sigma2(self) -> tuple[float, ...]:
+        return tuple(s * s for s in self.noise_multiplier)
+
+    def clips(self, default: float) -> tuple[float, ...]:
+        """C_m per group: the method's own thresholds, or ``default`` (the plan's C) for every group."""
+        return self.clip if self.clip is not None else tuple(default for _ in self.size)
+
+    def weight_share(self, default_clip: float) -> tuple[float, ...]:
+        """α_m = ω_m r_m C_m / Σ_j ω_j r_j C_j: group m's share of the update's weight (at clipped norm C_m).
+
+        GDPFed's weights give α_m = r_m²/Σr² (B.2), one pool with one C gives r_m/Σr, per-group clips r_mC_m/Σr_jC_j.
+        """
+        terms = [w * r * c for w, r, c in zip(self.weight, self.expected_clients, self.clips(default_clip))]
+        total = sum(terms)
+        return tuple(t / total for t in terms)
+
+    def rms_noise_multiplier(self, rounds: int) -> tuple[float, ...]:
+        """√(mean over the rounds of σ_m²) per group: what a schedule's noise costs Λ on average."""
+        if self.schedule is None:
+            return self.noise_multiplier
+        return tuple(
+            math.sqrt(sum(ph.rounds * ph.noise_multiplier[m] ** 2 for ph in self.schedule) / rounds)
+            for m in range(len(self.size))
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: its configuration, the four methods' noise, Problem 1's objective, and notes for the user."""
+
+    config: PlanConfig
+    methods: tuple[MethodNoise, ...]
+    objective: float
+    uniform_objective: float
+    notes: tuple[str, ...] = field(default=())
+    recorded: Recommendation | None = field(default=None, compare=False)
+    """The recommendation a plan file recorded (checked against :attr:`recommendation` by ``verify``)."""
+
+    def method(self, name: str) -> MethodNoise:
+        for m in self.methods:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    @property
+    def groups(self) -> MethodNoise:
+        """The planned per-group parameters (GDPFed+)."""
+        return self.method(PLANNED_METHOD)
+
+    @property
+    def population_share(self) -> tuple[float, ...]:
+        """|G_m|/n of every group."""
+        return tuple(s / self.config.n for s in self.groups.size)
+
+    def representation(self, m: MethodNoise) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Expected clients per round and weight share α_m of every group of the plan under ``m``.
+
+        DP-FedAvg pools all clients at one q with one C, so each group's share is its population share.
+        """
+        if len(m.size) == 1 and len(self.groups.size) > 1:
+            return tuple(m.q[0] * s for s in self.groups.size), self.population_share
+        return m.expected_clients, m.weight_share(self.config.clip)
+
+    def meets_min_share(self, m: MethodNoise) -> bool:
+        """Whether every group's weight share under ``m`` is at least F·|G_m|/n (F = ``config.min_share``)."""
+        share = self.representation(m)[1]
+        return all(a >= self.config.min_share * p * (1 - SHARE_TOL) for a, p in zip(share, self.population_share))
+
+    @property
+    def recommendation(self) -> Recommendation:
+        """The row with the least exact Λ among those meeting ``--min-share``, against the planned row (GDPFed+)."""
+        rows = [m for m in self.methods if self.meets_min_share(m)]
+        best = min(rows, key=lambda m: (m.lambda_exact, m.name)) if rows else self.groups
+        return Recommendation(best.name, best.lambda_exact, self.groups.lambda_exact / best.lambda_exact)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The least-noise row meeting the plan's min share: its name, exact Λ, and Λ(GDPFed+)/Λ (x less noise)."""
+
+    method: str
+    lam: float
+    ratio_to_planned: float
+
+
+def rdp_sigmas(p: Plan) -> tuple[float, ...] | None:
+    """For a PLD plan, the σ_m the RDP accountant gives each planned group at the same (ε_m, q_m): what the tighter
+    PLD accountant saves (σ_m/σ_m,RDP); None for a plan of another accountant."""
+    c, g = p.config, p.groups
+    if c.accountant != "pld":
+        return None
+    return tuple(calibrate_sigma(e, c.delta, q, c.rounds, "rdp") for e, q in zip(g.epsilon, g.q))
+
+
+def calibrated_sigma(
+    epsilon: float | Sequence[float], delta: float, q: float | Sequence[float], rounds: int, accountant: Accountant
+) -> float | list[float]:
+    """σ for budget ε at rate q; for sequences ε_m, q_m, the list of σ_m, the groups not calibrated before
+    solved together (one vectorised batch). Memoized with the ε each σ spends (accounting.CALIBRATIONS)."""
+    if isinstance(epsilon, (int, float)):
+        return calibrated_sigma([epsilon], delta, [q], rounds, accountant)[0]
+    sigma = CALIBRATIONS.sigmas(epsilon, delta, q, rounds, accountant)
+    if accountant == "closed-form":  # Theorem 1 under-noises at small q: never go below the exact RDP σ
+        sigma = [max(s, r) for s, r in zip(sigma, CALIBRATIONS.sigmas(epsilon, delta, q, rounds, "rdp"))]
+    return sigma
+
+
+def planned_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+    """ε that ``rounds`` rounds at (σ, q) spend at ``delta`` (memoized with the calibrations)."""
+    return CALIBRATIONS.spent(noise_multiplier, q, rounds, delta, accountant)
+
+
+def clear_caches() -> None:
+    """Forget memoized calibrations (for cold timings; results do not depend on the cache)."""
+    CALIBRATIONS.clear()
+
+
+def derived_row(name: str, base: MethodNoise, plan: Plan, **changes: object) -> MethodNoise:
+    """``base`` renamed with ``changes``, its Λ recomputed (exact: Table 5 has no convention for the baselines and the
+    pooled row), from the r.m.s. σ of a schedule and the row's own clips, weights and pooling."""
+    m = dataclasses.replace(base, name=name, **changes)  # type: ignore[arg-type]
+    sigma = m.rms_noise_multiplier(plan.config.rounds)
+    lam = lambda_exact(m.weight, sigma, m.k_ratio, m.clips(plan.config.clip), m.pooled)
+    return dataclasses.replace(m, lam=lam, lambda_exact=lam)
+
+
+def method_noise(
+    name: str,
+    epsilons: Sequence[float],
+    sizes: Sequence[int],
+    q: Sequence[float],
+    k_ratio: Sequence[float],
+    config: PlanConfig,
+    noise_multiplier: Sequence[float] | None = None,
+) -> MethodNoise:
+    """Calibrate σ_m (unless given), weigh the groups with ω_m, measure ε spent and Λ for one method."""
+    sigma = noise_multiplier or calibrated_sigma(
+        list(epsilons), config.delta, list(q), config.rounds, config.accountant
+    )
+    r = [qm * s for qm, s in zip(q, sizes)]
+    weight = aggregation_weights(r)
+    spent = [planned_epsilon(s, qm, config.rounds, config.delta, config.spending_accountant) for s, qm in zip(sigma, q)]
+    return MethodNoise(
+        name=name,
+        epsilon=tuple(float(e) for e in epsilons),
+        size=tuple(int(s) for s in sizes),
+        q=tuple(float(x) for x in q),
+        noise_multiplier=tuple(float(s) for s in sigma),
+        k_ratio=tuple(float(k) for k in k_ratio),
+        weight=tuple(float(w) for w in weight),
+        epsilon_spent=tuple(float(e) for e in spent),
+        lam=lambda_for(config.lambda_convention, name, r, weight, sigma, k_ratio, config.clip),
+        lambda_exact=lambda_exact(weight, sigma, k_ratio, config.clip),
+    )
+
+
+def sigma2_model(groups: Groups, config: PlanConfig):
+    """σ_m²(q_m) inside Problem 1: Theorem 1's bound, or the RDP accountant (PLD is too slow in a loop)."""
+    eps = np.asarray(groups.epsilons)
+    if config.sigma_model == "bound" or config.accountant == "closed-form":
+        return lambda q_vec: closed_form_sigma2(eps, config.delta, np.asarray(q_vec, dtype=float), config.rounds)
+    return lambda q_vec: np.square(
+        calibrated_sigma(eps.tolist(), config.delta, np.asarray(q_vec).tolist(), config.rounds, "rdp")
+    )
+
+
+def plan(epsilons: Sequence[float], n: int, sizes: Sequence[int] | None = None, **options: object) -> Plan:
+    """Plan GDPFed+ for groups with budgets ``epsilons`` over ``n`` clients, as ``hdp-plan solve`` does.
+
+    ``options`` are :class:`PlanConfig`'s fields (rounds, q, delta, clip, lr, local_steps, accountant,
+    sigma_model, lambda_convention, sparsity, fixed_q, min_share). Example: ``plan([0.5, 1.5, 3.0], n=6000)``.
+    """
+    return solve_plan(Groups.from_budgets(epsilons, n, sizes), PlanConfig(n=n, **options))  # type: ignore[arg-type]
+
+
+def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
+    """Solve GDPFed+ for ``groups`` under ``config`` and compare it with DP-FedAvg, GDPFed and GDPFed-op."""
+    if groups.n != config.n:
+        raise ValueError(f"group sizes sum to {groups.n}, not n = {config.n}")
+    m = groups.count
+    for name, values in (("sparsity", config.sparsity), ("fixed q", config.fixed_q)):
+        if values is not None and len(values) != m:
+            raise ValueError(f"{name} has {len(values)} values for {m} groups")
+    notes: list[str] = []
+    coef = config.coefficients
+    sigma2_of = sigma2_model(groups, config)
+    eps, sizes = groups.epsilons, groups.sizes
+    uniform = [config.q] * m
+
+    problem = SamplingProblem(sizes, config.q, sigma2_of, coef, config.min_share)
+    if config.fixed_q is not None:
+        q_op = list(config.fixed_q)
+        total = sum(q * s for q, s in zip(q_op, sizes))
+        if not math.isclose(total, config.q * config.n, rel_tol=1e-6):
+            notes.append(f"fixed q gives {total:.4g} expected clients per round, not q·n = {config.q * config.n:.4g}")
+        obj, uni = problem.value(q_op), problem.value(uniform)
+    else:
+        sol = problem.solve()
+        q_op, obj, uni = list(sol.q), sol.objective, sol.uniform_objective
+        for qm, e, size in zip(q_op, eps, sizes):
+            if qm >= 1.0 - 1e-9:
+                notes.append(f"group ε={e:g} is sampled with q = 1 (every client, every round)")
+            elif qm * size < STARVED_CLIENTS:
+                notes.append(
+                    f"group ε={e:g} is starved: q = {qm:.2g} ({qm * size:.2g} expected clients per round); "
+                    "with the accountant's σ, Problem 1 prefers the looser groups and has no term for what this "
+                    "group's data adds. Keep it with --sigma-model bound or --fixed-q"
+                )
+
+    ones = [1.0] * m
+    op = method_noise("GDPFed-op", eps, sizes, q_op, ones, config)
+    if config.sparsity is not None:
+        k_plus = list(config.sparsity)
+    else:
+        k_arr, clamped = closed_form_k_ratio(
+            reweighting(op.expected_clients), np.asarray(op.sigma2), np.asarray(op.expected_clients), coef
+        )
+        k_plus = k_arr.tolist()
+        for e, c in zip(eps, clamped):
+            if c:
+                notes.append(f"Remark 3 gives k/d ≤ 0 for group ε={e:g}; clamped to k/d = {k_arr.min():g}")
+    methods = (
+        method_noise("DP-FedAvg", [min(eps)], [groups.n], [config.q], [1.0], config),
+        method_noise("GDPFed", eps, sizes, uniform, ones, config),
+        op,
+        method_noise(PLANNED_METHOD, eps, sizes, q_op, k_plus, config, noise_multiplier=op.noise_multiplier),
+    )
+    if config.accountant == "closed-form":
+        notes.extend(_theorem1_shortfalls(methods, config))
+    return Plan(config, methods, float(obj), float(uni), tuple(notes))
+
+
+def _theorem1_shortfalls(methods: Sequence[MethodNoise], config: PlanConfig) -> list[str]:
+    """Where Theorem 1's σ spends more than ε by the exact accountant (and so was raised to RDP's σ)."""
+    notes = []
+    for m in methods[:3]:  # GDPFed+ shares GDPFed-op's σ
+        for e, q, sigma in zip(m.epsilon, m.q, m.noise_multiplier):
+            theorem1 = closed_form_sigma2(e, config.delta, q, config.rounds)
+            if sigma**2 > theorem1 * (1 + 1e-9):
+                notes.append(
+                    f"{m.name}, ε={e:g}, q={q:.4g}: Theorem 1's σ²={theorem1:.4g} would overspend ε; "
+                    f"raised to the exact RDP σ²={sigma**2:.4g}"
+                )
+    return notes

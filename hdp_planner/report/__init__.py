@@ -1,0 +1,1 @@
+"""Figures (matplotlib, imported when a figure is drawn): only the CLI and the report code import this package."""

@@ -1,0 +1,370 @@
+"""One DP aggregation round (GDPFed Algorithm 1, lines 10-16), written once and used by both engines.
+
+The rules (sampling, clip factor, noise shares, Λ) come from :mod:`hdp_planner.rules.noise`; this module only
+applies them to torch tensors:
+
+1. every group m Poisson-samples its clients with rate q_m (:func:`sample_round`, numpy Generator seeded
+   from (seed, round), so both engines and a resumed run sample identically);
+2. each joined client's update Δ_i = θ_i − θ is clipped to ‖Δ_i‖ ≤ C and the client adds its share
+   N(0, std²), std = ``noise_share_std(C, σ_m, c)``, so the group's sum carries exactly N(0, C²σ_m²)
+   whatever the number c joined; if c = 0 the server adds N(0, C²σ_m²) itself;
+3. the server keeps the top-k_m coordinates (by |·|) of the group's noisy sum y_m (GDPFed+) and
+   applies θ ← θ + Σ_m ω_m·Top_k(y_m).
+
+The baselines change these steps as their plan entries say (:mod:`hdp_planner.methods.baselines`): per-group
+clipping thresholds C_m (IDP-FedAvg-Scale); one pooled draw N(0, s²), s = C_mσ_m, on the sum of every group,
+shared by all c joined clients (IDP-FedAvg), with ω = 1/Σr; σ_m of the round from a schedule (time-adaptive);
+PFA's projection of one group's noisy sum onto the principal subspace of the public group's latest noisy sums
+(:func:`principal_subspace`) instead of Top-k.
+
+Every Gaussian draw comes from a :class:`NoiseSource`: :class:`SecureNoise` (the OS's CSPRNG, for models that
+are released) or :class:`SeededNoise` (reproducible from the run's seed: simulations only, issue 13).
+
+Noise measurement (two numbers per round, both per coordinate, noise n_m of group m known exactly):
+- ``lambda_measured`` = Σ_m ω_m²·(k_m/d)·‖n_m‖²/d: the noise the applied update would carry if the kept
+  coordinates were chosen independently of the noise. Its expectation is exactly ``lambda_exact``
+  (C²Σ ω_m²σ_m² k_m/d), the plan's "exact" Λ, so it checks the trainer against the plan.
+- ``lambda_applied`` = ‖Σ_m ω_m·mask_m⊙n_m‖²/d with mask_m the Top-k mask chosen on the *noisy* sum: the
+  noise really left in the applied update. With Top-k it is biased above ``lambda_exact`` (Top-k prefers
+  coordinates where the noise is large: at k/d = 0.7 on pure noise it keeps ≈98% of the noise energy,
+  not 70%); without Top-k it equals ``lambda_measured`` up to zero-mean cross-group terms.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+
+from hdp_planner.methods.registry import REGISTRY
+from hdp_planner.planfile.mechanism import ExecutedMechanism, executed_mechanism
+from hdp_planner.planning.plan import Phase, Plan, Projection
+from hdp_planner.rules.noise import SecureRandom, clip_factor, noise_share_std, poisson_sample, secure_normal
+
+METHOD_NAMES = {key: m.row for key, m in REGISTRY.items() if m.family != "selection"}
+"""``--method`` key → the plan row it trains from, for the FedAvg and personal families (the method registry; p-fedavg:
+DP-FedAvg's sampling and weights without clipping or noise)."""
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A method's per-group parameters as the trainer applies them."""
+
+    method: str
+    sizes: tuple[int, ...]
+    q: tuple[float, ...]
+    noise_multiplier: tuple[float, ...]
+    k_ratio: tuple[float, ...]
+    weight: tuple[float, ...]
+    clip: float | tuple[float, ...]
+    private: bool = True
+    pooled: bool = False
+    projection: Projection | None = None
+    schedule: tuple[Phase, ...] | None = None
+
+    @classmethod
+    def executing(cls, method: str, mech: ExecutedMechanism, private: bool = True) -> GroupSpec:
+        """The spec of the executed mechanism ``mech`` (:func:`~hdp_planner.planfile.mechanism.executed_mechanism`,
+        the one ``verify`` accounts); without noise (``private`` False) nothing is noised or sparsified."""
+        groups = range(len(mech.sizes))
+        return cls(
+            method=method,
+            sizes=mech.sizes,
+            q=mech.q,
+            noise_multiplier=mech.noise_multiplier if private else tuple(0.0 for _ in groups),
+            k_ratio=mech.k_ratio if private else tuple(1.0 for _ in groups),
+            weight=mech.weight,
+            clip=mech.clip if mech.clip_per_group else mech.clip[0],
+            private=private,
+            pooled=mech.pooled,
+            projection=mech.projection,
+            schedule=tuple(Phase(r, s) for r, s in mech.phases) if mech.scheduled and private else None,
+        )
+
+    @property
+    def clips(self) -> tuple[float, ...]:
+        """C_m per group (one C for all unless the method clips per group)."""
+        return self.clip if isinstance(self.clip, tuple) else tuple(self.clip for _ in self.sizes)
+
+    def noise_at(self, rnd: int) -> tuple[float, ...]:
+        """σ_m of every group in round ``rnd`` (0-based): the schedule's phase, or the constant σ_m."""
+        for phase in self.schedule or ():
+            if rnd < phase.rounds:
+                return phase.noise_multiplier
+            rnd -= phase.rounds
+        return self.noise_multiplier
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """First client id of each group: clients join groups in order of the method's group sizes."""
+        return np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+
+    @property
+    def n(self) -> int:
+        return int(sum(self.sizes))
+
+
+def method_spec(plan: Plan, method: str) -> GroupSpec:
+    """The groups of ``method`` (a :data:`METHOD_NAMES` key) in ``plan``, as executed: sizes, q_m, C_m, σ_m and
+    the σ schedule come from :func:`hdp_planner.planfile.mechanism.executed_mechanism`, the mechanism ``verify``
+    accounts."""
+    if method not in METHOD_NAMES:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")
+    if METHOD_NAMES[method] not in {m.name for m in plan.methods}:
+        raise ValueError(
+            f"the plan has no {METHOD_NAMES[method]} noise: re-plan with hdp-plan solve --methods {method}"
+        )
+    mech = executed_mechanism(plan.method(METHOD_NAMES[method]), plan.config)
+    return GroupSpec.executing(method, mech, REGISTRY[method].private)
+
+
+def round_seed(seed: int, rnd: int, stream: int) -> int:
+    """A 63-bit seed for (run seed, round, stream): streams 0 sampling, 1 batches, 2 noise."""
+    return int(np.random.SeedSequence([seed, rnd, stream]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def sample_round(spec: GroupSpec, seed: int, rnd: int, secure: bool = False) -> list[np.ndarray]:
+    """Global ids of the clients joining round ``rnd``, per group (Poisson sampling with q_m): from
+    ``round_seed(seed, rnd, 0)``, or with ``secure`` from the OS's CSPRNG, so that no recorded seed regenerates
+    who took part."""
+    rng = SecureRandom() if secure else np.random.default_rng(round_seed(seed, rnd, 0))
+    return [off + poisson_sample(rng, size, q) for off, size, q in zip(spec.offsets, spec.sizes, spec.q)]
+
+
+NoiseKind = Literal["secure", "seeded"]
+
+
+class NoiseSource(Protocol):
+    """Where every Gaussian draw of a round comes from (the noise shares and PFA's start vectors)."""
+
+    kind: NoiseKind
+
+    def normal(self, shape: int | tuple[int, ...], std: float, device, dtype) -> torch.Tensor:
+        """A tensor of ``shape`` with independent N(0, std²) entries on ``device`` in ``dtype``."""
+        ...
+
+    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+        """The sum of ``shares`` independent N(0, std²·I_d) shares (the clients' noise shares of a group)."""
+        ...
+
+
+class SeededNoise:
+    """Reproducible noise for simulations: torch generators seeded from ``round_seed(seed, rnd, 2)``, one per device.
+
+    Anyone holding the seed regenerates every draw and can subtract it from the released model (issue 13):
+    a model trained with it must never be released."""
+
+    kind: NoiseKind = "seeded"
+
+    def __init__(self, seed: int, rnd: int) -> None:
+        self.seed, self.rnd = seed, rnd
+        self._generators: dict[str, torch.Generator] = {}
+
+    def normal(self, shape: int | tuple[int, ...], std: float, device, dtype) -> torch.Tensor:
+        device = torch.device(device)
+        gen = self._generators.get(device.type)  # one stream per device type, as one generator per round before
+        if gen is None:
+            gen = self._generators[device.type] = torch.Generator(device=device).manual_seed(
+                round_seed(self.seed, self.rnd, 2)
+            )
+        return torch.randn(shape, generator=gen, device=device, dtype=dtype) * std
+
+    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+        """One draw per share, in client order: the same stream in every engine and on resume."""
+        total = torch.zeros(d, device=device, dtype=dtype)
+        for _ in range(shares):
+            total += self.normal(d, std, device, dtype)
+        return total
+
+
+class SecureNoise:
+    """Noise from the OS's cryptographically secure generator (:func:`hdp_planner.rules.noise.secure_normal`, float64),
+    converted to ``dtype`` on ``device``: nothing recorded with the run regenerates it."""
+
+    kind: NoiseKind = "secure"
+
+    def normal(self, shape: int | tuple[int, ...], std: float, device, dtype) -> torch.Tensor:
+        size = (shape,) if isinstance(shape, int) else tuple(shape)
+        draws = secure_normal(int(np.prod(size))) * std
+        return torch.from_numpy(draws.reshape(size)).to(device=device, dtype=dtype)
+
+    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+        """The sum's own law, N(0, shares·std²·I_d), in one draw (the simulation holds every share anyway)."""
+        return self.normal(d, std * math.sqrt(shares), device, dtype)
+
+
+def noise_source(kind: NoiseKind, seed: int, rnd: int) -> NoiseSource:
+    """The noise of round ``rnd``: :class:`SecureNoise` or :class:`SeededNoise` (seed, rnd)."""
+    if kind == "secure":
+        return SecureNoise()
+    if kind == "seeded":
+        return SeededNoise(seed, rnd)
+    raise ValueError(f"noise source must be secure or seeded, got {kind!r}")
+
+
+@dataclass
+class RoundStats:
+    joined: list[int]
+    clipped: int  # clients whose update was scaled down
+    lambda_measured: float
+    lambda_applied: float
+
+
+def top_k_mask(y: torch.Tensor, k_ratio: float) -> torch.Tensor | None:
+    """Boolean mask of the k = round(k_ratio·d) largest |y_j| (None when k = d: keep everything)."""
+    d = y.numel()
+    k = max(1, round(k_ratio * d))
+    if k >= d:
+        return None
+    mask = torch.zeros(d, dtype=torch.bool, device=y.device)
+    mask[torch.topk(y.abs(), k, sorted=False).indices] = True
+    return mask
+
+
+def clip_rows(rows: torch.Tensor, clip: float) -> tuple[torch.Tensor, int]:
+    """Scale each row Δ_i by min(1, C/‖Δ_i‖) (``hdp_planner.rules.noise.clip_factor``) so that ‖Δ_i‖ ≤ C holds for the
+    rows as stored: a clipped row's factor is lowered by 4 ulps of the dtype (rounding the factor and the scaled
+    entries moves the norm by at most ~1 ulp), and any row still above C, its norm taken in float64, is scaled
+    down again (issue 13: float32 rows clipped with float64 norms exceeded C by ~6e-8 relative)."""
+    if rows.shape[0] == 0:
+        return rows, 0
+    norms = torch.linalg.vector_norm(rows.double(), dim=1).cpu().numpy()
+    factor = clip_factor(norms, clip)
+    clipped = factor < 1.0
+    margin = 1.0 - 4.0 * torch.finfo(rows.dtype).eps
+    scale = torch.as_tensor(np.where(clipped, factor * margin, 1.0), dtype=rows.dtype, device=rows.device)
+    out = rows * scale[:, None]
+    while True:  # a guard: each pass lowers an offending row by 4 ulps, more than its rounding can add
+        over = torch.linalg.vector_norm(out.double(), dim=1) > clip
+        if not bool(over.any()):
+            break
+        out = torch.where(over[:, None], out * margin, out)
+    return out, int(np.sum(clipped))
+
+
+def group_noise(
+    d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource, device, dtype
+) -> torch.Tensor:
+    """The noise in a group's sum: ``joined`` client shares of std C·σ/√c each, or the server's N(0, C²σ²)."""
+    return source.share_sum(d, max(joined, 1), noise_share_std(clip, noise_multiplier, joined), device, dtype)
+
+
+def principal_subspace(matrix: torch.Tensor, dim: int, method: str, source: NoiseSource) -> torch.Tensor:
+    """Orthonormal (d, k) basis of the top-``dim`` left singular subspace of ``matrix`` (d, w): all of its
+    span when w ≤ dim, else by ``lanczos`` (ARPACK's implicitly restarted Lanczos, as PFA) or ``randomized``
+    SVD (Halko et al. 2011: a Gaussian sketch, two power iterations). Start vectors come from ``source``."""
+    w = matrix.shape[1]
+    if w <= dim:
+        u, s, _ = torch.linalg.svd(matrix, full_matrices=False)
+        return u[:, s > s.max() * 1e-12] if s.numel() else u
+    if method == "lanczos":
+        from scipy.sparse.linalg import svds
+
+        v0 = source.normal(w, 1.0, matrix.device, torch.float64).cpu().numpy()
+        u, _, _ = svds(matrix.double().cpu().numpy(), k=dim, solver="arpack", v0=v0)
+        return torch.as_tensor(u.copy(), dtype=matrix.dtype, device=matrix.device)  # svds may return negative strides
+    if method != "randomized":
+        raise ValueError(f"unknown subspace method {method!r}")
+    sketch = source.normal((w, min(w, dim + 5)), 1.0, matrix.device, matrix.dtype)
+    basis = torch.linalg.qr(matrix @ sketch).Q
+    for _ in range(2):
+        basis = torch.linalg.qr(matrix @ torch.linalg.qr(matrix.T @ basis).Q).Q
+    u, _, _ = torch.linalg.svd(basis.T @ matrix, full_matrices=False)
+    return basis @ u[:, :dim]
+
+
+def aggregate(
+    deltas: torch.Tensor,
+    group_of_row: Sequence[int],
+    spec: GroupSpec,
+    source: NoiseSource | None,
+    rnd: int = 0,
+    public_history: list[torch.Tensor] | None = None,
+    observe: Callable[[int, torch.Tensor], None] | None = None,
+) -> tuple[torch.Tensor, RoundStats]:
+    """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d).
+
+    ``rnd`` picks σ_m from a schedule; PFA appends the public group's noisy sum to ``public_history`` (the
+    caller keeps it between rounds) and projects onto the principal subspace of its latest ``window`` entries.
+    ``observe(m, y_m)`` (the privacy audit, :mod:`hdp_planner_train.audit.canaries`) is called with each group's noisy
+    sum before Top-k / projection; with a pooled draw, every group's y_m is the pool's noisy sum.
+    """
+    d = deltas.shape[1]
+    groups = torch.as_tensor(np.asarray(group_of_row, dtype=np.int64), device=deltas.device)
+    count = len(spec.sizes)
+    rows = [deltas[groups == m] for m in range(count)]
+    joined = [int(r.shape[0]) for r in rows]
+    if not spec.private:
+        update = sum((w * r.sum(0) for w, r in zip(spec.weight, rows)), torch.zeros_like(deltas[0:1].sum(0)))
+        return update, RoundStats(joined, 0, 0.0, 0.0)
+    assert source is not None, "a private method needs a noise source"
+    clipped_rows = [clip_rows(r, c) for r, c in zip(rows, spec.clips)]
+    clipped = sum(c for _, c in clipped_rows)
+    sigma = spec.noise_at(rnd)
+    if spec.pooled:  # one pool: one draw of std C_mσ_m (equal for all m) shared by every joined client
+        total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else deltas.new_zeros(d)
+        noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], source, deltas.device, deltas.dtype)
+        if observe is not None:
+            for m in range(count):
+                observe(m, total + noise)
+        update, measured, applied = noisy_update([total + noise], [noise], spec, source)
+        return update, RoundStats(joined, clipped, measured, applied)
+    noises = [
+        group_noise(d, joined[m], spec.clips[m], sigma[m], source, deltas.device, deltas.dtype) for m in range(count)
+    ]
+    ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
+    if observe is not None:
+        for m, y in enumerate(ys):
+            observe(m, y)
+    update, measured, applied = noisy_update(ys, noises, spec, source, public_history)
+    return update, RoundStats(joined, clipped, measured, applied)
+
+
+def noisy_update(
+    ys: list[torch.Tensor],
+    noises: list[torch.Tensor] | None,
+    spec: GroupSpec,
+    source: NoiseSource,
+    public_history: list[torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, float, float]:
+    """The server's side of a round (Algorithm 1, lines 14-16): from the groups' noisy sums ``ys`` (one pooled sum
+    when ``spec.pooled``) to the update Σ_m ω_m·Top_k(y_m) (PFA: the projected group's sum projected instead), with
+    ``lambda_measured`` and ``lambda_applied`` of the noises ``noises`` (NaN when the server does not know them,
+    e.g. when clients added the noise). ``source`` draws PFA's start vectors. Used by :func:`aggregate` and by the
+    Flower strategy (:mod:`hdp_planner_flower.strategy`)."""
+    d = ys[0].numel()
+    if spec.pooled:
+        lam = spec.weight[0] ** 2 * float(torch.sum(noises[0].double() ** 2)) / d if noises is not None else math.nan
+        return spec.weight[0] * ys[0], lam, lam
+    ys = list(ys)
+    noises = list(noises) if noises is not None else None
+    measured = (
+        sum(w**2 * k * float(torch.sum(n.double() ** 2)) / d for w, k, n in zip(spec.weight, spec.k_ratio, noises))
+        if noises is not None
+        else math.nan
+    )
+    pr = spec.projection
+    if pr is not None:
+        assert public_history is not None, "PFA needs the public group's noisy sums of earlier rounds"
+        public_history.append(ys[pr.public])
+        del public_history[: -pr.window]
+        basis = principal_subspace(torch.stack(public_history, dim=1), pr.dim, pr.subspace, source)
+        ys[pr.projected] = basis @ (basis.T @ ys[pr.projected])
+        if noises is not None:
+            noises[pr.projected] = basis @ (basis.T @ noises[pr.projected])
+    update = torch.zeros_like(ys[0])
+    applied_noise = torch.zeros_like(update)
+    for m in range(len(ys)):
+        y = ys[m]
+        mask = None if pr is not None and m == pr.projected else top_k_mask(y, spec.k_ratio[m])
+        if mask is not None:
+            y = y * mask
+        update += spec.weight[m] * y
+        if noises is not None:
+            applied_noise += spec.weight[m] * (noises[m] if mask is None else noises[m] * mask)
+    applied = float(torch.sum(applied_noise.double() ** 2)) / d if noises is not None else math.nan
+    return update, measured, applied

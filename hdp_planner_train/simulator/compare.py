@@ -1,0 +1,291 @@
+"""``hdp-plan compare``: every method trained on the same data, plan, sampling, clipping and noise code, over
+several seeds, reported as GDPFed Table 2 (mean ± sample std of the final test accuracy) with a figure.
+
+One plan holds every method's noise (the planner's four and the baselines asked for); each (method, seed)
+run is ``hdp-plan train`` with its own output folder, so a grid can be resumed run by run. Every run uses seeded
+noise (``--seeded-noise``): the grid is a reproducible simulation, and its models must not be released.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hdp_planner.io.files import write_json_atomic
+from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
+from hdp_planner.planfile.document import plan_to_dict, verify
+from hdp_planner.planning.grouping import Groups
+from hdp_planner.planning.plan import PlanConfig, solve_plan
+
+SIMULATION = "seeded noise: a reproducible simulation grid; its models must not be released"
+
+PAPER_SETTINGS: dict[str, dict[str, Any]] = {
+    "fmnist": {"eps": (0.5, 1.5, 3.0), "rounds": 50, "q": 0.02, "clip": 1.5, "local_steps": 5},
+    "svhn": {"eps": (0.5, 1.5, 3.0), "rounds": 100, "q": 0.05, "clip": 1.0, "local_steps": 25},
+    "cifar10": {"eps": (2.0, 6.0, 12.0), "rounds": 100, "q": 0.10, "clip": 1.5, "local_steps": 5},
+    "shakespeare": {"eps": (0.5, 1.5, 3.0), "rounds": 50, "q": 0.10, "clip": 1.0, "local_steps": 30},
+    "digits": {"eps": (0.5, 1.5, 3.0), "rounds": 20, "q": 0.10, "clip": 1.5, "local_steps": 5},
+}
+"""Plan settings of GDPFed Table 1 / B.2 per dataset (NOTES §6; digits: a fast setting), k_m/d = 0.7, 0.8, 0.9.
+n is the dataset partition's number of clients."""
+PAPER_SPARSITY = (0.7, 0.8, 0.9)
+_TABLE2_METHODS = ("p-fedavg", "dp-fedavg", "gdpfed", "pfa", "idp-fedavg", "gdpfed+")
+PAPER_TABLE2: dict[str, dict[str, float]] = {
+    dataset: dict(zip(_TABLE2_METHODS, values))
+    for dataset, values in (
+        ("fmnist", (78.96, 71.88, 73.97, 73.67, 74.80, 75.83)),
+        ("svhn", (84.13, 40.80, 59.11, 67.51, 66.46, 71.10)),
+        ("cifar10", (56.40, 32.10, 34.00, 37.17, 37.49, 38.78)),
+        ("shakespeare", (60.62, 34.97, 37.63, 36.69, 37.26, 42.00)),
+    )
+}
+"""GDPFed Table 2, test accuracy (%) (its IDP-FedAvg row does not say which variant: shown for both)."""
+
+
+def paper_accuracy(dataset: str, method: str) -> float | None:
+    key = "idp-fedavg" if method.startswith("idp-fedavg") else method
+    return PAPER_TABLE2.get(dataset, {}).get(key)
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The grid: methods (trainer names) × seeds 0..seeds-1 on one dataset, written under ``out``."""
+
+    dataset: str
+    methods: tuple[str, ...]
+    seeds: int
+    out: str
+    data_dir: str | None = None
+    dirichlet: float | None = None
+    engine: str = "vectorized"
+    device: str = "auto"
+    eval_every: int = 5
+    resume: bool = False
+    shards: int | None = None  # pathological non-IID (paper 002's partition)
+    audit: bool = False  # canaries in every auditable run: empirical ε per group (hdp_planner.audit)
+    model: str | None = None  # models.MODELS name; None: the dataset's default
+
+
+def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
+    """Trainer names of ``methods``, validated (each once, in the given order)."""
+    from hdp_planner_train.rules.aggregate import METHOD_NAMES
+
+    names = tuple(dict.fromkeys(m.strip().lower() for m in methods if m.strip()))
+    for name in names:
+        if name not in METHOD_NAMES:
+            raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHOD_NAMES)}")
+    if not names:
+        raise ValueError("--methods lists no method")
+    return names
+
+
+def prepare_plan(
+    cfg: CompareConfig, groups: Groups, config: PlanConfig, options: BaselineOptions, num_classes: int
+) -> Path:
+    """Solve the plan with every baseline (PFA at the model's d), verify it, write it. The plan does not depend
+    on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
+    from hdp_planner_train.simulator.models import model_dim
+
+    options = dataclasses.replace(options, model_dim=model_dim(cfg.dataset, num_classes, cfg.model))
+    plan = add_baselines(solve_plan(groups, config), tuple(BASELINES.values()), options)
+    problems = verify(plan)
+    if problems:
+        raise ValueError(f"internal check failed, no plan written: {problems[0]}")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "plan.json"
+    write_json_atomic(path, plan_to_dict(plan))
+    return path
+
+
+def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Train every (seed, method) under ``plan_path`` (reusing finished runs with ``resume``); one row per run."""
+    from hdp_planner.planfile.document import load_plan
+    from hdp_planner_train.audit.canaries import auditable
+    from hdp_planner_train.simulator.models import model_name
+    from hdp_planner_train.simulator.trainer import TrainConfig, run
+
+    plan = load_plan(plan_path)
+    plan_hash = hashlib.sha256(plan_path.read_bytes()).hexdigest()
+    partition = {"dirichlet": cfg.dirichlet, "shards": cfg.shards}  # a reused run must have trained on the same
+    model = model_name(cfg.dataset, cfg.model)  # ... partition and model
+    rows = []
+    total = cfg.seeds * len(cfg.methods)
+    for seed in range(cfg.seeds):
+        for method in cfg.methods:
+            folder = Path(cfg.out) / method / f"seed{seed}"
+            done = folder / "run.json"
+            audit = cfg.audit and auditable(plan, method)
+            if cfg.resume and done.is_file():
+                row = json.loads(done.read_text())
+                same = row.get("plan_sha256") == plan_hash and row.get("partition") == partition
+                same = same and row.get("model", model) == model
+                if same and ("epsilon_empirical" in row or not audit):
+                    rows.append(row)
+                    report(f"[{len(rows)}/{total}] {method} seed {seed}: {row['final_accuracy']:.2f}% (reused)")
+                    continue
+            t0 = time.perf_counter()
+            metrics = run(
+                TrainConfig(
+                    plan=str(plan_path),
+                    method=method,
+                    dataset=cfg.dataset,
+                    data_dir=cfg.data_dir,
+                    dirichlet=cfg.dirichlet,
+                    shards=cfg.shards,
+                    seed=seed,
+                    device=cfg.device,
+                    eval_every=cfg.eval_every,
+                    out=str(folder),
+                    engine=cfg.engine,
+                    progress=False,
+                    audit=audit,
+                    noise="seeded",  # a simulation grid: reproducible, its models are not for release
+                    model=cfg.model,
+                )
+            )
+            row = {
+                "method": method,
+                "seed": seed,
+                "plan_sha256": plan_hash,
+                "partition": partition,
+                "model": model,
+                "d": metrics["d"],
+                "final_accuracy": metrics["final_accuracy"],
+                "history": metrics["history"],
+                "epsilon_spent": [e["epsilon_spent"] for e in metrics["epsilon_spent"]],
+                "noise_lambda_measured": metrics["noise_lambda_measured"],
+                "noise_lambda_planned": metrics["noise_lambda_planned"],
+                "wall_seconds": time.perf_counter() - t0,
+            }
+            if "audit" in metrics:
+                groups = metrics["audit"]["groups"]
+                row["epsilon_empirical"] = [g["epsilon_empirical"] for g in groups]
+                row["epsilon_empirical_upper"] = [g["epsilon_empirical_upper"] for g in groups]
+                row["audit_verdicts"] = [g["verdict"] for g in groups]
+            write_json_atomic(done, row)
+            rows.append(row)
+            acc, wall = row["final_accuracy"], row["wall_seconds"]
+            report(f"[{len(rows)}/{total}] {method} seed {seed}: {acc:.2f}% in {wall:.0f} s")
+    return rows
+
+
+def summarize(dataset: str, methods: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per method: accuracy mean and sample std over seeds, the paper's value, Λ, the largest ε spent, time."""
+    out = []
+    for method in methods:
+        runs = [r for r in rows if r["method"] == method]
+        acc = np.array([r["final_accuracy"] for r in runs])
+        spent = [r["epsilon_spent"] for r in runs]
+        out.append(
+            {
+                "method": method,
+                "seeds": len(runs),
+                "accuracy_mean": float(acc.mean()),
+                "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
+                "paper": paper_accuracy(dataset, method),
+                "lambda_measured": float(np.mean([r["noise_lambda_measured"] for r in runs])),
+                "lambda_planned": runs[0]["noise_lambda_planned"],
+                "epsilon_spent": None if spent[0][0] is None else np.max(spent, axis=0).tolist(),
+                "wall_seconds_mean": float(np.mean([r["wall_seconds"] for r in runs])),
+                **audit_summary(runs),
+            }
+        )
+    return out
+
+
+def audit_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Empirical ε per group, mean over the audited seeds, the largest upper bound, and any verdict that is not
+    "consistent" (empty when no run of the method was audited)."""
+    audited = [r for r in runs if "epsilon_empirical" in r]
+    if not audited:
+        return {}
+    emp = np.array([[np.nan if e is None else e for e in r["epsilon_empirical"]] for r in audited], dtype=float)
+    upper = np.array([[np.nan if e is None else e for e in r["epsilon_empirical_upper"]] for r in audited], dtype=float)
+    flagged = sorted({v for r in audited for v in r["audit_verdicts"] if v != "consistent"})
+    with np.errstate(all="ignore"):
+        return {
+            "epsilon_empirical": [None if np.isnan(e) else float(e) for e in np.nanmean(emp, axis=0)],
+            "epsilon_empirical_upper": [None if np.isnan(e) else float(e) for e in np.nanmax(upper, axis=0)],
+            "audit_flags": flagged,
+        }
+
+
+def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]]) -> list[Path]:
+    """results.json (every run and the summary), results.csv (the summary) and comparison.png."""
+    out = Path(cfg.out)
+    write_json_atomic(
+        out / "results.json",
+        {"dataset": cfg.dataset, "seeds": cfg.seeds, "noise_source": "seeded", "noise_note": SIMULATION,
+         "summary": summary, "runs": rows},
+    )
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    keys = ("method", "seeds", "accuracy_mean", "accuracy_std", "paper", "lambda_measured", "lambda_planned")
+    writer.writerow([*keys, "epsilon_spent", "wall_seconds_mean"])
+    for s in summary:
+        eps = "" if s["epsilon_spent"] is None else " ".join(f"{e:.6g}" for e in s["epsilon_spent"])
+        writer.writerow([*("" if s[k] is None else s[k] for k in keys), eps, f"{s['wall_seconds_mean']:.1f}"])
+    from hdp_planner.io.files import write_text_atomic
+
+    write_text_atomic(out / "results.csv", buf.getvalue())
+    return [
+        out / "results.json",
+        out / "results.csv",
+        plot_comparison(cfg.dataset, rows, summary, out / "comparison.png"),
+    ]
+
+
+def plot_comparison(
+    dataset: str, rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], path: Path
+) -> Path:
+    """Test accuracy against rounds (mean ± std over seeds) and final accuracy per method beside the paper's."""
+    from hdp_planner.report.plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    try:
+        for i, s in enumerate(summary):
+            runs = [r for r in rows if r["method"] == s["method"]]
+            rounds = [h["round"] for h in runs[0]["history"]]
+            acc = np.array([[h["accuracy"] for h in r["history"]] for r in runs])
+            mean, std = acc.mean(0), acc.std(0)
+            ax1.plot(rounds, mean, color=f"C{i}", lw=1.6, label=s["method"])
+            ax1.fill_between(rounds, mean - std, mean + std, color=f"C{i}", alpha=0.15, lw=0)
+        ax1.set_xlabel("communication round")
+        ax1.set_ylabel("test accuracy (%)")
+        ax1.set_title(f"{dataset}: convergence (mean ± std over seeds)")
+        ax1.legend(frameon=False, fontsize=8)
+        x = np.arange(len(summary))
+        ax2.bar(
+            x,
+            [s["accuracy_mean"] for s in summary],
+            yerr=[s["accuracy_std"] for s in summary],
+            color=[f"C{i}" for i in x],
+            capsize=3,
+            label="ours",
+        )
+        paper = [(i, s["paper"]) for i, s in zip(x, summary) if s["paper"] is not None]
+        if paper:
+            ax2.plot(*zip(*paper), ls="none", marker="_", ms=22, mew=2.5, color="black", label="GDPFed Table 2")
+        ax2.set_xticks(x, [s["method"] for s in summary], rotation=30, ha="right")
+        low = min(s["accuracy_mean"] - s["accuracy_std"] for s in summary)
+        high = max([s["accuracy_mean"] + s["accuracy_std"] for s in summary] + [p for _, p in paper])
+        ax2.set_ylim(max(0.0, low - 10), high + 0.25 * (high - low + 10))
+        ax2.set_ylabel("final test accuracy (%)")
+        ax2.set_title("Table 2")
+        ax2.legend(frameon=False, fontsize=8, loc="upper right", ncols=2)
+        fig.tight_layout()
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)

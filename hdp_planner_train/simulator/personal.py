@@ -1,0 +1,455 @@
+"""The DP²-FedSAM family (paper 002): personal heads and sharpness-aware local training under client-level DP.
+
+Methods (``hdp-plan train PLAN.json --method NAME``), all on the plan's ``DP-FedAvg`` noise row (one group of n
+clients, Poisson rate q, σ calibrated by the planner's accountant for the strictest ε: one ε for every client)
+and on the shared sampling, clipping and noise code of :mod:`hdp_planner_train.rules.aggregate`:
+
+- ``dp2-fedsam``: the model splits into a shared body φ and a personal head h (the final classifier layer,
+  :func:`hdp_planner_train.simulator.models.split_head`). Each sampled client runs τ_h SGD steps on its own head (body
+  frozen), then τ_φ = the plan's τ SAM steps of radius ρ on the body (head frozen); only the body's update
+  Δ_i = φ_i − φ is clipped, noised (noise of dimension d_φ) and averaged. Heads stay on the clients and persist
+  across rounds (a client not yet sampled holds the initial head).
+- ``centaur``: the same with plain SGD on the body (ρ = 0).
+- ``dp-fedsam``: SAM (radius ρ) on the whole model, no personal head, evaluated globally.
+- ``dp-fedavg-ft``: DP-FedAvg (the configured engine: its global model equals ``dp-fedavg``'s for the same
+  seed); before each evaluation every client fine-tunes a copy of the global model for τ_h SGD steps on its
+  own data (never sent anywhere) and is evaluated with it.
+
+Per-client evaluation (dp2-fedsam, centaur, dp-fedavg-ft): client i's test distribution is its training label
+distribution p_i. Its accuracy is Σ_c p_i(c)·acc_i(c), acc_i(c) = accuracy of client i's model on every test
+example of class c: the expectation over a test set drawn with the client's labels from the dataset's test
+split, with no split noise and no training data held out (training data equal to the other methods'). The
+reported accuracy is the unweighted mean over all n clients (paper 002 §5 averages clients' local accuracies).
+
+The SAM and personal-head methods run per client (the ``loop`` engine); ``--engine vectorized`` falls back to it
+(recorded in the metrics). Their privacy guarantee covers what leaves the clients (the noisy body updates);
+heads, fine-tuned copies and per-client accuracies stay local (accuracies are reported by the simulation only).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+from torch.nn import functional as F
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from hdp_planner.methods.registry import keys
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, aggregate, noise_source, sample_round
+from hdp_planner_train.simulator.engines import batch_indices, evaluate, local_deltas
+from hdp_planner_train.simulator.models import head_module_name, make_model, split_head
+
+PERSONAL_METHODS = keys("personal")
+HEAD_METHODS = ("dp2-fedsam", "centaur")  # a personal head that never leaves the client
+SAM_METHODS = ("dp2-fedsam", "dp-fedsam")  # --rho applies
+LOCAL_STEP_METHODS = ("dp2-fedsam", "centaur", "dp-fedavg-ft")  # --head-steps applies (head steps / fine-tuning)
+PER_CLIENT_EVAL = ("dp2-fedsam", "centaur", "dp-fedavg-ft")
+DEFAULT_RHO = 0.1  # paper 002 §5: ρ = 0.1 for CIFAR-10 (best of 0.05, 0.1, 0.5, 1.0), 0.5 for FEMNIST
+PRIVACY_MODEL = "client-level (ε, δ)-DP, one ε"
+FINETUNE_STREAM = 3  # randomness stream of the fine-tuning batches (1: training batches)
+
+
+def head_mask(model: nn.Module) -> torch.Tensor:
+    """Boolean mask of the head's coordinates in ``parameters_to_vector(model.parameters())``."""
+    head = set(split_head(model))
+    return torch.cat(
+        [torch.full((p.numel(),), n in head, dtype=torch.bool, device=p.device) for n, p in model.named_parameters()]
+    )
+
+
+def sam_step(
+    model: nn.Module,
+    params: list[nn.Parameter],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rho: float,
+    optimizer: torch.optim.Optimizer,
+) -> torch.Tensor:
+    """One SAM step on ``params`` (Foret et al. 2021; paper 002 eqs. 11-12): p = ρ·g/‖g‖ with g the mini-batch
+    gradient w.r.t. ``params`` only, then ``optimizer`` steps along the gradient taken at params + p (same batch).
+    ρ = 0 is one plain SGD step. Returns the perturbation as a flat vector over all of ``model``'s parameters
+    (zero outside ``params``)."""
+    chosen = {id(p) for p in params}
+    optimizer.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    perturb = [torch.zeros_like(p) for p in params]
+    if rho > 0:
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        scale = rho / (float(norm) + 1e-12)
+        with torch.no_grad():
+            for p, g, e in zip(params, grads, perturb):
+                e.copy_(g * scale)
+                p.add_(e)
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            for p, e in zip(params, perturb):
+                p.sub_(e)
+    optimizer.step()
+    it = iter(perturb)
+    return torch.cat([(next(it) if id(p) in chosen else torch.zeros_like(p)).reshape(-1) for p in model.parameters()])
+
+
+def _sgd_phase(model, params, xs, ys, lr, momentum, rho=0.0) -> None:
+    """Steps of SAM (ρ > 0) or SGD on ``params`` with every other parameter frozen."""
+    chosen = {id(p) for p in params}
+    frozen = [p for p in model.parameters() if id(p) not in chosen]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
+        for s in range(xs.shape[0]):
+            sam_step(model, params, xs[s], ys[s], rho, opt)
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+
+
+def client_update(
+    model: nn.Module,
+    theta: torch.Tensor,
+    head: torch.Tensor | None,
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    *,
+    head_steps: int,
+    lr: float,
+    momentum: float,
+    rho: float,
+    mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One client's local training from the global θ; ``model`` is a scratch module (overwritten).
+
+    With a personal ``head`` (its flat values, ``mask`` its coordinates in θ): ``head_steps`` SGD steps on the head
+    (body frozen) on the first batches, then SAM(ρ) steps on the body (head frozen) on the rest; returns (the body's
+    update Δ_i = φ_i − φ, of dimension d_φ only, the new head). Without a head (``head`` None): SAM(ρ) on every
+    parameter over all batches; returns (Δ_i of dimension d, None)."""
+    start = theta.clone()
+    if head is not None:
+        assert mask is not None
+        start[mask] = head
+    vector_to_parameters(start.clone(), model.parameters())
+    if head is None:
+        _sgd_phase(model, list(model.parameters()), xs, ys, lr, momentum, rho)
+        return parameters_to_vector(model.parameters()).detach() - start, None
+    names = set(split_head(model))
+    head_params = [p for n, p in model.named_parameters() if n in names]
+    body_params = [p for n, p in model.named_parameters() if n not in names]
+    _sgd_phase(model, head_params, xs[:head_steps], ys[:head_steps], lr, momentum)
+    _sgd_phase(model, body_params, xs[head_steps:], ys[head_steps:], lr, momentum, rho)
+    end = parameters_to_vector(model.parameters()).detach()
+    return (end - start)[~mask], end[mask].clone()
+
+
+# ------------------------------------------------------------------ per-client evaluation
+
+
+def label_distribution(clients: list[np.ndarray], labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """(n, C): p_i(c), the share of class c in client i's training data (its test distribution)."""
+    dist = np.zeros((len(clients), num_classes))
+    for i, idx in enumerate(clients):
+        dist[i] = np.bincount(labels[idx], minlength=num_classes)[:num_classes]
+    return dist / np.maximum(dist.sum(1, keepdims=True), 1)
+
+
+def _weighted(acc_c: np.ndarray, loss_c: np.ndarray, dist: np.ndarray, present: np.ndarray):
+    """Per-client (accuracy %, loss) = Σ_c p_i(c)·metric_i(c) over the classes the test split holds."""
+    w = dist * present
+    w = w / np.maximum(w.sum(1, keepdims=True), 1e-300)
+    return 100.0 * np.sum(np.nan_to_num(acc_c) * w, 1), np.sum(np.nan_to_num(loss_c) * w, 1)
+
+
+@torch.no_grad()
+def head_features(model: nn.Module, x: torch.Tensor, batch: int = 1000) -> torch.Tensor:
+    """The head's inputs (the body's output) for ``x``."""
+    feats: list[torch.Tensor] = []
+    hook = model.get_submodule(head_module_name(model)).register_forward_hook(
+        lambda _m, inp, _out: feats.append(inp[0].detach())
+    )
+    model.eval()
+    try:
+        for i in range(0, len(x), batch):
+            model(x[i : i + batch])
+    finally:
+        hook.remove()
+        model.train()
+    return torch.cat(feats)
+
+
+@torch.no_grad()
+def evaluate_heads(
+    model: nn.Module,
+    theta: torch.Tensor,
+    heads: torch.Tensor,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    dist: np.ndarray,
+    chunk: int = 32,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-client (accuracy %, loss): the global body θ with each client's own head ``heads`` (n, d_h)."""
+    vector_to_parameters(theta.clone(), model.parameters())
+    feats = head_features(model, x_test)
+    name = head_module_name(model)
+    head = model.get_submodule(name)
+    shapes = [(n[len(name) + 1 :], p.shape) for n, p in model.named_parameters() if n.startswith(name + ".")]
+    sizes = [math.prod(s) for _, s in shapes]
+    onehot = F.one_hot(y_test, dist.shape[1]).to(feats.dtype)
+    counts = onehot.sum(0)
+
+    def logits(flat: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(flat, sizes)
+        return functional_call(head, {n: t.view(s) for (n, s), t in zip(shapes, parts)}, (feats,))
+
+    acc, loss = [], []
+    for start in range(0, heads.shape[0], chunk):
+        out = vmap(logits)(heads[start : start + chunk])  # (k, T, C)
+        correct = (out.argmax(-1) == y_test).to(feats.dtype)
+        ce = F.cross_entropy(out.transpose(1, 2), y_test.expand(out.shape[0], -1), reduction="none")
+        acc.append((correct @ onehot / counts.clamp(min=1)).cpu().numpy())
+        loss.append((ce @ onehot / counts.clamp(min=1)).cpu().numpy())
+    return _weighted(np.concatenate(acc), np.concatenate(loss), dist, (counts > 0).cpu().numpy())
+
+
+@torch.no_grad()
+def _class_scores(model: nn.Module, x: torch.Tensor, y: torch.Tensor, classes: np.ndarray, by_class, num_classes):
+    acc, loss = np.full(num_classes, np.nan), np.full(num_classes, np.nan)
+    model.eval()
+    for c in classes:
+        idx = by_class[c]
+        if len(idx) == 0:
+            continue
+        out = model(x[idx])
+        acc[c] = float((out.argmax(-1) == y[idx]).double().mean())
+        loss[c] = float(F.cross_entropy(out, y[idx]))
+    model.train()
+    return acc, loss
+
+
+def evaluate_finetuned(
+    model: nn.Module,
+    theta: torch.Tensor,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    clients: list[np.ndarray],
+    dist: np.ndarray,
+    *,
+    steps: int,
+    batch: int,
+    lr: float,
+    momentum: float,
+    seed: int,
+    rnd: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-client (accuracy %, loss) after each client fine-tunes a copy of θ for ``steps`` SGD steps on its data."""
+    n, num_classes = len(clients), dist.shape[1]
+    labels = y_test.cpu().numpy()
+    by_class = [torch.as_tensor(np.flatnonzero(labels == c), device=x_test.device) for c in range(num_classes)]
+    idx = torch.as_tensor(
+        batch_indices(clients, np.arange(n), steps, batch, seed, rnd, stream=FINETUNE_STREAM), device=x_train.device
+    )
+    local = copy.deepcopy(model)
+    acc_c, loss_c = np.zeros((n, num_classes)), np.zeros((n, num_classes))
+    for i in range(n):
+        vector_to_parameters(theta.clone(), local.parameters())
+        if steps:
+            _sgd_phase(local, list(local.parameters()), x_train[idx[i]], y_train[idx[i]], lr, momentum)
+        acc_c[i], loss_c[i] = _class_scores(local, x_test, y_test, np.flatnonzero(dist[i] > 0), by_class, num_classes)
+    present = np.array([len(b) > 0 for b in by_class])
+    return _weighted(acc_c, loss_c, dist, present)
+
+
+# ------------------------------------------------------------------ training
+
+
+def check_options(cfg) -> None:
+    """Refuse --rho / --head-steps where the method does not use them, and bad values."""
+    from hdp_planner_train.simulator.scaffold import TrainError
+
+    if cfg.rho is not None:
+        if cfg.method not in SAM_METHODS:
+            raise TrainError(f"--rho (SAM radius) applies to {' and '.join(SAM_METHODS)}, not {cfg.method}")
+        if not (cfg.rho >= 0 and math.isfinite(cfg.rho)):
+            raise TrainError(f"--rho must be ≥ 0, got {cfg.rho}")
+    if cfg.head_steps is not None:
+        if cfg.method not in LOCAL_STEP_METHODS:
+            raise TrainError(f"--head-steps applies to {', '.join(LOCAL_STEP_METHODS)}, not {cfg.method}")
+        if cfg.head_steps < 0:
+            raise TrainError(f"--head-steps must be ≥ 0, got {cfg.head_steps}")
+
+
+def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
+    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS`; same metrics, plus the privacy
+    model."""
+    from hdp_planner_train.simulator.scaffold import (
+        RunLog,
+        TrainError,
+        _progress,
+        _write_metrics,
+        base_metrics,
+        device_arrays,
+        noise_kind,
+        resume_state,
+        round_description,
+        run_identity,
+        save_checkpoint,
+    )
+
+    method, c = cfg.method, plan.config
+    if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients (issue 13)
+        raise TrainError(f"{method} runs the plan's DP-FedAvg row, which must be one group; it has {len(spec.sizes)}")
+    personal = method in HEAD_METHODS
+    rho = 0.0 if method == "centaur" else (DEFAULT_RHO if cfg.rho is None else float(cfg.rho))
+    head_steps = c.local_steps if cfg.head_steps is None else int(cfg.head_steps)
+    if method == "dp-fedavg-ft":
+        rho = 0.0
+    engine = cfg.engine if method == "dp-fedavg-ft" else "loop"
+    out = Path(cfg.out) if cfg.out else None
+    identity = run_identity(cfg, data, batch, momentum, rho=rho, head_steps=head_steps)
+    state = resume_state(cfg, identity, rounds)
+
+    torch.manual_seed(cfg.seed)
+    model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
+    theta = parameters_to_vector(model.parameters()).detach()
+    mask = head_mask(model)
+    heads = theta[mask].unsqueeze(0).repeat(data.n_clients, 1) if personal else None
+    x_train, y_train, x_test, y_test = device_arrays(data, device)
+    dist = label_distribution(data.clients, data.y_train, data.num_classes)
+
+    kind = noise_kind(cfg)
+    log = RunLog(diagnostics=kind == "seeded")
+    if state is not None:
+        theta = state["theta"].to(device)
+        heads = None if state["heads"] is None else state["heads"].to(device)
+        log = RunLog.from_state(state)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    scratch = copy.deepcopy(model)
+    shared = ~mask if personal else torch.ones_like(mask)
+    client_scores: np.ndarray | None = None
+    progress = _progress(cfg.progress)
+    task = progress.add_task("training", total=rounds, completed=log.next_round)
+    with progress:
+        for r in range(log.next_round, rounds):
+            t0 = time.perf_counter()
+            lr = c.lr * cfg.lr_decay**r
+            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
+            ids = np.concatenate(sampled)
+            group_of_row = np.concatenate([np.full(len(g), m) for m, g in enumerate(sampled)]).astype(np.int64)
+            if method == "dp-fedavg-ft":  # plain DP-FedAvg training, on the configured engine
+                idx = batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r)
+                idx = torch.as_tensor(idx, device=device)
+                vector_to_parameters(theta.clone(), model.parameters())
+                rows = local_deltas(
+                    engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk
+                )
+            else:
+                steps = c.local_steps + (head_steps if personal else 0)
+                idx = torch.as_tensor(batch_indices(data.clients, ids, steps, batch, cfg.seed, r), device=device)
+                updates = []
+                for row, cid in enumerate(ids):
+                    delta, new_head = client_update(
+                        scratch, theta, None if heads is None else heads[cid], x_train[idx[row]], y_train[idx[row]],
+                        head_steps=head_steps, lr=lr, momentum=momentum, rho=rho, mask=mask,
+                    )  # fmt: skip
+                    if heads is not None:
+                        heads[cid] = new_head  # stays on the client
+                    updates.append(delta)
+                rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
+            gen = noise_source(kind, cfg.seed, r)
+            update, stats = aggregate(rows, group_of_row, spec, gen, r, [])  # each group at its executed σ_m
+            theta = theta.clone()
+            theta[shared] += update
+            log.record(stats, time.perf_counter() - t0)
+            if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
+                entry: dict[str, Any] = {"round": r + 1}
+                vector_to_parameters(theta.clone(), model.parameters())
+                if method == "dp-fedavg-ft":
+                    entry["global_accuracy"], entry["global_loss"] = evaluate(model, x_test, y_test)
+                if personal:
+                    client_scores, losses = evaluate_heads(model, theta, heads, x_test, y_test, dist)
+                elif method == "dp-fedavg-ft":
+                    client_scores, losses = evaluate_finetuned(
+                        model, theta, x_train, y_train, x_test, y_test, data.clients, dist, steps=head_steps,
+                        batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r,
+                    )  # fmt: skip
+                if method in PER_CLIENT_EVAL:
+                    entry["accuracy"], entry["loss"] = float(np.mean(client_scores)), float(np.mean(losses))
+                else:
+                    entry["accuracy"], entry["loss"] = evaluate(model, x_test, y_test)
+                log.history.append(entry)
+                description = round_description(plan, spec, r + 1, rounds, entry["accuracy"], entry["loss"])
+                progress.update(task, description=description)
+            progress.update(task, completed=r + 1)
+            if out:
+                save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu())
+
+    mn = plan.method(METHOD_NAMES[method])
+    d_shared = int(shared.sum())
+    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    metrics.update(
+        {
+            "engine": engine,
+            "engine_note": None
+            if engine == cfg.engine
+            else "SAM and personal heads run per client (loop); --engine vectorized falls back to loop",
+            "partition": _partition_name(cfg),
+            "d_shared": d_shared,
+            "d_head": int(mask.sum()) if personal else 0,
+            "head_steps": head_steps if method in LOCAL_STEP_METHODS else None,
+            "rho": rho if method in SAM_METHODS else None,
+            "clip": spec.clip,
+            "evaluation": (
+                "per client: mean over the n clients of Σ_c p_i(c)·acc_i(c) (p_i = client i's training label "
+                "distribution, acc_i(c) = its model's accuracy on the test examples of class c)"
+                + ("; each client's model = global body + its own head" if personal else "")
+                + (
+                    f"; each client's model = the global model fine-tuned {head_steps} SGD steps"
+                    if not personal
+                    else ""
+                )
+                if method in PER_CLIENT_EVAL
+                else "global: the global model on the whole test split"
+            ),
+            "client_accuracy": None
+            if client_scores is None
+            else {
+                "min": float(np.min(client_scores)),
+                "median": float(np.median(client_scores)),
+                "max": float(np.max(client_scores)),
+            },
+            "privacy_model": PRIVACY_MODEL,
+            "epsilon_spent_max": max(e["epsilon_spent"] for e in metrics["epsilon_spent"]),
+            "privacy": (
+                f"{PRIVACY_MODEL} (ε = {mn.epsilon[0]:g}, δ = {c.delta:.3g}) for every client: the plan's DP-FedAvg "
+                f"row (q = {mn.q[0]:.4g}, σ = {mn.noise_multiplier[0]:.4g}), {c.spending_accountant} accountant, for "
+                f"the {rounds} rounds run; covers the noisy {'body ' if personal else ''}updates sent to the server"
+                + ("; personal heads never leave the clients" if personal else "")
+                + ("; fine-tuned copies never leave the clients" if method == "dp-fedavg-ft" else "")
+            ),
+            "noise_lambda_note": None
+            if kind == "secure"
+            else f"simulation diagnostics, per coordinate of the {d_shared} shared parameters the noise is added to",
+            "groups": {"size": list(spec.sizes), "q": list(spec.q), "noise_multiplier": list(spec.noise_multiplier)},
+        }
+    )
+    if out:
+        _write_metrics(metrics, out, cfg.plot)
+    return metrics
+
+
+def _partition_name(cfg) -> str:
+    if cfg.shards is not None:
+        return f"pathological, {cfg.shards} classes per client"
+    if cfg.dirichlet is not None:
+        return f"Dirichlet({cfg.dirichlet:g})"
+    return "natural" if cfg.dataset == "shakespeare" else "IID"

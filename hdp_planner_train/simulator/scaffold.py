@@ -1,0 +1,323 @@
+"""The run scaffold every trainer family shares: the run's configuration and errors, its noise source, the privacy
+ledger, checkpoints, progress, and metrics.json/.csv and the convergence plot (GDPFed Algorithm 2's bookkeeping).
+
+Imports no trainer: the dispatcher (:mod:`.trainer`) and the method families (:mod:`.personal`,
+:mod:`.private_selection`) import it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hdp_planner.io.files import write_json_atomic, write_text_atomic
+from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
+from hdp_planner_train.rules.aggregate import METHOD_NAMES
+from hdp_planner_train.simulator.models import model_name
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class TrainError(ValueError):
+    """A setting the user can fix: reported as one line, exit status 2, nothing written."""
+
+
+@dataclass
+class TrainConfig:
+    plan: str
+    method: str = "gdpfed+"
+    dataset: str = "fmnist"
+    data_dir: str | None = None
+    dirichlet: float | None = None
+    rounds: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    eval_every: int = 1
+    out: str | None = None
+    engine: str = "vectorized"
+    batch_size: int | None = None
+    momentum: float | None = None
+    lr_decay: float = 0.99
+    clients: int | None = None
+    plot: bool = False
+    resume: bool = False
+    progress: bool = True
+    chunk: int | None = None
+    shards: int | None = None  # pathological non-IID: S classes per client
+    rho: float | None = None  # SAM radius (dp2-fedsam, dp-fedsam)
+    head_steps: int | None = None  # τ_h (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
+    iid_share: float | None = None  # paper 003's non-IID mix: this share of the data IID, the rest label-sorted
+    noise_rule: str | None = None  # privacy-aware, unbiased, power-of-choice: paper (default) | exact
+    eta: float | None = None  # privacy-aware: Problem 1's weight η
+    per_round: int | None = None  # selection methods: clients drawn per round K (default round(q·n))
+    candidates: int | None = None  # power-of-choice: candidates d (default 2K)
+    audit: bool = False  # insert canary clients and report an empirical ε per group (hdp_planner.audit)
+    audit_canaries: int | None = None  # canaries per group, in and out together (default min(2000, ⌊d/M⌋))
+    noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
+    model: str | None = None  # models.MODELS name; None: the dataset's default (models.DEFAULT_MODEL)
+    group_classes: str | None = None  # group-skewed labels: "0,1,2,3/4,5,6/7,8,9", the classes of each plan group
+
+
+SEEDED_NOTE = (
+    "seeded noise: a simulation. Anyone holding the seed regenerates every noise draw and who took part, and can "
+    "subtract the noise from the model: never release a model trained with seeded noise"
+)
+
+
+SECURE_NOTE = (
+    "secure noise: noise and client sampling from the OS's CSPRNG; per-round diagnostics (measured noise, joined "
+    "counts, round times) are not recorded, as they reveal who took part"
+)
+
+
+def noise_kind(cfg: TrainConfig) -> str:
+    """The run's noise source: ``cfg.noise``, or secure whenever the run writes a model (``--out``), else seeded."""
+    kind = cfg.noise if cfg.noise is not None else ("secure" if cfg.out else "seeded")
+    if kind not in ("secure", "seeded"):
+        raise TrainError(f"noise source must be secure or seeded, got {kind!r}")
+    return kind
+
+
+def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
+    """ε spent per group after ``rounds_run`` rounds of the executed mechanism (the plan's spending accountant,
+    or RDP composition of a σ schedule; δ of the plan), against the plan's budget for the group."""
+    c = plan.config
+    m = plan.method(METHOD_NAMES[spec.method])
+    mech = executed_mechanism(m, c)
+    ledger = []
+    for i, budget in enumerate(row_budgets(plan, m)):
+        entry: dict[str, Any] = {"group": i + 1, "epsilon_budget": budget, "rounds": rounds_run}
+        if not spec.private:
+            entry["epsilon_spent"] = None  # no noise: ε = ∞
+        elif rounds_run == 0:
+            entry["epsilon_spent"] = 0.0
+        else:
+            entry["epsilon_spent"] = float(mechanism_epsilon(mech, i, rounds_run, c.delta, c.spending_accountant))
+        ledger.append(entry)
+    return ledger
+
+
+def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: Any) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the plan's hash and every setting that changes the run."""
+    return {
+        "plan_sha256": hashlib.sha256(Path(cfg.plan).read_bytes()).hexdigest(),
+        "method": cfg.method,
+        "dataset": cfg.dataset,
+        "model": model_name(cfg.dataset, cfg.model),
+        "seed": cfg.seed,
+        "dirichlet": cfg.dirichlet,
+        "shards": cfg.shards,
+        "iid_share": cfg.iid_share,
+        **({"group_classes": cfg.group_classes} if cfg.group_classes is not None else {}),
+        "clients": data.n_clients,
+        "batch_size": batch,
+        "momentum": momentum,
+        "lr_decay": cfg.lr_decay,
+        "noise_source": noise_kind(cfg),  # a seeded checkpoint never continues as a secure run, nor back
+        **extra,
+    }
+
+
+def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dict[str, Any] | None:
+    """The checkpoint in ``cfg.out`` with ``--resume`` (refused if it was made with other settings), else None."""
+    if not cfg.resume:
+        return None
+    path = Path(cfg.out) / CHECKPOINT if cfg.out else None
+    if path is None or not path.is_file():
+        raise TrainError(f"--resume: no {CHECKPOINT} in {cfg.out}")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    diff = [k for k, v in identity.items() if state["identity"].get(k) != v]
+    if diff:
+        raise TrainError(f"--resume: the checkpoint in {cfg.out} was made with a different {', '.join(diff)}")
+    if state["next_round"] > rounds:
+        raise TrainError(f"--resume: the checkpoint already ran {state['next_round']} rounds > --rounds {rounds}")
+    return state
+
+
+def device_arrays(data, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x_train, y_train, x_test, y_test) of ``data`` as tensors on ``device``."""
+    return tuple(torch.as_tensor(a, device=device) for a in (data.x_train, data.y_train, data.x_test, data.y_test))
+
+
+@dataclass
+class RunLog:
+    """What a run records round by round; checkpointed as is and summarized into the metrics."""
+
+    next_round: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    lambda_measured: list[float] = field(default_factory=list)
+    lambda_applied: list[float] = field(default_factory=list)
+    round_seconds: list[float] = field(default_factory=list)
+    joined: list[list[int]] = field(default_factory=list)
+    diagnostics: bool = True  # seeded (simulation) runs only: per-round noise, joined counts and times reveal
+    # who took part, so a secure run records none of them
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RunLog:
+        return cls(**{f.name: state[f.name] for f in fields(cls)})
+
+    def record(self, stats, seconds: float) -> None:
+        """One round done: its aggregation statistics and wall time (kept only with ``diagnostics``)."""
+        self.next_round += 1
+        if not self.diagnostics:
+            return
+        self.round_seconds.append(seconds)
+        self.lambda_measured.append(stats.lambda_measured)
+        self.lambda_applied.append(stats.lambda_applied)
+        self.joined.append(stats.joined)
+
+    def summary(self) -> dict[str, Any]:
+        last = self.history[-1] if self.history else {}
+        head = {"final_accuracy": last.get("accuracy"), "final_loss": last.get("loss"), "history": self.history}
+        if not self.diagnostics:
+            return head
+        return {
+            **head,
+            "simulation_diagnostics": "seeded run: per-round noise, joined counts and times (reveal who took part)",
+            "noise_lambda_measured": float(np.mean(self.lambda_measured)) if self.lambda_measured else 0.0,
+            "noise_lambda_applied": float(np.mean(self.lambda_applied)) if self.lambda_applied else 0.0,
+            "joined_per_round_mean": np.mean(self.joined, axis=0).tolist() if self.joined else [],
+            "round_seconds": self.round_seconds,
+            "round_seconds_median": float(np.median(self.round_seconds)) if self.round_seconds else 0.0,
+        }
+
+
+def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan, spec, **extra: Any) -> None:
+    """Atomically write θ, the run log, the privacy ledger and ``extra`` to ``out/checkpoint.pt``."""
+    state = {
+        "identity": identity,
+        "theta": theta.cpu(),
+        **asdict(log),
+        "privacy_ledger": privacy_ledger(plan, spec, log.next_round) if spec.private else None,
+        **extra,
+    }
+    path = out / CHECKPOINT
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def round_description(plan, spec, done: int, rounds: int, acc: float, loss: float) -> str:
+    """The progress line: round, accuracy, loss and the ε the strictest group has spent."""
+    strict = int(np.argmin(plan.method(METHOD_NAMES[spec.method]).epsilon))
+    eps = privacy_ledger(plan, spec, done)[strict]["epsilon_spent"] if spec.private else math.inf
+    return f"round {done}/{rounds} acc {acc:.2f}% loss {loss:.3f} ε spent {eps:.3g}"
+
+
+def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int, batch: int, momentum: float,
+                 log: RunLog) -> dict[str, Any]:  # fmt: skip
+    """The metrics every plan-noised method reports (settings, accuracy history, ε spent, Λ measured vs planned)."""
+    c = plan.config
+    return {
+        "method": cfg.method,
+        "plan_method": METHOD_NAMES[spec.method],
+        "dataset": cfg.dataset,
+        "model": model_name(cfg.dataset, cfg.model),
+        "device": str(device),
+        "seed": cfg.seed,
+        "rounds": rounds,
+        "plan_rounds": c.rounds,
+        "clients": data.n_clients,
+        "d": d,
+        "batch_size": batch,
+        "momentum": momentum,
+        "lr": c.lr,
+        "lr_decay": cfg.lr_decay,
+        "local_steps": c.local_steps,
+        "epsilon_spent": privacy_ledger(plan, spec, rounds),
+        "noise_source": noise_kind(cfg),
+        "noise_note": SEEDED_NOTE if noise_kind(cfg) == "seeded" else SECURE_NOTE,
+        "noise_lambda_planned": plan.method(METHOD_NAMES[spec.method]).lambda_exact if spec.private else 0.0,
+        **log.summary(),
+    }
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=not enabled,
+        transient=False,
+    )
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with every NaN or infinity as None (JSON null): a run whose loss diverged is still recorded."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
+
+
+def _write_metrics(metrics: dict[str, Any], out: Path, plot: bool) -> None:
+    """metrics.json (non-finite numbers as null, ``"diverged": true`` when the final loss is not finite), metrics.csv
+    (``nan`` where the loss diverged) and, with ``plot``, the convergence figure."""
+    loss = metrics.get("final_loss")
+    diverged = {"diverged": True} if isinstance(loss, float) and not math.isfinite(loss) else {}
+    write_json_atomic(out / "metrics.json", json_ready({**metrics, **diverged}))
+    table = io.StringIO()
+    w = csv.writer(table)
+    w.writerow(["round", "accuracy", "loss"])
+    for h in metrics["history"]:
+        w.writerow([h["round"], f"{h['accuracy']:.4f}", f"{h['loss']:.6f}"])
+    write_text_atomic(out / "metrics.csv", table.getvalue())
+    if plot:
+        plot_history(metrics, out / "convergence.png")
+
+
+def plot_history(metrics: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = [h["round"] for h in metrics["history"]]
+    audit = metrics.get("audit")
+    fig, axes = plt.subplots(1, 3 if audit else 2, figsize=(15 if audit else 10, 4))
+    a1, a2 = axes[0], axes[1]
+    a1.plot(rounds, [h["accuracy"] for h in metrics["history"]], marker="o", ms=3)
+    a1.set_xlabel("communication round")
+    a1.set_ylabel("test accuracy (%)")
+    a2.plot(rounds, [h["loss"] for h in metrics["history"]], marker="o", ms=3, color="C1")
+    a2.set_xlabel("communication round")
+    a2.set_ylabel("test loss (cross-entropy)")
+    if audit:
+        plot_audit(axes[2], audit["groups"])
+    fig.suptitle(f"{metrics['method']} on {metrics['dataset']} (seed {metrics['seed']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_audit(ax, groups: list[dict[str, Any]]) -> None:
+    """Planned ε beside the empirical ε (95% interval) and the one-run lower bound, per group."""
+    x = np.arange(len(groups))
+    ax.bar(x - 0.2, [g["epsilon_planned"] for g in groups], 0.4, color="C7", label="planned ε (accountant)")
+    emp = [g["epsilon_empirical"] if g["epsilon_empirical"] is not None else np.nan for g in groups]
+    err = [
+        [e - g["epsilon_empirical_interval"][0], g["epsilon_empirical_interval"][1] - e]
+        if g["epsilon_empirical_interval"] else [0.0, 0.0]
+        for e, g in zip(emp, groups)
+    ]  # fmt: skip
+    ax.bar(x + 0.2, emp, 0.4, yerr=np.array(err).T, capsize=3, color="C2", label="empirical ε̂ (95% interval)")
+    ax.plot(x, [g["epsilon_lower_bound"] for g in groups], "k_", ms=18, mew=2, ls="none", label="one-run lower bound")
+    ax.set_xticks(x, [f"group {g['group']}" for g in groups])
+    ax.set_ylabel("ε")
+    ax.set_title("privacy audit (canaries)")
+    ax.legend(frameon=False, fontsize=8)

@@ -1,0 +1,241 @@
+"""Federated training of a plan (GDPFed Algorithm 2): rounds of sampling, local SGD, DP aggregation.
+
+Randomness is derived per round from ``SeedSequence([seed, round, stream])`` (streams: 0 client sampling,
+1 local batches, 2 noise; 3 and 4 the privacy audit's canaries, :mod:`hdp_planner_train.audit.canaries`), so the
+loop and vectorized engines sample and noise identically, and a resumed
+run continues exactly where it stopped: the checkpoint holds θ, the next round, the history, the noise
+measurements and the privacy ledger (rounds run per group); it also stores torch's global RNG state.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from hdp_planner.planfile.document import load_plan, verify
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, aggregate, method_spec, noise_source, sample_round
+from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
+from hdp_planner_train.simulator.engines import ENGINES, batch_indices, evaluate, local_deltas
+from hdp_planner_train.simulator.models import MODELS, make_model, model_dim, model_name
+from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
+from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
+from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, privacy_ledger, SEEDED_NOTE: the run's API)
+    CHECKPOINT,
+    SECURE_NOTE,
+    SEEDED_NOTE,
+    RunLog,
+    TrainConfig,
+    TrainError,
+    _progress,
+    _write_metrics,
+    base_metrics,
+    device_arrays,
+    noise_kind,
+    privacy_ledger,
+    resume_state,
+    round_description,
+    run_identity,
+    save_checkpoint,
+)
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TrainError("--device cuda: no CUDA device is visible (use --device cpu or auto)")
+    if name not in ("cpu", "cuda"):
+        raise TrainError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def _check(cfg: TrainConfig):
+    """Validate everything before anything is written; returns (plan, data, spec, rounds, batch, momentum)."""
+    if cfg.method not in METHOD_NAMES and cfg.method not in SELECTION_METHODS:
+        names = ", ".join((*METHOD_NAMES, *SELECTION_METHODS))
+        raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
+    if cfg.engine not in ENGINES:
+        raise TrainError(f"--engine must be one of {', '.join(ENGINES)}, got {cfg.engine!r}")
+    if cfg.dataset not in DEFAULTS:
+        raise TrainError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {cfg.dataset!r}")
+    noise_kind(cfg)
+    try:
+        model_name(cfg.dataset, cfg.model)
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
+    plan = load_plan(cfg.plan)
+    problems = verify(plan)
+    if problems:
+        raise TrainError(f"plan {cfg.plan} fails verification: {problems[0]}")
+    t = plan.config.rounds
+    rounds = t if cfg.rounds is None else cfg.rounds
+    if not 1 <= rounds <= t:
+        raise TrainError(f"--rounds must be between 1 and the plan's T = {t}, got {rounds}")
+    if cfg.eval_every < 1:
+        raise TrainError(f"--eval-every must be ≥ 1, got {cfg.eval_every}")
+    if not 0 < cfg.lr_decay <= 1:
+        raise TrainError(f"--lr-decay must lie in (0, 1], got {cfg.lr_decay}")
+    defaults = DEFAULTS[cfg.dataset]
+    batch = int(cfg.batch_size if cfg.batch_size is not None else defaults["batch_size"])  # type: ignore[arg-type]
+    momentum = float(cfg.momentum if cfg.momentum is not None else defaults["momentum"])  # type: ignore[arg-type]
+    if batch < 1 or not 0 <= momentum < 1:
+        raise TrainError(f"need --batch-size ≥ 1 and 0 ≤ --momentum < 1, got {batch} and {momentum}")
+    check_options(cfg)
+    check_selection_options(cfg)
+    if cfg.audit and (cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS):
+        raise TrainError(f"--audit covers the plan-noised methods, not {cfg.method}")
+    if cfg.audit_canaries is not None and not cfg.audit:
+        raise TrainError("--audit-canaries needs --audit")
+    skew = None
+    if cfg.group_classes is not None:
+        skew = (plan.groups.size, parse_group_classes(cfg.group_classes, len(plan.groups.size), 10))
+    data = load_federated(
+        cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share, skew
+    )
+    if data.n_clients != plan.config.n:
+        raise TrainError(
+            f"plan has n = {plan.config.n} clients but the {cfg.dataset} partition gives n = {data.n_clients}: "
+            f"re-plan with --n {data.n_clients} or train with --clients {plan.config.n}"
+        )
+    try:
+        spec = method_spec(plan, "gdpfed+" if cfg.method in SELECTION_METHODS else cfg.method)  # 003: ε per group
+    except ValueError as exc:
+        raise TrainError(f"{cfg.plan}: {exc}") from None
+    if cfg.audit:
+        from hdp_planner_train.audit.canaries import check_auditable
+
+        try:
+            check_auditable(spec)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
+    return plan, data, spec, rounds, batch, momentum
+
+
+def run(cfg: TrainConfig) -> dict[str, Any]:
+    """Train ``cfg.method`` on ``cfg.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to ``cfg.out``."""
+    plan, data, spec, rounds, batch, momentum = _check(cfg)
+    device = _device(cfg.device)
+    if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
+        return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
+    if cfg.method in SELECTION_METHODS:  # paper 003: record-level DP-SGD, clients selected with replacement
+        return run_selection(cfg, plan, data, rounds, batch, momentum, device)
+    out = Path(cfg.out) if cfg.out else None
+    identity = run_identity(cfg, data, batch, momentum, audit=(cfg.audit_canaries or "default") if cfg.audit else None)
+    state = resume_state(cfg, identity, rounds)
+
+    torch.manual_seed(cfg.seed)
+    model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
+    theta = parameters_to_vector(model.parameters()).detach()
+    if spec.projection is not None and spec.projection.model_dim != theta.numel():
+        raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, theta.numel(), data.num_classes))
+    x_train, y_train, x_test, y_test = device_arrays(data, device)
+    auditor = None
+    if cfg.audit:
+        from hdp_planner_train.audit.canaries import CanaryAuditor
+
+        try:
+            auditor = CanaryAuditor(spec, int(theta.numel()), cfg.seed, cfg.audit_canaries)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
+
+    kind = noise_kind(cfg)
+    log = RunLog(diagnostics=kind == "seeded")
+    public_history: list[torch.Tensor] = []  # PFA: the public group's latest noisy sums
+    if state is not None:
+        theta = state["theta"].to(device)
+        log = RunLog.from_state(state)
+        public_history = [t.to(device) for t in state["public_history"]]
+        torch.set_rng_state(state["torch_rng"])
+        if auditor is not None:
+            auditor.load_state(state["audit"])
+    vector_to_parameters(theta.clone(), model.parameters())
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+
+    c = plan.config
+    progress = _progress(cfg.progress)
+    task = progress.add_task("training", total=rounds, completed=log.next_round)
+    with progress:
+        for r in range(log.next_round, rounds):
+            t0 = time.perf_counter()
+            lr = c.lr * cfg.lr_decay**r
+            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
+            ids = np.concatenate(sampled) if sampled else np.zeros(0, np.int64)
+            group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
+            idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
+            deltas = local_deltas(
+                cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk
+            )
+            if auditor is not None:
+                deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
+            gen = noise_source(kind, cfg.seed, r) if spec.private else None
+            observe = auditor.observe if auditor is not None else None
+            update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history, observe=observe)
+            if auditor is not None:
+                stats = auditor.real_stats(stats)
+            theta = theta + update
+            vector_to_parameters(theta.clone(), model.parameters())
+            log.record(stats, time.perf_counter() - t0)
+            if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
+                acc, loss = evaluate(model, x_test, y_test)
+                log.history.append({"round": r + 1, "accuracy": acc, "loss": loss})
+                progress.update(task, description=round_description(plan, spec, r + 1, rounds, acc, loss))
+            progress.update(task, completed=r + 1)
+            if out:
+                save_checkpoint(
+                    out, identity, theta, log, plan, spec,
+                    public_history=[t.cpu() for t in public_history], torch_rng=torch.get_rng_state(),
+                    numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
+                    audit=auditor.state() if auditor is not None else None,
+                )  # fmt: skip
+
+    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    if cfg.group_classes is not None:  # accuracy on each privacy group's own classes
+        classes = parse_group_classes(cfg.group_classes, len(plan.groups.size), data.num_classes)  # DP-FedAvg: 1 group
+        metrics["group_classes"] = [list(c) for c in classes]
+        metrics["group_accuracy"] = [
+            evaluate(model, x_test[mask], y_test[mask])[0]
+            for mask in (torch.isin(y_test, torch.as_tensor(c, device=y_test.device)) for c in classes)
+        ]
+    metrics.update(
+        {
+            "engine": cfg.engine,
+            "clip": spec.clip if spec.private else None,  # C, or C_m per group
+            "privacy": (
+                f"(ε, δ={c.delta:.3g})-DP per group, {c.spending_accountant} accountant, for the {rounds} rounds run"
+                if spec.private
+                else "none: p-fedavg adds no noise and does not clip (ε = ∞)"
+            ),
+            "noise_lambda_note": None if kind == "secure" else (
+                "simulation diagnostics: measured = mean over rounds of Σ_m ω_m²(k_m/d)‖n_m‖²/d (noise of each "
+                "group sum, Top-k mask independent of the noise; expectation = planned lambda_exact); applied = "
+                "‖Σ_m ω_m mask_m⊙n_m‖²/d with the Top-k mask chosen on the noisy sum (biased up by Top-k's "
+                "preference for large noise)"
+            ),
+            "groups": {k: list(v) for k, v in asdict(spec).items() if isinstance(v, tuple)},
+        }
+    )
+    if auditor is not None:
+        planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
+        metrics["audit"] = auditor.report(planned, c.delta)
+    if out:
+        _write_metrics(metrics, out, cfg.plot)
+    return metrics
+
+
+def pfa_dim_mismatch(cfg: TrainConfig, planned: int, d: int, num_classes: int) -> str:
+    """The one-line error for a PFA plan made for another d: which ``--model`` has the plan's d, or how to re-plan."""
+    name = model_name(cfg.dataset, cfg.model)
+    fits = [
+        m for m, (_, ds) in MODELS.items() if cfg.dataset in ds and model_dim(cfg.dataset, num_classes, m) == planned
+    ]
+    hint = f"train with --model {fits[0]}" if fits else f"re-plan with --model-dim {d}"
+    return f"the plan's PFA was planned for d = {planned} parameters but --model {name} has d = {d}: {hint}"
+
+
