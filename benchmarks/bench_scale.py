@@ -17,8 +17,9 @@ import tracemalloc
 
 import numpy as np
 
+from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planning.budgets import groups_from_budgets
-from hdp_planner.planning.plan import PlanConfig, clear_caches, solve_plan
+from hdp_planner.planning.plan import PlanConfig, clear_caches
 
 
 def budgets(n: int, rng: np.random.Generator) -> np.ndarray:

@@ -16,8 +16,8 @@ import argparse
 import numpy as np
 
 from hdp_planner import Groups, PlanConfig
-from hdp_planner.planning.sweep import sweep_plan
 from hdp_planner.report.plots import check_figure_path, draw_sweep, pyplot, save_figure
+from hdp_planner.report.sweep import sweep_plan
 
 PANELS = {  # name: (ε per group, n, T, q, C, ε_1 values)
     "FMNIST": ((0.5, 1.5, 3.0), 6000, 50, 0.02, 1.5, np.linspace(0.25, 3.5, 14)),

@@ -5,9 +5,10 @@
 
 from hdp_planner.accounting.calibration import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
+from hdp_planner.methods.gdpfed import plan, solve_plan
 from hdp_planner.planfile.document import PlanFileError, load_plan, plan_to_dict, save_plan, verify
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, plan, solve_plan
+from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
 
 __version__ = "0.1.0"
 __all__ = [

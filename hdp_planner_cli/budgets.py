@@ -28,7 +28,7 @@ from hdp_planner.planning.budgets import (
     parse_group_count,
 )
 from hdp_planner.planning.plan import METHODS, PlanConfig
-from hdp_planner.planning.sweep import parse_range, parse_values, sweep_plan
+from hdp_planner.report.sweep import parse_range, parse_values, sweep_plan
 from hdp_planner_cli.console import err, one_line_errors, out
 from hdp_planner_cli.options import (
     AccountantOpt,
@@ -94,7 +94,7 @@ def sweep(
     ] = None,
 ) -> None:
     """Re-solve the plan while one parameter varies (GDPFed Figure 2: optimal q_m against ε_1)."""
-    from hdp_planner.planning.sweep import parse_vary
+    from hdp_planner.report.sweep import parse_vary
 
     groups, config = build_request(
         eps,

@@ -14,9 +14,10 @@ from rich.table import Table
 
 from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.baselines import add_baselines
+from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.methods.pooled import recalibrated_lambda
 from hdp_planner.planfile.document import load_plan, plan_to_dict, verify
-from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, rdp_sigmas, solve_plan
+from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
 from hdp_planner_cli.budgets import group_budgets, render_grouping
 from hdp_planner_cli.console import err, one_line_errors, out

@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.document import load_plan, verify
 from hdp_planner.planning import budgets as B
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import PlanConfig, solve_plan
+from hdp_planner.planning.plan import PlanConfig
 from hdp_planner_cli.app import app
 
 runner = CliRunner()

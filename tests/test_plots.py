@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from hdp_planner import plan as make_plan
-from hdp_planner.planning.sweep import sweep_plan
 from hdp_planner.report.plots import figure_format, plot_plan, save_sweep
+from hdp_planner.report.sweep import sweep_plan
 from hdp_planner_cli.app import app
 
 runner = CliRunner()

@@ -46,7 +46,7 @@ class Method:
     ``row``: the plan row (``noise`` entry) it trains from. ``rules``: that row's round rules, declared by the one
     method that plans the row (None: the method trains from a row another method plans, e.g. p-fedavg from
     DP-FedAvg's). ``build``: how the row is added to a solved plan (``(plan, BaselineOptions) -> MethodNoise``;
-    None: one of the rows Problem 1's solver plans, :func:`hdp_planner.planning.plan.solve_plan`). ``private``:
+    None: one of the rows Problem 1's solver plans, :func:`hdp_planner.methods.gdpfed.solve_plan`). ``private``:
     whether it adds the row's noise; ``audit``: ``train --audit`` covers it; ``flower``: it runs on Flower;
     ``note``: a note for the plan when the row is built (or None)."""
 

@@ -1,2 +1,3 @@
-"""From budgets to a plan: per-client budgets → groups (:mod:`.budgets`, :mod:`.grouping`), Problem 1
-(:mod:`.problem`), the plan's rows and solver (:mod:`.plan`), and sweeps over one parameter (:mod:`.sweep`)."""
+"""From budgets to a plan's rows: per-client budgets → groups (:mod:`.budgets`, :mod:`.grouping`), Problem 1
+(:mod:`.problem`), and the plan's types and row helpers (:mod:`.plan`). The methods (:mod:`hdp_planner.methods`)
+build the rows."""

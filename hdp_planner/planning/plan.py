@@ -1,10 +1,6 @@
-"""A GDPFed+ plan: per-group q_m, σ_m, k_m and ω_m, with the noise of the four methods it is compared with.
-
-Methods (GDPFed Table 3/5):
-- DP-FedAvg: all n clients one group at rate q, noised for the strictest ε;
-- GDPFed: every group at rate q, each noised for its own ε_m;
-- GDPFed-op: Problem 1's q_m (or ``fixed_q``), each group noised for ε_m at q_m;
-- GDPFed+: GDPFed-op plus Top-k sparsification at k_m (``sparsity`` or Remark 3's closed form).
+"""A plan's types and row helpers: the configuration, one method's per-group row (q_m, σ_m, k_m, ω_m, ε spent, Λ),
+the plan and its recommendation, and the calibrations every row uses. The rows themselves are built by the
+methods (:mod:`hdp_planner.methods`): GDPFed's four by :func:`hdp_planner.methods.gdpfed.solve_plan`.
 """
 
 from __future__ import annotations
@@ -30,10 +26,7 @@ from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.problem import (
     SIGMA_MODELS,
     Coefficients,
-    SamplingProblem,
     SigmaModel,
-    closed_form_k_ratio,
-    reweighting,
 )
 from hdp_planner.rules.noise import LAMBDA_CONVENTIONS, LambdaConvention, aggregation_weights, lambda_exact, lambda_for
 
@@ -41,8 +34,6 @@ METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
 PLANNED_METHOD = "GDPFed+"
 SHARE_TOL = 1e-6
 """Relative tolerance on weight shares against ``--min-share`` (the solvers meet it to ~1e-9)."""
-STARVED_CLIENTS = 0.5
-"""A group expecting fewer clients per round than this is reported as starved by Problem 1."""
 
 
 def _positive(name: str, value: float) -> None:
@@ -324,83 +315,3 @@ def sigma2_model(groups: Groups, config: PlanConfig):
     return lambda q_vec: np.square(
         calibrated_sigma(eps.tolist(), config.delta, np.asarray(q_vec).tolist(), config.rounds, "rdp")
     )
-
-
-def plan(epsilons: Sequence[float], n: int, sizes: Sequence[int] | None = None, **options: object) -> Plan:
-    """Plan GDPFed+ for groups with budgets ``epsilons`` over ``n`` clients, as ``hdp-plan solve`` does.
-
-    ``options`` are :class:`PlanConfig`'s fields (rounds, q, delta, clip, lr, local_steps, accountant,
-    sigma_model, lambda_convention, sparsity, fixed_q, min_share). Example: ``plan([0.5, 1.5, 3.0], n=6000)``.
-    """
-    return solve_plan(Groups.from_budgets(epsilons, n, sizes), PlanConfig(n=n, **options))  # type: ignore[arg-type]
-
-
-def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
-    """Solve GDPFed+ for ``groups`` under ``config`` and compare it with DP-FedAvg, GDPFed and GDPFed-op."""
-    if groups.n != config.n:
-        raise ValueError(f"group sizes sum to {groups.n}, not n = {config.n}")
-    m = groups.count
-    for name, values in (("sparsity", config.sparsity), ("fixed q", config.fixed_q)):
-        if values is not None and len(values) != m:
-            raise ValueError(f"{name} has {len(values)} values for {m} groups")
-    notes: list[str] = []
-    coef = config.coefficients
-    sigma2_of = sigma2_model(groups, config)
-    eps, sizes = groups.epsilons, groups.sizes
-    uniform = [config.q] * m
-
-    problem = SamplingProblem(sizes, config.q, sigma2_of, coef, config.min_share)
-    if config.fixed_q is not None:
-        q_op = list(config.fixed_q)
-        total = sum(q * s for q, s in zip(q_op, sizes))
-        if not math.isclose(total, config.q * config.n, rel_tol=1e-6):
-            notes.append(f"fixed q gives {total:.4g} expected clients per round, not q·n = {config.q * config.n:.4g}")
-        obj, uni = problem.value(q_op), problem.value(uniform)
-    else:
-        sol = problem.solve()
-        q_op, obj, uni = list(sol.q), sol.objective, sol.uniform_objective
-        for qm, e, size in zip(q_op, eps, sizes):
-            if qm >= 1.0 - 1e-9:
-                notes.append(f"group ε={e:g} is sampled with q = 1 (every client, every round)")
-            elif qm * size < STARVED_CLIENTS:
-                notes.append(
-                    f"group ε={e:g} is starved: q = {qm:.2g} ({qm * size:.2g} expected clients per round); "
-                    "with the accountant's σ, Problem 1 prefers the looser groups and has no term for what this "
-                    "group's data adds. Keep it with --sigma-model bound or --fixed-q"
-                )
-
-    ones = [1.0] * m
-    op = method_noise("GDPFed-op", eps, sizes, q_op, ones, config)
-    if config.sparsity is not None:
-        k_plus = list(config.sparsity)
-    else:
-        k_arr, clamped = closed_form_k_ratio(
-            reweighting(op.expected_clients), np.asarray(op.sigma2), np.asarray(op.expected_clients), coef
-        )
-        k_plus = k_arr.tolist()
-        for e, c in zip(eps, clamped):
-            if c:
-                notes.append(f"Remark 3 gives k/d ≤ 0 for group ε={e:g}; clamped to k/d = {k_arr.min():g}")
-    methods = (
-        method_noise("DP-FedAvg", [min(eps)], [groups.n], [config.q], [1.0], config),
-        method_noise("GDPFed", eps, sizes, uniform, ones, config),
-        op,
-        method_noise(PLANNED_METHOD, eps, sizes, q_op, k_plus, config, noise_multiplier=op.noise_multiplier),
-    )
-    if config.accountant == "closed-form":
-        notes.extend(_theorem1_shortfalls(methods, config))
-    return Plan(config, methods, float(obj), float(uni), tuple(notes))
-
-
-def _theorem1_shortfalls(methods: Sequence[MethodNoise], config: PlanConfig) -> list[str]:
-    """Where Theorem 1's σ spends more than ε by the exact accountant (and so was raised to RDP's σ)."""
-    notes = []
-    for m in methods[:3]:  # GDPFed+ shares GDPFed-op's σ
-        for e, q, sigma in zip(m.epsilon, m.q, m.noise_multiplier):
-            theorem1 = closed_form_sigma2(e, config.delta, q, config.rounds)
-            if sigma**2 > theorem1 * (1 + 1e-9):
-                notes.append(
-                    f"{m.name}, ε={e:g}, q={q:.4g}: Theorem 1's σ²={theorem1:.4g} would overspend ε; "
-                    f"raised to the exact RDP σ²={sigma**2:.4g}"
-                )
-    return notes

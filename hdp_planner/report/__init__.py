@@ -1,1 +1,2 @@
-"""Figures (matplotlib, imported when a figure is drawn): only the CLI and the report code import this package."""
+"""Studies over plans and their figures: sweeps over one parameter (:mod:`.sweep`) and figures (:mod:`.plots`,
+matplotlib, imported when a figure is drawn)."""

@@ -94,7 +94,7 @@ def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
 
 def draw_sweep(ax: Any, result: Any, title: str | None = None) -> None:
     """Draw optimal q_m (%) against the varied parameter on ``ax`` (a
-    :class:`~hdp_planner.planning.sweep.SweepResult`)."""
+    :class:`~hdp_planner.report.sweep.SweepResult`)."""
     x = np.asarray(result.values)
     for m in range(result.count):
         eps = result.epsilons[0][m]

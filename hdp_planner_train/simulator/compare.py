@@ -23,9 +23,10 @@ import numpy as np
 
 from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
+from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.document import plan_to_dict, verify
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import PlanConfig, solve_plan
+from hdp_planner.planning.plan import PlanConfig
 
 SIMULATION = "seeded noise: a reproducible simulation grid; its models must not be released"
 

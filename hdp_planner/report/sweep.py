@@ -1,6 +1,6 @@
 """Sweeps: re-solve a plan while one parameter varies (GDPFed Figure 2: optimal q_m against ε_1).
 
->>> from hdp_planner.planning.sweep import sweep_plan, parse_range
+>>> from hdp_planner.report.sweep import sweep_plan, parse_range
 >>> result = sweep_plan(groups, config, vary="1", values=parse_range("0.2:3:15"))  # doctest: +SKIP
 
 The varied parameter is a group's ε (``vary`` = its 1-based index, as a string or int) or one of
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdp_planner.io.inputs import parse_floats
+from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import METHODS, Plan, PlanConfig, solve_plan
+from hdp_planner.planning.plan import METHODS, Plan, PlanConfig
 
 CONFIG_PARAMETERS: tuple[str, ...] = ("rounds", "q", "clip")
 MAX_POINTS = 1000
