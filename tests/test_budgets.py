@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 
 import numpy as np
 import pytest
@@ -281,15 +280,16 @@ def test_grouping_memory_does_not_grow_with_clients():
     assert peaks[1] < 1.2 * peaks[0] < 16 * 2**20
 
 
-def test_a_million_clients_is_fast():
+def test_a_million_clients_are_grouped():
+    """Correctness at scale; the time it takes is measured in benchmarks/bench_scale.py, not asserted here."""
     rng = np.random.default_rng(0)
     n = 1_000_000
     cfg = config(n)
     for eps in (rng.choice(np.linspace(0.2, 10, 50), size=n), rng.lognormal(0.5, 0.8, n)):
-        start = time.perf_counter()
         g = B.groups_from_budgets(eps, None, "optimal", cfg)
-        assert time.perf_counter() - start < 20
         assert g.groups.n == n and g.groups.epsilons[0] == eps.min()
+        a = B.assign_to_groups(eps, g.groups.epsilons, [])  # no client gets a group ε above its own budget
+        assert (a.group_epsilon <= eps).all() and a.counts == g.groups.sizes
 
 
 # --------------------------------------------------------------------------------------------- CLI
