@@ -121,6 +121,9 @@ def test_a_method_declared_once_reaches_solve_the_plan_file_and_verify(monkeypat
     monkeypatch.setitem(REGISTRY, "toy", Method("toy", "Toy", rules=RoundRules("plan-q"), build=bad))
     problems = verify(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"]))
     assert any("Toy: every group must be sampled at the plan's q" in p for p in problems)
+    toy = Method("toy", "Toy", rules=RoundRules("plan-q"), build=_toy, check=lambda p, m: f"{len(m.q)} groups")
+    monkeypatch.setitem(REGISTRY, "toy", toy)  # the method's own check runs in verify
+    assert verify(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"])) == ["Toy: 2 groups"]
     save_plan(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"]), tmp_path / "bad.json")
     monkeypatch.delitem(REGISTRY, "toy")  # a row no registered method plans is refused when read
     with pytest.raises(ValueError, match="unknown method 'Toy'"):

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hdp_planner.accounting.calibration import closed_form_sigma2
-from hdp_planner.methods.method import Method, RoundRules
+from hdp_planner.methods.method import Method, RoundRules, all_close
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PLANNED_METHOD, MethodNoise, Plan, PlanConfig, method_noise, sigma2_model
 from hdp_planner.planning.problem import SamplingProblem, closed_form_k_ratio, reweighting
@@ -107,10 +107,26 @@ def _theorem1_shortfalls(methods: Sequence[MethodNoise], config: PlanConfig) -> 
     return notes
 
 
+def op_check(p: Plan, m: MethodNoise) -> str | None:
+    """GDPFed-op samples at the plan's fixed q when one is given."""
+    if p.config.fixed_q is not None and not all_close(m.q, p.config.fixed_q):
+        return "q must be the plan's fixed q"
+    return None
+
+
+def plus_check(p: Plan, m: MethodNoise) -> str | None:
+    """GDPFed+ is GDPFed-op's q_m and σ_m with Top-k."""
+    op = p.method("GDPFed-op")
+    if not (all_close(m.q, op.q) and all_close(m.noise_multiplier, op.noise_multiplier)):
+        return "q and σ must be GDPFed-op's"
+    return None
+
+
+TOP_K = RoundRules("per-group-q", top_k=True)  # GDPFed-op's rounds, Top-k_m of each group's noisy sum
 METHODS = (
     Method("p-fedavg", "DP-FedAvg", private=False),  # trains from DP-FedAvg's row without noise
     Method("dp-fedavg", "DP-FedAvg", rules=RoundRules("plan-q"), audit=True, flower=True),  # one group of all n
     Method("gdpfed", "GDPFed", rules=RoundRules("plan-q"), audit=True, flower=True),
-    Method("gdpfed-op", "GDPFed-op", rules=RoundRules("per-group-q"), audit=True, flower=True),
-    Method("gdpfed+", "GDPFed+", rules=RoundRules("per-group-q", top_k=True), audit=True, flower=True),
+    Method("gdpfed-op", "GDPFed-op", rules=RoundRules("per-group-q"), audit=True, flower=True, check=op_check),
+    Method("gdpfed+", "GDPFed+", rules=TOP_K, audit=True, flower=True, check=plus_check),
 )

@@ -70,6 +70,11 @@ def idp_fedavg_scale(plan: Plan, options: BaselineOptions) -> MethodNoise:
     return derived_row("IDP-FedAvg-Scale", base, plan, clip=clip, pooled=True, weight=weight)
 
 
+def one_sigma(plan: Plan, m: MethodNoise) -> str | None:
+    """IDP-FedAvg-Sample adds one σ for every group."""
+    return "must add one σ for every group" if len(set(m.noise_multiplier)) != 1 else None
+
+
 METHODS = (
     Method(
         "idp-fedavg-sample",
@@ -78,6 +83,7 @@ METHODS = (
         build=idp_fedavg_sample,
         audit=True,
         flower=True,
+        check=one_sigma,
     ),
     Method(
         "idp-fedavg-scale",

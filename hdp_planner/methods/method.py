@@ -4,12 +4,25 @@ and Flower read instead of lists of their own."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from hdp_planner.methods.options import BaselineOptions
 from hdp_planner.planning.plan import MethodNoise, Plan
+
+REL_TOL = 1e-6
+"""Relative tolerance of a row's checks against its definition (plan files round-trip to ~1e-12)."""
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL)
+
+
+def all_close(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+
 
 Family = Literal["fedavg", "personal", "selection"]
 """The trainer that runs a method: the FedAvg rounds of Algorithm 2 (:mod:`hdp_planner_train.simulator.trainer`),
@@ -48,7 +61,9 @@ class Method:
     DP-FedAvg's). ``build``: how the row is added to a solved plan (``(plan, BaselineOptions) -> MethodNoise``;
     None: one of the rows Problem 1's solver plans, :func:`hdp_planner.methods.gdpfed.solve_plan`). ``private``:
     whether it adds the row's noise; ``audit``: ``train --audit`` covers it; ``flower``: it runs on Flower;
-    ``note``: a note for the plan when the row is built (or None)."""
+    ``note``: a note for the plan when the row is built (or None); ``check``: why a row departs from the method's
+    own definition beyond its round rules, or None (``verify`` runs it in
+    :func:`hdp_planner.planfile.mechanism.row_problems`)."""
 
     key: str
     row: str
@@ -59,3 +74,4 @@ class Method:
     audit: bool = False
     flower: bool = False
     note: Callable[[Plan, BaselineOptions], str | None] | None = None
+    check: Callable[[Plan, MethodNoise], str | None] | None = None

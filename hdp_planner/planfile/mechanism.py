@@ -10,7 +10,8 @@ it, so a row cannot be executed differently from how it was accounted.
 Per-group noise: s_m(t) = C_m·σ_m(t) (σ_m(t) from the row's schedule, or σ_m). A pooled row (IDP-FedAvg) draws one
 noise of std s(t) = C_1·σ_1(t) for the sum of every group, so group m's effective multiplier is s(t)/C_m.
 
-:func:`row_problems` checks each row against its method's definition (GDPFed Table 3, Appendix B.2): DP-FedAvg is
+:func:`row_problems` checks each row against its method's definition (GDPFed Table 3, Appendix B.2; the round
+rules and the ``check`` each method declares in :mod:`hdp_planner.methods.registry`): DP-FedAvg is
 one group of all n clients at the plan's q, noised for the strictest ε; every other row has the plan's groups;
 GDPFed, PFA, IDP-FedAvg-Scale and Time-adaptive sample every group at the plan's q; GDPFed+ has GDPFed-op's q and
 σ; IDP-FedAvg-Sample has one σ; a pooled row has one noise std C_m·σ_m.
@@ -18,15 +19,13 @@ GDPFed, PFA, IDP-FedAvg-Scale and Time-adaptive sample every group at the plan's
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from hdp_planner.accounting.calibration import Accountant, GaussianRounds, epsilon_spent
 from hdp_planner.accounting.schedule import schedule_epsilon, truncate
-from hdp_planner.methods.registry import row_rules, rows
+from hdp_planner.methods.method import all_close, close
+from hdp_planner.methods.registry import REGISTRY, row_rules, rows
 from hdp_planner.planning.plan import MethodNoise, Plan, PlanConfig, Projection
-
-REL_TOL = 1e-6
 
 
 def uniform_q_rows() -> tuple[str, ...]:
@@ -109,18 +108,10 @@ def row_budgets(plan: Plan, method: MethodNoise) -> tuple[float, ...]:
     return groups.epsilon
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=REL_TOL)
-
-
-def _all_close(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
-
-
 def pooled_problem(m: MethodNoise, default_clip: float) -> str | None:
     """Why a pooled row's C_m·σ_m differ (one noise draw has one std), or None."""
     std = [cm * s for cm, s in zip(m.clips(default_clip), m.noise_multiplier)]
-    if m.pooled and not all(_close(s, std[0]) for s in std):
+    if m.pooled and not all(close(s, std[0]) for s in std):
         return "a pooled noise draw needs the same C_m·σ_m in every group"
     return None
 
@@ -135,24 +126,19 @@ def row_problems(plan: Plan) -> list[str]:
             if m.size != (c.n,):
                 problems.append(f"{where}: must be one group of all n = {c.n} clients, has sizes {list(m.size)}")
                 continue
-            if not _close(m.epsilon[0], min(groups.epsilon)):
+            if not close(m.epsilon[0], min(groups.epsilon)):
                 problems.append(f"{where}: budget ε={m.epsilon[0]:g} is not the strictest ε={min(groups.epsilon):g}")
-            if not _close(m.q[0], c.q):
+            if not close(m.q[0], c.q):
                 problems.append(f"{where}: q = {m.q[0]:.6g} is not the plan's q = {c.q:.6g}")
             continue
-        if m.size != groups.size or not _all_close(m.epsilon, groups.epsilon):
+        if m.size != groups.size or not all_close(m.epsilon, groups.epsilon):
             problems.append(f"{where}: its groups (ε, size) are not the plan's groups")
             continue
-        if m.name in uniform_q_rows() and not all(_close(q, c.q) for q in m.q):
+        if m.name in uniform_q_rows() and not all(close(q, c.q) for q in m.q):
             problems.append(f"{where}: every group must be sampled at the plan's q = {c.q:.6g}")
-        if m.name == "GDPFed-op" and c.fixed_q is not None and not _all_close(m.q, c.fixed_q):
-            problems.append(f"{where}: q must be the plan's fixed q")
-        if m.name == "GDPFed+":
-            op = plan.method("GDPFed-op")
-            if not (_all_close(m.q, op.q) and _all_close(m.noise_multiplier, op.noise_multiplier)):
-                problems.append(f"{where}: q and σ must be GDPFed-op's")
-        if m.name == "IDP-FedAvg-Sample" and len(set(m.noise_multiplier)) != 1:
-            problems.append(f"{where}: must add one σ for every group")
+        own = next((x.check for x in REGISTRY.values() if x.row == m.name and x.check is not None), None)
+        if own is not None and (problem := own(plan, m)):
+            problems.append(f"{where}: {problem}")
         if pooled_problem(m, c.clip):
             problems.append(f"{where}: {pooled_problem(m, c.clip)}")
     return problems
