@@ -96,7 +96,7 @@ def selection_document(ids: list[str], sol: SelectionSolution, noise: ClientNois
         "kkt_residual": sol.kkt_residual,
         "unbiased_threshold_eta": pr.unbiased_threshold if math.isfinite(pr.unbiased_threshold) else None,
         "dp_term": noise.dp_term,
-        "unbiased_dp_term": float(np.sum(pr.unbiased**2 * pr.noise_factor)),
+        "unbiased_dp_term": pr.unbiased_dp_term,
         "clients": client_rows(ids, sol, noise),
     }
 
@@ -183,7 +183,7 @@ def render_selection(ids: list[str], sol: SelectionSolution, noise: ClientNoise,
         "|M_k| (each client's data size) is treated as public, as in paper 003: p^u, r_k and σ_k depend on it",
         highlight=False,
     )
-    unbiased_term = float(np.sum(pu**2 * pr.noise_factor))
+    unbiased_term = pr.unbiased_dp_term
     console.print(
         f"DP term Σp_k²V_k: {noise.dp_term:.4g} (unbiased: {unbiased_term:.4g}, "
         f"{unbiased_term / noise.dp_term:.3g}x this)",

@@ -150,6 +150,11 @@ class SelectionProblem:
         return paper_noise_factor(self.epsilon, self.delta, self.num_samples, self.rates)
 
     @property
+    def unbiased_dp_term(self) -> float:
+        """Σ_k (p^u_k)² V_k: the DP term of Problem 1 at the unbiased baseline p = p^u."""
+        return float(np.sum(self.unbiased**2 * self.noise_factor))
+
+    @property
     def unbiased_threshold(self) -> float:
         """η* = 4 Σ_k V_k (p^u_k)² / (max_k p^u_k V_k − min_k p^u_k V_k)²: p = p^u is optimal iff η ≤ η*
         (KKT at p^u with ‖p − p^u‖₁ = 0; infinite when every p^u_k V_k is equal)."""
