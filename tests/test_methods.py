@@ -74,6 +74,7 @@ def test_every_planned_row_follows_its_declared_rules(full_plan):
         assert (m.schedule is not None) == rules.schedule, m.name
         if rules.sampling == "plan-q":
             assert all(q == pytest.approx(c.q) for q in m.q), m.name
+        assert (m.size == (c.n,)) == (rules.groups == "one"), m.name
         if not (rules.top_k or rules.projection):
             assert set(m.k_ratio) == {1.0}, m.name
         entry_keys = set(doc["noise"][m.name]) & {"clip", "pooled", "projection", "schedule"}

@@ -125,7 +125,7 @@ def plus_check(p: Plan, m: MethodNoise) -> str | None:
 TOP_K = RoundRules("per-group-q", top_k=True)  # GDPFed-op's rounds, Top-k_m of each group's noisy sum
 METHODS = (
     Method("p-fedavg", "DP-FedAvg", private=False),  # trains from DP-FedAvg's row without noise
-    Method("dp-fedavg", "DP-FedAvg", rules=RoundRules("plan-q"), audit=True, flower=True),  # one group of all n
+    Method("dp-fedavg", "DP-FedAvg", rules=RoundRules("plan-q", groups="one"), audit=True, flower=True),
     Method("gdpfed", "GDPFed", rules=RoundRules("plan-q"), audit=True, flower=True),
     Method("gdpfed-op", "GDPFed-op", rules=RoundRules("per-group-q"), audit=True, flower=True, check=op_check),
     Method("gdpfed+", "GDPFed+", rules=TOP_K, audit=True, flower=True, check=plus_check),

@@ -33,6 +33,7 @@ the DP²-FedSAM family with personal heads (``personal``), or paper 003's client
 class RoundRules:
     """How the rounds of a plan row run (GDPFed Algorithm 1 and the baselines' variants, :mod:`~.rules.noise`).
 
+    ``groups``: the plan's groups, or all n clients in one group noised for the strictest ε (``one``, DP-FedAvg);
     ``sampling``: every group at the plan's q (``plan-q``) or at its own q_m (``per-group-q``); ``pooled``: one noise
     draw for the sum of every group (else one per group); ``clip``: the plan's C or a C_m per group; ``top_k``:
     GDPFed+'s Top-k_m of each group's noisy sum; ``projection``: PFA's projection of one group's noisy sum;
@@ -44,6 +45,7 @@ class RoundRules:
     top_k: bool = False
     projection: bool = False
     schedule: bool = False
+    groups: Literal["plan", "one"] = "plan"
 
     @property
     def row_keys(self) -> frozenset[str]:

@@ -24,13 +24,8 @@ from dataclasses import dataclass
 from hdp_planner.accounting.calibration import Accountant, GaussianRounds, epsilon_spent
 from hdp_planner.accounting.schedule import schedule_epsilon, truncate
 from hdp_planner.methods.method import all_close, close
-from hdp_planner.methods.registry import REGISTRY, row_rules, rows
+from hdp_planner.methods.registry import REGISTRY, row_rules
 from hdp_planner.planning.plan import MethodNoise, Plan, PlanConfig, Projection
-
-
-def uniform_q_rows() -> tuple[str, ...]:
-    """Rows whose every group is sampled at the plan's q (their round rules in the method registry)."""
-    return tuple(row for row in rows() if (rules := row_rules(row)) is not None and rules.sampling == "plan-q")
 
 
 @dataclass(frozen=True)
@@ -122,7 +117,8 @@ def row_problems(plan: Plan) -> list[str]:
     problems = []
     for m in plan.methods:
         where = f"{m.name}"
-        if m.name == "DP-FedAvg":
+        rules = row_rules(m.name)
+        if rules is not None and rules.groups == "one":
             if m.size != (c.n,):
                 problems.append(f"{where}: must be one group of all n = {c.n} clients, has sizes {list(m.size)}")
                 continue
@@ -134,7 +130,7 @@ def row_problems(plan: Plan) -> list[str]:
         if m.size != groups.size or not all_close(m.epsilon, groups.epsilon):
             problems.append(f"{where}: its groups (ε, size) are not the plan's groups")
             continue
-        if m.name in uniform_q_rows() and not all(close(q, c.q) for q in m.q):
+        if rules is not None and rules.sampling == "plan-q" and not all(close(q, c.q) for q in m.q):
             problems.append(f"{where}: every group must be sampled at the plan's q = {c.q:.6g}")
         own = next((x.check for x in REGISTRY.values() if x.row == m.name and x.check is not None), None)
         if own is not None and (problem := own(plan, m)):
