@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from hdp_planner.io.inputs import parse_floats, parse_ints
-from hdp_planner.methods.baselines import BaselineOptions, baseline_names
+from hdp_planner.methods.baselines import BaselineOptions, baseline_names, needing_model_dim
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PlanConfig
 
@@ -133,8 +133,9 @@ def build_baselines(
 ) -> tuple[tuple[str, ...], BaselineOptions]:
     """Validate ``--methods`` and the baselines' options (before anything is solved)."""
     names = baseline_names(methods.split(","), model_dim) if methods else ()
-    if "PFA" in names and model_dim is None:
-        raise CliError("pfa needs --model-dim: the model's parameter count d (fmnist's CNN: 26010)")
+    needing = needing_model_dim(names)
+    if needing and model_dim is None:
+        raise CliError(f"{needing[0]} needs --model-dim: the model's parameter count d (fmnist's CNN: 26010)")
     options = BaselineOptions(pfa_dim, pfa_window, pfa_subspace, model_dim, saving_rounds, saving_noise)
     return names, options
 

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hdp_planner.io.files import write_json_atomic
-from hdp_planner.methods.baselines import add_baselines
+from hdp_planner.methods.baselines import add_baselines, planned_with_all
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.methods.pooled import recalibrated_lambda
 from hdp_planner.planfile.document import load_plan, plan_to_dict, verify
@@ -227,8 +227,8 @@ def solve(
         raise CliError("give --eps and --n, or --budgets FILE")
     else:
         groups, config = build_request(eps, n, sizes, *options)
-    if "all" in {x.strip().lower() for x in (methods or "").split(",")} and len(set(groups.epsilons)) < 2:
-        extra = tuple(name for name in extra if name != "PFA")  # PFA needs a public and a projected group
+    if "all" in {x.strip().lower() for x in (methods or "").split(",")}:
+        extra = planned_with_all(extra, groups.epsilons)  # e.g. PFA needs a public and a projected group
     with err.status(f"solving with the {config.accountant} accountant…"):
         result = add_baselines(solve_plan(groups, config), extra, extra_options)
         problems = verify(result)

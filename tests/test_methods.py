@@ -12,7 +12,14 @@ import pytest
 from typer.testing import CliRunner
 
 from hdp_planner import load_plan, plan, save_plan, verify
-from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines, baseline_names
+from hdp_planner.methods.baselines import (
+    BASELINES,
+    BaselineOptions,
+    add_baselines,
+    baseline_names,
+    needing_model_dim,
+    planned_with_all,
+)
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.registry import REGISTRY, collect, keys, row_rules, rows
 from hdp_planner.planfile.document import plan_to_dict
@@ -48,6 +55,13 @@ def test_collect_refuses_a_key_twice_and_a_row_without_one_planner():
         collect([types.SimpleNamespace(METHODS=(one, Method("b", "A", rules=RoundRules("plan-q"))))])
     with pytest.raises(ValueError, match="none"):
         collect([types.SimpleNamespace(METHODS=(Method("c", "C"),))])
+
+
+def test_what_methods_all_plans_is_declared_by_each_method():
+    assert baseline_names(["all"]) == tuple(m.row for m in REGISTRY.values() if m.build and not m.needs_model_dim)
+    assert needing_model_dim(["PFA", "HDP-Pooled"]) == ("pfa",)
+    assert planned_with_all(["PFA", "HDP-Pooled"], (1.0, 1.0)) == ("HDP-Pooled",)  # PFA needs two budgets
+    assert planned_with_all(["PFA", "HDP-Pooled"], (1.0, 2.0)) == ("PFA", "HDP-Pooled")
 
 
 def _method_help(command) -> set[str]:

@@ -22,7 +22,15 @@ from hdp_planner.methods.options import SUBSPACES, BaselineOptions
 from hdp_planner.methods.registry import REGISTRY, Method
 from hdp_planner.planning.plan import Plan
 
-__all__ = ["BASELINES", "SUBSPACES", "BaselineOptions", "add_baselines", "baseline_names"]
+__all__ = [
+    "BASELINES",
+    "SUBSPACES",
+    "BaselineOptions",
+    "add_baselines",
+    "baseline_names",
+    "needing_model_dim",
+    "planned_with_all",
+]
 
 
 def _baselines() -> dict[str, Method]:
@@ -43,13 +51,24 @@ def baseline_names(methods: Sequence[str], model_dim: int | None = None) -> tupl
     for name in methods:
         key = name.strip().lower()
         if key == "all":
-            out.extend(v for k, v in baselines.items() if k != "pfa" or model_dim is not None)
+            out.extend(m.row for m in _baselines().values() if not m.needs_model_dim or model_dim is not None)
         elif key in baselines:
             out.append(baselines[key])
         elif key not in core:
             choices = ", ".join([*sorted(core), *baselines, "all"])
             raise ValueError(f"unknown method {name.strip()!r}; choose from {choices}")
     return tuple(dict.fromkeys(out))
+
+
+def needing_model_dim(names: Sequence[str]) -> tuple[str, ...]:
+    """The command-line names of the baselines among plan names ``names`` that need the model's d."""
+    return tuple(key for key, m in _baselines().items() if m.row in names and m.needs_model_dim)
+
+
+def planned_with_all(names: Sequence[str], epsilons: Sequence[float]) -> tuple[str, ...]:
+    """``names`` (plan names) without the baselines ``--methods all`` skips for groups with budgets ``epsilons``."""
+    skipped = {m.row for m in _baselines().values() if m.in_all is not None and not m.in_all(tuple(epsilons))}
+    return tuple(name for name in names if name not in skipped)
 
 
 def add_baselines(plan: Plan, names: Sequence[str], options: BaselineOptions = BaselineOptions()) -> Plan:  # noqa: B008

@@ -63,6 +63,8 @@ class Method:
     DP-FedAvg's). ``build``: how the row is added to a solved plan (``(plan, BaselineOptions) -> MethodNoise``;
     None: one of the rows Problem 1's solver plans, :func:`hdp_planner.methods.gdpfed.solve_plan`). ``private``:
     whether it adds the row's noise; ``audit``: ``train --audit`` covers it; ``flower``: it runs on Flower;
+    ``needs_model_dim``: the row needs the model's d (``--model-dim``), so ``--methods all`` plans it only when d is
+    given; ``in_all``: whether ``--methods all`` plans it for groups with these ε (None: always);
     ``note``: a note for the plan when the row is built (or None); ``check``: why a row departs from the method's
     own definition beyond its round rules, or None (``verify`` runs it in
     :func:`hdp_planner.planfile.mechanism.row_problems`)."""
@@ -77,3 +79,5 @@ class Method:
     flower: bool = False
     note: Callable[[Plan, BaselineOptions], str | None] | None = None
     check: Callable[[Plan, MethodNoise], str | None] | None = None
+    needs_model_dim: bool = False
+    in_all: Callable[[tuple[float, ...]], bool] | None = None

@@ -32,4 +32,20 @@ def pfa(plan: Plan, options: BaselineOptions) -> MethodNoise:
     return derived_row("PFA", base, plan, k_ratio=tuple(k), projection=proj)
 
 
-METHODS = (Method("pfa", "PFA", rules=RoundRules("plan-q", projection=True), build=pfa, audit=True, flower=True),)
+def two_budgets(epsilons: tuple[float, ...]) -> bool:
+    """PFA needs a public and a projected group: at least two different ε."""
+    return len(set(epsilons)) > 1
+
+
+METHODS = (
+    Method(
+        "pfa",
+        "PFA",
+        rules=RoundRules("plan-q", projection=True),
+        build=pfa,
+        audit=True,
+        flower=True,
+        needs_model_dim=True,
+        in_all=two_budgets,
+    ),
+)
