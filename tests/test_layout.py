@@ -30,9 +30,8 @@ LAYERS = (
     "hdp_planner_cli",  # hdp-plan: parse, call, render
 )
 """Every layer, lowest first: a module may import its own layer and the layers before it, never a later one."""
-ENTRY_POINTS = {"hdp_planner.__main__", "hdp_planner_cli.__main__", "hdp_planner.cli"}
-"""Entry points (``python -m``, and the console script of installs made before the CLI moved): nothing imports them,
-they only start the CLI."""
+ENTRY_POINTS = {"hdp_planner.__main__", "hdp_planner_cli.__main__"}
+"""``python -m`` entry points: nothing imports them, they only start the CLI."""
 
 
 def _modules() -> dict[str, Path]:
