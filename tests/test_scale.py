@@ -28,6 +28,7 @@ from hdp_planner_train.data import (  # noqa: E402
 )
 from hdp_planner_train.engines import client_grads, default_chunk, loop_deltas, vectorized_deltas  # noqa: E402
 from hdp_planner_train.models import (  # noqa: E402
+    CNN2,
     DEFAULT_MODEL,
     MODELS,
     CharLSTM,
@@ -174,6 +175,39 @@ def _vmap_grads(model, params, x, y):
         return F.cross_entropy(functional_call(model, p, (xb,)), yb)
 
     return vmap(grad(loss_fn))(params, x, y)
+
+
+def test_cnn_forward_batched_equals_forward_and_vmap():
+    """The small CNN's client-batched forward (grouped convolutions, channels-last) against each client's own
+    forward, and its gradients against torch.func's vmap, in float64."""
+    torch.manual_seed(4)
+    model = CNN2().double()
+    clients = [CNN2().double() for _ in range(3)]
+    params = {n: torch.stack([dict(c.named_parameters())[n] for c in clients]) for n, _ in model.named_parameters()}
+    x, y = torch.randn(3, 4, 1, 28, 28, dtype=torch.float64), torch.randint(0, 10, (3, 4))
+    out = model.forward_batched(params, x)
+    for k, c in enumerate(clients):
+        torch.testing.assert_close(out[k], c(x[k]), rtol=1e-12, atol=1e-12)
+
+    class Plain(CNN2):
+        forward_batched = None
+
+    batched = client_grads(model)(params, x, y)
+    ref = _vmap_grads(Plain().double(), {n: p.detach() for n, p in params.items()}, x, y)
+    for n in params:
+        torch.testing.assert_close(batched[n], ref[n], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("momentum, chunk", [(0.9, 2), (0.0, None)])
+def test_cnn_vectorized_engine_equals_the_loop(momentum, chunk):
+    torch.manual_seed(5)
+    model = CNN2().double()
+    theta = _flat(model)
+    xs, ys = torch.randn(5, 3, 4, 1, 28, 28, dtype=torch.float64), torch.randint(0, 10, (5, 3, 4))
+    a = loop_deltas(model, theta, xs, ys, 0.5, momentum)
+    b = vectorized_deltas(model, theta, xs, ys, 0.5, momentum, chunk=chunk)
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    assert float(a.abs().max()) > 0
 
 
 def test_lstm_chunks_stay_cache_sized_on_cpu():
