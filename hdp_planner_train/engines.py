@@ -22,6 +22,18 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from hdp_planner_train.aggregate import round_seed
 
 ENGINES = ("vectorized", "loop")
+PRECISIONS = ("fp32", "bf16")
+"""``--precision``: of the local forward pass only (issue 17: "mixed precision only where the update that is
+clipped and noised stays float32"). ``bf16`` runs the forward's products under ``torch.autocast`` in bfloat16;
+parameters, gradients, momentum, the update Δ and everything after it (clipping, noise, Top-k, aggregation, the
+audit) stay float32."""
+
+
+def autocast(precision: str, device: torch.device) -> torch.autocast:
+    """The autocast context of the local forward pass for ``precision`` (disabled for fp32)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def batch_indices(
@@ -39,17 +51,26 @@ def batch_indices(
 
 
 def loop_deltas(
-    model: nn.Module, theta: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor, lr: float, momentum: float
+    model: nn.Module,
+    theta: torch.Tensor,
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    lr: float,
+    momentum: float,
+    precision: str = "fp32",
 ) -> torch.Tensor:
     """Reference engine: each client trains a copy of the model with torch.optim.SGD."""
     deltas = []
+    cast = autocast(precision, theta.device)
     for i in range(xs.shape[0]):
         local = copy.deepcopy(model)
         vector_to_parameters(theta.clone(), local.parameters())  # a copy: SGD updates in place
         opt = torch.optim.SGD(local.parameters(), lr=lr, momentum=momentum)
         for s in range(xs.shape[1]):
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(local(xs[i, s]), ys[i, s]).backward()
+            with cast:
+                logits = local(xs[i, s])
+            F.cross_entropy(logits.float(), ys[i, s]).backward()
             opt.step()
         deltas.append(parameters_to_vector(local.parameters()).detach() - theta)
     if not deltas:
@@ -72,27 +93,32 @@ def unflatten(model: nn.Module) -> Callable[[torch.Tensor], dict[str, torch.Tens
 GradFn = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
 
 
-def client_grads(model: nn.Module) -> GradFn:
+def client_grads(model: nn.Module, precision: str = "fp32") -> GradFn:
     """(params {name: (K, *shape)}, x (K, B, ...), y (K, B)) → each client's gradient of its mean cross-entropy.
 
     A model with ``forward_batched(params, x)`` (the LSTM) runs all clients through its own batched products and
     one backward pass of the sum of the clients' losses (client k's loss depends only on its own weights, so the
     gradient of the sum is every client's own); any other model goes through torch.func's vmap(grad(·)).
+    The forward runs under :func:`autocast` for ``precision``; the loss and the gradients are float32.
     """
+    device = next(model.parameters()).device
     batched = getattr(model, "forward_batched", None)
     if batched is not None:
 
         def grads(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
             leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
             with torch.enable_grad():
-                logits = batched(leaves, x)
-                loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
+                with autocast(precision, device):
+                    logits = batched(leaves, x)
+                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
                 return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
 
         return grads
 
     def loss_fn(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(functional_call(model, params, (x,)), y)
+        with autocast(precision, device):
+            logits = functional_call(model, params, (x,))
+        return F.cross_entropy(logits.float(), y)
 
     return vmap(grad(loss_fn))
 
@@ -114,6 +140,7 @@ def vectorized_deltas(
     lr: float,
     momentum: float,
     chunk: int | None = None,
+    precision: str = "fp32",
 ) -> torch.Tensor:
     """All clients at once: vmap(grad(loss)) over stacked parameters, SGD with momentum as torch.optim.SGD."""
     k_total, d = xs.shape[0], theta.numel()
@@ -121,7 +148,7 @@ def vectorized_deltas(
         return theta.new_zeros((0, d))
     names = [n for n, _ in model.named_parameters()]
     base = unflatten(model)(theta)
-    grad_fn = client_grads(model)
+    grad_fn = client_grads(model, precision)
     chunk = chunk or default_chunk(model, d, theta.device)
     out = []
     for start in range(0, k_total, chunk):

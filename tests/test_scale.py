@@ -285,3 +285,66 @@ def test_bench_vs_pfl_without_pfl_says_how_to_set_it_up(tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert "pfl is not importable" in done.stderr and "pip install torch==2.13.0 'pfl[pytorch]'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ mixed precision
+
+
+@pytest.mark.parametrize("dataset, engine", [("digits", "vectorized"), ("fmnist", "vectorized"), ("fmnist", "loop")])
+def test_bf16_keeps_the_update_float32_and_close_to_fp32(dataset, engine):
+    """bf16 autocasts the local forward only: Δ is float32, near fp32's Δ, and not equal to it (bf16 really ran)."""
+    torch.manual_seed(6)
+    model = make_model(dataset)
+    theta = _flat(model)
+    shape = (1, 8, 8) if dataset == "digits" else (1, 28, 28)
+    xs, ys = torch.randn(3, 2, 5, *shape), torch.randint(0, 10, (3, 2, 5))
+    fn = vectorized_deltas if engine == "vectorized" else loop_deltas
+    fp32 = fn(model, theta, xs, ys, 0.1, 0.9)
+    bf16 = fn(model, theta, xs, ys, 0.1, 0.9, precision="bf16")
+    assert bf16.dtype == fp32.dtype == torch.float32
+    rel = float((bf16 - fp32).norm() / fp32.norm())
+    assert 0 < rel < 0.1
+    other_engine = loop_deltas if engine == "vectorized" else vectorized_deltas
+    other = other_engine(model, theta, xs, ys, 0.1, 0.9, precision="bf16")
+    assert float((other - bf16).norm() / fp32.norm()) < 0.02  # the two engines agree in bf16 too
+
+
+def test_lstm_bf16_update_is_float32():
+    torch.manual_seed(7)
+    model = CharLSTM(vocab=16, embed=4, hidden=6)
+    theta = _flat(model)
+    xs, ys = torch.randint(0, 16, (2, 2, 3, 9)), torch.randint(0, 16, (2, 2, 3))
+    out = vectorized_deltas(model, theta, xs, ys, 0.5, 0.9, precision="bf16")
+    assert out.dtype == torch.float32 and float(out.abs().max()) > 0
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        vectorized_deltas(model, theta, xs, ys, 0.5, 0.9, precision="fp16")
+
+
+def test_train_bf16_records_precision_and_aggregates_float32(tmp_path, monkeypatch):
+    """A bf16 run: clipping, noise and aggregation see float32 updates; metrics.json says bf16; the accuracy is
+    fp32's within a few points; a bad --precision is one line on stderr, exit 2, nothing written."""
+    import hdp_planner_train.trainer as trainer_mod
+
+    base = plan([0.5, 1.5, 3.0], n=120, rounds=3, q=0.1, clip=1.5)
+    path = tmp_path / "plan.json"
+    save_plan(base, path)
+    seen = []
+    real = trainer_mod.aggregate
+
+    def spy(deltas, *args, **kwargs):
+        seen.append(deltas.dtype)
+        return real(deltas, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "aggregate", spy)
+    common = dict(plan=str(path), dataset="digits", eval_every=3, progress=False, noise="seeded")
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision
+        runs[precision] = trainer_mod.run(TrainConfig(**common, out=str(out), precision=precision))
+        assert json.loads((out / "metrics.json").read_text())["precision"] == precision
+    assert seen and set(seen) == {torch.float32}
+    assert abs(runs["bf16"]["final_accuracy"] - runs["fp32"]["final_accuracy"]) < 5.0
+    bad = runner.invoke(app, ["train", str(path), "--dataset", "digits", "--precision", "fp8", "--out",
+                              str(tmp_path / "bad")])  # fmt: skip
+    assert bad.exit_code == 2 and "--precision must be one of fp32, bf16" in bad.output
+    assert "Traceback" not in bad.output and not (tmp_path / "bad").exists()
