@@ -51,7 +51,7 @@ def batch_indices(
     return out
 
 
-def _widen(logits: torch.Tensor) -> torch.Tensor:
+def widen(logits: torch.Tensor) -> torch.Tensor:
     """Autocast's bfloat16 logits as float32 for the loss (float32 and float64 logits unchanged)."""
     return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
 
@@ -76,7 +76,7 @@ def loop_deltas(
             opt.zero_grad(set_to_none=True)
             with cast:
                 logits = local(xs[i, s])
-            F.cross_entropy(_widen(logits), ys[i, s]).backward()
+            F.cross_entropy(widen(logits), ys[i, s]).backward()
             opt.step()
         deltas.append(parameters_to_vector(local.parameters()).detach() - theta)
     if not deltas:
@@ -119,7 +119,7 @@ def client_grads(model: nn.Module, precision: str = "fp32", wrt: Sequence[str] |
             with torch.enable_grad():
                 with autocast(precision, device):
                     logits = batched(leaves, x)
-                loss = F.cross_entropy(_widen(logits).flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
+                loss = F.cross_entropy(widen(logits).flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
                 return dict(zip(wanted, torch.autograd.grad(loss, [leaves[n] for n in wanted])))
 
         return grads
@@ -127,7 +127,7 @@ def client_grads(model: nn.Module, precision: str = "fp32", wrt: Sequence[str] |
     def loss_fn(free: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
         with autocast(precision, device):
             logits = functional_call(model, {**fixed, **free}, (x,))
-        return F.cross_entropy(_widen(logits), y)
+        return F.cross_entropy(widen(logits), y)
 
     vmapped = vmap(grad(loss_fn))
 
