@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -160,6 +161,7 @@ def vectorized_train(
     wrt: Sequence[str] | None = None,
     chunk: int | None = None,
     precision: str = "fp32",
+    workers: int | None = None,
 ) -> torch.Tensor:
     """Clients' flat parameters (K, d) after τ = xs.shape[1] local steps from their own ``starts`` (K, d), all at
     once: per step the batch gradient g of the parameters named in ``wrt`` (default all; the rest frozen), with
@@ -173,8 +175,12 @@ def vectorized_train(
     train = names if wrt is None else [n for n in names if n in set(wrt)]
     grad_fn = client_grads(model, precision, None if wrt is None else train)
     chunk = chunk or default_chunk(model, d, starts.device)
-    out = []
-    for first in range(0, k_total, chunk):
+    threads = torch.get_num_threads()
+    workers = workers or (threads if starts.device.type == "cpu" and hasattr(model, "forward_batched") else 1)
+    if workers > 1:  # cache-sized pieces, about two per worker, each worker taking the next piece when free
+        chunk = min(chunk, max(1, math.ceil(k_total / (2 * workers))))
+
+    def piece(first: int) -> torch.Tensor:
         xc, yc, kc = xs[first : first + chunk], ys[first : first + chunk], min(chunk, k_total - first)
         parts = torch.split(starts[first : first + chunk], [math.prod(sh) for sh in shapes], dim=1)
         params = {n: t.reshape(kc, *sh).clone() for n, t, sh in zip(names, parts, shapes)}
@@ -192,8 +198,17 @@ def vectorized_train(
                 g = buf
             for n in train:
                 params[n].sub_(g[n], alpha=lr)
-        out.append(torch.cat([params[n].reshape(kc, -1) for n in names], dim=1))
-    return torch.cat(out)
+        return torch.cat([params[n].reshape(kc, -1) for n in names], dim=1)
+
+    firsts = range(0, k_total, chunk)
+    if workers == 1 or len(firsts) == 1:
+        return torch.cat([piece(first) for first in firsts])
+    torch.set_num_threads(1)  # the workers' ops single-threaded: no barrier waits on a busy core
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            return torch.cat(list(pool.map(piece, firsts)))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def vectorized_deltas(

@@ -26,7 +26,13 @@ from hdp_planner_train.data import (  # noqa: E402
     parse_roles,
     select_roles,
 )
-from hdp_planner_train.engines import client_grads, default_chunk, loop_deltas, vectorized_deltas  # noqa: E402
+from hdp_planner_train.engines import (  # noqa: E402
+    client_grads,
+    default_chunk,
+    loop_deltas,
+    vectorized_deltas,
+    vectorized_train,
+)
 from hdp_planner_train.models import (  # noqa: E402
     CNN2,
     DEFAULT_MODEL,
@@ -208,6 +214,24 @@ def test_cnn_vectorized_engine_equals_the_loop(momentum, chunk):
     b = vectorized_deltas(model, theta, xs, ys, 0.5, momentum, chunk=chunk)
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
     assert float(a.abs().max()) > 0
+
+
+@pytest.mark.parametrize("model_cls", [CNN2, CharLSTM])
+def test_worker_threads_give_the_same_updates(model_cls):
+    """On CPU the batched models train pieces of the clients in worker threads (one intra-op thread each); the
+    result is the sequential one's and the process's thread count comes back."""
+    torch.manual_seed(8)
+    ys = torch.randint(0, 10, (7, 2, 3))
+    if model_cls is CNN2:
+        model, xs = CNN2().double(), torch.randn(7, 2, 3, 1, 28, 28, dtype=torch.float64)
+    else:
+        model, xs = CharLSTM(16, 4, 6).double(), torch.randint(0, 16, (7, 2, 3, 5))
+    starts = _flat(model).unsqueeze(0).repeat(7, 1) + 0.01 * torch.randn(7, _flat(model).numel(), dtype=torch.float64)
+    threads = torch.get_num_threads()
+    one = vectorized_train(model, starts, xs, ys, 0.3, 0.9, rho=0.05, workers=1)
+    three = vectorized_train(model, starts, xs, ys, 0.3, 0.9, rho=0.05, workers=3)
+    torch.testing.assert_close(three, one, rtol=1e-12, atol=1e-13)
+    assert torch.get_num_threads() == threads
 
 
 def test_lstm_chunks_stay_cache_sized_on_cpu():
