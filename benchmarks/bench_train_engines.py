@@ -82,6 +82,8 @@ def main() -> None:
             return client_updates_vectorized(model, theta, heads, xs, ys, **rule)[0]
 
         engines = {"loop": loop, "vectorized": vectorized}
+    if precision != "fp32" and args.method == "dp-fedavg":  # bf16's reference: vectorized fp32, interleaved
+        engines["vectorized fp32"] = lambda: vectorized_deltas(model, theta, xs, ys, 0.1, momentum)
     times: dict[str, list[float]] = {name: [] for name in engines}
     outs: dict[str, torch.Tensor] = {}
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
@@ -110,6 +112,11 @@ def main() -> None:
             line += f"; {per:.4f} s per client-step, {71 * 30 * per:.0f} s for the paper's 71 × 30"
         print(line)
     print(f"speed-up   {t_loop / t_vec:.2f}x   (max |Δ_loop − Δ_vec| = {diff:.2e})")
+    if "vectorized fp32" in times:
+        t32 = statistics.median(times["vectorized fp32"])
+        rel = float((outs["vectorized"] - outs["vectorized fp32"]).norm() / outs["vectorized fp32"].norm())
+        print(f"vectorized fp32 median {t32:.3f} s/round, min {min(times['vectorized fp32']):.3f}")
+        print(f"{precision} against fp32: {t32 / t_vec:.2f}x   (‖Δ_{precision} − Δ_fp32‖ / ‖Δ_fp32‖ = {rel:.2e})")
 
 
 if __name__ == "__main__":
