@@ -4,7 +4,9 @@ Two engines with the same inputs and outputs, the flat client updates Δ_i = θ_
 - ``loop``: the plain reference, one client after the other with ``torch.optim.SGD``;
 - ``vectorized``: all clients at once over stacked parameters (chunks of clients bound the memory), the same
   SGD-with-momentum arithmetic as torch.optim.SGD; gradients by ``torch.func`` (functional_call + vmap + grad),
-  or, for a model with ``forward_batched`` (the LSTM), by its own client-batched products (:func:`client_grads`).
+  or, for a model with ``forward_batched`` (the LSTM, the small CNN), by its own client-batched products
+  (:func:`client_grads`); on CPU such a model's clients are trained in pieces by worker threads
+  (:func:`vectorized_train`, which also runs SAM and frozen parameters for the personal methods of paper 002).
 """
 
 from __future__ import annotations
