@@ -28,7 +28,7 @@ from hdp_planner.files import write_json_atomic, write_text_atomic
 from hdp_planner.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.aggregate import METHOD_NAMES, aggregate, method_spec, noise_source, sample_round
 from hdp_planner_train.data import DEFAULTS, load_federated, parse_group_classes
-from hdp_planner_train.engines import ENGINES, batch_indices, evaluate, local_deltas
+from hdp_planner_train.engines import ENGINES, PRECISIONS, batch_indices, evaluate, local_deltas
 from hdp_planner_train.models import MODELS, make_model, model_dim, model_name
 
 CHECKPOINT = "checkpoint.pt"
@@ -59,6 +59,7 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True
     chunk: int | None = None
+    precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS); updates stay float32
     shards: int | None = None  # pathological non-IID: S classes per client
     rho: float | None = None  # SAM radius (dp2-fedsam, dp-fedsam)
     head_steps: int | None = None  # τ_h (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
@@ -130,6 +131,10 @@ def _check(cfg: TrainConfig):
         raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
     if cfg.engine not in ENGINES:
         raise TrainError(f"--engine must be one of {', '.join(ENGINES)}, got {cfg.engine!r}")
+    if cfg.precision not in PRECISIONS:
+        raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {cfg.precision!r}")
+    if cfg.precision != "fp32" and cfg.method in SELECTION_METHODS:
+        raise TrainError(f"--precision {cfg.precision}: {cfg.method} trains by per-example DP-SGD, in fp32 only")
     if cfg.dataset not in DEFAULTS:
         raise TrainError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {cfg.dataset!r}")
     noise_kind(cfg)
@@ -246,7 +251,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
             idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
             deltas = local_deltas(
-                cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk
+                cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk,
+                precision=cfg.precision,
             )
             if auditor is not None:
                 deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
@@ -327,6 +333,7 @@ def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: A
         "shards": cfg.shards,
         "iid_share": cfg.iid_share,
         **({"group_classes": cfg.group_classes} if cfg.group_classes is not None else {}),
+        **({"precision": cfg.precision} if cfg.precision != "fp32" else {}),
         "clients": data.n_clients,
         "batch_size": batch,
         "momentum": momentum,
@@ -432,6 +439,7 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
         "dataset": cfg.dataset,
         "model": model_name(cfg.dataset, cfg.model),
         "device": str(device),
+        "precision": cfg.precision,
         "seed": cfg.seed,
         "rounds": rounds,
         "plan_rounds": c.rounds,
