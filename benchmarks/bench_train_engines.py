@@ -4,9 +4,13 @@ FMNIST: 120 sampled clients × τ = 5 local steps, batch 10, the 2-layer CNN (``
 28×28 data (the engines' cost does not depend on the pixel values). Shakespeare (``--dataset shakespeare``): the
 LSTM on 80-character windows, batch 4, momentum 0.9; the paper's round is 71 clients × τ = 30 steps, so use fewer
 (``--clients 8 --steps 2``) and read the time per client-step, which the script scales to the paper's round.
-The two engines take turns (interleaved repeats); the load average is printed. Usage::
+``--method`` times a personal method of paper 002 instead (its local rule: ``dp-fedsam`` SAM with ρ = 0.1 on the
+whole model; ``dp2-fedsam`` τ_h = τ head steps then τ SAM steps on the body; ``centaur`` the same with SGD),
+``--precision bf16`` the local forward in bfloat16. The two engines take turns (interleaved repeats); the load
+average is printed. Usage::
 
     python benchmarks/bench_train_engines.py [--clients 120] [--repeats 5] [--threads 2] [--model cnn2-paper]
+    python benchmarks/bench_train_engines.py --method dp2-fedsam [--precision bf16]
     python benchmarks/bench_train_engines.py --dataset shakespeare --clients 8 --steps 2 --repeats 3
 """
 
@@ -20,8 +24,11 @@ import time
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from hdp_planner_train.simulator.engines import loop_deltas, vectorized_deltas
+from hdp_planner_train.simulator.engines import PRECISIONS, loop_deltas, vectorized_deltas
 from hdp_planner_train.simulator.models import make_model
+from hdp_planner_train.simulator.personal import HEAD_METHODS, client_update, client_updates_vectorized, head_mask
+
+PERSONAL = ("dp2-fedsam", "dp-fedsam", "centaur")
 
 
 def main() -> None:
@@ -34,6 +41,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--method", choices=("dp-fedavg", *PERSONAL), default="dp-fedavg", help="local rule [dp-fedavg]")
+    ap.add_argument("--precision", choices=PRECISIONS, default="fp32", help="of the local forward pass [fp32]")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -44,17 +53,37 @@ def main() -> None:
     momentum = 0.9 if lstm else 0.0
     model = make_model(args.dataset, 96 if lstm else 10, args.model).to(dev)
     theta = parameters_to_vector(model.parameters()).detach()
-    shape = (args.clients, args.steps, batch)
+    head_steps = args.steps if args.method in HEAD_METHODS else 0
+    shape = (args.clients, args.steps + head_steps, batch)
     if lstm:
         xs = torch.randint(0, 96, (*shape, 80), device=dev)
         ys = torch.randint(0, 96, shape, device=dev)
     else:
         xs = torch.randn(*shape, 1, 28, 28, device=dev)
         ys = torch.randint(0, 10, shape, device=dev)
+    precision = args.precision
     engines = {
-        "loop": lambda: loop_deltas(model, theta, xs, ys, 0.1, momentum),
-        "vectorized": lambda: vectorized_deltas(model, theta, xs, ys, 0.1, momentum),
+        "loop": lambda: loop_deltas(model, theta, xs, ys, 0.1, momentum, precision),
+        "vectorized": lambda: vectorized_deltas(model, theta, xs, ys, 0.1, momentum, precision=precision),
     }
+    if args.method in PERSONAL:
+        mask = head_mask(model)
+        heads = theta[mask].unsqueeze(0).repeat(args.clients, 1) if args.method in HEAD_METHODS else None
+        rule = dict(head_steps=head_steps, lr=0.1, momentum=momentum, mask=mask, precision=precision)
+        rule["rho"] = 0.0 if args.method == "centaur" else 0.1
+
+        def loop() -> torch.Tensor:
+            return torch.stack([
+                client_update(model, theta, None if heads is None else heads[k], xs[k], ys[k], **rule)[0]
+                for k in range(args.clients)
+            ])  # fmt: skip
+
+        def vectorized() -> torch.Tensor:
+            return client_updates_vectorized(model, theta, heads, xs, ys, **rule)[0]
+
+        engines = {"loop": loop, "vectorized": vectorized}
+    if precision != "fp32" and args.method == "dp-fedavg":  # bf16's reference: vectorized fp32, interleaved
+        engines["vectorized fp32"] = lambda: vectorized_deltas(model, theta, xs, ys, 0.1, momentum)
     times: dict[str, list[float]] = {name: [] for name in engines}
     outs: dict[str, torch.Tensor] = {}
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
@@ -71,7 +100,8 @@ def main() -> None:
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     diff = float((outs["loop"] - outs["vectorized"]).abs().max())
     print(
-        f"{args.dataset} setting: {args.clients} clients × {args.steps} steps × batch {batch}, "
+        f"{args.dataset} setting, {args.method} ({precision}): {args.clients} clients × {args.steps}"
+        f"{f' + {head_steps} head' if head_steps else ''} steps × batch {batch}, "
         f"{type(model).__name__} (d = {theta.numel():,}), {torch.get_num_threads()} threads, device {dev}"
     )
     t_loop, t_vec = (statistics.median(times[n]) for n in ("loop", "vectorized"))
@@ -82,6 +112,11 @@ def main() -> None:
             line += f"; {per:.4f} s per client-step, {71 * 30 * per:.0f} s for the paper's 71 × 30"
         print(line)
     print(f"speed-up   {t_loop / t_vec:.2f}x   (max |Δ_loop − Δ_vec| = {diff:.2e})")
+    if "vectorized fp32" in times:
+        t32 = statistics.median(times["vectorized fp32"])
+        rel = float((outs["vectorized"] - outs["vectorized fp32"]).norm() / outs["vectorized fp32"].norm())
+        print(f"vectorized fp32 median {t32:.3f} s/round, min {min(times['vectorized fp32']):.3f}")
+        print(f"{precision} against fp32: {t32 / t_vec:.2f}x   (‖Δ_{precision} − Δ_fp32‖ / ‖Δ_fp32‖ = {rel:.2e})")
 
 
 if __name__ == "__main__":

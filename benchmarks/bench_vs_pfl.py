@@ -154,11 +154,17 @@ def worker_pfl(model_name: str, rounds: int, threads: int) -> list[float]:
 # ----------------------------------------------------------------------------- driver
 
 
-def _run(cmd: list[str], env: dict[str, str]) -> float:
-    """Median round time reported by one worker process (the last line of its stdout is a JSON list)."""
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    if done.returncode != 0:
-        raise SystemExit(f"error: {' '.join(cmd[:4])}… failed: {done.stderr.strip().splitlines()[-1:]}")
+def _run(cmd: list[str], env: dict[str, str], tries: int = 3) -> float:
+    """Median round time reported by one worker process (the last line of its stdout is a JSON list); a failed
+    process is started again (torchrun's rendezvous failed now and then here), at most ``tries`` times."""
+    for attempt in range(tries):
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+        if done.returncode == 0:
+            break
+        why = [line for line in done.stderr.splitlines() if "Error" in line][-1:] or done.stderr.splitlines()[-1:]
+        print(f"    ({' '.join(cmd[:4])}… failed, attempt {attempt + 1} of {tries}: {why})", flush=True)
+    else:
+        raise SystemExit(f"error: {' '.join(cmd[:4])}… failed {tries} times")
     times = json.loads(done.stdout.strip().splitlines()[-1])
     return statistics.median(times)
 

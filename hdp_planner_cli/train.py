@@ -44,6 +44,9 @@ def train(
     eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every this many rounds.")] = 1,
     out: Annotated[str | None, typer.Option("--out", help="Folder for metrics.json/.csv, plot, checkpoint.")] = None,
     engine: Annotated[str, typer.Option("--engine", help="vectorized (torch.func) | loop (reference)")] = "vectorized",
+    precision: Annotated[
+        str, typer.Option("--precision", help="fp32 | bf16: the local forward only; updates, clipping, noise fp32.")
+    ] = "fp32",
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Local batch (default per dataset).")] = None,
     momentum: Annotated[
         float | None, typer.Option("--momentum", help="Local SGD momentum (default per dataset).")
@@ -123,6 +126,7 @@ def train(
         eval_every=eval_every,
         out=out,
         engine=engine,
+        precision=precision,
         batch_size=batch_size,
         momentum=momentum,
         lr_decay=lr_decay,
@@ -222,6 +226,7 @@ def compare(
         int | None, typer.Option("--shards", help="Pathological non-IID: S classes per client (paper 002).")
     ] = None,
     engine: Annotated[str, typer.Option("--engine", help="vectorized | loop")] = "vectorized",
+    precision: Annotated[str, typer.Option("--precision", help="fp32 | bf16 (the local forward pass only)")] = "fp32",
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
     eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every this many rounds.")] = 5,
     resume: Annotated[bool, typer.Option("--resume", help="Reuse the runs already finished in --out.")] = False,
@@ -246,6 +251,7 @@ def compare(
         write_results,
     )
     from hdp_planner_train.simulator.data import load_federated
+    from hdp_planner_train.simulator.engines import PRECISIONS
     from hdp_planner_train.simulator.models import model_name
 
     try:
@@ -253,8 +259,10 @@ def compare(
             raise ValueError(f"--dataset must be one of {', '.join(PAPER_SETTINGS)}, got {dataset!r}")
         if seeds < 1:
             raise ValueError(f"--seeds must be ≥ 1, got {seeds}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         cfg = CompareConfig(dataset, check_methods(methods.split(",")), seeds, out, data_dir, dirichlet, engine, device,
-                            eval_every, resume, shards, audit, model)  # fmt: skip
+                            eval_every, resume, shards, audit, model, precision)  # fmt: skip
         model_name(dataset, model)
         paper = PAPER_SETTINGS[dataset]
         data = load_federated(

@@ -20,6 +20,8 @@ from hdp_planner_train.simulator.data import DataError, load_federated, patholog
 from hdp_planner_train.simulator.models import make_model, split_head  # noqa: E402
 from hdp_planner_train.simulator.personal import (  # noqa: E402
     client_update,
+    client_updates_vectorized,
+    evaluate_finetuned,
     evaluate_heads,
     head_mask,
     label_distribution,
@@ -138,6 +140,43 @@ def test_client_update_sends_only_the_body_and_keeps_its_head():
     assert none is None and full.numel() == theta.numel()
 
 
+@pytest.mark.parametrize("dataset, shape", [("digits", (1, 8, 8)), ("fmnist", (1, 28, 28))])
+@pytest.mark.parametrize("personal_head", [True, False])
+def test_vectorized_client_updates_equal_the_loop(dataset, shape, personal_head):
+    """SAM, personal heads and frozen parts for all clients at once (vmap for the MLP, the CNN's batched forward)
+    against the per-client loop, in float64."""
+    torch.manual_seed(1)
+    model = make_model(dataset).double()
+    mask = head_mask(model)
+    theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    heads = theta[mask] + 0.05 * torch.randn(3, int(mask.sum()), dtype=torch.float64) if personal_head else None
+    xs, ys = torch.randn(3, 4, 5, *shape, dtype=torch.float64), torch.randint(0, 10, (3, 4, 5))
+    kw = dict(head_steps=2 if personal_head else 0, lr=0.1, momentum=0.5, rho=0.1, mask=mask)
+    rows, new_heads = client_updates_vectorized(model, theta, heads, xs, ys, chunk=2, **kw)
+    for k in range(3):
+        delta, head = client_update(model, theta, None if heads is None else heads[k], xs[k], ys[k], **kw)
+        torch.testing.assert_close(rows[k], delta, rtol=1e-9, atol=1e-12)
+        if personal_head:
+            torch.testing.assert_close(new_heads[k], head, rtol=1e-9, atol=1e-12)
+            assert not torch.equal(head, heads[k])
+    assert new_heads is None if not personal_head else new_heads.shape == heads.shape
+    assert rows.shape[1] == (int((~mask).sum()) if personal_head else theta.numel()) and float(rows.abs().max()) > 0
+
+
+def test_vectorized_fine_tuning_equals_the_loop():
+    torch.manual_seed(2)
+    data = load_federated("digits", shards=2)
+    model = make_model("digits")
+    theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    dist = label_distribution(data.clients, data.y_train, 10)
+    x, y, xt, yt = (torch.as_tensor(a) for a in (data.x_train, data.y_train, data.x_test, data.y_test))
+    kw = dict(steps=3, batch=5, lr=0.1, momentum=0.5, seed=0, rnd=1)
+    loop = evaluate_finetuned(model, theta, x, y, xt, yt, data.clients, dist, engine="loop", **kw)
+    vec = evaluate_finetuned(model, theta, x, y, xt, yt, data.clients, dist, engine="vectorized", chunk=50, **kw)
+    np.testing.assert_allclose(vec[1], loop[1], rtol=1e-4, atol=1e-5)  # losses
+    assert np.mean(np.abs(vec[0] - loop[0])) < 0.5  # accuracies: float32 rounding may flip a rare prediction
+
+
 def test_per_client_evaluation_weights_class_accuracies_by_the_clients_labels():
     torch.manual_seed(0)
     data = load_federated("digits", shards=1)
@@ -181,7 +220,7 @@ def test_dp2_fedsam_heads_never_leave_the_clients(plan_file, tmp_path, monkeypat
     assert m["privacy_model"] == "client-level (ε, δ)-DP, one ε" and m["plan_method"] == "DP-FedAvg"
     assert m["epsilon_spent"] == privacy_ledger(load_plan(plan_file), _spec(plan_file), ROUNDS)
     assert m["epsilon_spent_max"] == pytest.approx(1.0, rel=1e-3)
-    assert m["engine"] == "loop" and m["engine_note"] and m["rho"] == 0.1 and m["head_steps"] == 5
+    assert m["engine"] == "vectorized" and "engine_note" not in m and m["rho"] == 0.1 and m["head_steps"] == 5
     assert 0 <= m["final_accuracy"] <= 100 and m["client_accuracy"]["max"] >= m["final_accuracy"]
     # same seed: same result
     again = run(_cfg(plan_file, tmp_path / "b", method="dp2-fedsam"))
@@ -191,6 +230,15 @@ def test_dp2_fedsam_heads_never_leave_the_clients(plan_file, tmp_path, monkeypat
 
 def _spec(plan_file):
     return method_spec(load_plan(plan_file), "dp2-fedsam")
+
+
+def test_dp2_fedsam_engines_agree(plan_file, tmp_path):
+    vec = run(_cfg(plan_file, tmp_path / "v", method="dp2-fedsam", head_steps=2, rounds=2))
+    loop = run(_cfg(plan_file, tmp_path / "l", method="dp2-fedsam", head_steps=2, rounds=2, engine="loop"))
+    assert loop["engine"] == "loop" and vec["engine"] == "vectorized"
+    torch.testing.assert_close(_ckpt(tmp_path / "v")["theta"], _ckpt(tmp_path / "l")["theta"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(_ckpt(tmp_path / "v")["heads"], _ckpt(tmp_path / "l")["heads"], rtol=1e-4, atol=1e-5)
+    assert vec["final_accuracy"] == pytest.approx(loop["final_accuracy"], abs=0.5)
 
 
 def test_centaur_is_dp2_fedsam_with_rho_zero(plan_file, tmp_path):

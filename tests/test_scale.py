@@ -26,8 +26,15 @@ from hdp_planner_train.simulator.data import (  # noqa: E402
     parse_roles,
     select_roles,
 )
-from hdp_planner_train.simulator.engines import client_grads, default_chunk, loop_deltas, vectorized_deltas  # noqa: E402
+from hdp_planner_train.simulator.engines import (  # noqa: E402
+    client_grads,
+    default_chunk,
+    loop_deltas,
+    vectorized_deltas,
+    vectorized_train,
+)
 from hdp_planner_train.simulator.models import (  # noqa: E402
+    CNN2,
     DEFAULT_MODEL,
     MODELS,
     CharLSTM,
@@ -176,6 +183,57 @@ def _vmap_grads(model, params, x, y):
     return vmap(grad(loss_fn))(params, x, y)
 
 
+def test_cnn_forward_batched_equals_forward_and_vmap():
+    """The small CNN's client-batched forward (grouped convolutions, channels-last) against each client's own
+    forward, and its gradients against torch.func's vmap, in float64."""
+    torch.manual_seed(4)
+    model = CNN2().double()
+    clients = [CNN2().double() for _ in range(3)]
+    params = {n: torch.stack([dict(c.named_parameters())[n] for c in clients]) for n, _ in model.named_parameters()}
+    x, y = torch.randn(3, 4, 1, 28, 28, dtype=torch.float64), torch.randint(0, 10, (3, 4))
+    out = model.forward_batched(params, x)
+    for k, c in enumerate(clients):
+        torch.testing.assert_close(out[k], c(x[k]), rtol=1e-12, atol=1e-12)
+
+    class Plain(CNN2):
+        forward_batched = None
+
+    batched = client_grads(model)(params, x, y)
+    ref = _vmap_grads(Plain().double(), {n: p.detach() for n, p in params.items()}, x, y)
+    for n in params:
+        torch.testing.assert_close(batched[n], ref[n], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("momentum, chunk", [(0.9, 2), (0.0, None)])
+def test_cnn_vectorized_engine_equals_the_loop(momentum, chunk):
+    torch.manual_seed(5)
+    model = CNN2().double()
+    theta = _flat(model)
+    xs, ys = torch.randn(5, 3, 4, 1, 28, 28, dtype=torch.float64), torch.randint(0, 10, (5, 3, 4))
+    a = loop_deltas(model, theta, xs, ys, 0.5, momentum)
+    b = vectorized_deltas(model, theta, xs, ys, 0.5, momentum, chunk=chunk)
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    assert float(a.abs().max()) > 0
+
+
+@pytest.mark.parametrize("model_cls", [CNN2, CharLSTM])
+def test_worker_threads_give_the_same_updates(model_cls):
+    """On CPU the batched models train pieces of the clients in worker threads (one intra-op thread each); the
+    result is the sequential one's and the process's thread count comes back."""
+    torch.manual_seed(8)
+    ys = torch.randint(0, 10, (7, 2, 3))
+    if model_cls is CNN2:
+        model, xs = CNN2().double(), torch.randn(7, 2, 3, 1, 28, 28, dtype=torch.float64)
+    else:
+        model, xs = CharLSTM(16, 4, 6).double(), torch.randint(0, 16, (7, 2, 3, 5))
+    starts = _flat(model).unsqueeze(0).repeat(7, 1) + 0.01 * torch.randn(7, _flat(model).numel(), dtype=torch.float64)
+    threads = torch.get_num_threads()
+    one = vectorized_train(model, starts, xs, ys, 0.3, 0.9, rho=0.05, workers=1)
+    three = vectorized_train(model, starts, xs, ys, 0.3, 0.9, rho=0.05, workers=3)
+    torch.testing.assert_close(three, one, rtol=1e-12, atol=1e-13)
+    assert torch.get_num_threads() == threads
+
+
 def test_lstm_chunks_stay_cache_sized_on_cpu():
     lstm, cnn = make_model("shakespeare", 96), make_model("fmnist")
     assert default_chunk(lstm, model_dim("shakespeare", 96), torch.device("cpu")) == 4
@@ -251,3 +309,66 @@ def test_bench_vs_pfl_without_pfl_says_how_to_set_it_up(tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert "pfl is not importable" in done.stderr and "pip install torch==2.13.0 'pfl[pytorch]'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ mixed precision
+
+
+@pytest.mark.parametrize("dataset, engine", [("digits", "vectorized"), ("fmnist", "vectorized"), ("fmnist", "loop")])
+def test_bf16_keeps_the_update_float32_and_close_to_fp32(dataset, engine):
+    """bf16 autocasts the local forward only: Δ is float32, near fp32's Δ, and not equal to it (bf16 really ran)."""
+    torch.manual_seed(6)
+    model = make_model(dataset)
+    theta = _flat(model)
+    shape = (1, 8, 8) if dataset == "digits" else (1, 28, 28)
+    xs, ys = torch.randn(3, 2, 5, *shape), torch.randint(0, 10, (3, 2, 5))
+    fn = vectorized_deltas if engine == "vectorized" else loop_deltas
+    fp32 = fn(model, theta, xs, ys, 0.1, 0.9)
+    bf16 = fn(model, theta, xs, ys, 0.1, 0.9, precision="bf16")
+    assert bf16.dtype == fp32.dtype == torch.float32
+    rel = float((bf16 - fp32).norm() / fp32.norm())
+    assert 0 < rel < 0.1
+    other_engine = loop_deltas if engine == "vectorized" else vectorized_deltas
+    other = other_engine(model, theta, xs, ys, 0.1, 0.9, precision="bf16")
+    assert float((other - bf16).norm() / fp32.norm()) < 0.02  # the two engines agree in bf16 too
+
+
+def test_lstm_bf16_update_is_float32():
+    torch.manual_seed(7)
+    model = CharLSTM(vocab=16, embed=4, hidden=6)
+    theta = _flat(model)
+    xs, ys = torch.randint(0, 16, (2, 2, 3, 9)), torch.randint(0, 16, (2, 2, 3))
+    out = vectorized_deltas(model, theta, xs, ys, 0.5, 0.9, precision="bf16")
+    assert out.dtype == torch.float32 and float(out.abs().max()) > 0
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        vectorized_deltas(model, theta, xs, ys, 0.5, 0.9, precision="fp16")
+
+
+def test_train_bf16_records_precision_and_aggregates_float32(tmp_path, monkeypatch):
+    """A bf16 run: clipping, noise and aggregation see float32 updates; metrics.json says bf16; the accuracy is
+    fp32's within a few points; a bad --precision is one line on stderr, exit 2, nothing written."""
+    import hdp_planner_train.simulator.trainer as trainer_mod
+
+    base = plan([0.5, 1.5, 3.0], n=120, rounds=3, q=0.1, clip=1.5)
+    path = tmp_path / "plan.json"
+    save_plan(base, path)
+    seen = []
+    real = trainer_mod.aggregate
+
+    def spy(deltas, *args, **kwargs):
+        seen.append(deltas.dtype)
+        return real(deltas, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "aggregate", spy)
+    common = dict(plan=str(path), dataset="digits", eval_every=3, progress=False, noise="seeded")
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision
+        runs[precision] = trainer_mod.run(TrainConfig(**common, out=str(out), precision=precision))
+        assert json.loads((out / "metrics.json").read_text())["precision"] == precision
+    assert seen and set(seen) == {torch.float32}
+    assert abs(runs["bf16"]["final_accuracy"] - runs["fp32"]["final_accuracy"]) < 5.0
+    bad = runner.invoke(app, ["train", str(path), "--dataset", "digits", "--precision", "fp8", "--out",
+                              str(tmp_path / "bad")])  # fmt: skip
+    assert bad.exit_code == 2 and "--precision must be one of fp32, bf16" in bad.output
+    assert "Traceback" not in bad.output and not (tmp_path / "bad").exists()

@@ -75,6 +75,7 @@ class CompareConfig:
     shards: int | None = None  # pathological non-IID (paper 002's partition)
     audit: bool = False  # canaries in every auditable run: empirical ε per group (hdp_planner.audit)
     model: str | None = None  # models.MODELS name; None: the dataset's default
+    precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS)
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -149,6 +150,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     eval_every=cfg.eval_every,
                     out=str(folder),
                     engine=cfg.engine,
+                    precision=cfg.precision,
                     progress=False,
                     audit=audit,
                     noise="seeded",  # a simulation grid: reproducible, its models are not for release

@@ -4,13 +4,17 @@ Two engines with the same inputs and outputs, the flat client updates Δ_i = θ_
 - ``loop``: the plain reference, one client after the other with ``torch.optim.SGD``;
 - ``vectorized``: all clients at once over stacked parameters (chunks of clients bound the memory), the same
   SGD-with-momentum arithmetic as torch.optim.SGD; gradients by ``torch.func`` (functional_call + vmap + grad),
-  or, for a model with ``forward_batched`` (the LSTM), by its own client-batched products (:func:`client_grads`).
+  or, for a model with ``forward_batched`` (the LSTM, the small CNN), by its own client-batched products
+  (:func:`client_grads`); on CPU such a model's clients are trained in pieces by worker threads
+  (:func:`vectorized_train`, which also runs SAM and frozen parameters for the personal methods of paper 002).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -22,6 +26,18 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from hdp_planner_train.rules.aggregate import round_seed
 
 ENGINES = ("vectorized", "loop")
+PRECISIONS = ("fp32", "bf16")
+"""``--precision``: of the local forward pass only (issue 17: "mixed precision only where the update that is
+clipped and noised stays float32"). ``bf16`` runs the forward's products under ``torch.autocast`` in bfloat16;
+parameters, gradients, momentum, the update Δ and everything after it (clipping, noise, Top-k, aggregation, the
+audit) stay float32."""
+
+
+def autocast(precision: str, device: torch.device) -> torch.autocast:
+    """The autocast context of the local forward pass for ``precision`` (disabled for fp32)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def batch_indices(
@@ -38,18 +54,32 @@ def batch_indices(
     return out
 
 
+def widen(logits: torch.Tensor) -> torch.Tensor:
+    """Autocast's bfloat16 logits as float32 for the loss (float32 and float64 logits unchanged)."""
+    return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+
+
 def loop_deltas(
-    model: nn.Module, theta: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor, lr: float, momentum: float
+    model: nn.Module,
+    theta: torch.Tensor,
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    lr: float,
+    momentum: float,
+    precision: str = "fp32",
 ) -> torch.Tensor:
     """Reference engine: each client trains a copy of the model with torch.optim.SGD."""
     deltas = []
+    cast = autocast(precision, theta.device)
     for i in range(xs.shape[0]):
         local = copy.deepcopy(model)
         vector_to_parameters(theta.clone(), local.parameters())  # a copy: SGD updates in place
         opt = torch.optim.SGD(local.parameters(), lr=lr, momentum=momentum)
         for s in range(xs.shape[1]):
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(local(xs[i, s]), ys[i, s]).backward()
+            with cast:
+                logits = local(xs[i, s])
+            F.cross_entropy(widen(logits), ys[i, s]).backward()
             opt.step()
         deltas.append(parameters_to_vector(local.parameters()).detach() - theta)
     if not deltas:
@@ -72,38 +102,115 @@ def unflatten(model: nn.Module) -> Callable[[torch.Tensor], dict[str, torch.Tens
 GradFn = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
 
 
-def client_grads(model: nn.Module) -> GradFn:
-    """(params {name: (K, *shape)}, x (K, B, ...), y (K, B)) → each client's gradient of its mean cross-entropy.
+def client_grads(model: nn.Module, precision: str = "fp32", wrt: Sequence[str] | None = None) -> GradFn:
+    """(params {name: (K, *shape)}, x (K, B, ...), y (K, B)) → each client's gradient of its mean cross-entropy
+    with respect to the parameters named in ``wrt`` (default: all; the others are held fixed).
 
-    A model with ``forward_batched(params, x)`` (the LSTM) runs all clients through its own batched products and
-    one backward pass of the sum of the clients' losses (client k's loss depends only on its own weights, so the
-    gradient of the sum is every client's own); any other model goes through torch.func's vmap(grad(·)).
+    A model with ``forward_batched(params, x)`` (the LSTM, the small CNN) runs all clients through its own batched
+    products and one backward pass of the sum of the clients' losses (client k's loss depends only on its own
+    weights, so the gradient of the sum is every client's own); any other model goes through torch.func's
+    vmap(grad(·)). The forward runs under :func:`autocast` for ``precision``; the loss and the gradients are float32.
     """
+    device = next(model.parameters()).device
+    chosen = None if wrt is None else set(wrt)
     batched = getattr(model, "forward_batched", None)
     if batched is not None:
 
         def grads(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-            leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+            leaves = {n: p.detach().requires_grad_(chosen is None or n in chosen) for n, p in params.items()}
+            wanted = [n for n in leaves if chosen is None or n in chosen]
             with torch.enable_grad():
-                logits = batched(leaves, x)
-                loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
-                return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+                with autocast(precision, device):
+                    logits = batched(leaves, x)
+                loss = F.cross_entropy(widen(logits).flatten(0, 1), y.flatten(), reduction="sum") / y.shape[1]
+                return dict(zip(wanted, torch.autograd.grad(loss, [leaves[n] for n in wanted])))
 
         return grads
 
-    def loss_fn(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(functional_call(model, params, (x,)), y)
+    def loss_fn(free: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+        with autocast(precision, device):
+            logits = functional_call(model, {**fixed, **free}, (x,))
+        return F.cross_entropy(widen(logits), y)
 
-    return vmap(grad(loss_fn))
+    vmapped = vmap(grad(loss_fn))
+
+    def split(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        free = {n: p for n, p in params.items() if chosen is None or n in chosen}
+        return vmapped(free, {n: p for n, p in params.items() if n not in free}, x, y)
+
+    return split
 
 
 def default_chunk(model: nn.Module, d: int, device: torch.device) -> int:
     """Clients trained together: as many as 2·10⁸ stacked parameters allow, except a ``forward_batched`` model on
-    CPU, whose per-step batched products read every client's recurrent weights: there about 16 MB of weights in
-    all (4 clients of the LSTM) stays in cache; measured 0.06 s per client-step at 4 clients against 0.22 at 16."""
+    CPU, whose per-step batched products read every client's weights: there about 16 MB of weights in all (4
+    clients of the LSTM, 153 of the small CNN) stays in cache; measured for the LSTM 0.06 s per client-step at 4
+    clients against 0.22 at 16."""
     if device.type == "cpu" and hasattr(model, "forward_batched"):
         return max(1, int(4e6 // max(d, 1)))
     return max(1, int(2e8 // max(d, 1)))
+
+
+def vectorized_train(
+    model: nn.Module,
+    starts: torch.Tensor,
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    lr: float,
+    momentum: float,
+    *,
+    rho: float = 0.0,
+    wrt: Sequence[str] | None = None,
+    chunk: int | None = None,
+    precision: str = "fp32",
+    workers: int | None = None,
+) -> torch.Tensor:
+    """Clients' flat parameters (K, d) after τ = xs.shape[1] local steps from their own ``starts`` (K, d), all at
+    once: per step the batch gradient g of the parameters named in ``wrt`` (default all; the rest frozen), with
+    SAM of radius ``rho`` > 0 (Foret et al. 2021; paper 002 eqs. 11-12: g is re-taken at θ + ρ·g/‖g‖, ‖·‖ over the
+    trained parameters) and SGD with momentum as torch.optim.SGD (a fresh momentum buffer per call)."""
+    k_total, d = starts.shape
+    if k_total == 0:
+        return starts.new_zeros((0, d))
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    train = names if wrt is None else [n for n in names if n in set(wrt)]
+    grad_fn = client_grads(model, precision, None if wrt is None else train)
+    chunk = chunk or default_chunk(model, d, starts.device)
+    threads = torch.get_num_threads()
+    workers = workers or (threads if starts.device.type == "cpu" and hasattr(model, "forward_batched") else 1)
+    if workers > 1:  # cache-sized pieces, about two per worker, each worker taking the next piece when free
+        chunk = min(chunk, max(1, math.ceil(k_total / (2 * workers))))
+
+    def piece(first: int) -> torch.Tensor:
+        xc, yc, kc = xs[first : first + chunk], ys[first : first + chunk], min(chunk, k_total - first)
+        parts = torch.split(starts[first : first + chunk], [math.prod(sh) for sh in shapes], dim=1)
+        params = {n: t.reshape(kc, *sh).clone() for n, t, sh in zip(names, parts, shapes)}
+        buf: dict[str, torch.Tensor] | None = None
+        for s in range(xs.shape[1]):
+            g = grad_fn(params, xc[:, s], yc[:, s])
+            if rho > 0:
+                norm = torch.sqrt(sum(g[n].flatten(1).pow(2).sum(1) for n in train))
+                scale = rho / (norm + 1e-12)
+                shifted = {n: params[n] + scale.view(-1, *[1] * (g[n].dim() - 1)) * g[n] if n in g else params[n]
+                           for n in names}  # fmt: skip
+                g = grad_fn(shifted, xc[:, s], yc[:, s])
+            if momentum:
+                buf = g if buf is None else {n: buf[n].mul_(momentum).add_(g[n]) for n in train}
+                g = buf
+            for n in train:
+                params[n].sub_(g[n], alpha=lr)
+        return torch.cat([params[n].reshape(kc, -1) for n in names], dim=1)
+
+    firsts = range(0, k_total, chunk)
+    if workers == 1 or len(firsts) == 1:
+        return torch.cat([piece(first) for first in firsts])
+    torch.set_num_threads(1)  # the workers' ops single-threaded: no barrier waits on a busy core
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            return torch.cat(list(pool.map(piece, firsts)))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def vectorized_deltas(
@@ -114,31 +221,11 @@ def vectorized_deltas(
     lr: float,
     momentum: float,
     chunk: int | None = None,
+    precision: str = "fp32",
 ) -> torch.Tensor:
-    """All clients at once: vmap(grad(loss)) over stacked parameters, SGD with momentum as torch.optim.SGD."""
-    k_total, d = xs.shape[0], theta.numel()
-    if k_total == 0:
-        return theta.new_zeros((0, d))
-    names = [n for n, _ in model.named_parameters()]
-    base = unflatten(model)(theta)
-    grad_fn = client_grads(model)
-    chunk = chunk or default_chunk(model, d, theta.device)
-    out = []
-    for start in range(0, k_total, chunk):
-        xc, yc = xs[start : start + chunk], ys[start : start + chunk]
-        kc = xc.shape[0]
-        params = {n: base[n].unsqueeze(0).expand(kc, *base[n].shape).clone() for n in names}
-        buf: dict[str, torch.Tensor] | None = None
-        for s in range(xs.shape[1]):
-            g = grad_fn(params, xc[:, s], yc[:, s])
-            if momentum:
-                buf = g if buf is None else {n: buf[n].mul_(momentum).add_(g[n]) for n in names}
-                step = buf
-            else:
-                step = g
-            params = {n: params[n].sub_(step[n], alpha=lr) for n in names}
-        out.append(torch.cat([(params[n] - base[n]).reshape(kc, -1) for n in names], dim=1))
-    return torch.cat(out)
+    """All clients at once from the global θ: Δ_i = θ_i − θ by :func:`vectorized_train` (plain SGD)."""
+    starts = theta.unsqueeze(0).expand(xs.shape[0], -1)
+    return vectorized_train(model, starts, xs, ys, lr, momentum, chunk=chunk, precision=precision) - theta
 
 
 def local_deltas(engine: str, *args, **kwargs) -> torch.Tensor:

@@ -21,9 +21,10 @@ example of class c: the expectation over a test set drawn with the client's labe
 split, with no split noise and no training data held out (training data equal to the other methods'). The
 reported accuracy is the unweighted mean over all n clients (paper 002 §5 averages clients' local accuracies).
 
-The SAM and personal-head methods run per client (the ``loop`` engine); ``--engine vectorized`` falls back to it
-(recorded in the metrics). Their privacy guarantee covers what leaves the clients (the noisy body updates);
-heads, fine-tuned copies and per-client accuracies stay local (accuracies are reported by the simulation only).
+``--engine vectorized`` (the default) trains all sampled clients at once (:func:`client_updates_vectorized`;
+fine-tuning in blocks of clients); ``loop`` is the per-client reference (the two agree, tested). Their privacy
+guarantee covers what leaves the clients (the noisy body updates); heads, fine-tuned copies and per-client
+accuracies stay local (accuracies are reported by the simulation only).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.methods.registry import keys
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, aggregate, noise_source, sample_round
-from hdp_planner_train.simulator.engines import batch_indices, evaluate, local_deltas
+from hdp_planner_train.simulator.engines import autocast, batch_indices, evaluate, local_deltas, vectorized_train, widen
 from hdp_planner_train.simulator.models import head_module_name, make_model, split_head
 
 PERSONAL_METHODS = keys("personal")
@@ -54,6 +55,7 @@ PER_CLIENT_EVAL = ("dp2-fedsam", "centaur", "dp-fedavg-ft")
 DEFAULT_RHO = 0.1  # paper 002 §5: ρ = 0.1 for CIFAR-10 (best of 0.05, 0.1, 0.5, 1.0), 0.5 for FEMNIST
 PRIVACY_MODEL = "client-level (ε, δ)-DP, one ε"
 FINETUNE_STREAM = 3  # randomness stream of the fine-tuning batches (1: training batches)
+FINETUNE_BLOCK = 256  # clients fine-tuned at once by the vectorized engine before their evaluation
 
 
 def head_mask(model: nn.Module) -> torch.Tensor:
@@ -71,14 +73,23 @@ def sam_step(
     y: torch.Tensor,
     rho: float,
     optimizer: torch.optim.Optimizer,
+    precision: str = "fp32",
 ) -> torch.Tensor:
     """One SAM step on ``params`` (Foret et al. 2021; paper 002 eqs. 11-12): p = ρ·g/‖g‖ with g the mini-batch
     gradient w.r.t. ``params`` only, then ``optimizer`` steps along the gradient taken at params + p (same batch).
     ρ = 0 is one plain SGD step. Returns the perturbation as a flat vector over all of ``model``'s parameters
-    (zero outside ``params``)."""
+    (zero outside ``params``). ``precision``: of the forward passes
+    (:func:`hdp_planner_train.simulator.engines.autocast`)."""
     chosen = {id(p) for p in params}
+    cast = autocast(precision, x.device)
+
+    def loss() -> torch.Tensor:
+        with cast:
+            out = model(x)
+        return F.cross_entropy(widen(out), y)
+
     optimizer.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
+    loss().backward()
     perturb = [torch.zeros_like(p) for p in params]
     if rho > 0:
         grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
@@ -89,7 +100,7 @@ def sam_step(
                 e.copy_(g * scale)
                 p.add_(e)
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        loss().backward()
         with torch.no_grad():
             for p, e in zip(params, perturb):
                 p.sub_(e)
@@ -98,7 +109,7 @@ def sam_step(
     return torch.cat([(next(it) if id(p) in chosen else torch.zeros_like(p)).reshape(-1) for p in model.parameters()])
 
 
-def _sgd_phase(model, params, xs, ys, lr, momentum, rho=0.0) -> None:
+def _sgd_phase(model, params, xs, ys, lr, momentum, rho=0.0, precision="fp32") -> None:
     """Steps of SAM (ρ > 0) or SGD on ``params`` with every other parameter frozen."""
     chosen = {id(p) for p in params}
     frozen = [p for p in model.parameters() if id(p) not in chosen]
@@ -107,7 +118,7 @@ def _sgd_phase(model, params, xs, ys, lr, momentum, rho=0.0) -> None:
     try:
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
         for s in range(xs.shape[0]):
-            sam_step(model, params, xs[s], ys[s], rho, opt)
+            sam_step(model, params, xs[s], ys[s], rho, opt, precision)
     finally:
         for p in frozen:
             p.requires_grad_(True)
@@ -125,6 +136,7 @@ def client_update(
     momentum: float,
     rho: float,
     mask: torch.Tensor | None,
+    precision: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One client's local training from the global θ; ``model`` is a scratch module (overwritten).
 
@@ -138,15 +150,47 @@ def client_update(
         start[mask] = head
     vector_to_parameters(start.clone(), model.parameters())
     if head is None:
-        _sgd_phase(model, list(model.parameters()), xs, ys, lr, momentum, rho)
+        _sgd_phase(model, list(model.parameters()), xs, ys, lr, momentum, rho, precision)
         return parameters_to_vector(model.parameters()).detach() - start, None
     names = set(split_head(model))
     head_params = [p for n, p in model.named_parameters() if n in names]
     body_params = [p for n, p in model.named_parameters() if n not in names]
-    _sgd_phase(model, head_params, xs[:head_steps], ys[:head_steps], lr, momentum)
-    _sgd_phase(model, body_params, xs[head_steps:], ys[head_steps:], lr, momentum, rho)
+    _sgd_phase(model, head_params, xs[:head_steps], ys[:head_steps], lr, momentum, precision=precision)
+    _sgd_phase(model, body_params, xs[head_steps:], ys[head_steps:], lr, momentum, rho, precision)
     end = parameters_to_vector(model.parameters()).detach()
     return (end - start)[~mask], end[mask].clone()
+
+
+def client_updates_vectorized(
+    model: nn.Module,
+    theta: torch.Tensor,
+    heads: torch.Tensor | None,
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    *,
+    head_steps: int,
+    lr: float,
+    momentum: float,
+    rho: float,
+    mask: torch.Tensor | None,
+    chunk: int | None = None,
+    precision: str = "fp32",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`client_update` for all K sampled clients at once (``heads``: their (K, d_h) heads, xs: (K, τ, B, ...))
+    by :func:`hdp_planner_train.simulator.engines.vectorized_train`: the head phase (SGD, body frozen), then the body
+    phase (SAM(ρ), head frozen), each with a fresh momentum buffer as the loop's optimizer per phase; returns (K rows of
+    Δ_i, the K new heads or None)."""
+    starts = theta.unsqueeze(0).repeat(xs.shape[0], 1)
+    kw = dict(chunk=chunk, precision=precision)
+    if heads is None:
+        return vectorized_train(model, starts, xs, ys, lr, momentum, rho=rho, **kw) - starts, None
+    assert mask is not None
+    starts[:, mask] = heads
+    head = split_head(model)
+    body = [n for n, _ in model.named_parameters() if n not in set(head)]
+    mid = vectorized_train(model, starts, xs[:, :head_steps], ys[:, :head_steps], lr, momentum, wrt=head, **kw)
+    end = vectorized_train(model, mid, xs[:, head_steps:], ys[:, head_steps:], lr, momentum, rho=rho, wrt=body, **kw)
+    return (end - starts)[:, ~mask], end[:, mask]
 
 
 # ------------------------------------------------------------------ per-client evaluation
@@ -249,8 +293,12 @@ def evaluate_finetuned(
     momentum: float,
     seed: int,
     rnd: int,
+    engine: str = "loop",
+    chunk: int | None = None,
+    precision: str = "fp32",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-client (accuracy %, loss) after each client fine-tunes a copy of θ for ``steps`` SGD steps on its data."""
+    """Per-client (accuracy %, loss) after each client fine-tunes a copy of θ for ``steps`` SGD steps on its data;
+    ``engine`` vectorized fine-tunes clients in chunks at once (:func:`vectorized_train`), each then evaluated."""
     n, num_classes = len(clients), dist.shape[1]
     labels = y_test.cpu().numpy()
     by_class = [torch.as_tensor(np.flatnonzero(labels == c), device=x_test.device) for c in range(num_classes)]
@@ -259,10 +307,21 @@ def evaluate_finetuned(
     )
     local = copy.deepcopy(model)
     acc_c, loss_c = np.zeros((n, num_classes)), np.zeros((n, num_classes))
+    tuned: torch.Tensor | None = None
+    block = FINETUNE_BLOCK if engine == "vectorized" else 1
     for i in range(n):
-        vector_to_parameters(theta.clone(), local.parameters())
-        if steps:
-            _sgd_phase(local, list(local.parameters()), x_train[idx[i]], y_train[idx[i]], lr, momentum)
+        if engine == "vectorized" and i % block == 0:  # the next block of clients fine-tuned at once
+            rows = slice(i, min(i + block, n))
+            starts = theta.unsqueeze(0).repeat(rows.stop - i, 1)
+            xs, ys = x_train[idx[rows]], y_train[idx[rows]]
+            tuned = vectorized_train(local, starts, xs, ys, lr, momentum, chunk=chunk, precision=precision)
+        if tuned is not None:
+            vector_to_parameters(tuned[i % block].clone(), local.parameters())
+        else:
+            vector_to_parameters(theta.clone(), local.parameters())
+            if steps:
+                _sgd_phase(local, list(local.parameters()), x_train[idx[i]], y_train[idx[i]], lr, momentum,
+                           precision=precision)  # fmt: skip
         acc_c[i], loss_c[i] = _class_scores(local, x_test, y_test, np.flatnonzero(dist[i] > 0), by_class, num_classes)
     present = np.array([len(b) > 0 for b in by_class])
     return _weighted(acc_c, loss_c, dist, present)
@@ -312,7 +371,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     head_steps = c.local_steps if cfg.head_steps is None else int(cfg.head_steps)
     if method == "dp-fedavg-ft":
         rho = 0.0
-    engine = cfg.engine if method == "dp-fedavg-ft" else "loop"
+    engine = cfg.engine
     out = Path(cfg.out) if cfg.out else None
     identity = run_identity(cfg, data, batch, momentum, rho=rho, head_steps=head_steps)
     state = resume_state(cfg, identity, rounds)
@@ -350,21 +409,32 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                 idx = torch.as_tensor(idx, device=device)
                 vector_to_parameters(theta.clone(), model.parameters())
                 rows = local_deltas(
-                    engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk
+                    engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk,
+                    precision=cfg.precision,
                 )
             else:
                 steps = c.local_steps + (head_steps if personal else 0)
                 idx = torch.as_tensor(batch_indices(data.clients, ids, steps, batch, cfg.seed, r), device=device)
-                updates = []
-                for row, cid in enumerate(ids):
-                    delta, new_head = client_update(
-                        scratch, theta, None if heads is None else heads[cid], x_train[idx[row]], y_train[idx[row]],
-                        head_steps=head_steps, lr=lr, momentum=momentum, rho=rho, mask=mask,
-                    )  # fmt: skip
+                local = dict(head_steps=head_steps, lr=lr, momentum=momentum, rho=rho, mask=mask)
+                local["precision"] = cfg.precision
+                if engine == "vectorized":
+                    mine = None if heads is None else heads[torch.as_tensor(ids, device=device)]
+                    rows, new_heads = client_updates_vectorized(
+                        model, theta, mine, x_train[idx], y_train[idx], chunk=cfg.chunk, **local
+                    )
                     if heads is not None:
-                        heads[cid] = new_head  # stays on the client
-                    updates.append(delta)
-                rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
+                        heads[torch.as_tensor(ids, device=device)] = new_heads  # they stay on the clients
+                else:
+                    updates = []
+                    for row, cid in enumerate(ids):
+                        delta, new_head = client_update(
+                            scratch, theta, None if heads is None else heads[cid], x_train[idx[row]],
+                            y_train[idx[row]], **local,
+                        )  # fmt: skip
+                        if heads is not None:
+                            heads[cid] = new_head  # stays on the client
+                        updates.append(delta)
+                    rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
             gen = noise_source(kind, cfg.seed, r)
             update, stats = aggregate(rows, group_of_row, spec, gen, r, [])  # each group at its executed σ_m
             theta = theta.clone()
@@ -380,7 +450,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                 elif method == "dp-fedavg-ft":
                     client_scores, losses = evaluate_finetuned(
                         model, theta, x_train, y_train, x_test, y_test, data.clients, dist, steps=head_steps,
-                        batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r,
+                        batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.chunk,
+                        precision=cfg.precision,
                     )  # fmt: skip
                 if method in PER_CLIENT_EVAL:
                     entry["accuracy"], entry["loss"] = float(np.mean(client_scores)), float(np.mean(losses))
@@ -399,9 +470,6 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     metrics.update(
         {
             "engine": engine,
-            "engine_note": None
-            if engine == cfg.engine
-            else "SAM and personal heads run per client (loop); --engine vectorized falls back to loop",
             "partition": _partition_name(cfg),
             "d_shared": d_shared,
             "d_head": int(mask.sum()) if personal else 0,

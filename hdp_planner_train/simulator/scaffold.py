@@ -52,6 +52,7 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True
     chunk: int | None = None
+    precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS); updates stay float32
     shards: int | None = None  # pathological non-IID: S classes per client
     rho: float | None = None  # SAM radius (dp2-fedsam, dp-fedsam)
     head_steps: int | None = None  # τ_h (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
@@ -118,6 +119,7 @@ def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: A
         "shards": cfg.shards,
         "iid_share": cfg.iid_share,
         **({"group_classes": cfg.group_classes} if cfg.group_classes is not None else {}),
+        **({"precision": cfg.precision} if cfg.precision != "fp32" else {}),
         "clients": data.n_clients,
         "batch_size": batch,
         "momentum": momentum,
@@ -223,6 +225,7 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
         "dataset": cfg.dataset,
         "model": model_name(cfg.dataset, cfg.model),
         "device": str(device),
+        "precision": cfg.precision,
         "seed": cfg.seed,
         "rounds": rounds,
         "plan_rounds": c.rounds,

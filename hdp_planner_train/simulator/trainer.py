@@ -21,7 +21,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from hdp_planner.planfile.document import load_plan, verify
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, aggregate, method_spec, noise_source, sample_round
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
-from hdp_planner_train.simulator.engines import ENGINES, batch_indices, evaluate, local_deltas
+from hdp_planner_train.simulator.engines import ENGINES, PRECISIONS, batch_indices, evaluate, local_deltas
 from hdp_planner_train.simulator.models import MODELS, make_model, model_dim, model_name
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
@@ -62,6 +62,10 @@ def _check(cfg: TrainConfig):
         raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
     if cfg.engine not in ENGINES:
         raise TrainError(f"--engine must be one of {', '.join(ENGINES)}, got {cfg.engine!r}")
+    if cfg.precision not in PRECISIONS:
+        raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {cfg.precision!r}")
+    if cfg.precision != "fp32" and cfg.method in SELECTION_METHODS:
+        raise TrainError(f"--precision {cfg.precision}: {cfg.method} trains by per-example DP-SGD, in fp32 only")
     if cfg.dataset not in DEFAULTS:
         raise TrainError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {cfg.dataset!r}")
     noise_kind(cfg)
@@ -170,7 +174,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
             idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
             deltas = local_deltas(
-                cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk
+                cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk,
+                precision=cfg.precision,
             )
             if auditor is not None:
                 deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
