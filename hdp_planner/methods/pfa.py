@@ -37,15 +37,7 @@ def two_budgets(epsilons: tuple[float, ...]) -> bool:
     return len(set(epsilons)) > 1
 
 
+RULES = RoundRules("plan-q", projection=True)  # every group at the plan's q, one group's noisy sum projected
 METHODS = (
-    Method(
-        "pfa",
-        "PFA",
-        rules=RoundRules("plan-q", projection=True),
-        build=pfa,
-        audit=True,
-        flower=True,
-        needs_model_dim=True,
-        in_all=two_budgets,
-    ),
+    Method("pfa", "PFA", rules=RULES, build=pfa, audit=True, flower=True, needs_model_dim=True, in_all=two_budgets),
 )
