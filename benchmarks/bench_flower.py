@@ -105,6 +105,7 @@ def main() -> None:
                     str(seed),
                     "--engine",
                     args.engine,
+                    "--seeded-noise",  # a benchmark, not a release: keep the per-round times (diagnostics)
                     "--out",
                     str(out / f"train-{tag}"),
                 ],
@@ -121,6 +122,7 @@ def main() -> None:
                     *common,
                     "--seed",
                     str(seed),
+                    "--diagnostics",  # the per-round times
                     "--out",
                     str(out / f"flower-{tag}"),
                 ],
