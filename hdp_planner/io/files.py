@@ -10,6 +10,16 @@ from pathlib import Path
 from typing import Any
 
 
+def _mode(path: Path) -> int:
+    """The permissions a plain ``open(path, "w")`` would leave: the existing file's, else 0o666 less the umask
+    (``mkstemp`` creates 0o600 files, which would keep a plan from the colleagues who verify it)."""
+    if path.exists():
+        return path.stat().st_mode & 0o777
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename; ValueError if its folder is missing."""
     path = Path(path)
@@ -20,6 +30,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     try:
         with os.fdopen(fd, "w", newline="") as fh:
             fh.write(text)
+        os.chmod(tmp, _mode(path))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
