@@ -17,12 +17,11 @@ import os
 import statistics
 import time
 
-import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector
 
 from hdp_planner_train.audit.canaries import CanaryAuditor
-from hdp_planner_train.rules.aggregate import GroupSpec, SeededNoise, aggregate, sample_round
+from hdp_planner_train.rules.aggregate import GroupSpec, SeededNoise, aggregate, round_rows, sample_round
 from hdp_planner_train.simulator.engines import vectorized_deltas
 from hdp_planner_train.simulator.models import make_model
 
@@ -50,7 +49,7 @@ def main() -> None:
         sampled = sample_round(SPEC, 0, rnd)
         k = sum(len(s) for s in sampled)
         xs, ys = torch.randn(k, 5, 10, 1, 28, 28), torch.randint(0, 10, (k, 5, 10))
-        group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
+        _, group_of_row = round_rows(sampled)
         deltas = vectorized_deltas(model, theta, xs, ys, 0.1, 0.0)
         t1 = time.perf_counter()
         observe = None

@@ -20,7 +20,7 @@ import torch
 
 from hdp_planner.audit import audit_group, canary_directions, canary_layout, default_canaries, join_canaries, project
 from hdp_planner.methods.registry import REGISTRY
-from hdp_planner_train.rules.aggregate import GroupSpec, RoundStats, round_seed
+from hdp_planner_train.rules.aggregate import GroupSpec, RoundStats, round_rows, round_seed
 
 LAYOUT_STREAM, JOIN_STREAM = 3, 4
 
@@ -72,7 +72,7 @@ class CanaryAuditor:
         rows = [2.0 * c * canary_directions(self.layout, m, idx) for m, (idx, c) in
                 enumerate(zip(self._joins, self.spec.clips))]  # fmt: skip
         extra = torch.as_tensor(np.concatenate(rows), dtype=deltas.dtype, device=deltas.device)
-        groups = np.concatenate([np.full(len(idx), m) for m, idx in enumerate(self._joins)]).astype(np.int64)
+        _, groups = round_rows(self._joins)
         self.seconds += time.perf_counter() - t0
         return torch.cat([deltas, extra]), np.concatenate([np.asarray(group_of_row, dtype=np.int64), groups])
 

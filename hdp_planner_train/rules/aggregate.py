@@ -135,6 +135,13 @@ def sample_round(spec: GroupSpec, seed: int, rnd: int, secure: bool = False) -> 
     return [off + poisson_sample(rng, size, q) for off, size, q in zip(spec.offsets, spec.sizes, spec.q)]
 
 
+def round_rows(sampled: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a round as :func:`aggregate` takes them: the joined ids of every group in group order
+    (:func:`sample_round`'s output concatenated) and each row's 0-based group."""
+    ids = np.concatenate(sampled) if sampled else np.zeros(0, np.int64)
+    return ids, np.repeat(np.arange(len(sampled), dtype=np.int64), [len(s) for s in sampled])
+
+
 NoiseKind = Literal["secure", "seeded"]
 
 

@@ -43,7 +43,7 @@ from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.methods.registry import keys
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, aggregate, noise_source, sample_round
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, aggregate, noise_source, round_rows, sample_round
 from hdp_planner_train.simulator.engines import autocast, batch_indices, evaluate, local_deltas, vectorized_train, widen
 from hdp_planner_train.simulator.models import head_module_name, make_model, split_head
 
@@ -402,8 +402,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
             sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
-            ids = np.concatenate(sampled)
-            group_of_row = np.concatenate([np.full(len(g), m) for m, g in enumerate(sampled)]).astype(np.int64)
+            ids, group_of_row = round_rows(sampled)
             if method == "dp-fedavg-ft":  # plain DP-FedAvg training, on the configured engine
                 idx = batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r)
                 idx = torch.as_tensor(idx, device=device)

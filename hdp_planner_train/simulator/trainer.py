@@ -14,12 +14,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.planfile.document import load_plan, verify
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, aggregate, method_spec, noise_source, sample_round
+from hdp_planner_train.rules.aggregate import (
+    METHOD_NAMES,
+    aggregate,
+    method_spec,
+    noise_source,
+    round_rows,
+    sample_round,
+)
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.simulator.engines import ENGINES, PRECISIONS, batch_indices, evaluate, local_deltas
 from hdp_planner_train.simulator.models import MODELS, make_model, model_dim, model_name
@@ -170,8 +176,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
             sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
-            ids = np.concatenate(sampled) if sampled else np.zeros(0, np.int64)
-            group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
+            ids, group_of_row = round_rows(sampled)
             idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
             deltas = local_deltas(
                 cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk,
