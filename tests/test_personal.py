@@ -50,8 +50,9 @@ def plan_file(tmp_path_factory):
 
 
 def _cfg(plan_file, out, **kw) -> TrainConfig:
-    base = dict(plan=str(plan_file), dataset="digits", shards=2, out=str(out), progress=False, eval_every=2,
-                noise="seeded")  # simulations: reproducible noise
+    base = dict(
+        plan=str(plan_file), dataset="digits", shards=2, out=str(out), progress=False, eval_every=2, noise="seeded"
+    )  # simulations: reproducible noise
     base.update(kw)
     return TrainConfig(**base)
 

@@ -65,8 +65,12 @@ def test_seeded_noise_is_the_round_seeded_torch_stream():
     src = SeededNoise(7, 3)
     got = torch.cat([src.normal(5, 2.0, "cpu", torch.float32), src.normal(4, 1.0, "cpu", torch.float32)])
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
-    torch.testing.assert_close(SeededNoise(7, 3).normal(9, 1.0, "cpu", torch.float64),
-                               SeededNoise(7, 3).normal(9, 1.0, "cpu", torch.float64), rtol=0, atol=0)
+    torch.testing.assert_close(
+        SeededNoise(7, 3).normal(9, 1.0, "cpu", torch.float64),
+        SeededNoise(7, 3).normal(9, 1.0, "cpu", torch.float64),
+        rtol=0,
+        atol=0,
+    )
 
 
 def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducible():
@@ -124,8 +128,12 @@ def test_float32_rows_clipped_naively_exceed_c_and_ours_do_not():
     from hdp_planner_train.rules.aggregate import clip_rows
 
     x = torch.randn(2000, 5000, generator=torch.Generator().manual_seed(0)) * 3
-    naive = x * torch.as_tensor(clip_factor(torch.linalg.vector_norm(x.double(), dim=1).numpy(), 1.0),
-                                dtype=torch.float32)[:, None]
+    naive = (
+        x
+        * torch.as_tensor(clip_factor(torch.linalg.vector_norm(x.double(), dim=1).numpy(), 1.0), dtype=torch.float32)[
+            :, None
+        ]
+    )
     assert float(torch.linalg.vector_norm(naive.double(), dim=1).max()) > 1.0
     assert float(torch.linalg.vector_norm(clip_rows(x, 1.0)[0].double(), dim=1).max()) <= 1.0
 
@@ -261,15 +269,41 @@ def repair(doc: dict) -> None:
             entry["lambda_exact"] = lambda_exact(entry["weight"], rms, entry["k_ratio"], clips, pooled)
             entry["lambda"] = entry["lambda_exact"]
         plus = doc["noise"]["GDPFed+"]
-        plus["lambda"] = lambda_for(doc["config"]["lambda_convention"], "GDPFed+", plus["expected_clients"],
-                                    plus["weight"], plus["noise_multiplier"], plus["k_ratio"], clip)
+        plus["lambda"] = lambda_for(
+            doc["config"]["lambda_convention"],
+            "GDPFed+",
+            plus["expected_clients"],
+            plus["weight"],
+            plus["noise_multiplier"],
+            plus["k_ratio"],
+            clip,
+        )
         for name in ("DP-FedAvg", "GDPFed", "GDPFed-op"):
             e = doc["noise"][name]
-            e["lambda"] = lambda_for(doc["config"]["lambda_convention"], name, e["expected_clients"], e["weight"],
-                                     e["noise_multiplier"], e["k_ratio"], clip)
+            e["lambda"] = lambda_for(
+                doc["config"]["lambda_convention"],
+                name,
+                e["expected_clients"],
+                e["weight"],
+                e["noise_multiplier"],
+                e["k_ratio"],
+                clip,
+            )
         doc["groups"] = [
-            {key: plus[key][i] for key in ("epsilon", "size", "q", "expected_clients", "noise_multiplier", "sigma2",
-                                           "k_ratio", "weight", "epsilon_spent")}
+            {
+                key: plus[key][i]
+                for key in (
+                    "epsilon",
+                    "size",
+                    "q",
+                    "expected_clients",
+                    "noise_multiplier",
+                    "sigma2",
+                    "k_ratio",
+                    "weight",
+                    "epsilon_spent",
+                )
+            }
             for i in range(len(plus["size"]))
         ]
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError):
@@ -345,8 +379,12 @@ def test_a_tampered_plan_is_rejected_or_executes_within_every_budget(tmp_path_fa
 
 
 @HYPOTHESIS
-@given(data=st.data(), name=st.sampled_from(sorted(SETTINGS)), fix=st.integers(0, 3),
-       method=st.sampled_from(PRIVATE_METHODS))
+@given(
+    data=st.data(),
+    name=st.sampled_from(sorted(SETTINGS)),
+    fix=st.integers(0, 3),
+    method=st.sampled_from(PRIVATE_METHODS),
+)
 def test_train_refuses_a_tampered_plan_or_executes_within_every_budget(tmp_path_factory, data, name, fix, method):
     """The trainer's own check before round 1 (no training): refuse, or the spec it returns is within budget."""
     from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, _check
@@ -377,8 +415,9 @@ def test_the_independent_check_catches_finding_1():
     assert any("DP-FedAvg: must be one group" in x for x in verify(tampered))
     old_spec = GroupSpec("dp-fedavg", row.size, row.q, row.noise_multiplier, row.k_ratio, row.weight, p.config.clip)
     with pytest.raises(AssertionError, match="group 1"):
-        assert_within_budgets(old_spec, client_budgets(json.loads(base_document("three"))), p.config.rounds,
-                              p.config.delta)
+        assert_within_budgets(
+            old_spec, client_budgets(json.loads(base_document("three"))), p.config.rounds, p.config.delta
+        )
 
 
 # ------------------------------------------------------------------ secure vs seeded runs, diagnostics
@@ -393,15 +432,19 @@ def digits_plan_file(tmp_path_factory):
     return path
 
 
-DIAGNOSTICS = ("noise_lambda_measured", "noise_lambda_applied", "joined_per_round_mean", "round_seconds",
-               "round_seconds_median")
+DIAGNOSTICS = (
+    "noise_lambda_measured",
+    "noise_lambda_applied",
+    "joined_per_round_mean",
+    "round_seconds",
+    "round_seconds_median",
+)
 
 
 def _train(plan_file, out, **kw):
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
-    base = dict(plan=str(plan_file), dataset="digits", rounds=2, out=None if out is None else str(out),
-                progress=False)
+    base = dict(plan=str(plan_file), dataset="digits", rounds=2, out=None if out is None else str(out), progress=False)
     return run(TrainConfig(**{**base, **kw}))
 
 

@@ -228,8 +228,9 @@ def test_engines_agree_on_client_updates(dataset, shape, momentum):
 
 
 def _cfg(plan_file, out, **kw):
-    base = dict(plan=str(plan_file), dataset="digits", rounds=3, eval_every=1, out=str(out), progress=False,
-                noise="seeded")  # simulations: reproducible noise and the per-round diagnostics
+    base = dict(
+        plan=str(plan_file), dataset="digits", rounds=3, eval_every=1, out=str(out), progress=False, noise="seeded"
+    )  # simulations: reproducible noise and the per-round diagnostics
     base.update(kw)
     return TrainConfig(**base)
 

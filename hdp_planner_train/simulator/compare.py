@@ -229,8 +229,14 @@ def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: S
     out = Path(cfg.out)
     write_json_atomic(
         out / "results.json",
-        {"dataset": cfg.dataset, "seeds": cfg.seeds, "noise_source": "seeded", "noise_note": SIMULATION,
-         "summary": summary, "runs": rows},
+        {
+            "dataset": cfg.dataset,
+            "seeds": cfg.seeds,
+            "noise_source": "seeded",
+            "noise_note": SIMULATION,
+            "summary": summary,
+            "runs": rows,
+        },
     )
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

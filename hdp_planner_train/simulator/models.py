@@ -49,9 +49,7 @@ class CNN2(nn.Module):
         h = x.permute(1, 3, 4, 0, 2).contiguous().view(b, hgt, wid, k * c).permute(0, 3, 1, 2)  # channels-last
         for name in ("conv1", "conv2"):
             conv, w = getattr(self, name), params[f"{name}.weight"]
-            h = F.conv2d(
-                h, w.flatten(0, 1), params[f"{name}.bias"].flatten(), conv.stride, conv.padding, groups=k
-            )
+            h = F.conv2d(h, w.flatten(0, 1), params[f"{name}.bias"].flatten(), conv.stride, conv.padding, groups=k)
             h = F.relu(F.max_pool2d(h, 2, 1))
         h = h.reshape(b, k, -1).transpose(0, 1)  # (K, B, C·H·W), the order of flatten(-3)
         h = F.relu(torch.baddbmm(params["fc1.bias"][:, None], h, params["fc1.weight"].transpose(1, 2)))

@@ -408,7 +408,14 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                 idx = torch.as_tensor(idx, device=device)
                 vector_to_parameters(theta.clone(), model.parameters())
                 rows = local_deltas(
-                    engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk,
+                    engine,
+                    model,
+                    theta,
+                    x_train[idx],
+                    y_train[idx],
+                    lr=lr,
+                    momentum=momentum,
+                    chunk=cfg.chunk,
                     precision=cfg.precision,
                 )
             else:

@@ -179,7 +179,14 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             ids, group_of_row = round_rows(sampled)
             idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
             deltas = local_deltas(
-                cfg.engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=cfg.chunk,
+                cfg.engine,
+                model,
+                theta,
+                x_train[idx],
+                y_train[idx],
+                lr=lr,
+                momentum=momentum,
+                chunk=cfg.chunk,
                 precision=cfg.precision,
             )
             if auditor is not None:
@@ -222,7 +229,9 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 if spec.private
                 else "none: p-fedavg adds no noise and does not clip (ε = ∞)"
             ),
-            "noise_lambda_note": None if kind == "secure" else (
+            "noise_lambda_note": None
+            if kind == "secure"
+            else (
                 "simulation diagnostics: measured = mean over rounds of Σ_m ω_m²(k_m/d)‖n_m‖²/d (noise of each "
                 "group sum, Top-k mask independent of the noise; expectation = planned lambda_exact); applied = "
                 "‖Σ_m ω_m mask_m⊙n_m‖²/d with the Top-k mask chosen on the noisy sum (biased up by Top-k's "
@@ -247,5 +256,3 @@ def pfa_dim_mismatch(cfg: TrainConfig, planned: int, d: int, num_classes: int) -
     ]
     hint = f"train with --model {fits[0]}" if fits else f"re-plan with --model-dim {d}"
     return f"the plan's PFA was planned for d = {planned} parameters but --model {name} has d = {d}: {hint}"
-
-
