@@ -202,9 +202,16 @@ def test_calibrate_q_invalid(args):
 
 
 def test_calibrate_q_unreachable():
-    # the RDP→(ε, δ) conversion has a floor: tiny ε is unreachable even at q = 1e-12 for modest σ
+    # the RDP→(ε, δ) conversion has a floor; below it only the KL branch (ε = 0) helps, which at σ = 0.1 and
+    # δ = 1e-12 needs q²(e^100 − 1)·T < δ²: no q ≥ 1e-12
     with pytest.raises(ValueError, match="no sampling ratio"):
-        calibrate_q_rdp(1e-4, 1e-9, 0.5, 10)
+        calibrate_q_rdp(1e-4, 1e-12, 0.1, 10)
+
+
+def test_calibrate_q_below_the_conversion_floor_reaches_the_kl_branch():
+    # ε = 1e-4 is below the floor at δ = 1e-9, but a q with ε = 0 exists (T·q²(e^4 − 1) < δ²): it is found
+    q = calibrate_q_rdp(1e-4, 1e-9, 0.5, 10)
+    assert 1e-12 < q < 1e-9 and rdp_epsilon(0.5, q, 10, 1e-9) == 0.0
 
 
 def test_rdp_epsilon_invalid():

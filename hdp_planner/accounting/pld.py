@@ -29,13 +29,21 @@ from functools import lru_cache
 
 import numpy as np
 
-from hdp_planner.accounting.rdp import _check_common, _check_positive, _check_q, calibrate_sigma_rdp
+from hdp_planner.accounting.rdp import SIGMA_MIN, _check_common, _check_positive, _check_q, calibrate_sigma_rdp
 
-__all__ = ["DEFAULT_VALUE_DISCRETIZATION", "calibrate_sigma_pld", "pld_epsilon"]
+__all__ = [
+    "DEFAULT_VALUE_DISCRETIZATION",
+    "calibrate_sigma_pld",
+    "discretization",
+    "never_sampled_bound",
+    "pld_epsilon",
+]
 
 DEFAULT_VALUE_DISCRETIZATION = 1e-4  # dp-accounting PLDAccountant's default
-_COARSE = 2e-3  # discretization of the root search
-_COARSER = 4e-3  # second discretization of the Richardson extrapolation
+MAX_POINTS = 4_000_000  # one round's PLD on more grid points than this is not built (ε reported as inf)
+_COARSE = 2e-3  # discretizations of the root search and of the Richardson extrapolation for the default 1e-4,
+_COARSER = 4e-3  # scaled with the fine discretization
+_ACCEPT = 1e-3  # a σ meeting the target with log ε this close to it is returned (≈ 7e-4 relative in σ)
 _SAFETY = 1e-9  # relative shrink of the ε target (covers float differences vs. dp-accounting)
 _MARGIN = 1e-4  # the first σ evaluated at the default discretization is this far (log) above the predicted root
 _XTOL = 1e-4  # the coarse secant stops after a step this small (in log σ): superlinear, it is then ~1e-7 off
@@ -100,6 +108,8 @@ def _pld(noise_multiplier: float, q: float, discretization: float):
         bounds = loss.connect_dots_bounds()
         lower = math.floor(bounds.epsilon_lower / discretization)
         upper = math.ceil(bounds.epsilon_upper / discretization)
+        if upper - lower >= MAX_POINTS:
+            raise _GridTooLarge
         deltas = loss.get_delta_for_epsilon(np.arange(lower, upper + 1) * discretization)
         return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(discretization, lower, upper, deltas)
 
@@ -107,64 +117,121 @@ def _pld(noise_multiplier: float, q: float, discretization: float):
     return PrivacyLossDistribution(remove) if q == 1.0 else PrivacyLossDistribution(remove, pmf(AdjacencyType.ADD))
 
 
+class _GridTooLarge(Exception):
+    """One round's PLD would have more than MAX_POINTS points."""
+
+
 @lru_cache(maxsize=256)
 def _pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, discretization: float) -> float:
-    """ε of ``rounds`` rounds at ``delta``, composed as ``PLDAccountant`` does (from the identity)."""
+    """ε of ``rounds`` rounds at ``delta``, composed as ``PLDAccountant`` does (from the identity); inf where one
+    round's PLD would exceed MAX_POINTS grid points (bounded memory; inf is a valid, uninformative bound)."""
     from dp_accounting.pld import privacy_loss_distribution
 
-    single = _pld(noise_multiplier, q, discretization).self_compose(rounds)
+    try:
+        single = _pld(noise_multiplier, q, discretization).self_compose(rounds)
+    except _GridTooLarge:
+        return math.inf
     composed = privacy_loss_distribution.identity(value_discretization_interval=discretization).compose(single)
     return float(composed.get_epsilon_for_delta(delta))
 
 
 def pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float) -> float:
     """ε at ``delta`` of ``rounds`` Poisson-subsampled Gaussian steps per dp-accounting's PLDAccountant (default
-    discretization). σ must be > 0, q in [0, 1] (q = 0 gives 0), rounds ≥ 1, delta in (0, 1)."""
+    discretization). σ must be > 0, q in [0, 1] (q = 0 gives 0), rounds ≥ 1, delta in (0, 1]. Where
+    1 − (1 − q)^T ≤ δ, ε is 0 for every σ (:func:`never_sampled_bound`); inf where the grid would exceed
+    MAX_POINTS."""
     sigma = _check_positive("noise_multiplier", noise_multiplier)
     rounds = _check_common(delta, rounds)
     q = _check_q(q, allow_zero=True)
-    if q == 0.0:
+    if never_sampled_bound(q, rounds) <= delta:
         return 0.0
     return _pld_epsilon(sigma, q, rounds, float(delta), DEFAULT_VALUE_DISCRETIZATION)
 
 
-def calibrate_sigma_pld(epsilon: float, delta: float, q: float, rounds: int) -> float:
-    """Smallest σ (to ~1e-4 relative) whose PLD ε (dp-accounting PLDAccountant, default discretization) is ≤
-    ``epsilon``.
+def discretization(epsilon: float, delta: float, rounds: int) -> float:
+    """Value discretization of the PLD calibration for target ``epsilon``: dp-accounting's default 1e-4, or finer
+    where the target is small.
 
-    Guarantee: the returned σ was evaluated at the default discretization and its ε is ≤ epsilon·(1 − 1e-9).
-    Raises ValueError on invalid input (epsilon ≤ 0, delta ∉ (0, 1), q ∉ (0, 1], rounds < 1) or if the target is
-    unreachable (see ``calibrate_sigma_rdp``).
+    Pessimistic connect-the-dots rounding adds to ε a bias of about C·T·v²/s for a round's loss spread s (C ≲ 0.01
+    measured). At the target, the composed loss is about N(η, 2η) with η + z·√(2η) = ε, z = √(2 log(1/δ)), so
+    s = √(2η/T); v = √(0.1·ε·s/T) keeps the bias near 1e-3·ε (≈ 0.1% of σ).
+    """
+    z = math.sqrt(2 * math.log(1 / delta)) if delta < 1 else 0.0
+    spread = (math.sqrt(z * z + 2 * epsilon) - z) / math.sqrt(rounds)
+    return min(DEFAULT_VALUE_DISCRETIZATION, math.sqrt(0.1 * epsilon * spread / rounds))
+
+
+def never_sampled_bound(q: float, rounds: int) -> float:
+    """1 − (1 − q)^T: the probability that a client takes part in at least one of T Poisson(q) rounds, which bounds
+    the total variation between the mechanism's outputs on neighbouring datasets (see the calibration docs)."""
+    return -math.expm1(rounds * math.log1p(-q)) if q < 1 else 1.0
+
+
+def calibrate_sigma_pld(epsilon: float, delta: float, q: float, rounds: int) -> float:
+    """Smallest σ (to ~1e-3 relative) whose PLD ε (dp-accounting's connect-the-dots PLD, discretization
+    :func:`discretization` (ε)) is ≤ ``epsilon``, never above the RDP σ.
+
+    Where 1 − (1 − q)^T ≤ δ the mechanism is (0, δ)-DP for every σ: ``SIGMA_MIN`` is returned at once.
+    Guarantee: the returned σ is ``SIGMA_MIN`` in that case, the RDP σ, or was evaluated at the chosen discretization
+    with ε ≤ epsilon·(1 − 1e-9). Raises ValueError on invalid input or where the RDP σ is not reachable.
     """
     epsilon = _check_positive("epsilon", epsilon)
     rounds = _check_common(delta, rounds)
     q = _check_q(q)
     delta = float(delta)
+    if never_sampled_bound(q, rounds) <= delta:
+        return SIGMA_MIN
+    sigma_rdp = calibrate_sigma_rdp(epsilon=epsilon, delta=delta, q=q, rounds=rounds)
     target = epsilon * (1 - _SAFETY)
+    fine = discretization(epsilon, delta, rounds)
 
-    def gap(x: float, discretization: float) -> float:
+    def gap(x: float, v: float) -> float:
         """log ε − log target at σ = e^x (±50 where ε is 0 or infinite)."""
-        eps = _pld_epsilon(math.exp(x), q, rounds, delta, discretization)
+        eps = _pld_epsilon(math.exp(x), q, rounds, delta, v)
         return math.log(eps / target) if 0 < eps < math.inf else math.copysign(50.0, eps - target)
 
     # root at the coarse discretization: secant steps from the RDP σ (slope guess −1.5 in log–log)
-    x = math.log(calibrate_sigma_rdp(epsilon, delta, q, rounds))
-    fx, slope = gap(x, _COARSE), -1.5
+    x = math.log(sigma_rdp)
+    scale = fine / DEFAULT_VALUE_DISCRETIZATION
+    coarse, coarser = _COARSE * scale, _COARSER * scale
+    fx, slope = gap(x, coarse), -1.5
     for _ in range(30):
         step = max(min(-fx / slope, 1.0), -1.0)
         x_new = x + step
-        f_new = gap(x_new, _COARSE)
+        f_new = gap(x_new, coarse)
         if f_new != fx and math.isfinite(s := (f_new - fx) / step) and s < 0:
             slope = s
         x, fx = x_new, f_new
         if abs(step) < _XTOL:
             break
-    # Richardson: ε(v) ≈ ε(0) + K·v², from v = 2e-3 and 4e-3, gives ε at the default discretization
-    fine = fx - (gap(x, _COARSER) - fx) * (_COARSE**2 - DEFAULT_VALUE_DISCRETIZATION**2) / (_COARSER**2 - _COARSE**2)
-    x += (0.0 - fine) / slope + _MARGIN
+    # Richardson: ε(v) ≈ ε(0) + K·v², from the coarse v and twice it, predicts ε at the fine discretization
+    f_fine = fx - (gap(x, coarser) - fx) * (coarse**2 - fine**2) / (coarser**2 - coarse**2)
+    x = min(x + ((0.0 - f_fine) / slope + _MARGIN), math.log(sigma_rdp))
+    return min(math.exp(_refine(lambda x: gap(x, fine), x, slope, math.log(sigma_rdp))), sigma_rdp)
+
+
+def _refine(gap, x: float, slope: float, x_max: float) -> float:
+    """The smallest evaluated x with gap(x) ≤ 0 once a point with gap in [−_ACCEPT, 0] is found (or the bracket
+    is narrower than _XTOL): secant steps on the fine discretization, just above the root from a point short of
+    the target and at gap = −_ACCEPT/2 from one far below it, bisection when a step leaves the bracket; x_max (the
+    RDP σ) if no evaluated point meets the target within 20 evaluations."""
+    lo, hi = -math.inf, x_max  # largest x failing, smallest x meeting the target (x_max: by RDP)
+    x_prev = f_prev = math.nan
     for _ in range(20):
-        f = gap(x, DEFAULT_VALUE_DISCRETIZATION)
+        f = gap(x)
         if f <= 0:
-            return math.exp(x)
-        x += max(-f / slope, 0.0) + _MARGIN  # short of the target: raise σ by the measured shortfall
-    raise RuntimeError("PLD calibration failed to find a σ meeting the target")  # pragma: no cover
+            hi = min(hi, x)
+            if f >= -_ACCEPT:
+                return x
+        else:
+            lo = max(lo, x)
+        if hi - lo <= _XTOL:
+            return hi
+        if math.isfinite(s := (f - f_prev) / (x - x_prev)) and s < 0 and abs(f) < 50:
+            slope = s
+        x_prev, f_prev = x, f
+        # short of the target: raise σ by the measured shortfall and a margin; far above it: aim inside the window
+        x += max(-f / slope, 0.0) + _MARGIN if f > 0 else -(f + 0.5 * _ACCEPT) / slope
+        if not lo < x < hi:
+            x = 0.5 * (lo + hi) if math.isfinite(lo) else hi - 1.0
+    return hi

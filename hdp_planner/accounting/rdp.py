@@ -52,7 +52,7 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
 #: Search range for ``calibrate_sigma_rdp``. If even σ = SIGMA_MIN meets the target, SIGMA_MIN is
 #: returned (valid, but not minimal); if σ = SIGMA_MAX does not, ValueError is raised.
 SIGMA_MIN = 1e-3
-SIGMA_MAX = 1e8
+SIGMA_MAX = 1e12
 #: Smallest sampling ratio ``calibrate_q_rdp`` will consider.
 Q_MIN = 1e-12
 
@@ -74,6 +74,7 @@ _FRAC_ORDERS = _ORDERS[_FRAC_IDX]
 _SMALL = slice(0, int(np.sum(_INT_ORDERS < 100)))  # integer orders 2 … 63
 _LARGE = slice(_SMALL.stop, _INT_ORDERS.size)  # 128, 256, 512, 1024
 _FRAC_FLOOR = np.maximum(_FRAC_ORDERS.astype(np.int64) - 2, 0)  # position of ⌊a⌋ among the integer orders
+_ORDER_2 = DEFAULT_RDP_ORDERS.index(2.0)
 
 Wrt = Literal["u", "log q"]
 """Variables for derivatives: u = 1/(2σ²) (log A_α is convex in u for integer α), or log q."""
@@ -191,12 +192,13 @@ class _Rounds:
         self.c = conversion_constants(delta)
         self.frac_scale = rounds / (_FRAC_ORDERS - 1)  # composed RDP per unit of log A
         self.kl = -math.log1p(-(delta**2))  # rdp below this: delta² + expm1(-rdp) > 0 → ε = 0
-        self.tol = self.kl * 1e-6 + rounds * 1e-14
+        self.tol = np.full(q.shape, self.kl * 1e-6 + rounds * 1e-14)
         self._int_base: np.ndarray | None = None  # q-dependent parts, computed on first use
         self._first: np.ndarray | None = None
 
-    def convert(self, rdp: np.ndarray, order: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """Clipped per-order ε of dp-accounting's compute_epsilon (orders > 1.01 here) for RDP of ``order``.
+    def convert(self, rdp: np.ndarray, order: np.ndarray | slice, groups: np.ndarray) -> np.ndarray:
+        """Clipped per-order ε of dp-accounting's compute_epsilon (orders > 1.01 here) for RDP of ``order``, one
+        row (or value, for 1-D ``rdp``) per group of ``groups``.
 
         max(0, min_a e_a) == min_a max(0, e_a), and max(0, e_a) is non-decreasing in the RDP value,
         which is what makes lower-bound pruning exact.
@@ -208,9 +210,10 @@ class _Rounds:
         """
         c = self.c[order]
         eps = np.maximum(rdp + c, 0.0)
-        risky = rdp < self.kl + self.tol
+        tol = self.tol[groups][:, None] if rdp.ndim == 2 else self.tol[groups]
+        risky = rdp < self.kl + tol
         if risky.any():
-            zero = (rdp + self.tol < self.kl) | (rdp < -self.tol)
+            zero = (rdp + tol < self.kl) | (rdp < -tol)
             eps = np.where(zero, 0.0, np.where(risky, np.maximum(np.maximum(rdp, 0.0) + c, 0.0), eps))
         return eps
 
@@ -264,7 +267,7 @@ class _Rounds:
             if done.any():
                 d = np.flatnonzero(done)
                 found[row[d]] = eps = self.convert(
-                    total[d, cond[d].argmax(axis=1)] * self.frac_scale[rk[d]], _FRAC_IDX[rk[d]]
+                    total[d, cond[d].argmax(axis=1)] * self.frac_scale[rk[d]], _FRAC_IDX[rk[d]], groups[rg[d]]
                 )
                 if self.prune:
                     np.minimum.at(best, rg[d], eps)
@@ -272,7 +275,7 @@ class _Rounds:
                 break  # still running after 1000 terms: dp-accounting excludes the order
             # Rows still running: their partial sums are lower bounds (all terms are positive).
             keep = np.flatnonzero(~done)
-            lower = self.convert(total[keep, -1] * self.frac_scale[rk[keep]], _FRAC_IDX[rk[keep]])
+            lower = self.convert(total[keep, -1] * self.frac_scale[rk[keep]], _FRAC_IDX[rk[keep]], groups[rg[keep]])
             keep = keep[lower < best[rg[keep]]]
             if not keep.size:
                 break
@@ -297,27 +300,41 @@ class _Rounds:
         base = self.int_terms(groups)
         small, large = _INT_IDX[_SMALL], _INT_IDX[_LARGE]
         rdp = _int_rdp(self.q[groups, None], sigma[:, None], self.rounds, base=base, orders=_SMALL)[0]
-        per_order[:, small] = self.convert(rdp, small)
+        per_order[:, small] = self.convert(rdp, small, groups)
         best = per_order[:, small].min(axis=1)
         # Rényi divergence does not decrease with the order, so an order's RDP is at least that of any smaller
         # order: ε_α ≥ RDP_β + c_α for β < α. Orders 128 … 1024 (β = 63) and the fractional orders (β = ⌊α⌋, or
         # RDP ≥ 0 below 2) are evaluated only for the groups where that bound does not already exceed the minimum
         # (with margins far above the series' truncation, ~1e-13 in log A).
         below = rdp * (1 - 1e-9) - self.rounds * 1e-12
-        big = np.flatnonzero(self.convert(below[:, -1:], large).min(axis=1) <= best)
+        big = np.flatnonzero(self.convert(below[:, -1:], large, groups).min(axis=1) <= best)
         if big.size:
             rdp = _int_rdp(self.q[groups[big], None], sigma[big, None], self.rounds, base=base[big], orders=_LARGE)[0]
-            per_order[np.ix_(big, large)] = self.convert(rdp, large)
+            per_order[np.ix_(big, large)] = self.convert(rdp, large, groups[big])
             best[big] = np.minimum(best[big], per_order[np.ix_(big, large)].min(axis=1))
-        rows = self.convert(np.where(_FRAC_ORDERS >= 2, below[:, _FRAC_FLOOR], 0.0), _FRAC_IDX) <= best[:, None]
+        floor = np.where(_FRAC_ORDERS >= 2, below[:, _FRAC_FLOOR], 0.0)
+        rows = self.convert(floor, _FRAC_IDX, groups) <= best[:, None]
         sub = (self.q[groups] < 1.0) & rows.any(axis=1)
         if sub.any():
             per_order[np.ix_(sub, _FRAC_IDX)] = self._frac(sigma[sub], groups[sub], best[sub], rows[sub])
         plain = self.q[groups] == 1.0
         if plain.any():  # the plain Gaussian: T·α/(2σ²)
             gaussian = self.rounds * (_FRAC_ORDERS / (2 * sigma[plain, None] ** 2))
-            per_order[np.ix_(plain, _FRAC_IDX)] = self.convert(gaussian, _FRAC_IDX)
+            per_order[np.ix_(plain, _FRAC_IDX)] = self.convert(gaussian, _FRAC_IDX, groups[plain])
+        zero = self.kl_zero(sigma, groups)
+        per_order[zero, _ORDER_2] = 0.0
         return per_order.min(axis=1), per_order
+
+    def kl_zero(self, sigma: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """Where order 2's composed RDP, T·log(1 + q²(e^{1/σ²} − 1)) (the binomial expansion summed in closed form,
+        without the cancellation of the term-wise sum), is below dp-accounting's KL threshold −log(1 − δ²) with a
+        relative margin of 1e-6: there ε = 0, as dp-accounting's KL branch gives (Bretagnolle–Huber: TV ≤
+        √(1 − e^−KL), and KL ≤ the Rényi divergence of order 2). dp-accounting's own term-wise sum carries a
+        rounding error of ~1e-16·qT, so near this threshold its verdict is float noise; this one is exact."""
+        q = self.q[groups]
+        with np.errstate(over="ignore"):
+            r2 = self.rounds * np.log1p(q**2 * np.expm1(1 / sigma**2))
+        return r2 * (1 + 1e-6) < self.kl
 
     def int_terms(self, groups: np.ndarray) -> np.ndarray:
         """:func:`_int_base` of these groups' q (computed once for all groups)."""
@@ -388,7 +405,7 @@ class _Curve(_Rounds):
 
     prune = False
 
-    def convert(self, rdp: np.ndarray, order: np.ndarray | slice = slice(None)) -> np.ndarray:
+    def convert(self, rdp: np.ndarray, order: np.ndarray | slice, groups: np.ndarray) -> np.ndarray:
         return rdp
 
 
@@ -552,9 +569,9 @@ def _bracket(
 
     ``epsilon_at(x, groups)`` is ε at x for those groups (a group may appear twice) and the ε of every order.
     Returns the safe end b of a bracket (a, b] holding the root, both ends evaluated (b = lo if lo meets the
-    target, inf if hi does not), and ε at b. Where the order attaining ε was also evaluated at the last point,
-    a secant step on its own smooth curve, log(A_α − 1) against v (as :func:`_integer_roots`); otherwise on
-    (x, log ε), from slope ``slope0``.
+    target, inf if hi does not, NaN if not found in 200 evaluations), and ε at b. Where the order attaining ε
+    was also evaluated at the last point, a secant step on its own smooth curve, log(A_α − 1) against v (as
+    :func:`_integer_roots`); otherwise on (x, log ε), from slope ``slope0``.
     Steps aim just past the predicted root so the bracket closes from both sides; bisection takes over if a
     step leaves the bracket or after 12 steps, so termination is guaranteed. Where the root is known to within
     _XTOL (x0 where ``pair``, or after a step below _CONVERGED), the two points 0.4·_XTOL either side of it are
@@ -616,7 +633,7 @@ def _bracket(
         last_step[todo] = np.abs(d)
         x_prev[todo], f_prev[todo], e_prev[todo] = xg, f, per
         x[todo] = np.where(pair[todo], xg + d, _step(xg, d, ag, bg, it >= 12, lo, hi))
-    raise RuntimeError("RDP calibration did not converge")  # pragma: no cover
+    return out, eps_b  # NaN for the groups still searching: :func:`_bisect` takes over
 
 
 def _calibrate(
@@ -634,7 +651,33 @@ def _calibrate(
     (:func:`_bracket`) from the integer orders' smallest root (:func:`_integer_roots`). ε(x) = min_α ε_α(x), so
     the root is the smallest per-order root: there, or a fractional order's below it."""
     start, slope, found = _integer_roots(int_rdp, variable, target, x0, lo, hi, rounds, delta)
-    return _bracket(epsilon_at, variable, target, start, slope, found, lo, hi, rounds, delta)
+    x, eps = _bracket(epsilon_at, variable, target, start, slope, found, lo, hi, rounds, delta)
+    stuck = np.flatnonzero(~np.isfinite(x))
+    if stuck.size:
+        x[stuck], eps[stuck] = _bisect(epsilon_at, target[stuck], stuck, lo, hi)
+    return x, eps
+
+
+def _bisect(
+    epsilon_at: _Epsilon, target: np.ndarray, groups: np.ndarray, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The smallest x ∈ [lo, hi] (to within _XTOL) with ε(x) ≤ target for these groups (inf if none), and ε there,
+    by bisection: slower than :func:`_bracket` (~28 evaluations) but blind to the shape of ε, only to its
+    monotonicity, so it also crosses the jumps to ε = 0 of the KL branch that the secant steps can stall on."""
+    n = groups.size
+    eps_hi = epsilon_at(np.full(n, hi), groups)[0]
+    eps_lo = epsilon_at(np.full(n, lo), groups)[0]
+    a, b, eps_b = np.full(n, lo), np.full(n, hi), eps_hi
+    live = np.flatnonzero((eps_hi <= target) & (eps_lo > target))
+    while live.size:
+        mid = 0.5 * (a[live] + b[live])
+        eps = epsilon_at(mid, groups[live])[0]
+        ok = eps <= target[live]
+        a[live[~ok]] = mid[~ok]
+        b[live[ok]], eps_b[live[ok]] = mid[ok], eps[ok]
+        live = live[b[live] - a[live] > _XTOL]
+    out = np.where(eps_hi <= target, np.where(eps_lo <= target, lo, b), np.inf)
+    return out, np.where(eps_lo <= target, eps_lo, eps_b)
 
 
 def calibrate_sigmas_rdp(
