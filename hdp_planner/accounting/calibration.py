@@ -60,12 +60,12 @@ def check_epsilon(epsilon: float) -> None:
 
 
 def check_delta(delta: float) -> None:
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    if not (isinstance(delta, (int, float)) and 0 < delta <= 1):  # δ = 1 (one client): vacuous, met by any σ
+        raise ValueError(f"delta must lie in (0, 1], got {delta}")
 
 
 def check_ratio(name: str, q: float) -> None:
-    if not (isinstance(q, (int, float)) and 0 < q <= 1):
+    if not (isinstance(q, (int, float)) and 0 < q <= 1 + rdp.Q_ROUNDING):  # float rounding of 1 is 1
         raise ValueError(f"{name} must lie in (0, 1], got {q}")
 
 
@@ -85,9 +85,12 @@ def closed_form_sigma2(epsilon: ArrayOrFloat, delta: float, q: ArrayOrFloat, rou
 
 
 def epsilon_spent(event: GaussianRounds, delta: float, accountant: Accountant = "rdp") -> float:
-    """ε of ``event`` at ``delta``; ``closed-form`` σ are measured with the exact RDP accountant."""
+    """ε of ``event`` at ``delta``; ``closed-form`` σ are measured with the exact RDP accountant. 0 where
+    1 − (1 − q)^T ≤ δ: the mechanism is then (0, δ)-DP whatever σ (:func:`pld.never_sampled_bound`)."""
     check_delta(delta)
     check_accountant(accountant)
+    if pld.never_sampled_bound(min(event.q, 1.0), event.rounds) <= delta:
+        return 0.0
     if accountant == "pld":
         return pld.pld_epsilon(event.noise_multiplier, event.q, event.rounds, delta)
     return rdp.rdp_epsilon(event.noise_multiplier, event.q, event.rounds, delta)
@@ -137,7 +140,9 @@ def epsilons_spent(
     events = [GaussianRounds(float(s), float(qm), rounds) for s, qm in zip(noise_multipliers, q, strict=True)]
     if accountant == "pld":
         return np.array([pld.pld_epsilon(ev.noise_multiplier, ev.q, rounds, delta) for ev in events])
-    return rdp.rdp_epsilons([ev.noise_multiplier for ev in events], [ev.q for ev in events], rounds, delta)
+    eps = rdp.rdp_epsilons([ev.noise_multiplier for ev in events], [ev.q for ev in events], rounds, delta)
+    idle = [pld.never_sampled_bound(min(ev.q, 1.0), rounds) <= delta for ev in events]
+    return np.where(idle, 0.0, eps)
 
 
 class CalibrationMemo:
@@ -161,8 +166,9 @@ class CalibrationMemo:
             if len(self._sigma) + len(missing) > self.limit:
                 self.clear()
             eps, qs = [k[0] for k in missing], [k[2] for k in missing]
-            if accountant == "rdp":  # the calibration evaluated ε at each σ it returns
+            if accountant == "rdp":  # the calibration evaluated ε at each σ it returns (0 where (0, δ)-DP anyway)
                 sigma, spent = rdp.calibrate_sigmas_rdp(eps, delta, qs, rounds)
+                spent = np.where([pld.never_sampled_bound(qm, rounds) <= delta for qm in qs], 0.0, spent)
             else:
                 sigma = calibrate_sigmas(eps, delta, qs, rounds, accountant)
                 spent = epsilons_spent(sigma, qs, rounds, delta, accountant) if accountant == "pld" else None
@@ -192,11 +198,21 @@ CALIBRATIONS = CalibrationMemo()
 
 
 def calibrate_q(epsilon: float, delta: float, noise_multiplier: float, rounds: int) -> float:
-    """Largest sampling ratio q ≤ 1 at which σ = ``noise_multiplier`` meets (ε, δ) over T rounds (RDP)."""
+    """Largest sampling ratio q ≤ 1 at which σ = ``noise_multiplier`` meets (ε, δ) over T rounds: by RDP, or
+    q = 1 − (1 − δ)^(1/T), where 1 − (1 − q)^T = δ and the mechanism is (0, δ)-DP whatever σ, if that is larger
+    (at small σ the RDP conversion's floor can exceed ε at every q ≥ 1e-12)."""
     check_epsilon(epsilon)
     check_delta(delta)
     check_rounds(rounds)
-    return rdp.calibrate_q_rdp(epsilon, delta, noise_multiplier, rounds)
+    if not (noise_multiplier > 0 and math.isfinite(noise_multiplier)):
+        raise ValueError(f"noise multiplier must be positive and finite, got {noise_multiplier}")
+    idle = 1.0 if delta >= 1 else -math.expm1(math.log1p(-delta) / rounds) * (1 - 1e-9)  # rounding: ≤ δ
+    try:
+        return max(
+            rdp.calibrate_q_rdp(epsilon=epsilon, delta=delta, noise_multiplier=noise_multiplier, rounds=rounds), idle
+        )
+    except ValueError:  # inputs are valid: no q ≥ 1e-12 meets ε by RDP
+        return idle
 
 
 @contextmanager

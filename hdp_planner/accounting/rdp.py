@@ -191,7 +191,7 @@ class _Rounds:
             self.log_q, self.log1mq, self.log_odds = np.log(q), np.log1p(-q), np.log(1 / q - 1)
         self.c = conversion_constants(delta)
         self.frac_scale = rounds / (_FRAC_ORDERS - 1)  # composed RDP per unit of log A
-        self.kl = -math.log1p(-(delta**2))  # rdp below this: delta² + expm1(-rdp) > 0 → ε = 0
+        self.kl = math.inf if delta >= 1 else -math.log1p(-(delta**2))  # rdp below this: ε = 0 (KL branch)
         self.tol = np.full(q.shape, self.kl * 1e-6 + rounds * 1e-14)
         self._int_base: np.ndarray | None = None  # q-dependent parts, computed on first use
         self._first: np.ndarray | None = None
@@ -352,8 +352,9 @@ def conversion_constants(delta: float) -> np.ndarray:
 
 
 def _check_common(delta: float, rounds: int) -> int:
-    if not (isinstance(delta, (int, float, np.floating)) and 0.0 < float(delta) < 1.0):
-        raise ValueError(f"delta must be in (0, 1); got {delta!r}")
+    # δ = 1 is a vacuous but valid budget (one client: δ = 1/n^1.1 = 1); every σ meets it
+    if not (isinstance(delta, (int, float, np.floating)) and 0.0 < float(delta) <= 1.0):
+        raise ValueError(f"delta must be in (0, 1]; got {delta!r}")
     try:
         r = operator.index(rounds)
     except TypeError:
@@ -366,12 +367,16 @@ def _check_common(delta: float, rounds: int) -> int:
     return r
 
 
+Q_ROUNDING = 1e-12
+"""A sampling ratio up to this far above 1 is float rounding of 1 (e.g. Σ r_m / n = 1.0000000000000004): read as 1."""
+
+
 def _check_q(q: float, allow_zero: bool = False) -> float:
     q = float(q)
     lo_ok = q >= 0.0 if allow_zero else q > 0.0
-    if not (lo_ok and q <= 1.0):
+    if not (lo_ok and q <= 1.0 + Q_ROUNDING):
         raise ValueError(f"sampling ratio q must be in {'[0' if allow_zero else '(0'}, 1]; got {q!r}")
-    return q
+    return min(q, 1.0)
 
 
 def _check_positive(name: str, x: float) -> float:

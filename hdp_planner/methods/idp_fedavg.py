@@ -35,7 +35,9 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
 
     # the loosest group's σ at q gives every group q_m ≤ q, the strictest group's σ at q gives every q_m ≥ q
     lo, hi = (math.log(calibrated_sigma(e, c.delta, c.q, c.rounds, "rdp")) for e in (max(eps), min(eps)))
-    sigma = math.exp(brentq(excess, lo, hi, xtol=1e-12, rtol=1e-10)) if lo < hi else math.exp(lo)
+    sigma = math.exp(lo)
+    if lo < hi and excess(lo) < 0:  # else q_m ≥ q at every σ: where 1 − (1 − q)^T ≤ δ, any σ meets ε_m
+        sigma = math.exp(brentq(excess, lo, hi, xtol=1e-12, rtol=1e-10))
     q = tuple(rates(sigma))
     if c.accountant == "pld":
         sigma = max(calibrated_sigma(list(eps), c.delta, list(q), c.rounds, "pld"))
