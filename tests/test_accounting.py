@@ -63,7 +63,7 @@ def test_closed_form_is_theorem_1_and_looser_than_rdp():
         ((0.0, 1e-5, 0.1, 10), "epsilon"),
         ((float("nan"), 1e-5, 0.1, 10), "epsilon"),
         ((1.0, 0.0, 0.1, 10), "delta"),
-        ((1.0, 1.0, 0.1, 10), "delta"),
+        ((1.0, 1.5, 0.1, 10), "delta"),  # δ = 1 (one client) is vacuous, not invalid
         ((1.0, 1e-5, 0.0, 10), "q"),
         ((1.0, 1e-5, 1.5, 10), "q"),
         ((1.0, 1e-5, 0.1, 0), "rounds"),
