@@ -191,7 +191,9 @@ class _Rounds:
             self.log_q, self.log1mq, self.log_odds = np.log(q), np.log1p(-q), np.log(1 / q - 1)
         self.c = conversion_constants(delta)
         self.frac_scale = rounds / (_FRAC_ORDERS - 1)  # composed RDP per unit of log A
-        self.kl = math.inf if delta >= 1 else -math.log1p(-(delta**2))  # rdp below this: ε = 0 (KL branch)
+        # rdp below this: ε = 0 (KL branch); at δ = 1 dp-accounting's test 1 + expm1(−rdp) > 0 holds while
+        # expm1(−rdp) does not round to −1 (rdp < 37.4), 36 here with a margin
+        self.kl = 36.0 if delta >= 1 else -math.log1p(-(delta**2))
         self.tol = np.full(q.shape, self.kl * 1e-6 + rounds * 1e-14)
         self._int_base: np.ndarray | None = None  # q-dependent parts, computed on first use
         self._first: np.ndarray | None = None
