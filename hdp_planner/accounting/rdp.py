@@ -747,7 +747,7 @@ def calibrate_q_rdp(epsilon: float, delta: float, noise_multiplier: float, round
     sigma = np.array([_check_positive("noise_multiplier", noise_multiplier)])
     delta = float(delta)
     hi = -math.log(Q_MIN)  # in x = −log q, so that ε decreases in x
-    guess = epsilon * sigma[0] / math.sqrt(2 * rounds * math.log(1 / delta))
+    guess = epsilon * sigma[0] / math.sqrt(2 * rounds * max(math.log(1 / delta), 1e-12))
     x = _calibrate(
         lambda x, groups: _Rounds(np.exp(-x), rounds, delta).epsilon(sigma[groups]),
         lambda x, groups, orders: _int_rdp(np.exp(-x), sigma[groups, None], rounds, "log q", orders=orders),
