@@ -4,7 +4,8 @@ The mechanism is described by a :class:`GaussianRounds` event (what happens), an
 accountant (how it is measured), as in dp-accounting:
 
 - ``rdp``: Rényi DP, numerically identical to dp-accounting's ``RdpAccountant`` (default orders);
-- ``pld``: privacy loss distributions (dp-accounting's ``PLDAccountant``, default discretization);
+- ``pld``: privacy loss distributions (dp-accounting's ``PLDAccountant``; calibration at a discretization chosen
+  from ε, the default 1e-4 unless ε is small);
 - ``closed-form``: GDPFed Theorem 1, σ² ≥ 7q²T(ε + 2 log(1/δ))/ε². It is a calibration rule, not an
   accountant: the ε a closed-form σ spends is measured with ``rdp``.
 """

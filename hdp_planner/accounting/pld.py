@@ -7,17 +7,19 @@ privacy loss distribution from the hockey-stick divergence δ(ε) at every point
 the privacy loss point by point in Python (most of its run time); :class:`_GaussianLoss` inverts it for
 the whole grid at once with the same formulas. Composition and the ε for δ are dp-accounting's own.
 
-``calibrate_sigma_pld`` evaluates the default discretization once (twice if the first guess misses):
+``calibrate_sigma_pld`` (see docs/concepts/calibration.md):
 
+0. where 1 − (1 − q)^T ≤ δ the mechanism is (0, δ)-DP whatever σ: ``SIGMA_MIN`` at once, nothing built;
 1. seed with the RDP-calibrated σ (``hdp_planner.accounting.rdp``, milliseconds); PLD ε ≤ RDP ε, so the PLD σ
-   lies below it;
-2. secant steps on (log σ, log ε) at the coarse discretization 2e-3 find that discretization's root;
-3. the connect-the-dots error is quadratic in the discretization interval v (ε(v) ≈ ε(0) + K·v², to a
-   few 1e-6 relative over 1e-4 … 4e-3), so ε at 4e-3 there extrapolates ε at 1e-4 (Richardson), and the
-   secant slope turns it into the default discretization's root;
-4. σ just above that root is evaluated at the default discretization: it is returned if its ε meets the
-   target (shrunk by 1e-9), and raised by the measured shortfall otherwise. The returned σ is always one
-   that was evaluated at the default discretization and met the target.
+   lies below it, and it is the ceiling of the answer;
+2. the fine discretization v is chosen from ε (:func:`discretization`: the default 1e-4, finer at small ε);
+3. secant steps on (log σ, log ε) at the coarse discretization 20·v find that discretization's root;
+4. the connect-the-dots error is quadratic in the discretization interval (ε(v) ≈ ε(0) + K·v², to a
+   few 1e-6 relative over 1e-4 … 4e-3), so ε at 40·v there extrapolates ε at v (Richardson), and the
+   secant slope turns it into the fine discretization's root;
+5. σ just above that root is evaluated at v (usually once): returned if its ε meets the target (shrunk by
+   1e-9) within 1e-3 in log ε; otherwise refined by secant steps inside a bracket. The returned σ is always one
+   that was evaluated at v and met the target, or the RDP σ.
 
 dp-accounting is imported lazily (only when these functions are called).
 """
@@ -45,7 +47,7 @@ _COARSE = 2e-3  # discretizations of the root search and of the Richardson extra
 _COARSER = 4e-3  # scaled with the fine discretization
 _ACCEPT = 1e-3  # a σ meeting the target with log ε this close to it is returned (≈ 7e-4 relative in σ)
 _SAFETY = 1e-9  # relative shrink of the ε target (covers float differences vs. dp-accounting)
-_MARGIN = 1e-4  # the first σ evaluated at the default discretization is this far (log) above the predicted root
+_MARGIN = 1e-4  # the first σ evaluated at the fine discretization is this far (log) above the predicted root
 _XTOL = 1e-4  # the coarse secant stops after a step this small (in log σ): superlinear, it is then ~1e-7 off
 
 

@@ -16,7 +16,10 @@ decreasing in x = log σ (or −log q): Newton steps on each order's own smooth 
 integer orders at once (cheap; it resolves the staircase that the minimum forms at small q), then on
 the order attaining the minimum, inside a bracket with a bisection fallback. The returned parameter is
 the safe end of an evaluated bracket of width 2e-7, solved against the target shrunk by 1e-9, so it
-also meets the target under dp-accounting's own floating-point evaluation.
+also meets the target under dp-accounting's own floating-point evaluation. Where those steps stall (the jump to
+ε = 0 of the KL branch), a bisection on the same bracket finishes (:func:`_bisect`). Order 2's RDP is also taken
+in closed form for the KL branch (:meth:`_Rounds.kl_zero`): near its threshold δ², dp-accounting's term-wise sum
+is float noise.
 
 Only numpy and scipy are imported.
 """
@@ -730,7 +733,7 @@ def calibrate_sigma_rdp(epsilon: float, delta: float, q: float, rounds: int) -> 
 
     The returned σ always satisfies ε(σ) ≤ epsilon (the upper end of the final bracket, solved against
     epsilon·(1 − 1e-9)). If even σ = SIGMA_MIN (1e-3) meets the target, SIGMA_MIN is returned. Raises
-    ValueError on invalid input or if σ = SIGMA_MAX (1e8) does not suffice.
+    ValueError on invalid input or if σ = SIGMA_MAX (1e12) does not suffice.
     """
     return float(calibrate_sigmas_rdp([epsilon], delta, [q], rounds)[0][0])
 
