@@ -13,10 +13,11 @@ the whole grid at once with the same formulas. Composition and the ε for δ are
 1. seed with the RDP-calibrated σ (``hdp_planner.accounting.rdp``, milliseconds); PLD ε ≤ RDP ε, so the PLD σ
    lies below it, and it is the ceiling of the answer;
 2. the fine discretization v is chosen from ε (:func:`discretization`: the default 1e-4, finer at small ε);
-3. secant steps on (log σ, log ε) at the coarse discretization 20·v find that discretization's root;
+3. secant steps on (log σ, log ε) at a coarse discretization (2e-3 for the default v, else 4·v) find that
+   discretization's root;
 4. the connect-the-dots error is quadratic in the discretization interval (ε(v) ≈ ε(0) + K·v², to a
-   few 1e-6 relative over 1e-4 … 4e-3), so ε at 40·v there extrapolates ε at v (Richardson), and the
-   secant slope turns it into the fine discretization's root;
+   few 1e-6 relative over 1e-4 … 4e-3), so ε at twice the coarse interval extrapolates ε at v (Richardson),
+   and the secant slope turns it into the fine discretization's root;
 5. σ just above that root is evaluated at v (usually once): returned if its ε meets the target (shrunk by
    1e-9) within 1e-3 in log ε; otherwise refined by secant steps inside a bracket. The returned σ is always one
    that was evaluated at v and met the target, or the RDP σ.
@@ -43,8 +44,8 @@ __all__ = [
 
 DEFAULT_VALUE_DISCRETIZATION = 1e-4  # dp-accounting PLDAccountant's default
 MAX_POINTS = 4_000_000  # one round's PLD on more grid points than this is not built (ε reported as inf)
-_COARSE = 2e-3  # discretizations of the root search and of the Richardson extrapolation for the default 1e-4,
-_COARSER = 4e-3  # scaled with the fine discretization
+_COARSE = 2e-3  # discretizations of the root search and of the Richardson extrapolation for the default 1e-4
+_COARSER = 4e-3
 _ACCEPT = 1e-3  # a σ meeting the target with log ε this close to it is returned (≈ 7e-4 relative in σ)
 _SAFETY = 1e-9  # relative shrink of the ε target (covers float differences vs. dp-accounting)
 _MARGIN = 1e-4  # the first σ evaluated at the fine discretization is this far (log) above the predicted root
@@ -194,8 +195,9 @@ def calibrate_sigma_pld(epsilon: float, delta: float, q: float, rounds: int) -> 
 
     # root at the coarse discretization: secant steps from the RDP σ (slope guess −1.5 in log–log)
     x = math.log(sigma_rdp)
-    scale = fine / DEFAULT_VALUE_DISCRETIZATION
-    coarse, coarser = _COARSE * scale, _COARSER * scale
+    # the default grid searches at 2e-3 and 4e-3; a grid refined from ε at 4 and 8 times itself (20 times would put
+    # the rounding bias at ~40% of ε there, far outside the quadratic regime the extrapolation assumes)
+    coarse, coarser = (_COARSE, _COARSER) if fine == DEFAULT_VALUE_DISCRETIZATION else (4 * fine, 8 * fine)
     fx, slope = gap(x, coarse), -1.5
     for _ in range(30):
         step = max(min(-fx / slope, 1.0), -1.0)
