@@ -219,7 +219,7 @@ def test_inverse_subsampling_epsilon_is_lemma1_and_never_overflows():
         (dict(epsilon=(1.0,), num_samples=(0,)), "num_samples"),
         (dict(epsilon=(1.0,), num_samples=(5,), sample_rate=0.0), "sample rate"),
         (dict(epsilon=(1.0,), num_samples=(5,), eta=-1.0), "eta"),
-        (dict(epsilon=(1.0,), num_samples=(5,), delta=1.0), "delta"),
+        (dict(epsilon=(1.0,), num_samples=(5,), delta=1.5), "delta"),  # δ = 1 is vacuous but valid
         (dict(epsilon=(1.0,), num_samples=(5,), local_steps=0), "local steps"),
     ],
 )
