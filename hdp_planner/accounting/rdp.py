@@ -63,7 +63,7 @@ _MAX_STEPS_LOG_A_FRAC = 1000  # dp-accounting's cap; orders not converged by the
 _SAFETY = 1e-9  # relative shrink of the ε target (covers float differences vs. dp-accounting)
 _XTOL = 2e-7  # bracket width in log-parameter space at termination (2e-7 relative)
 _CHUNKS = (20, 60, 240, 680)  # fractional-order series evaluated in these chunks (the 1000-term cap)
-_MAX_ITERATIONS = 200
+_MAX_ITERATIONS = 40  # then _bisect finishes (the secant steps can stall at the KL branch's jump to ε = 0)
 _MAX_NEWTON = 30
 _CONVERGED = 3e-5  # a Newton or secant step this small leaves an error ≲ 100·step² < 0.4·_XTOL
 _SQRT2 = 2**0.5
@@ -579,7 +579,7 @@ def _bracket(
 
     ``epsilon_at(x, groups)`` is ε at x for those groups (a group may appear twice) and the ε of every order.
     Returns the safe end b of a bracket (a, b] holding the root, both ends evaluated (b = lo if lo meets the
-    target, inf if hi does not, NaN if not found in 200 evaluations), and ε at b. Where the order attaining ε
+    target, inf if hi does not, NaN if not found in 40 evaluations), and ε at b. Where the order attaining ε
     was also evaluated at the last point, a secant step on its own smooth curve, log(A_α − 1) against v (as
     :func:`_integer_roots`); otherwise on (x, log ε), from slope ``slope0``.
     Steps aim just past the predicted root so the bracket closes from both sides; bisection takes over if a
