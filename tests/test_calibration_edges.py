@@ -269,3 +269,14 @@ def test_calibrate_q_where_rdp_has_no_answer_falls_back_to_the_never_sampled_bou
     assert q == pytest.approx(delta / rounds, rel=1e-6)
     assert never_sampled_bound(q, rounds) <= delta
     assert calibrate_q(eps, delta, 5.0, 50) > 0.1  # RDP's answer where it has one
+
+
+def test_time_adaptive_schedule_crosses_the_kl_branch():
+    """`solve --eps 0.1,0.5,5 --n 100000 -T 3 --q 0.0001 --methods all` ended in an OverflowError: the secant on
+    the schedule's ε stepped across the jump to ε = 0; the bracketing fallback finishes."""
+    from hdp_planner.accounting.schedule import calibrate_schedule, schedule_epsilon
+
+    delta, q = 100_000**-1.1, 1e-4
+    save, spend = calibrate_schedule(0.1, delta, q, 3, 1, 2.0)
+    assert save == 2 * spend
+    assert 0.099 < schedule_epsilon([(1, save), (2, spend)], q, delta) <= 0.1

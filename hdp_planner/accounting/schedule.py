@@ -79,20 +79,29 @@ def calibrate_schedule(
 
     from scipy.optimize import root_scalar
 
-    from hdp_planner.accounting.rdp import calibrate_sigma_rdp
+    from hdp_planner.accounting.rdp import SIGMA_MAX, calibrate_sigma_rdp
 
     # start from the constant-σ answer, scaled as Σ_t 1/σ_t² (the small-q RDP of a Gaussian) would be; secant
     # steps on (log σ, log ε) converge in a few evaluations, bisection is the fallback
     x0 = math.log(calibrate_sigma_rdp(epsilon, delta, q, rounds))
     x0 += 0.5 * math.log((saving_rounds / saving_noise**2 + rounds - saving_rounds) / rounds)
-    found = root_scalar(gap, x0=x0, x1=x0 + 0.01, method="secant", xtol=1e-9)
-    if found.converged and math.isfinite(found.root):
+    try:
+        found = root_scalar(gap, x0=x0, x1=x0 + 0.01, method="secant", xtol=1e-9)
+        converged = found.converged and math.isfinite(found.root)
+    except (OverflowError, ValueError):  # a step across the KL branch's jump to ε = 0 (tiny q) overflows σ
+        converged = False
+    if converged:
         x = found.root
-    else:  # pragma: no cover - the secant has not failed on these smooth curves
+    else:  # bracket and bisect: ε(σ) only needs to be monotone
         lo, hi = x0 - 1.0, x0 + 1.0
-        while gap(lo) <= 0:
+        while gap(lo) <= 0:  # RDP grows without bound as σ → 0
             lo -= 1.0
         while gap(hi) > 0:
+            if hi > math.log(SIGMA_MAX):
+                raise ValueError(
+                    f"epsilon={epsilon} is not reachable by the time-adaptive schedule with noise_multiplier ≤ "
+                    f"{SIGMA_MAX:g} (delta={delta}, q={q}, rounds={rounds})"
+                )
             hi += 1.0
         x = root_scalar(gap, bracket=(lo, hi), method="brentq", xtol=1e-10).root
     sigma = math.exp(x) * (1 + _SAFETY)
