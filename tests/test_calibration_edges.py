@@ -280,3 +280,16 @@ def test_time_adaptive_schedule_crosses_the_kl_branch():
     save, spend = calibrate_schedule(0.1, delta, q, 3, 1, 2.0)
     assert save == 2 * spend
     assert 0.099 < schedule_epsilon([(1, save), (2, spend)], q, delta) <= 0.1
+
+
+@pytest.mark.slow
+def test_pld_with_huge_grids_stays_bounded():
+    """ε = 0.0039, δ = 1.4e-10, q = 4.6e-7, T = 83,888: the root (σ ≈ 0.7) needs per-round grids of ~10⁶ points
+    composed 83,888 times (minutes each); those report ε = ∞, so the answer is a larger σ, found in seconds, still
+    far below RDP's (9.3e5, in its KL corner)."""
+    eps, delta, q, rounds = 0.003930732937190243, 1.442061786546179e-10, 4.622704949059539e-07, 83888
+    t = time.perf_counter()
+    sigma = calibrate_sigma(eps, delta, q, rounds, "pld")
+    assert time.perf_counter() - t < 60
+    assert 0.6 < sigma < 2.0
+    assert pld_eps(sigma, q, rounds, delta, discretization(eps, delta, rounds)) <= eps

@@ -43,7 +43,9 @@ __all__ = [
 ]
 
 DEFAULT_VALUE_DISCRETIZATION = 1e-4  # dp-accounting PLDAccountant's default
-MAX_POINTS = 4_000_000  # one round's PLD on more grid points than this is not built (ε reported as inf)
+MAX_POINTS = 4_000_000  # one round's PLD on more grid points than this is not built (ε reported as inf),
+MAX_WORK = 20_000_000  # nor on more than this / √T (composing T rounds costs about that much more; the paper's
+# settings need < 1.5e6)
 _COARSE = 2e-3  # discretizations of the root search and of the Richardson extrapolation for the default 1e-4
 _COARSER = 4e-3
 _ACCEPT = 1e-3  # a σ meeting the target with log ε this close to it is returned (≈ 7e-4 relative in σ)
@@ -99,7 +101,7 @@ def _loss_class() -> type:
     return _GaussianLoss
 
 
-def _pld(noise_multiplier: float, q: float, discretization: float):
+def _pld(noise_multiplier: float, q: float, discretization: float, max_points: float):
     """One round's privacy loss distribution, as ``from_gaussian_mechanism(σ, sampling_prob=q,
     value_discretization_interval=v)`` builds it (pessimistic connect-the-dots, mass truncation e^-50)."""
     from dp_accounting.pld import pld_pmf
@@ -111,7 +113,7 @@ def _pld(noise_multiplier: float, q: float, discretization: float):
         bounds = loss.connect_dots_bounds()
         lower = math.floor(bounds.epsilon_lower / discretization)
         upper = math.ceil(bounds.epsilon_upper / discretization)
-        if upper - lower >= MAX_POINTS:
+        if upper - lower >= max_points:
             raise _GridTooLarge
         deltas = loss.get_delta_for_epsilon(np.arange(lower, upper + 1) * discretization)
         return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(discretization, lower, upper, deltas)
@@ -121,17 +123,19 @@ def _pld(noise_multiplier: float, q: float, discretization: float):
 
 
 class _GridTooLarge(Exception):
-    """One round's PLD would have more than MAX_POINTS points."""
+    """One round's PLD would have more grid points than allowed."""
 
 
 @lru_cache(maxsize=256)
 def _pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, discretization: float) -> float:
     """ε of ``rounds`` rounds at ``delta``, composed as ``PLDAccountant`` does (from the identity); inf where one
-    round's PLD would exceed MAX_POINTS grid points (bounded memory; inf is a valid, uninformative bound)."""
+    round's PLD would exceed min(MAX_POINTS, MAX_WORK/√T) grid points (bounded memory and time; inf is a valid,
+    uninformative bound)."""
     from dp_accounting.pld import privacy_loss_distribution
 
     try:
-        single = _pld(noise_multiplier, q, discretization).self_compose(rounds)
+        single = _pld(noise_multiplier, q, discretization, min(MAX_POINTS, MAX_WORK / math.sqrt(rounds)))
+        single = single.self_compose(rounds)
     except _GridTooLarge:
         return math.inf
     composed = privacy_loss_distribution.identity(value_discretization_interval=discretization).compose(single)
@@ -142,7 +146,7 @@ def pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float) ->
     """ε at ``delta`` of ``rounds`` Poisson-subsampled Gaussian steps per dp-accounting's PLDAccountant (default
     discretization). σ must be > 0, q in [0, 1] (q = 0 gives 0), rounds ≥ 1, delta in (0, 1]. Where
     1 − (1 − q)^T ≤ δ, ε is 0 for every σ (:func:`never_sampled_bound`); inf where the grid would exceed
-    MAX_POINTS."""
+    its limits (see :func:`_pld_epsilon`)."""
     sigma = _check_positive("noise_multiplier", noise_multiplier)
     rounds = _check_common(delta, rounds)
     q = _check_q(q, allow_zero=True)
