@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hdp_planner.io.files import atomic_target
 from hdp_planner.planning.plan import METHODS, Plan
 from hdp_planner.rules.noise import compare_noise
 
@@ -78,14 +78,8 @@ def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     fmt = figure_format(path)
     check_figure_path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".{fmt}", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
+    with atomic_target(path, suffix=f".{fmt}") as tmp:
         fig.savefig(tmp, format=fmt, bbox_inches="tight", metadata=None if fmt != "png" else {"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 
