@@ -1,0 +1,102 @@
+"""Rough edges a new user hits: help and version, error messages, file modes, and what `solve` advises."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+import pytest
+from typer.testing import CliRunner
+
+from hdp_planner import plan
+from hdp_planner_cli.app import app
+
+runner = CliRunner()
+
+
+def test_version_is_printed():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and re.fullmatch(r"hdp-plan \d+\.\d+\.\d+\n", result.output)
+
+
+def test_a_typo_suggests_the_command_once():
+    result = runner.invoke(app, ["solv"])
+    assert result.exit_code == 2
+    assert result.output.count("Did you mean") == 1 and "'solve'" in result.output
+
+
+def test_command_list_is_not_cut():
+    result = runner.invoke(app, ["--help"], terminal_width=100)
+    commands = result.output.split("Commands:")[1]
+    assert "..." not in commands
+    for name in ("solve", "verify", "train", "flower"):
+        assert re.search(rf"^\s+{name}\s+\S", commands, re.M), name
+
+
+def test_option_values_are_named_and_defaults_plain():
+    result = runner.invoke(app, ["solve", "--help"], terminal_width=120)
+    assert result.exit_code == 0
+    assert "TEXT" not in result.output and "<str>" not in result.output
+    assert "--eps E1,E2,…" in result.output and "--clip CLIP" in result.output
+    assert "[default: 50]" in result.output and "\\[" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [("{tmp}", "it is a directory"), ("{tmp}/missing/plan.json", "does not exist")],
+)
+def test_write_errors_name_the_file_and_the_reason(tmp_path, target, reason):
+    path = target.format(tmp=tmp_path)
+    result = runner.invoke(app, ["solve", "--eps", "0.5,1", "--n", "100", "-o", path])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: cannot write {path}: ") and reason in result.output
+    assert "Errno" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not [p for p in tmp_path.rglob(".*")]  # no temporary file left behind
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder")
+def test_read_only_folder_is_a_clean_error(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir(mode=0o555)
+    result = runner.invoke(app, ["solve", "--eps", "0.5,1", "--n", "100", "-o", str(folder / "plan.json")])
+    assert result.exit_code == 2 and "permission denied" in result.output and "Errno" not in result.output
+
+
+def test_colons_are_not_emoji():
+    result = runner.invoke(app, ["sweep", "--eps", "0.5,1", "--n", "100", "--vary", "1", "--range", "1:2"])
+    assert result.exit_code == 2 and "a:b:steps" in result.output
+
+
+def test_figures_get_the_mode_of_a_plain_write(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    assert runner.invoke(app, ["solve", "--eps", "0.5,1", "--n", "100", "-o", str(plan_file)]).exit_code == 0
+    old = os.umask(0o022)
+    try:
+        result = runner.invoke(app, ["plot", str(plan_file), "--out", str(tmp_path / "figs")])
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    figures = list((tmp_path / "figs").iterdir())
+    assert figures and all(stat.S_IMODE(f.stat().st_mode) == 0o644 for f in figures)
+
+
+def test_solve_explains_problem_1_in_words():
+    result = runner.invoke(app, ["solve", "--eps", "0.5,1.5,3.0", "--n", "6000"], terminal_width=200)
+    assert "μ4·Σω" not in result.output and "bound on the training error" in result.output
+
+
+def test_starved_group_advice_fits_the_sigma_model():
+    bound = plan([0.5, 10.0], n=200, q=0.02, sigma_model="bound")
+    for note in bound.notes:
+        assert "--sigma-model bound" not in note
+    exact = plan([0.5, 1.5, 3.0], n=6000, sigma_model="accountant")
+    assert any("starved" in n and "--sigma-model bound" in n for n in exact.notes)
+
+
+def test_negligible_sparsity_is_said():
+    dense = plan([0.5, 1.5, 3.0], n=6000)
+    assert min(dense.method("GDPFed+").k_ratio) >= 0.999
+    assert any("GDPFed+ is GDPFed-op here" in n for n in dense.notes)
+    sparse = plan([0.5, 1.5, 3.0], n=6000, sparsity=(0.7, 0.8, 0.9))
+    assert not any("GDPFed+ is GDPFed-op" in n for n in sparse.notes)
