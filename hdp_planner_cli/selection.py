@@ -125,7 +125,9 @@ def save_selection_figure(problem: SelectionProblem, p: tuple[float, ...], path:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True, constrained_layout=True)
     try:
         for ax, (values, title) in zip(axes, panels):
-            points = ax.scatter(sizes, eps, c=values, cmap="RdYlBu", vmin=lo, vmax=hi, s=22, edgecolors="none")
+            points = ax.scatter(
+                sizes, eps, c=values, cmap="viridis", vmin=lo, vmax=hi, s=22, edgecolors="#333333", linewidths=0.3
+            )
             ax.set_xlabel(r"dataset size $|\mathcal{M}_k|$")
             ax.set_title(title)
         axes[0].set_ylabel(r"privacy budget $\varepsilon_k$")

@@ -100,3 +100,35 @@ def test_negligible_sparsity_is_said():
     assert any("GDPFed+ is GDPFed-op here" in n for n in dense.notes)
     sparse = plan([0.5, 1.5, 3.0], n=6000, sparsity=(0.7, 0.8, 0.9))
     assert not any("GDPFed+ is GDPFed-op" in n for n in sparse.notes)
+
+
+def test_plot_draws_every_row_of_the_plan(tmp_path, monkeypatch):
+    from hdp_planner import add_baselines
+    from hdp_planner.report import plots
+
+    p = add_baselines(plan([0.5, 1.5, 3.0], n=6000, clip=1.5), ("HDP-Pooled", "IDP-FedAvg-Scale"))
+    drawn: list[str] = []
+    real = plots._draw_comparison
+
+    def spy(plt, p_):
+        fig = real(plt, p_)
+        drawn.extend(t.get_text() for t in fig.axes[1].get_yticklabels())
+        return fig
+
+    monkeypatch.setattr(plots, "_draw_comparison", spy)
+    plots.plot_plan(p, tmp_path)
+    assert sorted(drawn) == sorted(m.name for m in p.methods) and "HDP-Pooled" in drawn
+
+
+def test_sweep_title_does_not_fix_the_varied_parameter():
+    from hdp_planner import Groups, PlanConfig
+    from hdp_planner.report.plots import draw_sweep, pyplot
+    from hdp_planner.report.sweep import sweep_plan
+
+    config = PlanConfig(n=600, q=0.1)
+    result = sweep_plan(Groups.from_budgets((2.0, 6.0, 12.0), 600), config, "rounds", [50, 100])
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    draw_sweep(ax, result)
+    assert "T =" not in ax.get_title() and "n = 600" in ax.get_title().replace("$", "")
+    plt.close(fig)
