@@ -132,3 +132,56 @@ def test_sweep_title_does_not_fix_the_varied_parameter():
     draw_sweep(ax, result)
     assert "T =" not in ax.get_title() and "n = 600" in ax.get_title().replace("$", "")
     plt.close(fig)
+
+
+def test_flower_environment_leaves_no_temporary_home(monkeypatch):
+    from hdp_planner_flower import offline_environment
+
+    monkeypatch.delenv("FLWR_HOME", raising=False)
+    with pytest.raises(KeyboardInterrupt), offline_environment() as chosen:
+        home = chosen["FLWR_HOME"]
+        assert os.path.isdir(home) and os.environ["FLWR_HOME"] == home
+        raise KeyboardInterrupt
+    assert not os.path.exists(home) and "FLWR_HOME" not in os.environ
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_flower_run_within_seconds(tmp_path):
+    """SIGINT during `hdp-plan flower`: exit 130 in seconds, Ray shut down, no temporary Flower home left."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    pytest.importorskip("flwr")
+    plan_file = tmp_path / "digits.json"
+    assert runner.invoke(app, ["solve", "--eps", "1,2,4", "--n", "120", "--rounds", "30", "--q", "0.2",
+                               "-o", str(plan_file)]).exit_code == 0  # fmt: skip
+    before = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("hdp-flwr-")}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plan_file.parents[0]), *sys.path]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hdp_planner", "flower", str(plan_file), "--dataset", "digits"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        for line in proc.stdout:  # wait until rounds are running
+            if line.startswith("round 2/"):
+                break
+        proc.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        code = proc.wait(timeout=60)
+        elapsed = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 130 and elapsed < 15, (code, elapsed)
+    assert "interrupted" in proc.stderr.read()
+    after = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("hdp-flwr-")}
+    assert after <= before
+    deadline, leftovers = time.monotonic() + 10, ["?"]
+    while leftovers and time.monotonic() < deadline:  # Ray's helpers exit a moment after its shutdown call
+        time.sleep(0.5)
+        found = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True)
+        leftovers = found.stdout.splitlines()
+    assert not leftovers, f"processes of the run still alive: {leftovers}"
