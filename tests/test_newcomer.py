@@ -185,3 +185,16 @@ def test_ctrl_c_stops_a_flower_run_within_seconds(tmp_path):
         found = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True)
         leftovers = found.stdout.splitlines()
     assert not leftovers, f"processes of the run still alive: {leftovers}"
+
+
+def test_progress_line_names_every_groups_spending():
+    pytest.importorskip("torch")
+    from hdp_planner_train.rules.aggregate import method_spec
+    from hdp_planner_train.simulator.scaffold import round_description
+
+    p = plan([0.5, 1.5, 3.0], n=600, rounds=10, q=0.1)
+    line = round_description(p, method_spec(p, "gdpfed+"), 10, 10, 50.0, 1.0)
+    spent = re.search(r"ε spent/budget (\S+) (\S+) (\S+)$", line)
+    assert spent, line
+    assert [float(x.split("/")[1]) for x in spent.groups()] == [0.5, 1.5, 3.0]
+    assert all(float(a) <= float(b) for a, b in (x.split("/") for x in spent.groups()))

@@ -48,6 +48,7 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     round_description,
     run_identity,
     save_checkpoint,
+    status,
 )
 
 
@@ -242,7 +243,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     )
     if auditor is not None:
         planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
-        metrics["audit"] = auditor.report(planned, c.delta)
+        with status(cfg.progress, "audit: estimating each group's ε from its canaries (PLD, bootstrap interval)…"):
+            metrics["audit"] = auditor.report(planned, c.delta)
     if out:
         _write_metrics(metrics, out, cfg.plot)
     return metrics
