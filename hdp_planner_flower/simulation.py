@@ -45,7 +45,7 @@ class FlowerConfig:
     out: str | None = None
     cpus_per_client: float = 1.0
     diagnostics: bool = False  # simulation diagnostics: per-round joined counts, measured noise, round times
-    audit: bool = False  # canary clients in every group, empirical ε per group (issue 14; --trust server)
+    audit: bool = False  # canary clients in every group, empirical ε per group (--trust server)
     audit_canaries: int | None = None
 
 

@@ -37,7 +37,7 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "shakespeare": {"eps": (0.5, 1.5, 3.0), "rounds": 50, "q": 0.10, "clip": 1.0, "local_steps": 30},
     "digits": {"eps": (0.5, 1.5, 3.0), "rounds": 20, "q": 0.10, "clip": 1.5, "local_steps": 5},
 }
-"""Plan settings of GDPFed Table 1 / B.2 per dataset (NOTES §6; digits: a fast setting), k_m/d = 0.7, 0.8, 0.9.
+"""Plan settings of GDPFed Table 1 / B.2 per dataset (digits: a fast setting), k_m/d = 0.7, 0.8, 0.9.
 n is the dataset partition's number of clients."""
 PAPER_SPARSITY = (0.7, 0.8, 0.9)
 _TABLE2_METHODS = ("p-fedavg", "dp-fedavg", "gdpfed", "pfa", "idp-fedavg", "gdpfed+")
@@ -72,7 +72,7 @@ class CompareConfig:
     device: str = "auto"
     eval_every: int = 5
     resume: bool = False
-    shards: int | None = None  # pathological non-IID (paper 002's partition)
+    shards: int | None = None  # pathological non-IID (the DP²-FedSAM paper's partition)
     audit: bool = False  # canaries in every auditable run: empirical ε per group (hdp_planner.audit)
     model: str | None = None  # models.MODELS name; None: the dataset's default
     precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS)

@@ -57,7 +57,9 @@ class TrainConfig:
     shards: int | None = None  # pathological non-IID: S classes per client
     rho: float | None = None  # SAM radius (dp2-fedsam, dp-fedsam)
     head_steps: int | None = None  # τ_h (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
-    iid_share: float | None = None  # paper 003's non-IID mix: this share of the data IID, the rest label-sorted
+    iid_share: float | None = (
+        None  # the selection paper's non-IID mix: this share of the data IID, the rest label-sorted
+    )
     noise_rule: str | None = None  # privacy-aware, unbiased, power-of-choice: paper (default) | exact
     eta: float | None = None  # privacy-aware: Problem 1's weight η
     per_round: int | None = None  # selection methods: clients drawn per round K (default round(q·n))

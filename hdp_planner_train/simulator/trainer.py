@@ -134,7 +134,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     device = _device(cfg.device)
     if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
         return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
-    if cfg.method in SELECTION_METHODS:  # paper 003: record-level DP-SGD, clients selected with replacement
+    if cfg.method in SELECTION_METHODS:  # the selection paper: record-level DP-SGD, clients selected with replacement
         return run_selection(cfg, plan, data, rounds, batch, momentum, device)
     out = Path(cfg.out) if cfg.out else None
     identity = run_identity(cfg, data, batch, momentum, audit=(cfg.audit_canaries or "default") if cfg.audit else None)
