@@ -117,7 +117,8 @@ def test_site_builds_with_every_page(site: Path) -> None:
         rel = page.relative_to(ROOT / "docs").with_suffix("")
         target = site / (rel.parent if rel.name == "index" else rel) / "index.html"
         assert target.exists(), f"{page_id(page)} was not built"
-    assert "hdp-plan solve" in (site / "reference" / "cli" / "index.html").read_text()
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    assert "hdp-plan solve" in cli and "--eps E1,E2,…" in cli and "\\[" not in cli
     assert "calibrate_sigma" in (site / "reference" / "api" / "index.html").read_text()
 
 
