@@ -1,6 +1,6 @@
 """Planning at scale: per-client budgets for n = 10^7 clients in M = 50 groups against n = 6000, M = 3.
 
-Goal (issue 3): the large plan (grouping + Problem 1 + calibration of all four methods) takes at most 5x the
+Goal: the large plan (grouping + Problem 1 + calibration of all four methods) takes at most 5x the
 time of the small one, with memory beyond the input array flat in n. The reference is the same code on the
 paper's setting, measured in the same run. Budgets are drawn from a log-uniform spread with 500 distinct values.
 Times are medians of ``--repeats`` cold runs (memoized calibrations cleared); peak memory is traced

@@ -4,7 +4,7 @@ FMNIST: 120 sampled clients × τ = 5 local steps, batch 10, the 2-layer CNN (``
 28×28 data (the engines' cost does not depend on the pixel values). Shakespeare (``--dataset shakespeare``): the
 LSTM on 80-character windows, batch 4, momentum 0.9; the paper's round is 71 clients × τ = 30 steps, so use fewer
 (``--clients 8 --steps 2``) and read the time per client-step, which the script scales to the paper's round.
-``--method`` times a personal method of paper 002 instead (its local rule: ``dp-fedsam`` SAM with ρ = 0.1 on the
+``--method`` times a personal method of DP²-FedSAM instead (its local rule: ``dp-fedsam`` SAM with ρ = 0.1 on the
 whole model; ``dp2-fedsam`` τ_h = τ head steps then τ SAM steps on the body; ``centaur`` the same with SGD),
 ``--precision bf16`` the local forward in bfloat16. The two engines take turns (interleaved repeats); the load
 average is printed. Usage::

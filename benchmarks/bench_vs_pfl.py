@@ -15,8 +15,8 @@ each update clipped to C = 1.5 and Gaussian noise N(0, C²σ²) on the sum, with
 pfl is not a dependency of this project: it pins dp-accounting < 0.6 and sets torch's multiprocessing start
 method on import. It runs in its own environment, outside the repository::
 
-    python -m venv /work/venvs/pfl && /work/venvs/pfl/bin/pip install torch==2.13.0 'pfl[pytorch]'
-    PYTHONPATH=. python benchmarks/bench_vs_pfl.py --pfl-python /work/venvs/pfl/bin/python
+    python -m venv ~/venvs/pfl && ~/venvs/pfl/bin/pip install torch==2.13.0 'pfl[pytorch]'
+    PYTHONPATH=. python benchmarks/bench_vs_pfl.py --pfl-python ~/venvs/pfl/bin/python
 
 Every configuration runs in its own process (``--rounds`` timed rounds after one warm-up round); the
 configurations take turns ``--repeats`` times; the script prints the load average before and after, the median
@@ -40,8 +40,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 N_CLIENTS, PER_CLIENT, COHORT, STEPS, BATCH, LR, CLIP, SIGMA = 6000, 10, 120, 5, 10, 0.1, 1.5, 1.0
 SETUP = (
-    "python -m venv /work/venvs/pfl && /work/venvs/pfl/bin/pip install torch==2.13.0 'pfl[pytorch]', "
-    "then pass --pfl-python /work/venvs/pfl/bin/python"
+    "python -m venv ~/venvs/pfl && ~/venvs/pfl/bin/pip install torch==2.13.0 'pfl[pytorch]', "
+    "then pass --pfl-python ~/venvs/pfl/bin/python"
 )
 
 
@@ -179,7 +179,9 @@ def has_pfl(python: str) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pfl-python", default=os.environ.get("PFL_PYTHON", "/work/venvs/pfl/bin/python"))
+    ap.add_argument(
+        "--pfl-python", default=os.environ.get("PFL_PYTHON"), help="a Python with pfl installed [$PFL_PYTHON]"
+    )
     ap.add_argument("--model", default="cnn", help="cnn (d = 26,010) | cnn2-paper (d = 1,663,370)")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per process (after one warm-up round)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved processes per configuration")
@@ -199,6 +201,10 @@ def main() -> None:
             print(json.dumps(times))
         return
 
+    if args.pfl_python is None:
+        print(f"error: no Python with pfl given: {SETUP}", file=sys.stderr)
+        sys.exit(2)
+    args.pfl_python = os.path.expanduser(args.pfl_python)
     if not has_pfl(args.pfl_python):
         print(f"error: pfl is not importable with {args.pfl_python}: {SETUP}", file=sys.stderr)
         raise SystemExit(2)

@@ -1,4 +1,4 @@
-"""Client budgets and dataset sizes drawn as in paper 003 (Section VI), for ``hdp-plan select``.
+"""Client budgets and dataset sizes drawn as in the selection paper (Section VI), for ``hdp-plan select``.
 
     python examples/make_clients.py                              # writes examples/clients.csv (committed)
     python examples/make_clients.py --budgets uniform -o mnist_clients.csv

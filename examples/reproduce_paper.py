@@ -1,6 +1,7 @@
 """Recompute GDPFed's Table 1 (q_m) and Table 5 (σ², Λ) from the method and print them beside the paper's.
 
-    python examples/reproduce_paper.py          # markdown tables, as in the README
+    python examples/reproduce_paper.py            # markdown tables
+    python examples/reproduce_paper.py --record   # and the result file the documentation renders
 
 The paper's numbers below are the targets printed next to ours; nothing of ours is read from them
 except Table 1's q_m, which the GDPFed-op row evaluates (as the paper's Table 5 does).
@@ -8,9 +9,12 @@ except Table 1's q_m, which the GDPFed-op row evaluates (as the paper's Table 5 
 
 from __future__ import annotations
 
-from hdp_planner import plan
+import argparse
 
-SETTINGS = {  # NOTES §6 / Table 1: eps, n, T, C, q, tau
+from hdp_planner import plan
+from hdp_planner.report.results import Result, Table, render_result, write_result
+
+SETTINGS = {  # GDPFed Table 1 and Appendix B.2: eps, n, T, C, q, tau
     "FMNIST": ((0.5, 1.5, 3.0), 6000, 50, 1.5, 0.02, 5),
     "SVHN": ((0.5, 1.5, 3.0), 6000, 100, 1.0, 0.05, 25),
     "Shakespeare": ((0.5, 1.5, 3.0), 714, 50, 1.0, 0.10, 30),
@@ -70,14 +74,12 @@ def fmt(values) -> str:
     return "(" + ", ".join(f"{v:.2f}" for v in values) + ")"
 
 
-def main() -> None:
-    print("Table 1: optimal q_m (%), Problem 1 with Theorem 1's σ(q) (--sigma-model bound)\n")
-    print("| dataset | ours | paper | max rel. diff | noise term of Problem 1, ours / at paper q |")
-    print("| --- | --- | --- | --- | --- |")
+def table1() -> Table:
     from hdp_planner import Groups, PlanConfig
     from hdp_planner.planning.plan import sigma2_model
     from hdp_planner.planning.problem import SamplingProblem
 
+    rows = []
     for name, (eps, n, rounds, clip, q, tau) in SETTINGS.items():
         ours = [100 * x for x in run(name, fixed=False).groups.q]
         paper = PAPER_Q[name]
@@ -88,18 +90,38 @@ def main() -> None:
         on_constraint = [x / 100 * q * n / sum(x / 100 * s for x, s in zip(paper, groups.sizes)) for x in paper]
         constant = config.coefficients.mu4 / (q * n)  # μ4·Σω_m, the same for every q (φ* ≈ 0 here)
         ratio = (prob.value([x / 100 for x in ours]) - constant) / (prob.value(on_constraint) - constant)
-        print(f"| {name} | {fmt(ours)} | {fmt(paper)} | {100 * diff:.1f}% | {ratio:.6f} |")
+        rows.append((name, fmt(ours), fmt(paper), f"{100 * diff:.1f}%", f"{ratio:.6f}"))
+    return Table(
+        "Table 1: optimal q_m (%), Problem 1 with Theorem 1's σ(q) (--sigma-model bound)",
+        ("dataset", "ours", "paper", "max rel. diff", "noise term of Problem 1, ours / at paper q"),
+        tuple(rows),
+    )
 
-    print("\nTable 5: σ² per group / Λ (--lambda-convention paper; GDPFed-op and GDPFed+ at Table 1's q)\n")
-    print("| method | dataset | σ² ours | σ² paper | Λ ours | Λ paper | max rel. diff |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+
+def table5() -> Table:
+    rows = []
     for name in SETTINGS:
         p = run(name, fixed=True)
-        for method, rows in PAPER_T5.items():
-            s2, lam = rows[name]
+        for method, paper in PAPER_T5.items():
+            s2, lam = paper[name]
             m = p.method(method)
             diff = max([abs(a - b) / b for a, b in zip(m.sigma2, s2)] + [abs(m.lam - lam) / lam])
-            print(f"| {method} | {name} | {fmt(m.sigma2)} | {fmt(s2)} | {m.lam:.2f} | {lam:.2f} | {100 * diff:.1f}% |")
+            rows.append((method, name, fmt(m.sigma2), fmt(s2), f"{m.lam:.2f}", f"{lam:.2f}", f"{100 * diff:.1f}%"))
+    return Table(
+        "Table 5: σ² per group / Λ (--lambda-convention paper; GDPFed-op and GDPFed+ at Table 1's q)",
+        ("method", "dataset", "σ² ours", "σ² paper", "Λ ours", "Λ paper", "max rel. diff"),
+        tuple(rows),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", action="store_true", help="write benchmarks/results/reproduction.json too")
+    args = parser.parse_args()
+    result = Result(name="reproduction", title="GDPFed Tables 1 and 5, recomputed", tables=(table1(), table5()))
+    print(render_result(result))
+    if args.record:
+        print(f"written to {write_result(result)}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GDPFed Table 2 on real Fashion-MNIST (CPU): the paper's plan (NOTES §6: ε = 0.5, 1.5, 3; n = 6000; T = 50;
+# GDPFed Table 2 on real Fashion-MNIST (CPU): the paper's plan (ε = 0.5, 1.5, 3; n = 6000; T = 50;
 # q = 0.02; C = 1.5; τ = 5; k/d = 0.7, 0.8, 0.9), every method over SEEDS seeds, with hdp-plan compare.
 # Needs: pip install torch==2.13.0 && pip install -e '.[train]'; apt-get install dataset-fashion-mnist
 # About 30-60 s a run on 2 CPU cores: 27 runs, 15-25 minutes. Results: $OUT/results.csv, $OUT/comparison.png.

@@ -6,9 +6,39 @@ inside the command, so ``hdp-plan solve`` runs without either installed.
 
 from __future__ import annotations
 
-import typer
+from typing import Annotated
 
+import click
+import typer
+from typer.core import TyperCommand
+
+from hdp_planner import __version__
 from hdp_planner_cli import budgets, flower, plan, selection, train
+
+LIST_METAVARS = {"eps": "E1,E2,…", "sizes": "N1,N2,…", "sparsity": "K1,K2,…", "fixed_q": "Q1,Q2,…"}
+"""Metavars of the comma-separated per-group options; every other option shows its own name."""
+
+
+class PlainCommand(TyperCommand):
+    """A command whose plain help names each option's value (``--clip CLIP``, not ``TEXT``) and shows defaults as
+    ``[default: 1.0]`` (typer escapes the bracket for rich even when rich markup is off; the generated
+    command-line reference reads the same help records)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, click.Option) and not param.is_flag and param.name and param.metavar is None:
+                param.metavar = LIST_METAVARS.get(param.name, param.name.upper())
+            param.get_help_record = _unescaped(param.get_help_record)  # type: ignore[method-assign]
+
+
+def _unescaped(help_record):
+    def record(ctx: click.Context):
+        rv = help_record(ctx)
+        return None if rv is None else (rv[0], rv[1].replace("\\[", "["))
+
+    return record
+
 
 app = typer.Typer(
     name="hdp-plan",
@@ -17,22 +47,38 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help text is plain: '[paper]', '[the paper's]' defaults are not rich tags
+    suggest_commands=False,  # click already says "Did you mean"; typer would say it a second time
 )
 COMMANDS = (
-    ("solve", plan.solve),
-    ("verify", plan.verify_cmd),
-    ("sweep", budgets.sweep),
-    ("plot", budgets.plot_cmd),
-    ("assign", budgets.assign_cmd),
-    ("select", selection.select_cmd),
-    ("fedsam-noise", selection.fedsam_noise_cmd),
-    ("train", train.train),
-    ("compare", train.compare),
-    ("flower", flower.flower),
+    ("solve", plan.solve, "Solve a plan: per-group q_m, σ_m and k_m, every method's noise Λ."),
+    ("verify", plan.verify_cmd, "Re-check a plan file: every group's ε within its budget."),
+    ("sweep", budgets.sweep, "Re-solve while one parameter varies (CSV, plot)."),
+    ("plot", budgets.plot_cmd, "Draw a plan: noise of every row, ε spent, σ against q."),
+    ("assign", budgets.assign_cmd, "Assign clients to the plan's groups from their budgets."),
+    ("select", selection.select_cmd, "Privacy-aware client selection probabilities (Xu, Zhang, Huang)."),
+    ("fedsam-noise", selection.fedsam_noise_cmd, "DP²-FedSAM's client-level σ, exact against Theorem 2."),
+    ("train", train.train, "Train a plan's method in the simulator."),
+    ("compare", train.compare, "Train several methods over seeds: GDPFed's Table 2."),
+    ("flower", flower.flower, "Train a plan's method on Flower's simulation engine."),
 )
-"""Every command in ``--help`` order: its name and the function that runs it."""
-for _name, _command in COMMANDS:
-    app.command(_name)(_command)
+"""Every command in ``--help`` order: its name, the function that runs it and its line in the command list."""
+for _name, _command, _short in COMMANDS:
+    app.command(_name, cls=PlainCommand, short_help=_short)(_command)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"hdp-plan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Plan differentially private federated learning with heterogeneous privacy budgets (GDPFed+)."""
 
 
 def main() -> None:

@@ -12,8 +12,8 @@ from rich.markup import escape
 
 from hdp_planner_cli.options import CliError
 
-out = Console()
-err = Console(stderr=True)
+out = Console(emoji=False)
+err = Console(stderr=True, emoji=False)  # ':b:' in 'a:b:steps' is text, not an emoji
 if not out.is_terminal:  # logs and CI: wide enough that the tables never wrap
     out.width = max(out.width, 132)
 
@@ -35,7 +35,7 @@ def one_line_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-result_out = Console(soft_wrap=True)  # train/compare/flower result lines are never broken (logs, pipes)
+result_out = Console(soft_wrap=True, emoji=False)  # train/compare/flower result lines are never broken (logs, pipes)
 
 
 def fail(message: str) -> None:

@@ -79,6 +79,8 @@ def flower(
     except (ValueError, OSError, KeyError) as exc:
         _fail(str(exc) or type(exc).__name__)
         return
+    except KeyboardInterrupt:
+        interrupted(out)
     eps = ", ".join(f"{e['epsilon_spent']:.3g}" for e in metrics["epsilon_spent"])
     if "noise_lambda_measured" in metrics:  # --diagnostics (a simulation)
         lam = metrics["noise_lambda_measured"]
@@ -103,3 +105,16 @@ def flower(
             _out.print(line, highlight=False, markup=False)
     if out:
         _out.print(f"metrics written to {out}/metrics.json", highlight=False, markup=False)
+
+
+def interrupted(out: str | None) -> None:
+    """Ctrl-C: Ray is already down; say so and end the process now, with status 130. Flower's ServerApp thread
+    waits for replies that will never come and would keep the interpreter alive, so the process exits directly."""
+    import os
+    import sys
+
+    where = f"; nothing was written to {out}" if out else ""
+    print(f"interrupted: the Flower run stopped and Ray was shut down{where}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)

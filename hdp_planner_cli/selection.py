@@ -1,5 +1,5 @@
-"""``hdp-plan select`` (paper 003's privacy-aware client selection) and ``hdp-plan fedsam-noise`` (paper 002's
-client-level σ, exact against closed form).
+"""``hdp-plan select`` (privacy-aware client selection, Xu, Zhang and Huang) and ``hdp-plan fedsam-noise``
+(DP²-FedSAM's client-level σ, exact against closed form).
 
 Registered on the app by :mod:`hdp_planner_cli.app`. cvxpy is imported
 when Problem 1 is solved and matplotlib when a figure is drawn, never at start-up.
@@ -84,9 +84,9 @@ def selection_document(ids: list[str], sol: SelectionSolution, noise: ClientNois
     pr = sol.problem
     return {
         "schema": SCHEMA,
-        "method": "privacy-aware client selection (paper 003, Problem 1)",
+        "method": "privacy-aware client selection (Xu, Zhang and Huang, Problem 1)",
         "privacy_model": PRIVACY_MODEL,
-        "public": "each client's data size |M_k| (as in paper 003) and its budget ε_k's group",
+        "public": "each client's data size |M_k| (as in Xu, Zhang and Huang) and its budget ε_k's group",
         "selections_rule": COUNT_RULE.format(beta=SELECTION_FAILURE),
         "selections_failure_probability": SELECTION_FAILURE,
         "config": {**config_dict(pr), "accountant": accountant},
@@ -125,7 +125,9 @@ def save_selection_figure(problem: SelectionProblem, p: tuple[float, ...], path:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True, constrained_layout=True)
     try:
         for ax, (values, title) in zip(axes, panels):
-            points = ax.scatter(sizes, eps, c=values, cmap="RdYlBu", vmin=lo, vmax=hi, s=22, edgecolors="none")
+            points = ax.scatter(
+                sizes, eps, c=values, cmap="viridis", vmin=lo, vmax=hi, s=22, edgecolors="#333333", linewidths=0.3
+            )
             ax.set_xlabel(r"dataset size $|\mathcal{M}_k|$")
             ax.set_title(title)
         axes[0].set_ylabel(r"privacy budget $\varepsilon_k$")
@@ -180,7 +182,8 @@ def render_selection(ids: list[str], sol: SelectionSolution, noise: ClientNoise,
     )
     console.print(COUNT_RULE.format(beta=SELECTION_FAILURE), highlight=False)
     console.print(
-        "|M_k| (each client's data size) is treated as public, as in paper 003: p^u, r_k and σ_k depend on it",
+        "|M_k| (each client's data size) is treated as public, as in Xu, Zhang and Huang: p^u, r_k and σ_k "
+        "depend on it",
         highlight=False,
     )
     unbiased_term = pr.unbiased_dp_term
@@ -234,9 +237,9 @@ def select_cmd(
     ] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="Scatter like 003 Fig. 3 (.png/.svg/.pdf).")] = None,
 ) -> None:
-    """Privacy-aware client selection (003): Problem 1's probabilities p (cvxpy) and each client's σ_k,
+    """Privacy-aware client selection: Problem 1's probabilities p (cvxpy) and each client's σ_k,
     calibrated for a high-probability bound T_k on its draws with replacement. Each client's data size |M_k| is
-    treated as public, as in paper 003."""
+    treated as public, as in the selection paper."""
     if accountant not in ACCOUNTANTS:
         raise CliError(f"--accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}")
     if sample_rate is not None and batch_size is not None:
@@ -285,7 +288,7 @@ def fedsam_noise_cmd(
     sample_rate: Annotated[float, typer.Option("--sample-rate", help="Client sampling rate r.")] = fedsam.PAPER_RATE,
     rounds: Annotated[int, typer.Option("--rounds", "-T", help="Rounds T.")] = fedsam.PAPER_ROUNDS,
 ) -> None:
-    """DP²-FedSAM (002): client-level σ by the exact RDP accountant against Theorem 2's closed form."""
+    """DP²-FedSAM: client-level σ by the exact RDP accountant against Theorem 2's closed form."""
     if eps is None:
         if clients is not None or delta is not None:
             raise CliError("--clients and --delta go with --eps; without --eps the paper's settings are shown")

@@ -9,7 +9,10 @@ model and central evaluation for the trainer's datasets) and :mod:`.simulation` 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 FLOWER_HINT = "pip install torch==2.13.0 && pip install -e '.[train,flower]'"
 
@@ -31,6 +34,20 @@ def offline_env() -> dict[str, str]:
     return chosen
 
 
+@contextmanager
+def offline_environment() -> Iterator[dict[str, str]]:
+    """:func:`offline_env` for the duration of a run: afterwards the variables it set are unset again and the
+    temporary ``FLWR_HOME`` it made is removed (also when the run fails or is interrupted)."""
+    chosen = offline_env()
+    try:
+        yield chosen
+    finally:
+        for key in chosen:
+            os.environ.pop(key, None)
+        if "FLWR_HOME" in chosen:
+            shutil.rmtree(chosen["FLWR_HOME"], ignore_errors=True)
+
+
 def require_flwr() -> str:
     """flwr's version, or a :class:`RuntimeError` naming the extra to install."""
     try:
@@ -40,4 +57,4 @@ def require_flwr() -> str:
     return str(flwr.__version__)
 
 
-__all__ = ["FLOWER_HINT", "OFFLINE_ENV", "offline_env", "require_flwr"]
+__all__ = ["FLOWER_HINT", "OFFLINE_ENV", "offline_env", "offline_environment", "require_flwr"]

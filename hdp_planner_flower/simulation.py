@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hdp_planner.methods.registry import REGISTRY
-from hdp_planner_flower import offline_env, require_flwr
+from hdp_planner_flower import offline_env, offline_environment, require_flwr
 
 FLOWER_METHODS = tuple(key for key, m in REGISTRY.items() if m.flower)
 """The plan's client-level methods (rows of ``plan.json``) that run on Flower (the method registry)."""
@@ -45,7 +45,7 @@ class FlowerConfig:
     out: str | None = None
     cpus_per_client: float = 1.0
     diagnostics: bool = False  # simulation diagnostics: per-round joined counts, measured noise, round times
-    audit: bool = False  # canary clients in every group, empirical ε per group (issue 14; --trust server)
+    audit: bool = False  # canary clients in every group, empirical ε per group (--trust server)
     audit_canaries: int | None = None
 
 
@@ -166,7 +166,14 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
 
 def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
     """Run ``cfg`` on Flower's simulation engine (``run_simulation``, one virtual node per client); ``progress`` gets
-    one line per round. Raises ValueError (one-line message) for anything the user can fix."""
+    one line per round. Raises ValueError (one-line message) for anything the user can fix. On KeyboardInterrupt,
+    Ray is shut down and the temporary Flower home removed before the interrupt propagates (Flower's ServerApp
+    thread may still be waiting for replies: a command line ends the process, see ``hdp-plan flower``)."""
+    with offline_environment():
+        return _run_flower(cfg, progress)
+
+
+def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
     p = prepare(cfg)
     from flwr.serverapp import ServerApp
 
@@ -182,7 +189,11 @@ def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
         except Exception as exc:  # reported by the caller as one line
             holder["error"] = exc
 
-    _simulate(app, client_app(), p.data.n_clients, cfg.cpus_per_client)
+    try:
+        _simulate(app, client_app(), p.data.n_clients, cfg.cpus_per_client)
+    except KeyboardInterrupt:
+        stop_ray()
+        raise
     if "error" in holder:
         exc = holder["error"]
         raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -219,6 +230,14 @@ def spec_dim(data, dataset: str) -> int:
     from hdp_planner_train.simulator.models import make_model
 
     return int(sum(p.numel() for p in make_model(dataset, data.num_classes).parameters()))
+
+
+def stop_ray() -> None:
+    """Shut Ray's local cluster down (its workers and raylet), if this process started one."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def _simulate(app, client, nodes: int, cpus_per_client: float) -> None:

@@ -1,4 +1,4 @@
-"""Shared fixtures: paper settings (NOTES §6) and small plans."""
+"""Shared fixtures: paper settings and small plans."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def test_closed_form_is_theorem_1_and_looser_than_rdp():
     s2 = closed_form_sigma2(0.5, delta, 0.02, 50)
     assert s2 == pytest.approx(7 * 0.02**2 * 50 * (0.5 + 2 * math.log(1 / delta)) / 0.25)
     assert calibrate_sigma(0.5, delta, 0.02, 50, "closed-form") ** 2 == pytest.approx(s2)
-    assert s2 > 4 * calibrate_sigma(0.5, delta, 0.02, 50) ** 2  # NOTES §1: 11.0 vs 2.25
+    assert s2 > 4 * calibrate_sigma(0.5, delta, 0.02, 50) ** 2  # Theorem 1 against the accountant: 11.0 vs 2.25
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The privacy audit: canaries through the real aggregation code find planted noise bugs (issue 14)."""
+"""The privacy audit: canaries through the real aggregation code find planted noise bugs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DP²-FedSAM (paper 002): client-level σ by the exact accountant against Theorem 2's closed form."""
+"""DP²-FedSAM (the DP²-FedSAM paper): client-level σ by the exact accountant against Theorem 2's closed form."""
 
 from __future__ import annotations
 

@@ -136,7 +136,7 @@ def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, meth
 @pytest.mark.parametrize("method", ["gdpfed+", "idp-fedavg-sample"])
 def test_audited_round_equals_the_simulators_audit(flower_plan, method):
     """--audit on Flower: the strategy inserts the same canaries as train --audit, through the same clipping and
-    noise, and observes the same noisy sums (issue 14), so one round's update and canary projections are equal."""
+    noise, and observes the same noisy sums, so one round's update and canary projections are equal."""
     from hdp_planner_train.audit.canaries import CanaryAuditor
 
     sent: dict[int, torch.Tensor] = {}
@@ -246,7 +246,7 @@ def test_ledger_stops_before_a_group_exceeds_its_epsilon(flower_plan):
 
 def test_a_deployed_strategy_records_nothing_that_reveals_who_took_part(flower_plan):
     """Without --diagnostics (the default: noise and sampling are secure) no per-round joined count, measured noise
-    or round time is kept (issue 13): only the accuracy history and the rounds run."""
+    or round time is kept: only the accuracy history and the rounds run."""
     spec = method_spec(flower_plan, "gdpfed+")
     rounds = []
     strategy = HdpStrategy(flower_plan, spec, on_round=lambda rnd, stats, seconds, res: rounds.append(rnd))

@@ -1,4 +1,4 @@
-"""The layout (issue 18): no import circles, lower layers never import higher ones, and the core starts without
+"""The layout: no import circles, lower layers never import higher ones, and the core starts without
 torch, flwr or matplotlib. Computed from the source with ``ast``, so a new module is checked without listing it."""
 
 from __future__ import annotations

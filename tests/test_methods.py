@@ -1,4 +1,4 @@
-"""The method registry (issue 18): every consumer reads it, every planned row follows the round rules its method
+"""The method registry: every consumer reads it, every planned row follows the round rules its method
 declares, and a method declared in one module reaches solve, the plan file and verify."""
 
 from __future__ import annotations

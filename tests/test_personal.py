@@ -1,4 +1,4 @@
-"""The DP²-FedSAM family in the trainer (paper 002): personal heads, SAM, per-client evaluation, pathological splits."""
+"""The DP²-FedSAM family in the trainer: personal heads, SAM, per-client evaluation, pathological splits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 13: privacy that holds outside the simulator (noise source, executed mechanism, diagnostics)."""
+"""Privacy that holds outside the simulator (noise source, executed mechanism, diagnostics)."""
 
 from __future__ import annotations
 

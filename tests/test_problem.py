@@ -71,7 +71,7 @@ def test_accountant_model_minimizes_the_true_noise_and_says_when_it_starves_a_gr
     # the noise term is the exact Λ of the applied update: optimizing it with the real σ beats Theorem 1's q
     assert p.method("GDPFed-op").lambda_exact < bound.method("GDPFed-op").lambda_exact
     assert p.method("GDPFed-op").lambda_exact < p.method("GDPFed").lambda_exact
-    # ... by starving the strictest group (NOTES §2), which the plan says
+    # ... by starving the strictest group, which the plan says
     assert p.groups.q[0] * 2000 < 0.5 and any("ε=0.5 is starved" in n for n in p.notes)
     assert not any("starved" in n for n in bound.notes)
 

@@ -1,4 +1,4 @@
-"""Privacy-aware client selection (paper 003): Problem 1's optimum, the noise rules, and ``hdp-plan select``."""
+"""Privacy-aware client selection: Problem 1's optimum, the noise rules, and ``hdp-plan select``."""
 
 from __future__ import annotations
 
@@ -184,7 +184,7 @@ def test_exact_noise_meets_each_budget_and_the_paper_rule_over_noises(example):
 
 
 def test_selection_counts_bound_the_binomial_draws_with_the_stated_failure_probability():
-    """Issue 13: T_k is the smallest t with P(Binomial(T·K, p_k) > t) ≤ β, never below ⌈T·K·p_k⌉ or 1; simulated
+    """T_k is the smallest t with P(Binomial(T·K, p_k) > t) ≤ β, never below ⌈T·K·p_k⌉ or 1; simulated
     runs (draws with replacement) exceed it no more often than β allows, and the expectation often."""
     from scipy.stats import binom
 

@@ -354,7 +354,7 @@ def test_cli_compare_trains_a_grid_and_resumes(tmp_path):
     assert (out / "comparison.png").stat().st_size > 1000 and (out / "results.csv").is_file()
     again = runner.invoke(app, [*args, "--out", str(out), "--eval-every", "1", "--resume"])
     assert again.exit_code == 0 and again.output.count("(reused)") == 4
-    # the same plan on another partition retrains (nothing reused); paper 002's methods run in the grid too
+    # the same plan on another partition retrains (nothing reused); the DP²-FedSAM paper's methods run in the grid too
     args[4] = "dp-fedavg,pfa,dp2-fedsam"
     shards = runner.invoke(app, [*args, "--shards", "2", "--out", str(out), "--eval-every", "1", "--resume"])
     assert shards.exit_code == 0, shards.output
@@ -424,7 +424,7 @@ def test_cifar10_and_svhn_loaders_read_torchvision_format(tmp_path):
         (cdir / name).write_bytes(pickle.dumps(batch))
     c = load_federated("cifar10", str(tmp_path / "cifar"), clients=8)
     assert c.x_train.shape == (40, 3, 32, 32) and c.n_clients == 8 and c.x_test.shape[0] == 10
-    patho = load_federated("cifar10", str(tmp_path / "cifar"), clients=8, shards=2)  # paper 002's partition
+    patho = load_federated("cifar10", str(tmp_path / "cifar"), clients=8, shards=2)  # the DP²-FedSAM paper's partition
     assert patho.n_clients == 8 and all(len(np.unique(patho.y_train[ids])) <= 2 for ids in patho.clients)
 
     from scipy.io import savemat

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +22,51 @@ def _mode(path: Path) -> int:
     return 0o666 & ~mask
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename; ValueError if its folder is missing."""
+def os_message(exc: OSError, path: str | os.PathLike[str]) -> str:
+    """One line for a failed write of ``path``: what went wrong in words, never a temporary file's name."""
+    reason = {
+        errno.EISDIR: "it is a directory",
+        errno.ENOENT: "no file can be created in its directory",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.EROFS: "the file system is read-only",
+        errno.ENOSPC: "no space left on the device",
+    }.get(exc.errno or 0, (exc.strerror or type(exc).__name__).lower())
+    return f"cannot write {path}: {reason}"
+
+
+@contextmanager
+def atomic_target(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success rename it onto ``path`` with the permissions a plain
+    write would leave, on failure remove it. OS errors become a one-line ValueError naming ``path``."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise ValueError(f"cannot write {path}: directory {parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
+    if path.is_dir():
+        raise ValueError(f"cannot write {path}: it is a directory")
     try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=parent)
+    except OSError as exc:
+        raise ValueError(os_message(exc, path)) from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
         os.chmod(tmp, _mode(path))
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(os_message(exc, path)) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename; ValueError if it cannot be written."""
+    with atomic_target(path) as tmp, open(tmp, "w", newline="") as fh:
+        fh.write(text)
 
 
 def write_json_atomic(path: str | os.PathLike[str], document: Mapping[str, Any]) -> None:

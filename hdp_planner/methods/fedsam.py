@@ -1,4 +1,4 @@
-"""DP²-FedSAM's noise (paper 002): **client-level (ε, δ)-DP with one ε for every client**.
+"""DP²-FedSAM's noise (the DP²-FedSAM paper): **client-level (ε, δ)-DP with one ε for every client**.
 
 Neighbouring datasets add or remove all records of one client (002, Definition 1). Each round samples clients
 at rate r, every sampled client clips its update to C and adds N(0, C²σ²/(rN)) so that the sum over the rN

@@ -25,6 +25,8 @@ from hdp_planner.planning.problem import SamplingProblem, closed_form_k_ratio, r
 
 STARVED_CLIENTS = 0.5
 """A group expecting fewer clients per round than this is reported as starved by Problem 1."""
+NEGLIGIBLE_SPARSITY = 0.999
+"""Remark 3's k_m/d at or above this in every group makes GDPFed+ GDPFed-op in all but name (reported)."""
 
 
 def plan(epsilons: Sequence[float], n: int, sizes: Sequence[int] | None = None, **options: object) -> Plan:
@@ -64,10 +66,15 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
             if qm >= 1.0 - 1e-9:
                 notes.append(f"group ε={e:g} is sampled with q = 1 (every client, every round)")
             elif qm * size < STARVED_CLIENTS:
+                keep = (
+                    "--sigma-model bound, --fixed-q or --min-share"
+                    if config.sigma_model == "accountant"
+                    else ("--fixed-q or --min-share")
+                )
                 notes.append(
                     f"group ε={e:g} is starved: q = {qm:.2g} ({qm * size:.2g} expected clients per round); "
-                    "with the accountant's σ, Problem 1 prefers the looser groups and has no term for what this "
-                    "group's data adds. Keep it with --sigma-model bound or --fixed-q"
+                    "Problem 1 prefers the looser groups and has no term for what this group's data adds. "
+                    f"Keep it with {keep}"
                 )
 
     ones = [1.0] * m
@@ -82,6 +89,11 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
         for e, c in zip(eps, clamped):
             if c:
                 notes.append(f"Remark 3 gives k/d ≤ 0 for group ε={e:g}; clamped to k/d = {k_arr.min():g}")
+        if min(k_plus) >= NEGLIGIBLE_SPARSITY:
+            notes.append(
+                f"Remark 3's closed form keeps nearly every coordinate (k_m/d ≥ {min(k_plus):.4f} in every group), "
+                "so GDPFed+ is GDPFed-op here to within 0.1% of Λ; give --sparsity to sparsify anyway"
+            )
     methods = (
         method_noise("DP-FedAvg", [min(eps)], [groups.n], [config.q], [1.0], config),
         method_noise("GDPFed", eps, sizes, uniform, ones, config),

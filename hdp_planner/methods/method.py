@@ -1,4 +1,4 @@
-"""What a method is (issue 18): one frozen record per ``--method`` key, declared by the method's own module and
+"""What a method is: one frozen record per ``--method`` key, declared by the method's own module and
 collected by :mod:`hdp_planner.methods.registry`, which the planner, ``verify``, the trainer, ``compare``, the audit
 and Flower read instead of lists of their own."""
 
@@ -26,7 +26,7 @@ def all_close(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
 
 Family = Literal["fedavg", "personal", "selection"]
 """The trainer that runs a method: the FedAvg rounds of Algorithm 2 (:mod:`hdp_planner_train.simulator.trainer`),
-the DP²-FedSAM family with personal heads (``personal``), or paper 003's client selection (``selection``)."""
+the DP²-FedSAM family with personal heads (``personal``), or the selection paper's client selection (``selection``)."""
 
 
 @dataclass(frozen=True)

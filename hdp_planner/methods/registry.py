@@ -1,4 +1,4 @@
-"""The method registry (issue 18): every ``--method`` key, from the modules that declare them, in command-line order.
+"""The method registry: every ``--method`` key, from the modules that declare them, in command-line order.
 
 A new method is one module declaring ``METHODS`` (a tuple of :class:`~hdp_planner.methods.method.Method`) and its
 name in :data:`MODULES`. The planner (:mod:`.baselines`), ``verify`` (:mod:`hdp_planner.planfile`), the trainer,

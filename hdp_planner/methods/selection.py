@@ -1,4 +1,4 @@
-"""Privacy-aware client selection under heterogeneous record-level budgets (paper 003, Xu, Zhang and Huang,
+"""Privacy-aware client selection under heterogeneous record-level budgets (the selection paper, Xu, Zhang and Huang,
 "Tackling privacy heterogeneity in differentially private federated learning").
 
 **Privacy model: record-level (ε_k, δ)-DP for each client k on its own data** (003, Definition 1): every selected
@@ -218,7 +218,7 @@ def selection_counts(
 ) -> np.ndarray:
     """T_k: a high-probability upper bound on client k's number of draws, P(Binomial(T^g K, p_k) > T_k) ≤ β.
 
-    The expectation ⌈T^g K p_k⌉ is exceeded by about half the clients of a run (issue 13: 32% drew more than
+    The expectation ⌈T^g K p_k⌉ is exceeded by about half the clients of a run (32% drew more than
     planned); the planner must not promise a σ_k the run will not keep. At least 1 and at least ⌈T^g K p_k⌉."""
     from scipy.stats import binom
 

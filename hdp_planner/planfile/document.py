@@ -250,7 +250,7 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     plan = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
     plan = dataclasses.replace(plan, recorded=recorded)
     problems = row_problems(plan)
-    if problems:  # a row that is not its method cannot be accounted as that method (issue 13)
+    if problems:  # a row that is not its method cannot be accounted as that method
         raise PlanFileError(f"noise.{problems[0]}")
     return plan
 

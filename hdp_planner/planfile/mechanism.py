@@ -1,4 +1,4 @@
-"""The mechanism a plan row is executed as, and the rules every row must follow (issue 13).
+"""The mechanism a plan row is executed as, and the rules every row must follow.
 
 A plan row (:class:`~hdp_planner.planning.plan.MethodNoise`) is only a description. What a client's privacy depends on
 is what the trainer executes for the client's group m in every round: Poisson sampling at rate q_m, clipping to

@@ -87,7 +87,7 @@ class SamplingProblem:
     As in the paper (Remark 4), φ_m is Remark 3's optimal φ_m*, whatever sparsity is finally applied:
     a fixed φ_m would make the μ4 term reward moving all weight to the least-sparsified group.
     With Theorem 1's σ ∝ q this reproduces Table 1; with an accountant's σ, which does not shrink like q
-    as q → 0, the least noisy allocation starves the strictest groups (NOTES §2): Problem 1 has no term
+    as q → 0, the least noisy allocation starves the strictest groups: Problem 1 has no term
     for what their data would add. ``min_share`` F bounds every group's weight share α_m = r_m²/Σr² ≥ F|G_m|/n
     (F = 1: proportional representation).
     """

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hdp_planner.planning.plan import METHODS, Plan
+from hdp_planner.io.files import atomic_target
+from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import compare_noise
 
 FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
@@ -26,6 +26,16 @@ GROUP_COLORS = (
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#882255", "#44AA99", "#999933",
 )  # fmt: skip
 METHOD_COLORS = {"DP-FedAvg": "#7f7f7f", "GDPFed": "#56B4E9", "GDPFed-op": "#E69F00", "GDPFed+": "#009E73"}
+OTHER_METHOD_COLORS = ("#CC79A7", "#0072B2", "#D55E00", "#882255", "#44AA99", "#999933", "#332288", "#000000")
+"""Colours of the baselines' rows, in the plan's order (Okabe-Ito and Tol, readable on white)."""
+
+
+def method_colors(names: list[str]) -> dict[str, str]:
+    """A colour per row: the GDPFed rows keep theirs, the baselines take the next free ones in order."""
+    others = iter(OTHER_METHOD_COLORS * (1 + len(names) // len(OTHER_METHOD_COLORS)))
+    return {name: METHOD_COLORS.get(name) or next(others) for name in names}
+
+
 MAX_CURVE_POINTS = 40
 SIGMA_GRID_POINTS = 25
 
@@ -78,14 +88,8 @@ def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     fmt = figure_format(path)
     check_figure_path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".{fmt}", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
+    with atomic_target(path, suffix=f".{fmt}") as tmp:
         fig.savefig(tmp, format=fmt, bbox_inches="tight", metadata=None if fmt != "png" else {"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 
@@ -112,7 +116,9 @@ def draw_sweep(ax: Any, result: Any, title: str | None = None) -> None:
     ax.set_xlabel(result.varied.label)
     ax.set_ylabel(r"optimal sampling ratio $q_m$ (%)")
     c = result.base
-    ax.set_title(title or rf"Optimal $q_m$ ($n$ = {c.n}, $T$ = {c.rounds}, $q$ = {c.q:g})")
+    fixed = {"n": rf"$n$ = {c.n}", "rounds": rf"$T$ = {c.rounds}", "q": rf"$q$ = {c.q:g}"}
+    fixed.pop(result.varied.name, None)  # the varied parameter is on the x axis, not a constant of the title
+    ax.set_title(title or rf"Optimal $q_m$ ({', '.join(fixed.values())})")
     ax.legend(frameon=False)
     ax.set_ylim(bottom=0)
 
@@ -136,21 +142,22 @@ def save_sweep(result: Any, path: str | os.PathLike[str], title: str | None = No
 def _draw_comparison(plt: Any, p: Plan) -> Any:
     g = p.groups
     m_count = len(g.size)
-    left = max(5.0, 1.1 * m_count + 1.5)
+    names = [meth.name for meth in p.methods]  # the GDPFed rows and every baseline the plan holds
+    colors = method_colors(names)
+    left = max(5.0, 1.1 * m_count + 1.5, 0.35 * m_count * len(names))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(left + 5.0, 4.2), gridspec_kw={"width_ratios": [left, 5.0]})
-    width = 0.8 / len(METHODS)
+    width = 0.8 / len(names)
     x = np.arange(m_count)
-    for i, name in enumerate(METHODS):
-        meth = p.method(name)
-        s2 = np.asarray(meth.sigma2)
-        if name == "DP-FedAvg":  # one group: every client gets the strictest budget's noise
+    for i, name in enumerate(names):
+        s2 = np.asarray(p.method(name).sigma2)
+        if s2.size == 1:  # one group or one pooled draw: every client gets the same noise
             s2 = np.full(m_count, s2[0])
         ax1.bar(
-            x + (i - (len(METHODS) - 1) / 2) * width,
+            x + (i - (len(names) - 1) / 2) * width,
             s2,
             width,
             label=name,
-            color=METHOD_COLORS[name],
+            color=colors[name],
             edgecolor="white",
             linewidth=0.5,
         )
@@ -158,16 +165,16 @@ def _draw_comparison(plt: Any, p: Plan) -> Any:
     ax1.set_ylabel(r"noise multiplier squared $\sigma_m^2$ (variance / $C^2$)")
     ax1.set_title(r"Per-group noise $\sigma_m^2$")
     ax1.set_ylim(0, ax1.get_ylim()[1] * (1.15 if m_count > 4 else 1.3))
-    ax1.legend(frameon=False, ncols=len(METHODS) if m_count > 4 else 2, loc="upper right", fontsize=8)
+    ax1.legend(frameon=False, ncols=min(len(names), 3 if m_count <= 4 else 5), loc="upper right", fontsize=8)
     ax1.grid(axis="x", visible=False)
-    lams = np.array([p.method(name).lam for name in METHODS])
-    y = np.arange(len(METHODS))[::-1]  # DP-FedAvg on top
-    ax2.barh(y, lams, color=[METHOD_COLORS[n] for n in METHODS], edgecolor="white", height=0.6)
+    lams = np.array([p.method(name).lam for name in names])
+    y = np.arange(len(names))[::-1]  # DP-FedAvg on top
+    ax2.barh(y, lams, color=[colors[n] for n in names], edgecolor="white", height=0.6)
     base = lams[0]
     for yi, lam in zip(y, lams):
         text = f"{lam:.3g}" if lam == base else f"{lam:.3g} ({compare_noise(lam, base)})"
         ax2.annotate(text, (lam, yi), va="center", ha="left", fontsize=8, xytext=(3, 0), textcoords="offset points")
-    ax2.set_yticks(y, METHODS)
+    ax2.set_yticks(y, names)
     ax2.set_xscale("log")
     ax2.set_xlim(lams.min() / 3, lams.max() * 8)
     ax2.set_xlabel(r"$\Lambda$, noise variance per coordinate of the update")

@@ -52,7 +52,7 @@ def secure_uniform(size: int) -> np.ndarray:
 def secure_normal(size: int) -> np.ndarray:
     """``size`` independent N(0, 1) draws in float64 from a cryptographically secure source: Box-Muller on
     :func:`secure_uniform` pairs, √(−2 ln(1−u₁))·(cos 2πu₂, sin 2πu₂). Unlike a seeded generator, nothing
-    recorded with a run regenerates them (issue 13). Floating-point attacks on the sampler (Mironov 2012)
+    recorded with a run regenerates them. Floating-point attacks on the sampler (Mironov 2012)
     are not addressed: see the README's trust model."""
     if size < 0:
         raise ValueError(f"size must be ≥ 0, got {size}")
@@ -65,7 +65,7 @@ def secure_normal(size: int) -> np.ndarray:
 
 class SecureRandom:
     """The ``random(size)`` of a numpy Generator from the OS's CSPRNG: :func:`poisson_sample` with it draws who
-    joins a round so that no recorded seed regenerates the draw (secure mode, issue 13)."""
+    joins a round so that no recorded seed regenerates the draw (secure mode)."""
 
     def random(self, size: int) -> np.ndarray:
         return secure_uniform(size)

@@ -18,7 +18,7 @@ PFA's projection of one group's noisy sum onto the principal subspace of the pub
 (:func:`principal_subspace`) instead of Top-k.
 
 Every Gaussian draw comes from a :class:`NoiseSource`: :class:`SecureNoise` (the OS's CSPRNG, for models that
-are released) or :class:`SeededNoise` (reproducible from the run's seed: simulations only, issue 13).
+are released) or :class:`SeededNoise` (reproducible from the run's seed: simulations only).
 
 Noise measurement (two numbers per round, both per coordinate, noise n_m of group m known exactly):
 - ``lambda_measured`` = Σ_m ω_m²·(k_m/d)·‖n_m‖²/d: the noise the applied update would carry if the kept
@@ -162,7 +162,7 @@ class NoiseSource(Protocol):
 class SeededNoise:
     """Reproducible noise for simulations: torch generators seeded from ``round_seed(seed, rnd, 2)``, one per device.
 
-    Anyone holding the seed regenerates every draw and can subtract it from the released model (issue 13):
+    Anyone holding the seed regenerates every draw and can subtract it from the released model:
     a model trained with it must never be released."""
 
     kind: NoiseKind = "seeded"
@@ -236,7 +236,7 @@ def clip_rows(rows: torch.Tensor, clip: float) -> tuple[torch.Tensor, int]:
     """Scale each row Δ_i by min(1, C/‖Δ_i‖) (``hdp_planner.rules.noise.clip_factor``) so that ‖Δ_i‖ ≤ C holds for the
     rows as stored: a clipped row's factor is lowered by 4 ulps of the dtype (rounding the factor and the scaled
     entries moves the norm by at most ~1 ulp), and any row still above C, its norm taken in float64, is scaled
-    down again (issue 13: float32 rows clipped with float64 norms exceeded C by ~6e-8 relative)."""
+    down again (float32 rows clipped with float64 norms exceeded C by ~6e-8 relative)."""
     if rows.shape[0] == 0:
         return rows, 0
     norms = torch.linalg.vector_norm(rows.double(), dim=1).cpu().numpy()

@@ -10,7 +10,7 @@
   paper's n = 714 roles (:func:`select_roles`).
 
 Partitions: IID (equal shares of a random permutation), Dirichlet(α) over labels, pathological (N clients,
-S classes each: :func:`pathological_partition`), paper 003's IID/label-sorted mix (:func:`mixed_partition`),
+S classes each: :func:`pathological_partition`), the selection paper's IID/label-sorted mix (:func:`mixed_partition`),
 group-skewed labels (each privacy group its own classes: :func:`group_class_partition`), natural (Shakespeare roles).
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 DATASETS = ("fmnist", "digits", "cifar10", "svhn", "shakespeare")
 FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
-# Per-dataset defaults (NOTES §6): clients n, batch, momentum; digits is the fast test setting.
+# Per-dataset defaults: clients n, batch, momentum; digits is the fast test setting.
 DEFAULTS: dict[str, dict[str, float | int | None]] = {
     "fmnist": {"clients": 6000, "batch_size": 10, "momentum": 0.0},
     "svhn": {"clients": 6000, "batch_size": 10, "momentum": 0.0},

@@ -6,7 +6,7 @@ Two engines with the same inputs and outputs, the flat client updates Δ_i = θ_
   SGD-with-momentum arithmetic as torch.optim.SGD; gradients by ``torch.func`` (functional_call + vmap + grad),
   or, for a model with ``forward_batched`` (the LSTM, the small CNN), by its own client-batched products
   (:func:`client_grads`); on CPU such a model's clients are trained in pieces by worker threads
-  (:func:`vectorized_train`, which also runs SAM and frozen parameters for the personal methods of paper 002).
+  (:func:`vectorized_train`, which also runs SAM and frozen parameters for DP²-FedSAM's personal methods).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from hdp_planner_train.rules.aggregate import round_seed
 
 ENGINES = ("vectorized", "loop")
 PRECISIONS = ("fp32", "bf16")
-"""``--precision``: of the local forward pass only (issue 17: "mixed precision only where the update that is
+"""``--precision``: of the local forward pass only ("mixed precision only where the update that is
 clipped and noised stays float32"). ``bf16`` runs the forward's products under ``torch.autocast`` in bfloat16;
 parameters, gradients, momentum, the update Δ and everything after it (clipping, noise, Top-k, aggregation, the
 audit) stay float32."""
@@ -167,7 +167,7 @@ def vectorized_train(
 ) -> torch.Tensor:
     """Clients' flat parameters (K, d) after τ = xs.shape[1] local steps from their own ``starts`` (K, d), all at
     once: per step the batch gradient g of the parameters named in ``wrt`` (default all; the rest frozen), with
-    SAM of radius ``rho`` > 0 (Foret et al. 2021; paper 002 eqs. 11-12: g is re-taken at θ + ρ·g/‖g‖, ‖·‖ over the
+    SAM of radius ``rho`` > 0 (Foret et al. 2021; DP²-FedSAM eqs. 11-12: g is re-taken at θ + ρ·g/‖g‖, ‖·‖ over the
     trained parameters) and SGD with momentum as torch.optim.SGD (a fresh momentum buffer per call)."""
     k_total, d = starts.shape
     if k_total == 0:

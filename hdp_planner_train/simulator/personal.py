@@ -1,4 +1,4 @@
-"""The DP²-FedSAM family (paper 002): personal heads and sharpness-aware local training under client-level DP.
+"""The DP²-FedSAM family: personal heads and sharpness-aware local training under client-level DP.
 
 Methods (``hdp-plan train PLAN.json --method NAME``), all on the plan's ``DP-FedAvg`` noise row (one group of n
 clients, Poisson rate q, σ calibrated by the planner's accountant for the strictest ε: one ε for every client)
@@ -19,7 +19,7 @@ Per-client evaluation (dp2-fedsam, centaur, dp-fedavg-ft): client i's test distr
 distribution p_i. Its accuracy is Σ_c p_i(c)·acc_i(c), acc_i(c) = accuracy of client i's model on every test
 example of class c: the expectation over a test set drawn with the client's labels from the dataset's test
 split, with no split noise and no training data held out (training data equal to the other methods'). The
-reported accuracy is the unweighted mean over all n clients (paper 002 §5 averages clients' local accuracies).
+reported accuracy is the unweighted mean over all n clients (DP²-FedSAM §5 averages clients' local accuracies).
 
 ``--engine vectorized`` (the default) trains all sampled clients at once (:func:`client_updates_vectorized`;
 fine-tuning in blocks of clients); ``loop`` is the per-client reference (the two agree, tested). Their privacy
@@ -52,7 +52,7 @@ HEAD_METHODS = ("dp2-fedsam", "centaur")  # a personal head that never leaves th
 SAM_METHODS = ("dp2-fedsam", "dp-fedsam")  # --rho applies
 LOCAL_STEP_METHODS = ("dp2-fedsam", "centaur", "dp-fedavg-ft")  # --head-steps applies (head steps / fine-tuning)
 PER_CLIENT_EVAL = ("dp2-fedsam", "centaur", "dp-fedavg-ft")
-DEFAULT_RHO = 0.1  # paper 002 §5: ρ = 0.1 for CIFAR-10 (best of 0.05, 0.1, 0.5, 1.0), 0.5 for FEMNIST
+DEFAULT_RHO = 0.1  # the DP²-FedSAM paper's §5: ρ = 0.1 for CIFAR-10 (best of 0.05, 0.1, 0.5, 1.0), 0.5 for FEMNIST
 PRIVACY_MODEL = "client-level (ε, δ)-DP, one ε"
 FINETUNE_STREAM = 3  # randomness stream of the fine-tuning batches (1: training batches)
 FINETUNE_BLOCK = 256  # clients fine-tuned at once by the vectorized engine before their evaluation
@@ -75,7 +75,7 @@ def sam_step(
     optimizer: torch.optim.Optimizer,
     precision: str = "fp32",
 ) -> torch.Tensor:
-    """One SAM step on ``params`` (Foret et al. 2021; paper 002 eqs. 11-12): p = ρ·g/‖g‖ with g the mini-batch
+    """One SAM step on ``params`` (Foret et al. 2021; DP²-FedSAM eqs. 11-12): p = ρ·g/‖g‖ with g the mini-batch
     gradient w.r.t. ``params`` only, then ``optimizer`` steps along the gradient taken at params + p (same batch).
     ρ = 0 is one plain SGD step. Returns the perturbation as a flat vector over all of ``model``'s parameters
     (zero outside ``params``). ``precision``: of the forward passes
@@ -364,7 +364,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     )
 
     method, c = cfg.method, plan.config
-    if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients (issue 13)
+    if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients
         raise TrainError(f"{method} runs the plan's DP-FedAvg row, which must be one group; it has {len(spec.sizes)}")
     personal = method in HEAD_METHODS
     rho = 0.0 if method == "centaur" else (DEFAULT_RHO if cfg.rho is None else float(cfg.rho))

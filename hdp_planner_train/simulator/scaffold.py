@@ -7,6 +7,7 @@ Imports no trainer: the dispatcher (:mod:`.trainer`) and the method families (:m
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -56,7 +57,9 @@ class TrainConfig:
     shards: int | None = None  # pathological non-IID: S classes per client
     rho: float | None = None  # SAM radius (dp2-fedsam, dp-fedsam)
     head_steps: int | None = None  # τ_h (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
-    iid_share: float | None = None  # paper 003's non-IID mix: this share of the data IID, the rest label-sorted
+    iid_share: float | None = (
+        None  # the selection paper's non-IID mix: this share of the data IID, the rest label-sorted
+    )
     noise_rule: str | None = None  # privacy-aware, unbiased, power-of-choice: paper (default) | exact
     eta: float | None = None  # privacy-aware: Problem 1's weight η
     per_round: int | None = None  # selection methods: clients drawn per round K (default round(q·n))
@@ -209,10 +212,12 @@ def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan,
 
 
 def round_description(plan, spec, done: int, rounds: int, acc: float, loss: float) -> str:
-    """The progress line: round, accuracy, loss and the ε the strictest group has spent."""
-    strict = int(np.argmin(plan.method(METHOD_NAMES[spec.method]).epsilon))
-    eps = privacy_ledger(plan, spec, done)[strict]["epsilon_spent"] if spec.private else math.inf
-    return f"round {done}/{rounds} acc {acc:.2f}% loss {loss:.3f} ε spent {eps:.3g}"
+    """The progress line: round, accuracy, loss and the ε each group has spent of its budget."""
+    line = f"round {done}/{rounds} acc {acc:.2f}% loss {loss:.3f}"
+    if not spec.private:
+        return line + " (no noise: ε unbounded)"
+    spent = privacy_ledger(plan, spec, done)
+    return line + " ε spent/budget " + " ".join(f"{e['epsilon_spent']:.3g}/{e['epsilon_budget']:g}" for e in spent)
 
 
 def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int, batch: int, momentum: float,
@@ -245,16 +250,34 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
 
 
 def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         disable=not enabled,
         transient=False,
     )
+
+
+def status(enabled: bool, text: str):
+    """A spinner with ``text`` on stderr while a long step after the progress bar runs (nothing when disabled)."""
+    if not enabled:
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(text)
 
 
 def json_ready(value: Any) -> Any:

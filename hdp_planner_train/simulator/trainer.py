@@ -48,6 +48,7 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     round_description,
     run_identity,
     save_checkpoint,
+    status,
 )
 
 
@@ -133,7 +134,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     device = _device(cfg.device)
     if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
         return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
-    if cfg.method in SELECTION_METHODS:  # paper 003: record-level DP-SGD, clients selected with replacement
+    if cfg.method in SELECTION_METHODS:  # the selection paper: record-level DP-SGD, clients selected with replacement
         return run_selection(cfg, plan, data, rounds, batch, momentum, device)
     out = Path(cfg.out) if cfg.out else None
     identity = run_identity(cfg, data, batch, momentum, audit=(cfg.audit_canaries or "default") if cfg.audit else None)
@@ -242,7 +243,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     )
     if auditor is not None:
         planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
-        metrics["audit"] = auditor.report(planned, c.delta)
+        with status(cfg.progress, "audit: estimating each group's ε from its canaries (PLD, bootstrap interval)…"):
+            metrics["audit"] = auditor.report(planned, c.delta)
     if out:
         _write_metrics(metrics, out, cfg.plot)
     return metrics

@@ -1,0 +1,174 @@
+"""The README and the documentation site: every example runs, the site builds strictly, and a real browser finds
+no broken link or image.
+
+Fenced blocks are run by their language: ```python blocks of a page in order, in one namespace; ```bash blocks
+line by line with ``hdp-plan`` run as ``python -m hdp_planner`` (each line must exit 0). ```py and ```shell
+blocks are shown only (installs, long training runs). Examples run in a temporary folder where ``examples/`` is
+the repository's.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urljoin, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.S | re.M)
+
+
+def blocks(page: Path, language: str) -> list[str]:
+    return [body for lang, body in FENCE.findall(page.read_text()) if lang == language]
+
+
+def commands(block: str) -> list[str]:
+    """The block's command lines, backslash continuations joined, comments and blank lines dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    return tmp_path
+
+
+def run_env() -> dict[str, str]:
+    env = dict(os.environ, MPLBACKEND="Agg")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+PYTHON_PAGES = [p for p in PAGES if blocks(p, "python")]
+BASH_PAGES = [p for p in PAGES if blocks(p, "bash")]
+
+
+def test_every_page_is_checked_somewhere() -> None:
+    """The README and the getting-started page carry runnable examples (a guard against a renamed fence)."""
+    assert ROOT / "README.md" in PYTHON_PAGES and ROOT / "README.md" in BASH_PAGES
+    assert ROOT / "docs" / "getting-started.md" in PYTHON_PAGES
+
+
+@pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
+def test_python_examples_run(page: Path, workdir: Path) -> None:
+    namespace: dict[str, object] = {"__name__": "__docs__"}
+    for number, code in enumerate(blocks(page, "python"), 1):
+        exec(compile(code, f"{page_id(page)} python block {number}", "exec"), namespace)
+
+
+@pytest.mark.parametrize("page", BASH_PAGES, ids=page_id)
+def test_command_examples_run(page: Path, workdir: Path) -> None:
+    for block in blocks(page, "bash"):
+        for line in commands(block):
+            command = re.sub(r"(^|[;&|]\s*)hdp-plan\b", rf"\1{sys.executable} -m hdp_planner", line)
+            done = subprocess.run(
+                ["bash", "-c", command], cwd=workdir, env=run_env(), capture_output=True, text=True, timeout=300
+            )
+            assert done.returncode == 0, f"{page_id(page)}: `{line}` exited {done.returncode}: {done.stderr[-800:]}"
+
+
+def test_no_shown_command_uses_an_unknown_subcommand() -> None:
+    """Commands shown but not run (```shell) still name real ``hdp-plan`` subcommands."""
+    from hdp_planner_cli.app import COMMANDS
+
+    known = {name for name, *_ in COMMANDS}
+    for page in PAGES:
+        for block in blocks(page, "shell"):
+            for line in commands(block):
+                for sub in re.findall(r"hdp-plan\s+([a-z][\w-]*)", line):
+                    assert sub in known, f"{page_id(page)}: unknown command `hdp-plan {sub}` in `{line}`"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
+    out = tmp_path_factory.mktemp("site")
+    env = dict(run_env(), NO_MKDOCS_2_WARNING="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return out
+
+
+def test_site_builds_with_every_page(site: Path) -> None:
+    for page in (ROOT / "docs").rglob("*.md"):
+        rel = page.relative_to(ROOT / "docs").with_suffix("")
+        target = site / (rel.parent if rel.name == "index" else rel) / "index.html"
+        assert target.exists(), f"{page_id(page)} was not built"
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    assert "hdp-plan solve" in cli and "--eps E1,E2,…" in cli and "\\[" not in cli
+    assert "calibrate_sigma" in (site / "reference" / "api" / "index.html").read_text()
+
+
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the docs extra)")
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.skip("no Chromium: apt-get install chromium")
+    return sync_api, executable
+
+
+def test_site_in_a_browser_has_no_broken_link_or_image(site: Path) -> None:
+    sync_api, executable = browser()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *args: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("index.html"))
+    problems: list[str] = []
+
+    def failed(request) -> bool:
+        """A request of the site that failed, not one aborted because the next page was opened."""
+        return request.url.startswith(base) and "ERR_ABORTED" not in (request.failure or "")
+
+    try:
+        with sync_api.sync_playwright() as pw:
+            chromium = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+            tab = chromium.new_page()
+            tab.on("response", lambda r: r.status >= 400 and problems.append(f"{r.url}: HTTP {r.status}"))
+            tab.on("requestfailed", lambda r: failed(r) and problems.append(f"{r.url}: {r.failure}"))
+            for rel in pages:
+                url = urljoin(base, rel.removesuffix("index.html"))
+                tab.goto(url, wait_until="load")
+                broken = tab.evaluate("[...document.images].filter(i => !(i.complete && i.naturalWidth > 0))"
+                                      ".map(i => i.src)")  # fmt: skip
+                problems += [f"{rel}: image {src} did not load" for src in broken]
+                for href in tab.evaluate("[...document.querySelectorAll('a[href]')].map(a => a.href)"):
+                    link = urlparse(href)
+                    if not href.startswith(base):
+                        continue
+                    path = site / link.path.removeprefix("/")
+                    if path.is_dir():
+                        path = path / "index.html"
+                    if not path.exists():
+                        problems.append(f"{rel}: link to {link.path} (no such page)")
+                    elif link.fragment and path.suffix == ".html":
+                        if f'id="{link.fragment}"' not in path.read_text(errors="replace"):
+                            problems.append(f"{rel}: link to {link.path}#{link.fragment} (no such anchor)")
+            chromium.close()
+    finally:
+        server.shutdown()
+    assert not problems, "\n".join(sorted(set(problems))[:40])
