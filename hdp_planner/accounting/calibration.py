@@ -87,10 +87,10 @@ def closed_form_sigma2(epsilon: ArrayOrFloat, delta: float, q: ArrayOrFloat, rou
 
 def epsilon_spent(event: GaussianRounds, delta: float, accountant: Accountant = "rdp") -> float:
     """ε of ``event`` at ``delta``; ``closed-form`` σ are measured with the exact RDP accountant. 0 where
-    1 − (1 − q)^T ≤ δ: the mechanism is then (0, δ)-DP whatever σ (:func:`pld.never_sampled_bound`)."""
+    1 − (1 − q)^T ≤ δ: the mechanism is then (0, δ)-DP whatever σ (:func:`rdp.never_sampled_bound`)."""
     check_delta(delta)
     check_accountant(accountant)
-    if pld.never_sampled_bound(min(event.q, 1.0), event.rounds) <= delta:
+    if rdp.never_sampled_bound(min(event.q, 1.0), event.rounds) <= delta:
         return 0.0
     if accountant == "pld":
         return pld.pld_epsilon(event.noise_multiplier, event.q, event.rounds, delta)
@@ -111,7 +111,20 @@ def calibrate_sigma(epsilon: float, delta: float, q: float, rounds: int, account
         return math.sqrt(closed_form_sigma2(epsilon, delta, q, rounds))
     if accountant == "pld":
         return pld.calibrate_sigma_pld(epsilon, delta, q, rounds)
-    return rdp.calibrate_sigma_rdp(epsilon, delta, q, rounds)
+    return float(rdp_sigmas([epsilon], delta, [q], rounds)[0][0])
+
+
+def rdp_sigmas(
+    epsilons: Sequence[float], delta: float, q: Sequence[float], rounds: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """RDP calibration of many groups and the ε each σ spends; a group with 1 − (1 − q)^T ≤ δ is (0, δ)-DP whatever
+    σ (:func:`rdp.never_sampled_bound`, proved in the calibration docs): σ = ``SIGMA_MIN`` and ε 0, no search."""
+    eps, qs = np.asarray(epsilons, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    idle = np.array([rdp.never_sampled_bound(min(qm, 1.0), rounds) <= delta for qm in qs], dtype=bool)
+    sigma, spent = np.full(eps.shape, rdp.SIGMA_MIN), np.zeros(eps.shape)
+    if not idle.all():
+        sigma[~idle], spent[~idle] = rdp.calibrate_sigmas_rdp(eps[~idle], delta, qs[~idle], rounds)
+    return sigma, spent
 
 
 def calibrate_sigmas(
@@ -129,7 +142,7 @@ def calibrate_sigmas(
         return np.sqrt([closed_form_sigma2(e, delta, qm, rounds) for e, qm in zip(epsilons, q)])
     if accountant == "pld":
         return np.array([pld.calibrate_sigma_pld(e, delta, qm, rounds) for e, qm in zip(epsilons, q)])
-    return rdp.calibrate_sigmas_rdp(epsilons, delta, q, rounds)[0]
+    return rdp_sigmas(epsilons, delta, q, rounds)[0]
 
 
 def epsilons_spent(
@@ -142,7 +155,7 @@ def epsilons_spent(
     if accountant == "pld":
         return np.array([pld.pld_epsilon(ev.noise_multiplier, ev.q, rounds, delta) for ev in events])
     eps = rdp.rdp_epsilons([ev.noise_multiplier for ev in events], [ev.q for ev in events], rounds, delta)
-    idle = [pld.never_sampled_bound(min(ev.q, 1.0), rounds) <= delta for ev in events]
+    idle = [rdp.never_sampled_bound(min(ev.q, 1.0), rounds) <= delta for ev in events]
     return np.where(idle, 0.0, eps)
 
 
@@ -168,8 +181,7 @@ class CalibrationMemo:
                 self.clear()
             eps, qs = [k[0] for k in missing], [k[2] for k in missing]
             if accountant == "rdp":  # the calibration evaluated ε at each σ it returns (0 where (0, δ)-DP anyway)
-                sigma, spent = rdp.calibrate_sigmas_rdp(eps, delta, qs, rounds)
-                spent = np.where([pld.never_sampled_bound(qm, rounds) <= delta for qm in qs], 0.0, spent)
+                sigma, spent = rdp_sigmas(eps, delta, qs, rounds)
             else:
                 sigma = calibrate_sigmas(eps, delta, qs, rounds, accountant)
                 spent = epsilons_spent(sigma, qs, rounds, delta, accountant) if accountant == "pld" else None

@@ -32,7 +32,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from hdp_planner.accounting.rdp import SIGMA_MIN, _check_common, _check_positive, _check_q, calibrate_sigma_rdp
+from hdp_planner.accounting.rdp import (
+    SIGMA_MIN,
+    _check_common,
+    _check_positive,
+    _check_q,
+    calibrate_sigma_rdp,
+    never_sampled_bound,
+)
 
 __all__ = [
     "DEFAULT_VALUE_DISCRETIZATION",
@@ -166,12 +173,6 @@ def discretization(epsilon: float, delta: float, rounds: int) -> float:
     z = math.sqrt(2 * math.log(1 / delta)) if delta < 1 else 0.0
     spread = (math.sqrt(z * z + 2 * epsilon) - z) / math.sqrt(rounds)
     return min(DEFAULT_VALUE_DISCRETIZATION, math.sqrt(0.1 * epsilon * spread / rounds))
-
-
-def never_sampled_bound(q: float, rounds: int) -> float:
-    """1 − (1 − q)^T: the probability that a client takes part in at least one of T Poisson(q) rounds, which bounds
-    the total variation between the mechanism's outputs on neighbouring datasets (see the calibration docs)."""
-    return -math.expm1(rounds * math.log1p(-q)) if q < 1 else 1.0
 
 
 def calibrate_sigma_pld(epsilon: float, delta: float, q: float, rounds: int) -> float:

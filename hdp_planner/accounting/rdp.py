@@ -690,6 +690,12 @@ def _bisect(
     return out, np.where(eps_lo <= target, eps_lo, eps_b)
 
 
+def never_sampled_bound(q: float, rounds: int) -> float:
+    """1 − (1 − q)^T: the probability that a client takes part in at least one of T Poisson(q) rounds, which bounds
+    the total variation between the mechanism's outputs on neighbouring datasets (see the calibration docs)."""
+    return -math.expm1(rounds * math.log1p(-q)) if q < 1 else 1.0
+
+
 def calibrate_sigmas_rdp(
     epsilons: Sequence[float] | np.ndarray, delta: float, q: Sequence[float] | np.ndarray, rounds: int
 ) -> tuple[np.ndarray, np.ndarray]:
