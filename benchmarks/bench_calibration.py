@@ -30,6 +30,7 @@ from hdp_planner.accounting import pld
 from hdp_planner.accounting.calibration import GaussianRounds, dp_event, quiet_dp_accounting, reference_epsilon
 from hdp_planner.accounting.pld import calibrate_sigma_pld, discretization
 from hdp_planner.accounting.rdp import calibrate_q_rdp, calibrate_sigma_rdp
+from hdp_planner.report.results import Result, Table, write_result
 
 # (epsilon, delta, q, rounds): ε 0.1–20, δ 1e-9–1e-3, q 1e-4–0.5, rounds 1–1e4
 SIGMA_SETTINGS = [
@@ -104,15 +105,27 @@ def _interleaved(ref, ours, rounds: int, repeat: int) -> tuple[object, object, f
     )
 
 
+RECORDED: list[Table] = []
+"""The tables printed so far, for ``--record``."""
+SPEED_UPS: list[str] = []
+
+
+def _cells(markdown_row: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in markdown_row.strip().strip("|").split("|"))
+
+
 def _table(title: str, head: str, rows: list[tuple]) -> list[float]:
     print(f"\n## {title}\n")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         print(r[0])
+    RECORDED.append(Table(title, _cells(head), tuple(_cells(r[0]) for r in rows)))
     for label, ratios in (("medians", [r[1] for r in rows]), ("minimums", [r[2] for r in rows])):
         mean = math.exp(statistics.fmean(math.log(x) for x in ratios))
-        print(f"\nspeed-up of the {label}: geometric mean {mean:.0f}x, min {min(ratios):.0f}x, max {max(ratios):.0f}x")
+        line = f"speed-up of the {label}: geometric mean {mean:.0f}x, min {min(ratios):.0f}x, max {max(ratios):.0f}x"
+        print(f"\n{line}")
+        SPEED_UPS.append(f"{title}: {line}")
     return [r[1] for r in rows]
 
 
@@ -219,6 +232,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small subset (~30 s)")
     parser.add_argument("--rounds", type=int, default=1, help="reference runs per setting (medians are reported)")
+    parser.add_argument("--record", action="store_true", help="write benchmarks/results/bench_calibration.json")
     args = parser.parse_args()
     logging.getLogger().setLevel(logging.ERROR)  # dp-accounting's "failed to converge" warnings (script only)
     if args.quick:
@@ -231,6 +245,14 @@ def main() -> None:
     bench_q_rdp(qs, repeat, args.rounds)
     bench_sigma_pld(plds, args.rounds)
     print(f"\ntotal benchmark time {time.perf_counter() - t0:.0f} s; after: {_load()}")
+    if args.record:
+        result = Result(
+            name="bench_calibration",
+            title="Calibration against dp-accounting" + (" (--quick subset)" if args.quick else ""),
+            tables=tuple(RECORDED),
+            notes=(*SPEED_UPS, f"load after: {_load()}"),
+        )
+        print(f"written to {write_result(result)}")
 
 
 if __name__ == "__main__":
