@@ -6,7 +6,7 @@ paper's setting, measured in the same run. Budgets are drawn from a log-uniform 
 Times are medians of ``--repeats`` cold runs (memoized calibrations cleared); peak memory is traced
 (tracemalloc) in one more run of each size.
 
-    python benchmarks/bench_scale.py [--n 10000000] [--groups 50] [--repeats 5]
+    python benchmarks/bench_scale.py [--n 10000000] [--groups 50] [--repeats 5] [--record]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planning.budgets import groups_from_budgets
 from hdp_planner.planning.plan import PlanConfig, clear_caches
+from hdp_planner.report.results import Result, Table, write_result
 
 
 def budgets(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -52,18 +53,30 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000_000)
     parser.add_argument("--groups", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--record", action="store_true", help="write benchmarks/results/bench_scale.json")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     small, small_mem = timed_plan(budgets(6000, rng), 3, args.repeats)
     big_eps = budgets(args.n, rng)
     big, big_mem = timed_plan(big_eps, args.groups, args.repeats)
     mid, mid_mem = timed_plan(big_eps[: args.n // 10], args.groups, args.repeats)
-    print(f"n = 6000, M = 3:                    {small:6.2f} s, peak {small_mem:7.1f} MiB")
-    print(f"n = {args.n // 10:>8}, M = {args.groups}:              {mid:6.2f} s, peak {mid_mem:7.1f} MiB")
-    print(f"n = {args.n:>8}, M = {args.groups}:              {big:6.2f} s, peak {big_mem:7.1f} MiB")
-    print(f"input array at n = {args.n}: {big_eps.nbytes / 2**20:.1f} MiB")
-    print(f"time ratio large / small: {big / small:.2f} (goal ≤ 5)")
-    print(f"peak memory ratio n={args.n} / n={args.n // 10}: {big_mem / mid_mem:.2f} (flat in n beyond the input)")
+    rows = (
+        ("6000", "3", f"{small:.2f}", f"{small_mem:.1f}"),
+        (str(args.n // 10), str(args.groups), f"{mid:.2f}", f"{mid_mem:.1f}"),
+        (str(args.n), str(args.groups), f"{big:.2f}", f"{big_mem:.1f}"),
+    )
+    for n, m, sec, mem in rows:
+        print(f"n = {n:>8}, M = {m:>2}: {sec:>6} s (median of {args.repeats}), peak {mem:>7} MiB")
+    notes = (
+        f"input array at n = {args.n}: {big_eps.nbytes / 2**20:.1f} MiB",
+        f"time ratio large / small: {big / small:.2f} (goal ≤ 5)",
+        f"peak memory ratio n={args.n} / n={args.n // 10}: {big_mem / mid_mem:.2f} (flat in n beyond the input)",
+    )
+    print("\n".join(notes))
+    if args.record:
+        table = Table("planning time and traced peak memory", ("n", "M", "median s", "peak MiB"), rows)
+        result = Result(name="bench_scale", title="Planning for 10^7 per-client budgets", tables=(table,), notes=notes)
+        print(f"written to {write_result(result)}")
 
 
 if __name__ == "__main__":
