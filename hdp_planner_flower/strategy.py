@@ -70,7 +70,7 @@ def default_groups(spec: GroupSpec) -> np.ndarray:
 def groups_from_file(path: str | Path, spec: GroupSpec) -> np.ndarray:
     """Group (0-based) of client ids 0..n-1 from ``hdp-plan assign --output``'s CSV (client_id, …, group 1-based)."""
     try:
-        with open(path, newline="") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.DictReader(fh))
         pairs = sorted((int(r["client_id"]), int(r["group"]) - 1) for r in rows)
     except (OSError, KeyError, ValueError, TypeError) as exc:

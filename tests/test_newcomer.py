@@ -198,3 +198,14 @@ def test_progress_line_names_every_groups_spending():
     assert spent, line
     assert [float(x.split("/")[1]) for x in spent.groups()] == [0.5, 1.5, 3.0]
     assert all(float(a) <= float(b) for a, b in (x.split("/") for x in spent.groups()))
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json"])
+def test_a_budgets_file_saved_with_a_byte_order_mark_is_read(tmp_path, suffix):
+    from hdp_planner.planning.budgets import load_budgets
+
+    path = tmp_path / f"clients{suffix}"
+    text = "client_id,epsilon\nc1,0.5\nc2,1.5\n" if suffix == ".csv" else '{"c1": 0.5, "c2": 1.5}'
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    ids, eps = load_budgets(path)
+    assert list(ids) == ["c1", "c2"] and list(eps) == [0.5, 1.5]

@@ -112,7 +112,7 @@ def _parse_eps(text: object, where: str, cid: str) -> float:
 
 
 def _read_csv(path: Path) -> tuple[list[str], np.ndarray]:
-    with path.open(newline="") as fh:
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's UTF-8 BOM is not part of the header
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or not any(h.strip() for h in header):
@@ -145,7 +145,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
 
 
 def _read_json(path: Path) -> tuple[list[str], np.ndarray]:
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8-sig")
     if not text.strip():
         raise BudgetError(f"{path}: empty file")
     try:
