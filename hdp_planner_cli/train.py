@@ -54,6 +54,9 @@ def train(
     lr_decay: Annotated[float, typer.Option("--lr-decay", help="Learning rate × decay^round.")] = 0.99,
     plot: Annotated[bool, typer.Option("--plot", help="Write convergence.png to --out.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the checkpoint in --out.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Start over in an --out folder that holds an unfinished run.")
+    ] = False,
     shards: Annotated[
         int | None,
         typer.Option("--shards", help="Pathological non-IID: S classes per client (N·S label-sorted shards)."),
@@ -133,6 +136,7 @@ def train(
         clients=clients,
         plot=plot,
         resume=resume,
+        overwrite=overwrite,
         progress=_out.is_terminal,
         shards=shards,
         rho=rho,
@@ -153,6 +157,8 @@ def train(
     except (ValueError, OSError, KeyError) as exc:
         _fail(str(exc) or type(exc).__name__)
         return
+    except KeyboardInterrupt:
+        interrupted(out)
     eps = ", ".join(
         "∞" if e["epsilon_spent"] is None else f"{e['epsilon_spent']:.3g}" for e in metrics["epsilon_spent"]
     )
@@ -340,3 +346,20 @@ def _audit_cell(s: dict) -> str:
         for e, u in zip(s["epsilon_empirical"], s["epsilon_empirical_upper"])
     ]
     return ", ".join(cells) + (" UNDER-NOISED" if any(f.startswith("UNDER") for f in s["audit_flags"]) else "")
+
+
+def interrupted(out: str | None) -> None:
+    """Ctrl-C during ``train``: say what was kept and how to go on, exit status 130."""
+    from pathlib import Path
+
+    from hdp_planner_train.simulator.scaffold import CHECKPOINT
+
+    if out and (Path(out) / CHECKPOINT).is_file():
+        message = (
+            f"interrupted: {Path(out) / CHECKPOINT} holds the rounds finished; run the same command with --resume "
+            "to continue (or --overwrite to start over)"
+        )
+    else:
+        message = "interrupted: no round was checkpointed" + ("" if out else " (no --out)")
+    _err.print(message, highlight=False, markup=False)
+    raise typer.Exit(130)

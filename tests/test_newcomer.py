@@ -209,3 +209,41 @@ def test_a_budgets_file_saved_with_a_byte_order_mark_is_read(tmp_path, suffix):
     path.write_bytes(b"\xef\xbb\xbf" + text.encode())
     ids, eps = load_budgets(path)
     assert list(ids) == ["c1", "c2"] and list(eps) == [0.5, 1.5]
+
+
+def digits_plan(tmp_path):
+    plan_file = tmp_path / "digits.json"
+    args = ["solve", "--eps", "1,2,4", "--n", "120", "--rounds", "3", "--q", "0.2", "-o", str(plan_file)]
+    assert runner.invoke(app, args).exit_code == 0
+    return plan_file
+
+
+def test_an_unfinished_run_is_not_overwritten_silently(tmp_path):
+    pytest.importorskip("torch")
+    plan_file, out = digits_plan(tmp_path), tmp_path / "run"
+    base = ["train", str(plan_file), "--dataset", "digits", "--rounds", "2", "--out", str(out), "--seeded-noise"]
+    assert runner.invoke(app, base).exit_code == 0
+    (out / "metrics.json").unlink()  # as a run stopped after its last checkpoint leaves it
+    before = (out / "checkpoint.pt").read_bytes()
+    refused = runner.invoke(app, base)
+    assert refused.exit_code == 2 and "unfinished run" in refused.output and "--resume" in refused.output
+    assert (out / "checkpoint.pt").read_bytes() == before
+    assert runner.invoke(app, [*base, "--resume"]).exit_code == 0
+    (out / "metrics.json").unlink()
+    assert runner.invoke(app, [*base, "--overwrite"]).exit_code == 0
+
+
+def test_ctrl_c_in_train_says_how_to_resume(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from hdp_planner_train.simulator import trainer
+
+    plan_file, out = digits_plan(tmp_path), tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoint.pt").write_bytes(b"")
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "run", interrupted)
+    result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--out", str(out), "--overwrite"])
+    assert result.exit_code == 130 and "--resume" in result.output and "checkpoint.pt" in result.output

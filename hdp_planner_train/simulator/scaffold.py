@@ -51,6 +51,7 @@ class TrainConfig:
     clients: int | None = None
     plot: bool = False
     resume: bool = False
+    overwrite: bool = False  # start over in a folder that holds an unfinished run
     progress: bool = True
     chunk: int | None = None
     precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS); updates stay float32
@@ -133,8 +134,16 @@ def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: A
 
 
 def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dict[str, Any] | None:
-    """The checkpoint in ``cfg.out`` with ``--resume`` (refused if it was made with other settings), else None."""
+    """The checkpoint in ``cfg.out`` with ``--resume`` (refused if it was made with other settings), else None.
+    Without ``--resume`` a folder holding an unfinished run (a checkpoint and no metrics.json) is refused unless
+    ``--overwrite``: starting over would silently replace the rounds it already ran."""
     if not cfg.resume:
+        folder = Path(cfg.out) if cfg.out else None
+        if folder and (folder / CHECKPOINT).is_file() and not (folder / "metrics.json").is_file() and not cfg.overwrite:
+            raise TrainError(
+                f"{folder} holds an unfinished run ({CHECKPOINT}, no metrics.json): continue it with --resume, "
+                "or start over with --overwrite"
+            )
         return None
     path = Path(cfg.out) / CHECKPOINT if cfg.out else None
     if path is None or not path.is_file():
