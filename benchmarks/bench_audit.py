@@ -7,7 +7,7 @@ canaries appended, the same ``aggregate`` with the ``observe`` hook (one DCT per
 group (the default at d = 26,010). Repeats alternate reference and audited round; the load average is printed.
 Usage::
 
-    PYTHONPATH=. python benchmarks/bench_audit.py [--repeats 5] [--threads 1]
+    PYTHONPATH=. python benchmarks/bench_audit.py [--repeats 5] [--threads 1] [--record]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 import torch
 from torch.nn.utils import parameters_to_vector
 
+from hdp_planner.report.results import Result, Table, write_result
 from hdp_planner_train.audit.canaries import CanaryAuditor
 from hdp_planner_train.rules.aggregate import GroupSpec, SeededNoise, aggregate, round_rows, sample_round
 from hdp_planner_train.simulator.engines import vectorized_deltas
@@ -35,6 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--record", action="store_true", help="write benchmarks/results/bench_audit.json")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -70,6 +72,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()}; {torch.get_num_threads()} threads; d = {d:,}; {args.repeats} repeats")
     joins = sum(auditor.per_group / 2 * q for q in SPEC.q)
     print(f"canaries per group {auditor.per_group}; in-canary joins per round ≈ {joins:.0f}")
+    rows = []
     for key in ("round", "server"):
         a, b = [x[key] for x in ref], [x[key] for x in aud]
         print(
@@ -77,9 +80,31 @@ def main() -> None:
             f"{statistics.median(b):.3f} s (min {min(b):.3f}); "
             f"ratio median {statistics.median(b) / statistics.median(a):.3f}, min {min(b) / min(a):.3f}"
         )
+        rows.append((
+            "whole round" if key == "round" else "server step (after local training)",
+            f"{statistics.median(a):.3f} ({min(a):.3f})",
+            f"{statistics.median(b):.3f} ({min(b):.3f})",
+            f"{statistics.median(b) / statistics.median(a):.2f}x ({min(b) / min(a):.2f}x)",
+        ))  # fmt: skip
     report_t0 = time.perf_counter()
     auditor.report([0.5, 1.5, 3.0], 6000**-1.1)
-    print(f"report (once per run, {len(aud) + 1} rounds observed): {time.perf_counter() - report_t0:.2f} s")
+    report_s = time.perf_counter() - report_t0
+    print(f"report (once per run, {len(aud) + 1} rounds observed): {report_s:.2f} s")
+    if args.record:
+        result = Result(
+            name="bench_audit",
+            title="Cost of the canary audit on one GDPFed+ FMNIST round",
+            tables=(
+                Table(
+                    f"seconds, median (min) of {args.repeats} interleaved repeats; d = {d:,}, "
+                    f"{auditor.per_group} canaries per group, {torch.get_num_threads()} threads",
+                    ("part", "without canaries", "audited", "audited / without"),
+                    tuple(rows),
+                ),
+            ),
+            notes=(f"the report at the end of a run ({len(aud) + 1} rounds observed) took {report_s:.1f} s once",),
+        )
+        print(f"written to {write_result(result)}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ pfl is not a dependency of this project: it pins dp-accounting < 0.6 and sets to
 method on import. It runs in its own environment, outside the repository::
 
     python -m venv ~/venvs/pfl && ~/venvs/pfl/bin/pip install torch==2.13.0 'pfl[pytorch]'
-    PYTHONPATH=. python benchmarks/bench_vs_pfl.py --pfl-python ~/venvs/pfl/bin/python
+    PYTHONPATH=. python benchmarks/bench_vs_pfl.py --pfl-python ~/venvs/pfl/bin/python [--record]
 
 Every configuration runs in its own process (``--rounds`` timed rounds after one warm-up round); the
 configurations take turns ``--repeats`` times; the script prints the load average before and after, the median
@@ -188,6 +188,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="CPU threads in all, per configuration")
     ap.add_argument("--pfl-procs", default="2", help="comma-separated process counts for pfl under torchrun")
     ap.add_argument("--no-loop", action="store_true", help="skip our loop engine")
+    ap.add_argument("--record", action="store_true", help="write benchmarks/results/bench_vs_pfl.json")
     ap.add_argument("--worker", choices=("ours", "pfl"), help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="vectorized", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -236,13 +237,34 @@ def main() -> None:
             results[name].append(_run(cmd, cenv))
             print(f"  repeat {rep + 1}: {name:<20} {results[name][-1]:.3f} s/round", flush=True)
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    ours = statistics.median(results["ours vectorized"])
+    rows = []
     for name, values in results.items():
         print(f"{name:<20} median {statistics.median(values):.3f} s/round, min {min(values):.3f}")
-    ours = statistics.median(results["ours vectorized"])
+        rows.append((name, f"{statistics.median(values):.3f}", f"{min(values):.3f}",
+                     f"{statistics.median(values) / ours:.2f}x"))  # fmt: skip
     one = statistics.median(results["pfl, 1 process"])
     multi = [statistics.median(v) for k, v in results.items() if k.startswith("pfl, ") and "processes" in k]
-    print(f"vs pfl, one process: {one / ours:.2f}x")
-    print(f"vs pfl, best multi-process: {(min(multi) / ours if multi else float('nan')):.2f}x")
+    notes = (
+        f"pfl in one process over our vectorized engine (medians): {one / ours:.2f}x",
+        f"pfl's best multi-process run over our vectorized engine: {min(multi, default=float('nan')) / ours:.2f}x",
+    )
+    print("\n".join(notes))
+    if args.record:  # imported here: the pfl workers run this file in pfl's own environment
+        from hdp_planner.report.results import Result, Table, write_result
+
+        caption = (
+            f"FMNIST Table 2 round ({COHORT} of {N_CLIENTS:,} clients, {STEPS} steps of batch {BATCH}), --model "
+            f"{args.model}, {args.threads} threads per configuration, {args.repeats} interleaved processes each"
+        )
+        columns = ("configuration", "median (s/round)", "min (s/round)", "median / ours vectorized")
+        result = Result(
+            name="bench_vs_pfl",
+            title="Seconds per round: our engines against pfl-research",
+            tables=(Table(caption, columns, tuple(rows)),),
+            notes=notes,
+        )
+        print(f"written to {write_result(result)}")
 
 
 if __name__ == "__main__":
