@@ -1,0 +1,234 @@
+"""The measured tables of the tutorials, rerun from scratch: each experiment plans, trains every row with
+``hdp-plan train`` (seeded simulations) and records its table into ``benchmarks/results/NAME.json``.
+
+    python examples/experiments.py --list
+    python examples/experiments.py personal-digits [--record] [--out runs/experiments] [--resume]
+
+Every number in the table is read from the runs' ``metrics.json``; the paper values printed beside some rows are
+the papers' own, as targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hdp_planner.report.results import Result, Table, render_result, write_result
+
+ROOT = Path(__file__).resolve().parents[1]
+FMNIST_PLAN = ("--eps", "0.5,1.5,3.0", "--n", "6000", "--rounds", "50", "--q", "0.02", "--clip", "1.5",
+               "--local-steps", "5", "--sparsity", "0.7,0.8,0.9", "--methods", "all")  # fmt: skip
+SKEW_PLAN = ("--eps", "0.5,1.5,3.0", "--n", "3000", "--rounds", "30", "--q", "0.02", "--clip", "1.5", "--local-steps",
+             "5", "--sparsity", "0.7,0.8,0.9", "--methods", "all", "--model-dim", "26010")  # fmt: skip
+SKEW = ("--dataset", "fmnist", "--clients", "3000", "--group-classes", "0,1,2,3/4,5,6/7,8,9")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One table row: its leading cells, the plan it trains from and the ``train`` arguments (seed excepted)."""
+
+    cells: tuple[str, ...]
+    plan: str
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    title: str
+    plans: dict[str, tuple[str, ...]]
+    columns: tuple[str, ...]
+    rows: tuple[Row, ...]
+    seeds: tuple[int, ...]
+    values: Callable[[list[dict]], tuple[str, ...]]
+    """The value cells of a row from the ``metrics.json`` of its seeds."""
+    notes: tuple[str, ...] = ()
+
+
+def mean_std(xs: Sequence[float]) -> str:
+    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}" if len(xs) > 1 else f"{xs[0]:.2f}"
+
+
+def accuracy(runs: list[dict]) -> tuple[str, ...]:
+    return (mean_std([m["final_accuracy"] for m in runs]),)
+
+
+def selection_cells(runs: list[dict]) -> tuple[str, ...]:
+    """Accuracy, the paper's noise multiplier over the exact one (median over clients and seeds), and the share of
+    each group's budget spent (largest over seeds)."""
+    ratio = statistics.median(
+        c["noise_multiplier_paper"] / c["noise_multiplier_exact"] for m in runs for c in m["client_privacy"]
+    )
+    groups = runs[0]["epsilon_spent"]
+    spent = [max(m["epsilon_spent"][g]["epsilon_spent"] for m in runs) / groups[g]["epsilon_budget"]
+             for g in range(len(groups))]  # fmt: skip
+    return (*accuracy(runs), f"{ratio:.2f}", " / ".join(f"{100 * x:.0f}%" for x in spent))
+
+
+def skew_cells(runs: list[dict]) -> tuple[str, ...]:
+    (m,) = runs
+    acc = f"{m['final_accuracy']:.2f}" + (" (diverged)" if m.get("diverged") else "")
+    joined = m.get("joined_per_round_mean") or []
+    return (
+        " / ".join(f"{j:.3g}" for j in joined) or "—",
+        f"{m['noise_lambda_planned']:.3g}",
+        acc,
+        " / ".join(f"{a:.1f}" for a in m.get("group_accuracy", [])),
+    )
+
+
+def paper_cnn_cells(runs: list[dict]) -> tuple[str, ...]:
+    return (", ".join(f"{m['final_accuracy']:.2f}" for m in runs), mean_std([m["final_accuracy"] for m in runs]))
+
+
+PERSONAL = (("dp-fedavg", "global model"), ("dp-fedsam", "global model"), ("dp-fedavg-ft", "per client, fine-tuned"),
+            ("centaur", "per client, personal head"), ("dp2-fedsam", "per client, personal head"))  # fmt: skip
+SELECTION = ("privacy-aware", "unbiased", "power-of-choice")
+PARTITIONS = (("IID", ()), ("20% IID, rest label-sorted", ("--iid-share", "0.2")))
+SKEW_ROWS = (("P-FedAvg (no noise)", "p-fedavg"), ("DP-FedAvg", "dp-fedavg"), ("GDPFed", "gdpfed"),
+             ("GDPFed-op", "gdpfed-op"), ("GDPFed+", "gdpfed+"), ("PFA", "pfa"), ("Time-adaptive", "time-adaptive"),
+             ("IDP-FedAvg-Sample", "idp-fedavg-sample"), ("IDP-FedAvg-Scale", "idp-fedavg-scale"),
+             ("HDP-Pooled", "hdp-pooled"))  # fmt: skip
+
+EXPERIMENTS: dict[str, Experiment] = {
+    "personal-digits": Experiment(
+        title="DP²-FedSAM family on digits (n = 120 clients of 2 classes, T = 50, q = 0.2, ε = 2)",
+        plans={"plan": ("--eps", "2", "--n", "120", "-T", "50", "--q", "0.2")},
+        columns=("method", "evaluation", "accuracy (%)"),
+        rows=tuple(Row((m, ev), "plan", ("--method", m, "--dataset", "digits", "--shards", "2")) for m, ev in PERSONAL),
+        seeds=(0, 1, 2),
+        values=accuracy,
+    ),
+    "selection-digits": Experiment(
+        title="Privacy-aware client selection on digits (n = 20 in groups ε = 0.5, 1.5, 3; K = 5, T = 30, τ = 5)",
+        plans={"plan": ("--eps", "0.5,1.5,3.0", "--n", "20", "-T", "30", "--q", "0.25")},
+        columns=(
+            "noise rule",
+            "partition",
+            "method",
+            "accuracy (%)",
+            "z paper / z exact (median)",
+            "ε spent / budget per group",
+        ),
+        rows=tuple(
+            Row(
+                (rule, part, m),
+                "plan",
+                (
+                    "--method",
+                    m,
+                    "--dataset",
+                    "digits",
+                    "--clients",
+                    "20",
+                    "--batch-size",
+                    "16",
+                    "--noise-rule",
+                    rule,
+                    *extra,
+                ),
+            )
+            for rule in ("paper", "exact")
+            for part, extra in PARTITIONS
+            for m in SELECTION
+        ),
+        seeds=(0, 1, 2),
+        values=selection_cells,
+        notes=("noise rule paper: the selection paper's eqs. 6-7; exact: this package's RDP accountant",),
+    ),
+    "group-skew": Experiment(
+        title="Group-skewed labels on Fashion-MNIST (group m's clients hold only group m's classes; n = 3000, T = 30)",
+        plans={"min share 0": SKEW_PLAN, "min share 1": (*SKEW_PLAN, "--min-share", "1")},
+        columns=(
+            "row",
+            "plan",
+            "clients/round (measured)",
+            "exact Λ",
+            "accuracy (%)",
+            "accuracy on ε = 0.5 / 1.5 / 3 classes",
+        ),
+        rows=(
+            *(Row((label, "min share 0"), "min share 0", ("--method", m, *SKEW)) for label, m in SKEW_ROWS),
+            Row(("GDPFed+", "min share 1"), "min share 1", ("--method", "gdpfed+", *SKEW)),
+            Row(("HDP-Pooled", "min share 1"), "min share 1", ("--method", "hdp-pooled", *SKEW)),
+        ),
+        seeds=(0,),
+        values=skew_cells,
+        notes=("one seed: differences of a few points are within seed noise",),
+    ),
+    "paper-cnn": Experiment(
+        title="The paper's 2-layer CNN (d = 1,663,370) on the FMNIST Table 2 plan, on CPU",
+        plans={"plan": FMNIST_PLAN},
+        columns=("method", "paper", "accuracy per seed (%)", "mean ± std"),
+        rows=(
+            Row(
+                ("p-fedavg", "78.96"), "plan", ("--method", "p-fedavg", "--dataset", "fmnist", "--model", "cnn2-paper")
+            ),
+        ),
+        seeds=(0, 1, 2),
+        values=paper_cnn_cells,
+    ),
+}
+
+
+def hdp_plan(*args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "hdp_planner", *args], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed: hdp-plan {' '.join(args)}\n{done.stderr.strip()[-2000:]}")
+
+
+def run(name: str, out: Path, resume: bool) -> Result:
+    exp = EXPERIMENTS[name]
+    out.mkdir(parents=True, exist_ok=True)
+    plans = {}
+    for key, args in exp.plans.items():
+        plans[key] = out / f"{key.replace(' ', '-')}.json"
+        if not (resume and plans[key].is_file()):
+            hdp_plan("solve", *args, "-o", str(plans[key]))
+    table = []
+    for i, row in enumerate(exp.rows):
+        runs = []
+        for seed in exp.seeds:
+            folder = out / f"row{i}-seed{seed}"
+            if not (resume and (folder / "metrics.json").is_file()):
+                print(f"  {' / '.join(row.cells)}, seed {seed} (load average {os.getloadavg()[0]:.2f})", flush=True)
+                hdp_plan("train", str(plans[row.plan]), *row.args, "--seed", str(seed), "--seeded-noise",
+                         "--overwrite", "--out", str(folder))  # fmt: skip
+            runs.append(json.loads((folder / "metrics.json").read_text()))
+        table.append((*row.cells, *exp.values(runs)))
+    seeds = f"seeds {', '.join(map(str, exp.seeds))}" if len(exp.seeds) > 1 else f"seed {exp.seeds[0]}"
+    return Result(
+        name=name,
+        title=exp.title,
+        tables=(Table(f"{seeds}; seeded noise (simulations)", exp.columns, tuple(table)),),
+        notes=exp.notes,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", nargs="?", choices=sorted(EXPERIMENTS), help="the experiment to run")
+    parser.add_argument("--list", action="store_true", help="list the experiments")
+    parser.add_argument("--out", type=Path, default=Path("runs/experiments"), help="runs go to OUT/NAME")
+    parser.add_argument("--resume", action="store_true", help="reuse finished runs in OUT/NAME")
+    parser.add_argument("--record", action="store_true", help="write benchmarks/results/NAME.json")
+    args = parser.parse_args()
+    if args.list or args.name is None:
+        for name, exp in EXPERIMENTS.items():
+            print(f"{name:<18} {exp.title} ({len(exp.rows) * len(exp.seeds)} runs)")
+        return
+    result = run(args.name, args.out / args.name, args.resume)
+    print(render_result(result))
+    if args.record:
+        print(f"written to {write_result(result)}")
+
+
+if __name__ == "__main__":
+    main()
