@@ -1,0 +1,1 @@
+"""Distributed discrete noise for secure aggregation: exact integer sampling, encoding, and its accounting."""
