@@ -16,9 +16,9 @@ LAYERS = (
     "hdp_planner.io",  # atomic writes, option parsers
     "hdp_planner.accounting",  # the accountant: ε ↔ σ
     "hdp_planner.rules",  # one round's rules: sampling, clipping, noise shares, weights, Λ
-    "hdp_planner.distributed",  # distributed discrete noise under secure aggregation: samplers, encoding, accounting
     "hdp_planner.planning",  # budgets → groups → Problem 1; the plan's types and row helpers
     "hdp_planner.methods",  # each method's rows and round rules (GDPFed's solver included); the registry
+    "hdp_planner.distributed",  # distributed discrete noise under secure aggregation: samplers, encoding, accounting
     "hdp_planner.planfile",  # the plan file and the mechanism each row executes
     "hdp_planner.audit",  # canary statistics (empirical ε)
     "hdp_planner.report",  # sweeps and figures (matplotlib)
