@@ -12,11 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.baselines import add_baselines, planned_with_all
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.methods.pooled import recalibrated_lambda
-from hdp_planner.planfile.document import load_plan, plan_to_dict, verify
+from hdp_planner.planfile.document import load_plan, plan_to_dict, read_document, verify
+from hdp_planner.planfile.trust import recommended, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
 from hdp_planner_cli.budgets import group_budgets, render_grouping
@@ -157,6 +159,32 @@ def pld_saving_line(p: Plan) -> str | None:
     )
 
 
+def render_trust(p: Plan, trust: TrustModel, rows, console: Console) -> None:
+    """The plan under secure aggregation: per row and group z_m, ε against each adversary, and the price."""
+    k = trust.participations or p.config.rounds
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title=f"under secure aggregation: b={trust.bits} bits, survivors F={trust.survivors:g}, colluders "
+        f"k={trust.colluders}, participations K={k}, d={trust.model_dim}",
+    )
+    for col in ("method", "group", "ε budget", "σ (trusted server)", "z (secagg)", "effective σ",
+                "ε third parties", f"ε server (K={k})", "Λ secagg", "price of distrust"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for r in rows:
+        m = p.method(r.name)
+        if r.groups is None:
+            table.add_row(r.name, "—", "", "", "", "", "", "", "", r.note)
+            continue
+        for i, g in enumerate(r.groups):
+            first = i == 0
+            table.add_row(
+                r.name if first else "", str(i + 1), _fmt(m.epsilon[i]), _fmt(m.noise_multiplier[i]),
+                _fmt(g.noise_multiplier), _fmt(g.effective_noise_multiplier), _fmt(g.epsilon_third_parties),
+                _fmt(g.epsilon_server), _fmt(r.lambda_secagg) if first else "", f"{r.price:.2f}x" if first else "",
+            )  # fmt: skip
+    console.print(table)
+
+
 def recommendation_line(p: Plan) -> str:
     """The one closing line of `solve`: the least-noise row meeting --min-share against the planned row."""
     r = p.recommendation
@@ -208,10 +236,33 @@ def solve(
     saving_rounds: SavingRounds = None,
     saving_noise: SavingNoise = 2.0,
     min_share: MinShare = 0.0,
+    trust: Annotated[
+        str,
+        typer.Option(
+            "--trust",
+            help="Who sees individual updates: server (trusted with them) or secagg (secure aggregation with "
+            "distributed discrete Gaussian noise; needs --model-dim).",
+        ),
+    ] = "server",
+    bits: Annotated[int, typer.Option("--bits", help="secagg: bits b of the modular sum.")] = 20,
+    survivors: Annotated[
+        float, typer.Option("--survivors", help="secagg: fraction F of a group's sampled clients that must reply.")
+    ] = 0.9,
+    colluders: Annotated[
+        int, typer.Option("--colluders", help="secagg: clients k that may pool their noise with the server.")
+    ] = 0,
+    participations: Annotated[
+        int | None, typer.Option("--participations", help="secagg: rounds K a client takes part in at most [T].")
+    ] = None,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan to this JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables.")] = False,
 ) -> None:
     """Solve a GDPFed+ plan: per-group q_m (Problem 1), σ_m (exact accountant), k_m, and the Λ table."""
+    try:
+        trust_model = TrustModel(kind=trust, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
+                                 participations=participations, model_dim=model_dim)  # fmt: skip
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     options = (rounds, q, delta, clip, lr, local_steps, sparsity, fixed_q, accountant, sigma_model, lambda_convention)
     options += (min_share,)
     extra, extra_options = build_baselines(
@@ -238,6 +289,14 @@ def solve(
     doc = plan_to_dict(result)
     if grouped is not None:
         doc["grouping"] = grouped.to_dict()
+    rows = ()
+    if trust_model.kind == "secagg":
+        with err.status("calibrating distributed noise for secure aggregation…"):
+            rows = secagg_rows(result, trust_model)
+        doc["trust"] = trust_to_dict(result, trust_model, rows)
+        problems = verify_trust(result, doc)
+        if problems:
+            raise CliError(f"internal check failed, no plan written: {problems[0]}")
     if output:
         write_json_atomic(output, doc)
     if as_json:
@@ -250,9 +309,17 @@ def solve(
         saving = pld_saving_line(result)
         if saving:
             out.print(saving, highlight=False)
+    if rows:
+        render_trust(result, trust_model, rows, out)
     if output:
         out.print(f"plan written to {output}", highlight=False)
     out.print(recommendation_line(result), highlight=False, soft_wrap=True)
+    if rows:
+        best = recommended(rows, result)
+        if best is not None:
+            line = (f"recommended under secagg: {best.name}: least Λ = {best.lambda_secagg:.4g} with distributed noise "
+                    f"({best.price:.2f}x its Λ with a trusted server)")  # fmt: skip
+            out.print(line, highlight=False, soft_wrap=True)
 
 
 @one_line_errors
@@ -262,7 +329,7 @@ def verify_cmd(
     """Re-derive every group's ε from PLAN_FILE with its accountant; exit 1 naming any group over budget."""
     p = load_plan(plan_file)
     with err.status(f"re-deriving ε with the {p.config.spending_accountant} accountant…"):
-        problems = verify(p)
+        problems = verify(p) + verify_trust(p, read_document(plan_file))
     if problems:
         for msg in problems:
             err.print(f"[bold red]FAIL[/] {escape(msg)}", highlight=False, soft_wrap=True)

@@ -18,6 +18,7 @@ uses): ε = min_α RDP(α) + log(1 − 1/α) − (log δ + log α)/(α − 1).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -87,6 +88,7 @@ def epsilon_server(*, noise_multiplier: float, participations: int, delta: float
                                                                  tau_d=tau_d), delta)  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4096)
 def calibrate_noise_multiplier(*, epsilon: float, delta: float, q: float, rounds: int, tau_d: float = 0.0) -> float:
     """The smallest z (to a relative 1e-9, rounded up) whose third-party ε is at most ``epsilon``."""
     if epsilon <= 0 or not 0 < delta < 1 or not 0 < q <= 1 or rounds < 1:

@@ -9,6 +9,7 @@ rounded norm bound at that γ; γ only trades rounding error against wrap-around
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -116,6 +117,7 @@ def round_noise(
     return fits(hi)[1]
 
 
+@functools.lru_cache(maxsize=4096)
 def expected_variance(
     *,
     dim: int,

@@ -1,0 +1,96 @@
+"""Planning under a trust model: ``solve --trust secagg`` writes a trust object that ``verify`` re-derives, and
+refuses edited bits, survivors, colluders, participations or noise."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hdp_planner import plan
+from hdp_planner.distributed.trust import TrustModel, secagg_row
+from hdp_planner.planfile.trust import secagg_rows, trust_to_dict, verify_trust
+from hdp_planner_cli.app import app
+
+runner = CliRunner()
+SOLVE = ["solve", "--eps", "0.5,1.5,3.0", "--n", "600", "--rounds", "20", "--q", "0.05", "--clip", "1.5"]
+
+
+@pytest.fixture(scope="module")
+def small():
+    p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.05, clip=1.5)
+    trust = TrustModel(kind="secagg", bits=16, survivors=0.9, colluders=1, participations=4, model_dim=1000)
+    rows = secagg_rows(p, trust)
+    doc = {"trust": trust_to_dict(p, trust, rows)}
+    return p, trust, rows, doc
+
+
+def test_secagg_rows_meet_their_budgets_and_cost_more_noise(small):
+    p, _, rows, doc = small
+    assert verify_trust(p, doc) == []
+    for r in rows:
+        m = p.method(r.name)
+        assert r.price > 1
+        for g, sigma, eps in zip(r.groups, m.noise_multiplier, m.epsilon):
+            assert g.epsilon_third_parties == eps
+            assert g.noise_multiplier >= sigma * (1 - 1e-6)  # the generic bound is never tighter than the exact one
+            assert g.effective_noise_multiplier > g.noise_multiplier  # survivors beyond F, rounding, inflation
+            assert g.epsilon_server > eps  # no amplification against the server
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda t: t.update(bits=20),
+        lambda t: t.update(survivors=0.95),
+        lambda t: t.update(colluders=0),
+        lambda t: t.update(participations=3),
+        lambda t: t["rows"]["GDPFed+"]["noise_multiplier"].__setitem__(0, 0.5),
+        lambda t: t["rows"]["GDPFed+"].__setitem__("price_of_distrust", 1.0),
+        lambda t: t.update(recommendation="DP-FedAvg"),
+    ],
+)
+def test_verify_refuses_an_edited_trust_object(small, edit):
+    p, _, _, doc = small
+    edited = copy.deepcopy(doc)
+    edit(edited["trust"])
+    assert verify_trust(p, edited)
+
+
+def test_a_server_plan_has_nothing_to_verify(small):
+    p = small[0]
+    assert verify_trust(p, {}) == []
+    assert secagg_row(p.groups, p, TrustModel(kind="secagg", model_dim=10)).lambda_secagg > p.groups.lambda_exact
+
+
+def test_solve_secagg_writes_a_plan_verify_accepts_and_refuses_when_edited(tmp_path):
+    path = tmp_path / "plan.json"
+    result = runner.invoke(app, [*SOLVE, "--trust", "secagg", "--model-dim", "1000", "--bits", "16",
+                                 "--participations", "4", "-o", str(path)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "under secure aggregation" in result.output and "recommended under secagg" in result.output
+    doc = json.loads(path.read_text())
+    assert doc["trust"]["kind"] == "secagg" and doc["trust"]["bits"] == 16
+    assert runner.invoke(app, ["verify", str(path)]).exit_code == 0
+    doc["trust"]["survivors"] = 0.5
+    path.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["verify", str(path)])
+    assert result.exit_code == 1 and "differs from the recomputed" in result.output
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--trust", "secagg"], "needs --model-dim"),
+        (["--trust", "secagg", "--model-dim", "10", "--bits", "40"], "bits must be an integer in [8, 32]"),
+        (["--trust", "secagg", "--model-dim", "10", "--survivors", "0"], "survivors F must lie in (0, 1]"),
+        (["--trust", "secagg", "--model-dim", "10", "--participations", "0"], "participations K"),
+        (["--trust", "nobody"], "trust must be one of server, secagg"),
+    ],
+)
+def test_bad_trust_options_get_one_line(args, message):
+    result = runner.invoke(app, [*SOLVE, *args])
+    assert result.exit_code != 0
+    assert message in result.output and "Traceback" not in result.output
