@@ -17,12 +17,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hdp_planner.io.files import write_text_atomic
-from hdp_planner.planfile.document import load_plan
+from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document
 from hdp_planner.planning.budgets import (
     GROUPINGS,
     BudgetError,
     Grouping,
     assign_to_groups,
+    budgets_digest,
     groups_from_budgets,
     load_budgets,
     parse_group_count,
@@ -199,9 +200,10 @@ def render_grouping(g: Grouping, console: Console = out) -> None:
 
 def group_budgets(
     budgets: str, group_count: str, grouping: str, n: int | None, config_options: tuple
-) -> tuple[Grouping, PlanConfig]:
+) -> tuple[Grouping, PlanConfig, str]:
     """``solve --budgets FILE``: read the clients' budgets and group them (``config_options`` as in
-    :func:`hdp_planner_cli.options.build_config` after n). Raises CliError/ValueError on bad input."""
+    :func:`hdp_planner_cli.options.build_config` after n), with the budgets' digest. Raises CliError/ValueError on
+    bad input."""
     if grouping not in GROUPINGS:
         raise CliError(f"--grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
     count = parse_group_count(group_count)
@@ -209,7 +211,7 @@ def group_budgets(
     if n is not None and n != len(ids):
         raise CliError(f"--n {n} but {budgets} lists {len(ids)} clients")
     config = build_config(len(ids), *config_options)
-    return groups_from_budgets(budget, count, grouping, config), config
+    return groups_from_budgets(budget, count, grouping, config), config, budgets_digest(ids, budget)
 
 
 @one_line_errors
@@ -227,6 +229,10 @@ def assign_cmd(
         if str(parent) and not parent.is_dir():
             raise CliError(f"cannot write {output}: directory {parent} does not exist")
     ids, budget = load_budgets(budgets)
+    digest = budgets_digest_of(read_document(plan_file))
+    if digest is not None and budgets_digest(ids, budget) != digest:
+        raise CliError(f"{budgets} holds other budgets than those {plan_file} was made from (digest mismatch): "
+                       "assign the plan's own budgets, or re-plan with hdp-plan solve --budgets")  # fmt: skip
     g = p.groups
     a = assign_to_groups(budget, g.epsilon, ids)
     if output:

@@ -88,6 +88,7 @@ def build_config(
     sigma_model: str,
     lambda_convention: str,
     min_share: float = 0.0,
+    large_delta: bool = False,
 ) -> PlanConfig:
     """Validate the configuration options of `solve` into the API's PlanConfig."""
     return PlanConfig(
@@ -104,6 +105,7 @@ def build_config(
         sparsity=parse_floats(sparsity, "--sparsity"),
         fixed_q=parse_floats(fixed_q, "--fixed-q"),
         min_share=min_share,
+        large_delta=large_delta,
     )
 
 

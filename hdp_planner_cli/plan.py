@@ -236,6 +236,12 @@ def solve(
     saving_rounds: SavingRounds = None,
     saving_noise: SavingNoise = 2.0,
     min_share: MinShare = 0.0,
+    large_delta: Annotated[
+        bool,
+        typer.Option(
+            "--allow-large-delta", help="Accept δ ≥ 1/n (recorded in the plan); refused otherwise.", show_default=False
+        ),
+    ] = False,
     trust: Annotated[
         str,
         typer.Option(
@@ -264,7 +270,7 @@ def solve(
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     options = (rounds, q, delta, clip, lr, local_steps, sparsity, fixed_q, accountant, sigma_model, lambda_convention)
-    options += (min_share,)
+    options += (min_share, large_delta)
     extra, extra_options = build_baselines(
         methods, model_dim, pfa_dim, pfa_window, pfa_subspace, saving_rounds, saving_noise
     )
@@ -272,7 +278,7 @@ def solve(
     if budgets is not None:
         if eps is not None or sizes is not None:
             raise CliError("--budgets replaces --eps and --sizes; give one or the other")
-        grouped, config = group_budgets(budgets, group_count, grouping, n, options)
+        grouped, config, digest = group_budgets(budgets, group_count, grouping, n, options)
         groups = grouped.groups
         check_group_count(config, groups.count)
     elif eps is None or n is None:
@@ -288,7 +294,7 @@ def solve(
         raise CliError(f"internal check failed, no plan written: {problems[0]}")
     doc = plan_to_dict(result)
     if grouped is not None:
-        doc["grouping"] = grouped.to_dict()
+        doc["grouping"] = {**grouped.to_dict(), "budgets_sha256": digest}
     rows = ()
     if trust_model.kind == "secagg":
         with err.status("calibrating distributed noise for secure aggregation…"):

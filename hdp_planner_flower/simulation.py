@@ -78,6 +78,7 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     if cfg.cpus_per_client <= 0:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
     offline_env()
+    from hdp_planner.planfile.document import budgets_digest_of, read_document
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.strategy import groups_from_file
     from hdp_planner_train.simulator.trainer import TrainConfig, _check
@@ -88,7 +89,13 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     if cfg.audit and cfg.trust != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
     plan, data, spec, rounds, batch, momentum = _check(tc)
-    groups = groups_from_file(cfg.groups, spec) if cfg.groups else None
+    digest = budgets_digest_of(read_document(cfg.plan))
+    if digest is not None and not cfg.groups:
+        raise ValueError(
+            "the plan was made from per-client budgets: give --groups (hdp-plan assign --output) so that every "
+            "client trains in the group its budget allows; refusing the default id → group mapping"
+        )
+    groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, digest) if cfg.groups else None
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ValueError(f"--out {cfg.out} is not a directory")
     settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,

@@ -23,7 +23,6 @@ the run stops before any group would exceed its ε.
 
 from __future__ import annotations
 
-import csv
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -35,6 +34,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from hdp_planner.planning.budgets import BudgetError, read_assignment
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, noise_share_std, poisson_sample
 from hdp_planner_flower.mods import TRUST_MODELS
@@ -67,24 +67,26 @@ def default_groups(spec: GroupSpec) -> np.ndarray:
     return np.repeat(np.arange(len(spec.sizes)), spec.sizes)
 
 
-def groups_from_file(path: str | Path, spec: GroupSpec) -> np.ndarray:
-    """Group (0-based) of client ids 0..n-1 from ``hdp-plan assign --output``'s CSV (client_id, …, group 1-based)."""
+def groups_from_file(
+    path: str | Path, spec: GroupSpec, group_epsilons: tuple[float, ...], digest: str | None
+) -> np.ndarray:
+    """Group (0-based, of ``spec``) of client ids 0..n-1 from ``hdp-plan assign --output``'s CSV, checked against the
+    plan (:func:`hdp_planner.planning.budgets.read_assignment`: each client's budget at least its group's ε, the
+    budgets those the plan was made from when it recorded their ``digest``)."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
-        pairs = sorted((int(r["client_id"]), int(r["group"]) - 1) for r in rows)
-    except (OSError, KeyError, ValueError, TypeError) as exc:
-        raise FlowerRunError(f"cannot read groups file {path}: {exc}") from None
-    ids = [c for c, _ in pairs]
-    if ids != list(range(spec.n)):
+        ids, groups = read_assignment(path, group_epsilons, digest)
+    except BudgetError as exc:
+        raise FlowerRunError(str(exc)) from None
+    if sorted(ids) != sorted(str(i) for i in range(spec.n)) or any(not i.isdigit() for i in ids):
         raise FlowerRunError(f"groups file {path}: client ids must be 0..{spec.n - 1} (node config client-id)")
-    groups = np.asarray([g for _, g in pairs], dtype=np.int64)
+    by_id = np.empty(spec.n, dtype=np.int64)
+    by_id[[int(i) for i in ids]] = groups
     if len(spec.sizes) == 1:
         return np.zeros(spec.n, dtype=np.int64)  # one group (DP-FedAvg, IDP pools): everyone
-    counts = tuple(np.bincount(groups, minlength=len(spec.sizes)).tolist()) if groups.min() >= 0 else ()
+    counts = tuple(np.bincount(by_id, minlength=len(spec.sizes)).tolist())
     if counts != tuple(spec.sizes):
         raise FlowerRunError(f"groups file {path} puts {counts} clients in the groups; the plan has {spec.sizes}")
-    return groups
+    return by_id
 
 
 class HdpStrategy(Strategy):

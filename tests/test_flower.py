@@ -294,17 +294,31 @@ def test_a_client_claiming_another_group_is_refused(flower_plan):
     assert "\n" not in str(err.value)
 
 
-def test_groups_file_maps_client_ids(flower_plan, tmp_path):
+def test_groups_file_maps_client_ids_and_checks_each_budget(flower_plan, tmp_path):
     spec = method_spec(flower_plan, "gdpfed+")
+    eps = flower_plan.groups.epsilon
     groups = np.array([2, 0, 1] * (N // 3))
     path = tmp_path / "groups.csv"
-    path.write_text(
-        "client_id,epsilon,group,group_epsilon\n" + "".join(f"{i},1,{g + 1},1\n" for i, g in enumerate(groups))
-    )
-    assert np.array_equal(groups_from_file(path, spec), groups)
-    path.write_text("client_id,epsilon,group,group_epsilon\n" + "".join(f"{i},1,1,1\n" for i in range(N)))
+
+    def write(rows):
+        path.write_text(
+            "client_id,epsilon,group,group_epsilon\n" + "".join(f"{i},{e!r},{g},{ge!r}\n" for i, e, g, ge in rows)
+        )
+
+    write([(i, eps[g], g + 1, eps[g]) for i, g in enumerate(groups)])
+    assert np.array_equal(groups_from_file(path, spec, eps, None), groups)
+    with pytest.raises(FlowerRunError, match="digest mismatch"):
+        groups_from_file(path, spec, eps, "0" * 64)
+    write([(i, eps[0], 1, eps[0]) for i in range(N)])
     with pytest.raises(FlowerRunError, match="puts"):
-        groups_from_file(path, spec)
+        groups_from_file(path, spec, eps, None)
+    # the review's file: a row whose own budget is the strictest but that names the loosest group
+    write([(i, eps[0] if i == 0 else eps[g], g + 1, eps[g]) for i, g in enumerate(groups)])
+    with pytest.raises(FlowerRunError, match=r"client 0 has budget .* below its group 3"):
+        groups_from_file(path, spec, eps, None)
+    write([(i, eps[g], g + 1, eps[0]) for i, g in enumerate(groups)])
+    with pytest.raises(FlowerRunError, match="group_epsilon"):
+        groups_from_file(path, spec, eps, None)
 
 
 def test_cli_refuses_bad_input_with_one_line(plan_path, tmp_path):

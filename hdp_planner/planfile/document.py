@@ -13,6 +13,7 @@ from the rows by :func:`verify`). Files of older schemas are refused.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import platform
@@ -130,6 +131,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "sparsity": None if c.sparsity is None else list(c.sparsity),
             "fixed_q": None if c.fixed_q is None else list(c.fixed_q),
             "min_share": c.min_share,
+            **({"allow_large_delta": True} if c.large_delta else {}),
         },
         "groups": groups,
         "noise": {m.name: _method_dict(m) for m in plan.methods},
@@ -213,6 +215,7 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
             sparsity=_tuple_or_none(_field(cfg, "sparsity", "config", _optional_numbers, "null or a list of numbers")),
             fixed_q=_tuple_or_none(_field(cfg, "fixed_q", "config", _optional_numbers, "null or a list of numbers")),
             min_share=_field(cfg, "min_share", "config", _is_number, "a number"),
+            large_delta=cfg.get("allow_large_delta", False) is True,
         )
     except PlanFileError:
         raise
@@ -238,6 +241,11 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
             value = _field(row, key, f"group {i + 1}", _is_number, "a number")
             if not math.isclose(value, getattr(planned, key)[i], rel_tol=REL_TOL):
                 raise PlanFileError(f"group {i + 1}: {key} = {value} differs from noise.{PLANNED_METHOD}")
+    eps = planned.epsilon
+    if any(a > b for a, b in itertools.pairwise(eps)):
+        raise PlanFileError(
+            f"groups must be listed by increasing ε (the order clients are assigned in), got ε = {list(eps)}"
+        )
     objective = _field(doc, "objective", "plan", _is_number, "a number")
     uniform_objective = _field(doc, "uniform_objective", "plan", _is_number, "a number")
     notes = _field(doc, "notes", "plan", lambda v: isinstance(v, list), "a list")
@@ -375,6 +383,15 @@ def _check_rules(m: MethodNoise, where: str, config: PlanConfig) -> None:
         p = m.projection
         if not math.isclose(m.k_ratio[p.projected], p.dim / p.model_dim, rel_tol=REL_TOL):
             raise PlanFileError(f"{where}: the projected group's k_ratio must be dim/model_dim")
+
+
+def budgets_digest_of(doc: Mapping[str, Any]) -> str | None:
+    """The digest of the per-client budgets a plan was made from (``solve --budgets``), or None."""
+    grouping = doc.get("grouping")
+    digest = grouping.get("budgets_sha256") if isinstance(grouping, dict) else None
+    if digest is not None and not (isinstance(digest, str) and len(digest) == 64):
+        raise PlanFileError("grouping: 'budgets_sha256' must be a SHA-256 hex digest")
+    return digest
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -38,6 +38,7 @@ improves H (exact coordinate descent). That is not guaranteed globally optimal, 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -196,6 +197,58 @@ def load_budgets(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray]:
     _check_ids(ids, str(path))
     _check_eps(eps, str(path), ids)
     return ids, eps
+
+
+def budgets_digest(ids: Sequence[str], epsilons: Sequence[float]) -> str:
+    """SHA-256 of the budgets as ``client_id,repr(ε)`` lines sorted by id: what a plan records of the budgets it was
+    made from, and what every consumer of a budgets or groups file recomputes."""
+    lines = sorted(f"{cid},{float(e)!r}" for cid, e in zip(ids, epsilons))
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def read_assignment(
+    path: str | os.PathLike[str], group_epsilons: Sequence[float], digest: str | None
+) -> tuple[list[str], np.ndarray]:
+    """Read ``hdp-plan assign --output``'s CSV (client_id, epsilon, group 1-based, group_epsilon) against a plan whose
+    groups have budgets ``group_epsilons`` (increasing): every client's ε_i must be at least its group's ε (and the
+    row's group_epsilon the plan's), and, when the plan recorded the ``digest`` of the budgets it was made from, the
+    file's budgets must be those. Returns (ids, 0-based groups) in file order; raises :class:`BudgetError`."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise BudgetError(f"cannot read groups file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BudgetError(f"groups file {path} is not a text file") from None
+    missing = [c for c in ("client_id", "epsilon", "group") if rows and c not in rows[0]]
+    if not rows or missing:
+        raise BudgetError(f"groups file {path}: needs columns client_id,epsilon,group (hdp-plan assign --output)")
+    ids, eps, groups = [], [], []
+    count = len(group_epsilons)
+    for line, row in enumerate(rows, start=2):
+        try:
+            cid, e, g = row["client_id"].strip(), float(row["epsilon"]), int(row["group"])
+        except (TypeError, ValueError, AttributeError):
+            raise BudgetError(
+                f"groups file {path}, line {line}: epsilon must be a number and group an integer"
+            ) from None
+        if not 1 <= g <= count:
+            raise BudgetError(f"groups file {path}, line {line}: group {g} is not one of the plan's 1..{count}")
+        if not e >= group_epsilons[g - 1]:
+            raise BudgetError(f"groups file {path}, line {line}: client {cid} has budget ε={e:g} below its group "
+                              f"{g}'s ε={group_epsilons[g - 1]:g}")  # fmt: skip
+        stated = row.get("group_epsilon")
+        if stated not in (None, "") and not math.isclose(float(stated), group_epsilons[g - 1], rel_tol=1e-12):
+            raise BudgetError(f"groups file {path}, line {line}: group_epsilon {stated} is not group {g}'s "
+                              f"ε={group_epsilons[g - 1]:g} in the plan")  # fmt: skip
+        ids.append(cid)
+        eps.append(e)
+        groups.append(g - 1)
+    _check_ids(ids, str(path))
+    if digest is not None and budgets_digest(ids, eps) != digest:
+        raise BudgetError(f"groups file {path}: its budgets are not those the plan was made from (digest mismatch); "
+                          "assign the plan's own budgets file")  # fmt: skip
+    return ids, np.asarray(groups, dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------- scoring

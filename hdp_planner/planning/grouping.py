@@ -3,6 +3,7 @@ minimum of its members' budgets, so no client's budget is exceeded."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ def even_sizes(n: int, groups: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Groups:
-    """The groups of a plan: ε_m and |G_m| per group, in the caller's order."""
+    """The groups of a plan: ε_m and |G_m| per group, by non-decreasing ε (group 1 the strictest): the order
+    clients are assigned to groups in, which every plan file keeps and ``verify`` enforces."""
 
     epsilons: tuple[float, ...]
     sizes: tuple[int, ...]
@@ -31,6 +33,9 @@ class Groups:
         for e in self.epsilons:
             if not (isinstance(e, (int, float)) and math.isfinite(e) and e > 0):
                 raise ValueError(f"every epsilon must be a positive number, got {e}")
+        if any(a > b for a, b in itertools.pairwise(self.epsilons)):
+            listed = ", ".join(map(str, self.epsilons))
+            raise ValueError(f"groups must be listed by increasing ε (group 1 the strictest), got {listed}")
         if len(self.sizes) != len(self.epsilons):
             raise ValueError(f"{len(self.sizes)} sizes given for {len(self.epsilons)} groups")
         for s in self.sizes:

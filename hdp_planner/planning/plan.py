@@ -58,6 +58,9 @@ class PlanConfig:
     sparsity: tuple[float, ...] | None = None
     fixed_q: tuple[float, ...] | None = None
     min_share: float = 0.0
+    large_delta: bool = False
+    """Accept δ ≥ 1/n (refused otherwise: such a δ allows a mechanism that publishes one client's data outright
+    with probability δ, i.e. about one client of n in the clear)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
@@ -67,6 +70,11 @@ class PlanConfig:
         if self.delta is None:
             object.__setattr__(self, "delta", self.n**-1.1)
         check_delta(self.delta)
+        if self.delta >= 1 / self.n and not self.large_delta:
+            raise ValueError(
+                f"delta={self.delta:g} is not below 1/n = {1 / self.n:g}: a δ that large allows releasing about one "
+                f"client's data in the clear; use δ < 1/n (default 1/n^1.1) or accept it with --allow-large-delta"
+            )
         _positive("clip", self.clip)
         _positive("lr", self.lr)
         if isinstance(self.local_steps, bool) or not isinstance(self.local_steps, int) or self.local_steps < 1:

@@ -1,0 +1,111 @@
+"""Every client bound to its own budget: groups in canonical order, δ below 1/n, and groups files checked against the
+budgets the plan was made from."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+from dp_accounting.rdp import RdpAccountant
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from hdp_planner import PlanConfig, plan
+from hdp_planner.planfile.document import PlanFileError, load_plan, plan_to_dict
+from hdp_planner.planning.budgets import BudgetError, budgets_digest, read_assignment
+from hdp_planner_cli.app import app
+
+logging.getLogger("absl").setLevel(logging.ERROR)
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return plan_to_dict(plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.05, clip=1.5))
+
+
+def _reversed(doc: dict) -> dict:
+    """The review's edit: every per-group list reversed, every derived field consistent."""
+    out = json.loads(json.dumps(doc))
+    out["groups"] = out["groups"][::-1]
+    for entry in out["noise"].values():
+        for key, value in entry.items():
+            if isinstance(value, list) and len(value) == 3:
+                entry[key] = value[::-1]
+    return out
+
+
+def test_a_plan_with_groups_in_reverse_order_is_refused(doc, tmp_path):
+    path = tmp_path / "reversed.json"
+    path.write_text(json.dumps(_reversed(doc)))
+    with pytest.raises(PlanFileError, match="increasing ε"):
+        load_plan(path)
+    result = runner.invoke(app, ["verify", str(path)])
+    assert result.exit_code == 2 and "increasing ε" in result.output
+
+
+def test_delta_at_or_above_one_over_n_needs_the_explicit_option(tmp_path):
+    with pytest.raises(ValueError, match="not below 1/n"):
+        PlanConfig(n=100, delta=0.01)
+    assert PlanConfig(n=100, delta=0.5, large_delta=True).delta == 0.5
+    result = runner.invoke(app, ["solve", "--eps", "0.5,1.5,3.0", "--n", "100", "--delta", "0.5"])
+    assert result.exit_code == 2 and "--allow-large-delta" in result.output
+    path = tmp_path / "p.json"
+    ok = runner.invoke(app, ["solve", "--eps", "0.5,1.5,3.0", "--n", "100", "--delta", "0.5", "--allow-large-delta",
+                             "-o", str(path)])  # fmt: skip
+    assert ok.exit_code == 0 and json.loads(path.read_text())["config"]["allow_large_delta"] is True
+    edited = json.loads(path.read_text())
+    del edited["config"]["allow_large_delta"]  # the plan no longer says so: refused
+    path.write_text(json.dumps(edited))
+    assert runner.invoke(app, ["verify", str(path)]).exit_code == 2
+
+
+def test_solve_from_budgets_records_their_digest_and_assign_refuses_other_budgets(tmp_path):
+    budgets = tmp_path / "budgets.csv"
+    eps = [0.5] * 40 + [1.5] * 40 + [3.0] * 40
+    budgets.write_text("client_id,epsilon\n" + "".join(f"{i},{e}\n" for i, e in enumerate(eps)))
+    path = tmp_path / "plan.json"
+    assert runner.invoke(app, ["solve", "--budgets", str(budgets), "--groups", "3", "-o", str(path)]).exit_code == 0
+    recorded = json.loads(path.read_text())["grouping"]["budgets_sha256"]
+    assert recorded == budgets_digest([str(i) for i in range(120)], eps)
+    groups = tmp_path / "groups.csv"
+    assert runner.invoke(app, ["assign", str(path), str(budgets), "-o", str(groups)]).exit_code == 0
+    _, assigned = read_assignment(groups, (0.5, 1.5, 3.0), recorded)
+    assert list(assigned) == [0] * 40 + [1] * 40 + [2] * 40
+    other = tmp_path / "other.csv"
+    other.write_text("client_id,epsilon\n" + "".join(f"{i},{e + 1}\n" for i, e in enumerate(eps)))
+    result = runner.invoke(app, ["assign", str(path), str(other)])
+    assert result.exit_code == 2 and "digest mismatch" in result.output
+
+
+@given(
+    budgets=st.lists(st.sampled_from([0.3, 0.5, 1.0, 1.5, 3.0, 8.0]), min_size=6, max_size=30),
+    seed=st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=30, deadline=None)
+def test_any_reassignment_is_refused_or_keeps_every_client_within_budget(budgets, seed):
+    """Random budgets, a plan for three groups, and a random assignment of clients to groups: either the groups file
+    is refused, or every client's ε, recomputed with dp-accounting from its group's executed σ and q, is within its
+    own budget."""
+    p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.05, clip=1.5)
+    g = p.groups
+    rng = np.random.default_rng(seed)
+    groups = rng.integers(1, 4, len(budgets))
+    if rng.random() < 0.5:  # half the files are repaired: each client in the largest group its budget allows, or 1
+        groups = np.array([max([k for k in (1, 2, 3) if g.epsilon[k - 1] <= e] or [1]) for e in budgets])
+    rows = "".join(f"{i},{e!r},{k},{g.epsilon[k - 1]!r}\n" for i, (e, k) in enumerate(zip(budgets, groups)))
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as fh:
+        fh.write("client_id,epsilon,group,group_epsilon\n" + rows)
+    try:
+        _, assigned = read_assignment(fh.name, g.epsilon, None)
+    except BudgetError:
+        return
+    for e, m in zip(budgets, assigned):
+        acc = RdpAccountant()
+        acc.compose(dpa.PoissonSampledDpEvent(g.q[m], dpa.GaussianDpEvent(g.noise_multiplier[m])), p.config.rounds)
+        assert acc.get_epsilon(p.config.delta) <= e * (1 + 1e-9)
