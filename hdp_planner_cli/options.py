@@ -119,6 +119,8 @@ def check_group_count(config: PlanConfig, count: int) -> None:
 def build_request(eps: str, n: int, sizes: str | None, *config_options: Any) -> tuple[Groups, PlanConfig]:
     """Validate the options of `solve` (``config_options`` as :func:`build_config` takes them after n)."""
     groups = Groups.from_budgets(parse_floats(eps, "--eps") or (), n, parse_ints(sizes, "--sizes"))
+    if not groups.canonical:
+        raise CliError(f"--eps must be listed in increasing order (group 1 the strictest), got {eps}")
     config = build_config(n, *config_options)
     check_group_count(config, groups.count)
     return groups, config

@@ -99,6 +99,9 @@ def _method_dict(m: MethodNoise) -> dict[str, Any]:
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The JSON document of a plan; ``groups`` lists the planned (GDPFed+) parameters per group."""
+    eps = plan.groups.epsilon
+    if any(a > b for a, b in itertools.pairwise(eps)):
+        raise ValueError(f"a plan file lists its groups by increasing ε (group 1 the strictest), got ε = {list(eps)}")
     c = plan.config
     g = plan.groups
     groups = [

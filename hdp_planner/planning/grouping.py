@@ -21,8 +21,8 @@ def even_sizes(n: int, groups: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Groups:
-    """The groups of a plan: ε_m and |G_m| per group, by non-decreasing ε (group 1 the strictest): the order
-    clients are assigned to groups in, which every plan file keeps and ``verify`` enforces."""
+    """The groups of a plan: ε_m and |G_m| per group, in the caller's order. A plan file holds them in canonical
+    order, by non-decreasing ε (:attr:`canonical`): the order clients are assigned in, which ``verify`` enforces."""
 
     epsilons: tuple[float, ...]
     sizes: tuple[int, ...]
@@ -33,9 +33,6 @@ class Groups:
         for e in self.epsilons:
             if not (isinstance(e, (int, float)) and math.isfinite(e) and e > 0):
                 raise ValueError(f"every epsilon must be a positive number, got {e}")
-        if any(a > b for a, b in itertools.pairwise(self.epsilons)):
-            listed = ", ".join(map(str, self.epsilons))
-            raise ValueError(f"groups must be listed by increasing ε (group 1 the strictest), got {listed}")
         if len(self.sizes) != len(self.epsilons):
             raise ValueError(f"{len(self.sizes)} sizes given for {len(self.epsilons)} groups")
         for s in self.sizes:
@@ -52,6 +49,11 @@ class Groups:
         if groups.n != n:
             raise ValueError(f"group sizes sum to {groups.n}, not n = {n}")
         return groups
+
+    @property
+    def canonical(self) -> bool:
+        """Listed by non-decreasing ε (group 1 the strictest)."""
+        return all(a <= b for a, b in itertools.pairwise(self.epsilons))
 
     @property
     def n(self) -> int:
