@@ -16,6 +16,7 @@ from hdp_planner import load_plan, plan, save_plan  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.rules.aggregate import method_spec  # noqa: E402
 from hdp_planner_train.simulator import personal  # noqa: E402
+from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.data import DataError, load_federated, pathological_partition  # noqa: E402
 from hdp_planner_train.simulator.models import make_model, split_head  # noqa: E402
 from hdp_planner_train.simulator.personal import (  # noqa: E402
@@ -58,7 +59,7 @@ def _cfg(plan_file, out, **kw) -> TrainConfig:
 
 
 def _ckpt(out):
-    return torch.load(out / CHECKPOINT, weights_only=False)
+    return load_checkpoint(out)
 
 
 # ------------------------------------------------------------------ partition
@@ -309,3 +310,16 @@ def test_cli_trains_dp2_fedsam_and_refuses_bad_input(plan_file, tmp_path):
     bad.write_text(json.dumps(doc))
     result = runner.invoke(app, ["train", str(bad), "--dataset", "digits", "--shards", "2", "--method", "centaur"])
     assert result.exit_code == 2 and "verification" in result.output
+
+
+def test_a_secure_personal_run_writes_no_heads_and_no_per_client_statistics(plan_file, tmp_path):
+    """Personal heads carry no noise: a secure run keeps them in memory only (no checkpoint), releases no per-client
+    statistics, and cannot be resumed."""
+    out = tmp_path / "secure"
+    metrics = run(_cfg(plan_file, out, method="dp2-fedsam", rounds=2, noise="secure"))
+    assert not (out / CHECKPOINT).exists() and metrics["client_accuracy"] is None
+    assert json.loads((out / "metrics.json").read_text())["client_accuracy"] is None
+    with pytest.raises(TrainError, match="cannot be resumed"):
+        run(_cfg(plan_file, out, method="dp2-fedsam", rounds=3, noise="secure", resume=True))
+    seeded = run(_cfg(plan_file, tmp_path / "seeded", method="dp2-fedsam", rounds=2))
+    assert seeded["client_accuracy"] is not None and (tmp_path / "seeded" / CHECKPOINT).exists()

@@ -449,14 +449,14 @@ def _train(plan_file, out, **kw):
 
 
 def test_secure_run_writes_no_membership_diagnostics_and_resumes(digits_plan_file, tmp_path):
-    from hdp_planner_train.simulator.trainer import CHECKPOINT
-
     out = tmp_path / "secure"
     first = _train(digits_plan_file, out, rounds=1)  # --out: secure by default
     assert first["noise_source"] == "secure"
     resumed = _train(digits_plan_file, out, rounds=2, resume=True)
     doc = json.loads((out / "metrics.json").read_text())
-    state = torch.load(out / CHECKPOINT, weights_only=False)
+    from hdp_planner_train.simulator.checkpoint import load as load_checkpoint
+
+    state = load_checkpoint(out)
     assert doc["noise_source"] == "secure" and resumed["epsilon_spent"][0]["rounds"] == 2
     assert not set(DIAGNOSTICS) & set(doc) and "simulation_diagnostics" not in doc
     assert state["next_round"] == 2 and state["identity"]["noise_source"] == "secure"

@@ -33,10 +33,11 @@ from hdp_planner_train.rules.aggregate import (  # noqa: E402
     sample_round,
     top_k_mask,
 )
+from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.data import dirichlet_partition, load_federated  # noqa: E402
 from hdp_planner_train.simulator.engines import loop_deltas, vectorized_deltas  # noqa: E402
 from hdp_planner_train.simulator.models import make_model  # noqa: E402
-from hdp_planner_train.simulator.trainer import CHECKPOINT, TrainConfig, run  # noqa: E402
+from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
 
 N_DIGITS = 120  # the digits partition's default client count
 
@@ -278,8 +279,8 @@ def test_resume_equals_uninterrupted_run(plan_file, tmp_path, method):
     assert resumed["history"] == full["history"]
     assert resumed["noise_lambda_measured"] == full["noise_lambda_measured"]
     assert resumed["epsilon_spent"] == full["epsilon_spent"]  # the ledger counts 4 rounds, not 2 + 4
-    a = torch.load(tmp_path / "full" / CHECKPOINT, weights_only=False)["theta"]
-    b = torch.load(tmp_path / "part" / CHECKPOINT, weights_only=False)["theta"]
+    a = load_checkpoint(tmp_path / "full")["theta"]
+    b = load_checkpoint(tmp_path / "part")["theta"]
     assert torch.equal(a, b)
 
 

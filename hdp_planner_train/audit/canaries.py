@@ -91,7 +91,10 @@ class CanaryAuditor:
         return {"per_group": self.per_group, "z": self.z, "joined": self.joined, "seconds": self.seconds}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.z, self.joined, self.seconds = state["z"], state["joined"], state["seconds"]
+        """Back from a checkpoint (which keeps the arrays as tensors)."""
+        self.z = [[np.asarray(a) for a in g] for g in state["z"]]
+        self.joined = [[np.asarray(a) for a in g] for g in state["joined"]]
+        self.seconds = float(state["seconds"])
 
     def report(self, epsilon_planned: list[float], delta: float) -> dict[str, Any]:
         """The ``audit`` section of metrics.json: one entry per group (:func:`hdp_planner.audit.audit_group`)."""

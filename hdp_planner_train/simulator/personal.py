@@ -374,6 +374,13 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     engine = cfg.engine
     out = Path(cfg.out) if cfg.out else None
     identity = run_identity(cfg, data, batch, momentum, rho=rho, head_steps=head_steps)
+    kind = noise_kind(cfg)
+    withheld = personal and kind == "secure"  # personal heads are not private: a secure run never writes them
+    if withheld and cfg.resume:
+        raise TrainError(
+            "a secure run of a personal method keeps the clients' heads in memory only (they carry no noise), so it "
+            "writes no checkpoint and cannot be resumed; rerun it, or simulate with --seeded-noise"
+        )
     state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
@@ -384,7 +391,6 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     x_train, y_train, x_test, y_test = device_arrays(data, device)
     dist = label_distribution(data.clients, data.y_train, data.num_classes)
 
-    kind = noise_kind(cfg)
     log = RunLog(diagnostics=kind == "seeded")
     if state is not None:
         theta = state["theta"].to(device)
@@ -467,7 +473,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                 description = round_description(plan, spec, r + 1, rounds, entry["accuracy"], entry["loss"])
                 progress.update(task, description=description)
             progress.update(task, completed=r + 1)
-            if out:
+            if out and not withheld:
                 save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu())
 
     mn = plan.method(METHOD_NAMES[method])
@@ -496,6 +502,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
             ),
             "client_accuracy": None
             if client_scores is None
+            or kind == "secure"  # per-client statistics of non-private models: simulations only
             else {
                 "min": float(np.min(client_scores)),
                 "median": float(np.median(client_scores)),

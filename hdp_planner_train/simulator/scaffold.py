@@ -12,7 +12,6 @@ import csv
 import hashlib
 import io
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,9 @@ import torch
 from hdp_planner.io.files import write_json_atomic, write_text_atomic
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
+from hdp_planner_train.simulator import checkpoint
+from hdp_planner_train.simulator.checkpoint import CHECKPOINT
 from hdp_planner_train.simulator.models import model_name
-
-CHECKPOINT = "checkpoint.pt"
 
 
 class TrainError(ValueError):
@@ -148,7 +147,10 @@ def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dic
     path = Path(cfg.out) / CHECKPOINT if cfg.out else None
     if path is None or not path.is_file():
         raise TrainError(f"--resume: no {CHECKPOINT} in {cfg.out}")
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = checkpoint.load(path.parent)
+    except checkpoint.CheckpointError as exc:
+        raise TrainError(f"--resume: {exc}") from None
     diff = [k for k, v in identity.items() if state["identity"].get(k) != v]
     if diff:
         raise TrainError(f"--resume: the checkpoint in {cfg.out} was made with a different {', '.join(diff)}")
@@ -206,7 +208,8 @@ class RunLog:
 
 
 def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan, spec, **extra: Any) -> None:
-    """Atomically write θ, the run log, the privacy ledger and ``extra`` to ``out/checkpoint.pt``."""
+    """Write θ, the run log, the privacy ledger and ``extra`` as the run's authenticated checkpoint
+    (:mod:`.checkpoint`)."""
     state = {
         "identity": identity,
         "theta": theta.cpu(),
@@ -214,10 +217,7 @@ def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan,
         "privacy_ledger": privacy_ledger(plan, spec, log.next_round) if spec.private else None,
         **extra,
     }
-    path = out / CHECKPOINT
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    checkpoint.save(out, state)
 
 
 def round_description(plan, spec, done: int, rounds: int, acc: float, loss: float) -> str:

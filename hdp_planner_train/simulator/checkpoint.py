@@ -1,0 +1,110 @@
+"""Checkpoints that ``--resume`` can trust: plain data only, authenticated against the run, rounds that only grow.
+
+- **Plain data.** A checkpoint holds tensors and plain containers (numpy arrays become tensors), written by
+  ``torch.save`` and read back with ``torch.load(weights_only=True)``: a crafted file cannot run code.
+- **Authenticated.** The file is ``MAGIC`` + HMAC-SHA256(key, payload) + payload, with a random 32-byte key that the
+  run creates in its folder (``run.key``, mode 0600, never inside the checkpoint). A checkpoint edited, or made by
+  another run, fails the check: ``--resume`` refuses it before reading any of it.
+- **Rounds only grow.** Every save also writes ``rounds.spent`` (the rounds run so far, authenticated the same way);
+  a checkpoint that ran fewer rounds than that (an older copy put back) is refused, so a run can never release
+  more noisy rounds than its metrics report.
+
+The key and the counter live in the run's folder, so they stop a checkpoint that is copied in, edited or rolled
+back, not someone who can rewrite the whole folder: that needs a privacy ledger outside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT = "checkpoint.pt"
+KEY = "run.key"
+SPENT = "rounds.spent"
+MAGIC = b"HDPCKPT1"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that ``--resume`` must not use (one-line message)."""
+
+
+def _key(folder: Path, create: bool) -> bytes:
+    path = folder / KEY
+    if path.is_file():
+        key = path.read_bytes()
+        if len(key) != 32:
+            raise CheckpointError(f"{path} is not a run key (32 bytes)")
+        return key
+    if not create:
+        raise CheckpointError(f"no {KEY} in {folder}: the checkpoint cannot be authenticated")
+    key = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key)
+    return key
+
+
+def _plain(value: Any) -> Any:
+    """numpy arrays as tensors, recursively: what ``torch.load(weights_only=True)`` reads."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _sealed(key: bytes, payload: bytes) -> bytes:
+    return MAGIC + hmac.new(key, payload, hashlib.sha256).digest() + payload
+
+
+def _opened(key: bytes, data: bytes, what: str) -> bytes:
+    mac, payload = data[len(MAGIC) : len(MAGIC) + 32], data[len(MAGIC) + 32 :]
+    if not data.startswith(MAGIC) or not hmac.compare_digest(mac, hmac.new(key, payload, hashlib.sha256).digest()):
+        raise CheckpointError(f"{what} fails its authentication: it was edited, or written by another run")
+    return payload
+
+
+def save(folder: Path, state: dict[str, Any]) -> None:
+    """Write ``state`` (with its ``next_round``) as the run's authenticated checkpoint, then the rounds spent."""
+    key = _key(folder, create=True)
+    buf = io.BytesIO()
+    torch.save(_plain(state), buf)
+    _write(folder / CHECKPOINT, _sealed(key, buf.getvalue()))
+    spent = json.dumps({"rounds": int(state["next_round"])}).encode()
+    _write(folder / SPENT, _sealed(key, spent))
+
+
+def load(folder: Path) -> dict[str, Any]:
+    """The run's checkpoint, authenticated, as plain data; refused if it ran fewer rounds than ``rounds.spent``."""
+    path = folder / CHECKPOINT
+    key = _key(folder, create=False)
+    payload = _opened(key, path.read_bytes(), str(path))
+    try:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as exc:  # an authentic payload that is not plain data: never unpickle it
+        raise CheckpointError(f"{path} holds more than plain data: {type(exc).__name__}") from None
+    spent_path = folder / SPENT
+    spent = json.loads(_opened(key, spent_path.read_bytes(), str(spent_path)))["rounds"] if spent_path.is_file() else 0
+    if int(state["next_round"]) < spent:
+        raise CheckpointError(
+            f"{path} ran {state['next_round']} rounds but this run has already spent {spent}: an older checkpoint "
+            "was put back; resuming from it would release more noisy rounds than the metrics report"
+        )
+    return state
