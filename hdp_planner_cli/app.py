@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperCommand
 
 from hdp_planner import __version__
-from hdp_planner_cli import budgets, flower, plan, selection, train
+from hdp_planner_cli import budgets, flower, ledger, plan, selection, train
 
 LIST_METAVARS = {"eps": "E1,E2,…", "sizes": "N1,N2,…", "sparsity": "K1,K2,…", "fixed_q": "Q1,Q2,…"}
 """Metavars of the comma-separated per-group options; every other option shows its own name."""
@@ -64,6 +64,7 @@ COMMANDS = (
 """Every command in ``--help`` order: its name, the function that runs it and its line in the command list."""
 for _name, _command, _short in COMMANDS:
     app.command(_name, cls=PlainCommand, short_help=_short)(_command)
+app.add_typer(ledger.app, name="ledger", help="A privacy ledger: every client's spent and remaining budget.")
 
 
 def _version(value: bool) -> None:

@@ -107,6 +107,17 @@ def train(
             help="Group-skewed labels: the classes of each plan group, e.g. 0,1,2,3/4,5,6/7,8,9 (per-group accuracy).",
         ),
     ] = None,
+    ledger: Annotated[
+        str,
+        typer.Option(
+            "--ledger",
+            help="Privacy ledger charged round by round: an SQLAlchemy URL or SQLite file, none, or auto (the "
+            "default ledger, $HDP_PLANNER_LEDGER or the user's, for secure runs; none for seeded ones).",
+        ),
+    ] = "auto",
+    federation: Annotated[
+        str, typer.Option("--federation", help="Whose clients the ledger charges (client ids 0..n-1).")
+    ] = "simulation",
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
@@ -151,6 +162,8 @@ def train(
         noise=None if secure_noise is None else ("secure" if secure_noise else "seeded"),
         model=model,
         group_classes=group_classes,
+        ledger=ledger,
+        federation=federation,
     )
     try:
         metrics = run(cfg)

@@ -6,6 +6,13 @@ import pytest
 
 from hdp_planner import plan
 
+
+@pytest.fixture(autouse=True)
+def _own_ledger(tmp_path, monkeypatch):
+    """Secure runs charge the default privacy ledger: each test gets its own, never the user's."""
+    monkeypatch.setenv("HDP_PLANNER_LEDGER", str(tmp_path / "ledger.sqlite"))
+
+
 # name: (epsilons, n, rounds, clip, q, local_steps, Table 1 q_m, Table 5 rows)
 PAPER = {
     "FMNIST": dict(

@@ -20,6 +20,7 @@ LAYERS = (
     "hdp_planner.methods",  # each method's rows and round rules (GDPFed's solver included); the registry
     "hdp_planner.distributed",  # distributed discrete noise under secure aggregation: samplers, encoding, accounting
     "hdp_planner.planfile",  # the plan file and the mechanism each row executes
+    "hdp_planner.ledger",  # the privacy ledger (SQLAlchemy): budgets, runs, charges, composition per client
     "hdp_planner.audit",  # canary statistics (empirical ε)
     "hdp_planner.report",  # sweeps and figures (matplotlib)
     "hdp_planner",  # the public API (re-exports)

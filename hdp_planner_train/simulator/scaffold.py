@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from hdp_planner.io.files import write_json_atomic, write_text_atomic
+from hdp_planner.ledger.runs import default_ledger, plan_digest, round_costs, simulated_clients
+from hdp_planner.ledger.store import Ledger, LedgerError
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
@@ -69,6 +71,8 @@ class TrainConfig:
     noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
     model: str | None = None  # models.MODELS name; None: the dataset's default (models.DEFAULT_MODEL)
     group_classes: str | None = None  # group-skewed labels: "0,1,2,3/4,5,6/7,8,9", the classes of each plan group
+    ledger: str | None = "auto"  # privacy ledger URL/file; auto: the default ledger for secure runs, none for seeded
+    federation: str = "simulation"  # whose clients the ledger charges
 
 
 SEEDED_NOTE = (
@@ -157,6 +161,53 @@ def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dic
     if state["next_round"] > rounds:
         raise TrainError(f"--resume: the checkpoint already ran {state['next_round']} rounds > --rounds {rounds}")
     return state
+
+
+class LedgerRun:
+    """A run's account in the privacy ledger: its rounds reserved at the start, each released before it is applied,
+    the unreleased ones given back at the end (:mod:`hdp_planner.ledger`)."""
+
+    def __init__(self, book: Ledger, run_id: str, start: int) -> None:
+        self.book, self.run_id, self.start = book, run_id, start
+
+    def release(self, rnd: int) -> None:
+        try:
+            self.book.release(self.run_id, rnd - self.start)
+        except LedgerError as exc:
+            raise TrainError(f"stopped before round {rnd + 1} was released: {exc}") from None
+
+    def finish(self) -> None:
+        with contextlib.suppress(LedgerError):  # a ledger that went away keeps the reservation: safe
+            self.book.finish(self.run_id)
+
+
+def ledger_run(cfg: TrainConfig, plan, spec, start: int, rounds: int) -> LedgerRun | None:
+    """Open the run's account in the ledger (``cfg.ledger``; ``auto``: the default ledger when the noise is secure,
+    none for seeded simulations), refusing the run before round 1 if a client would exceed its lifetime budget."""
+    target = cfg.ledger
+    if not spec.private or target in (None, "", "none") or (target == "auto" and noise_kind(cfg) == "seeded"):
+        return None
+    target = default_ledger() if target == "auto" else target
+    row = METHOD_NAMES[spec.method]
+    membership, budgets = simulated_clients(plan, row)
+    if len(membership) != spec.n:
+        raise TrainError(f"the ledger needs the plan's {len(membership)} clients, the run has {spec.n}")
+    try:
+        if "://" not in target:
+            Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        book = Ledger(target)
+        run_id = book.start_run(
+            federation=cfg.federation, label=f"train {cfg.method} {cfg.dataset} seed {cfg.seed}",
+            plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
+            planned=round_costs(plan, row, start=start, rounds=rounds),
+        )  # fmt: skip
+    except LedgerError as exc:
+        hint = (" (a simulation: --seeded-noise; another population: --federation; no ledger: --ledger none)"
+                if "refused" in str(exc) else "")  # fmt: skip
+        raise TrainError(f"{exc}{hint}") from None
+    except OSError as exc:
+        raise TrainError(f"cannot create the privacy ledger {target}: {exc.strerror or exc}") from None
+    return LedgerRun(book, run_id, start)
 
 
 def device_arrays(data, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -9,6 +9,7 @@ measurements and the privacy ledger (rounds run per group); it also stores torch
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -42,6 +43,7 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     _write_metrics,
     base_metrics,
     device_arrays,
+    ledger_run,
     noise_kind,
     privacy_ledger,
     resume_state,
@@ -170,9 +172,12 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
 
     c = plan.config
+    account = ledger_run(cfg, plan, spec, log.next_round, rounds)
     progress = _progress(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
-    with progress:
+    with progress, contextlib.ExitStack() as stack:
+        if account is not None:
+            stack.callback(account.finish)
         for r in range(log.next_round, rounds):
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
@@ -197,6 +202,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history, observe=observe)
             if auditor is not None:
                 stats = auditor.real_stats(stats)
+            if account is not None:
+                account.release(r)  # charged before the round's model exists
             theta = theta + update
             vector_to_parameters(theta.clone(), model.parameters())
             log.record(stats, time.perf_counter() - t0)

@@ -1,0 +1,224 @@
+"""The privacy ledger: composed spending across runs, refusal before round 1, and nothing lost under concurrency, a
+killed run, or a ledger that cannot be written. SQLite always; PostgreSQL where Debian's server is installed."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hdp_planner import plan
+from hdp_planner.ledger.runs import round_costs, simulated_clients
+from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError, compose
+from hdp_planner.planfile.document import save_plan
+from hdp_planner_cli.app import app
+
+runner = CliRunner()
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def _run_args(p, rounds=None):
+    membership, budgets = simulated_clients(p, p.groups.name)
+    return dict(federation="f", membership=membership, budgets_of=budgets, delta=p.config.delta,
+                planned=round_costs(p, p.groups.name, start=0, rounds=rounds or p.config.rounds))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small():
+    return plan((1.0, 2.0), 40, rounds=10, q=0.2, clip=1.0)
+
+
+def _start(book, p, rounds=None, label="run"):
+    return book.start_run(label=label, plan_sha256="0" * 64, **_run_args(p, rounds))
+
+
+def check_ledger(url: str, p) -> None:
+    """Two runs of half the plan compose to the plan's ε; a third is refused before round 1."""
+    book = Ledger(url)
+    for _ in range(2):
+        run_id = _start(book, p, rounds=5)
+        for r in range(5):
+            book.release(run_id, r)
+        book.finish(run_id)
+    spent = {s.client_id: s for s in book.spending("f")}
+    for m, eps in enumerate(p.groups.epsilon):
+        client = spent[str(sum(p.groups.size[:m]))]
+        assert client.released_rounds == 10 and client.reserved_rounds == 0
+        assert client.epsilon_spent == pytest.approx(p.groups.epsilon_spent[m], rel=1e-6)  # 10 rounds: the plan's ε
+        assert client.epsilon_spent <= eps * (1 + 1e-9)
+    with pytest.raises(LedgerError, match="refused before round 1"):
+        _start(book, p, rounds=1)
+
+
+def test_sqlite_ledger_composes_runs_and_refuses_past_the_budget(tmp_path, small):
+    check_ledger(str(tmp_path / "ledger.sqlite"), small)
+
+
+def test_train_charges_the_ledger_and_ledger_show_reports_each_client(tmp_path, small):
+    pytest.importorskip("torch")
+    plan_path = tmp_path / "plan.json"
+    save_plan(plan((1.0, 2.0, 4.0), 120, rounds=4, q=0.2, clip=1.0), plan_path)
+    ledger = tmp_path / "l.sqlite"
+    common = ["train", str(plan_path), "--method", "gdpfed+", "--dataset", "digits", "--ledger", str(ledger)]
+    for i in (1, 2):
+        result = runner.invoke(app, [*common, "--rounds", "2", "--out", str(tmp_path / f"r{i}")])
+        assert result.exit_code == 0, result.output
+    shown = runner.invoke(app, ["ledger", "show", str(plan_path), "--ledger", str(ledger), "--json"])
+    doc = json.loads(shown.output)
+    assert len(doc) == 120 and {c["released_rounds"] for c in doc} == {4}
+    assert max(c["epsilon_spent"] / c["epsilon_budget"] for c in doc) == pytest.approx(1.0, rel=1e-3)
+    refused = runner.invoke(app, [*common, "--out", str(tmp_path / "r3")])
+    assert refused.exit_code == 2 and "refused before round 1" in refused.output
+    assert not (tmp_path / "r3" / "metrics.json").exists()
+    check = runner.invoke(app, ["ledger", "check", str(plan_path), "--ledger", str(ledger)])
+    assert check.exit_code == 1 and "cannot take part" in check.output
+
+
+def _race(url: str, p, barrier, results) -> None:
+    book = Ledger(url)
+    barrier.wait()
+    try:
+        _start(book, p)
+        results.put("started")
+    except LedgerError:
+        results.put("refused")
+
+
+def test_two_runs_at_once_never_overspend(tmp_path, small):
+    """The budget admits one run of the plan: of two started at the same instant, exactly one gets it."""
+    url = str(tmp_path / "race.sqlite")
+    Ledger(url)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(url, small, barrier, results)) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert sorted(results.get(timeout=5) for _ in range(2)) == ["refused", "started"]
+
+
+def _killed(url: str, p) -> None:
+    book = Ledger(url)
+    run_id = _start(book, p)
+    book.release(run_id, 0)
+    book.release(run_id, 1)
+    os.kill(os.getpid(), signal.SIGKILL)  # mid-run, between releases
+
+
+def test_a_run_killed_mid_round_keeps_its_reservation(tmp_path, small):
+    url = str(tmp_path / "killed.sqlite")
+    proc = multiprocessing.get_context("spawn").Process(target=_killed, args=(url, small))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == -signal.SIGKILL
+    spent = Ledger(url).spending("f")
+    assert {(s.released_rounds, s.reserved_rounds) for s in spent} == {(2, 8)}  # nothing lost: all 10 rounds count
+    assert all(s.epsilon_spent == pytest.approx(e, rel=1e-6) for s, e in
+               zip(spent, [small.groups.epsilon_spent[0 if int(s.client_id) < 20 else 1] for s in spent]))  # fmt: skip
+
+
+def test_a_ledger_that_cannot_be_written_refuses_the_run(tmp_path, small):
+    path = tmp_path / "ro.sqlite"
+    Ledger(str(path))
+    readonly = f"sqlite:///file:{path}?mode=ro&uri=true"
+    with pytest.raises(LedgerError, match="cannot write the privacy ledger"):
+        _start(Ledger(readonly), small)
+    with pytest.raises(LedgerError, match="cannot open the privacy ledger"):
+        Ledger(str(tmp_path / "missing-dir" / "sub" / "l.sqlite"))
+
+
+def test_a_run_stops_before_releasing_an_uncharged_round(tmp_path, small, monkeypatch):
+    pytest.importorskip("torch")
+    from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run
+
+    plan_path = tmp_path / "plan.json"
+    save_plan(plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.2, clip=1.0), plan_path)
+
+    def broken(self, run_id, round_index):
+        raise LedgerError("disk full")
+
+    monkeypatch.setattr(Ledger, "release", broken)
+    out = tmp_path / "run"
+    cfg = TrainConfig(plan=str(plan_path), method="gdpfed+", dataset="digits", out=str(out), progress=False,
+                      ledger=str(tmp_path / "l.sqlite"))  # fmt: skip
+    with pytest.raises(TrainError, match="stopped before round 1 was released: disk full"):
+        run(cfg)
+    assert not (out / "metrics.json").exists() and not (out / "checkpoint.pt").exists()
+
+
+def test_composition_is_dp_accountings(small):
+    g = GroupRound(small.groups.q[0], small.groups.noise_multiplier[0])
+    assert compose({g: 10}, small.config.delta) == pytest.approx(small.groups.epsilon_spent[0], rel=1e-6)
+    assert compose({}, 1e-5) == 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A throwaway PostgreSQL cluster (Debian's server, run as the postgres user), or a skip saying why."""
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip("PostgreSQL server not installed (Debian package postgresql)")
+    pytest.importorskip("psycopg", reason="the PostgreSQL driver psycopg is not installed")
+    if shutil.which("runuser") is None or os.geteuid() != 0:
+        pytest.skip("needs root to run the server as the postgres user")
+    base = Path(f"/tmp/hdp-ledger-pg-{os.getpid()}")
+    base.mkdir()
+    shutil.chown(base, "postgres")
+    port = _free_port()
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*as_pg, str(PG_BIN / "initdb"), "-D", str(base / "data"), "-A", "trust", "-U", "postgres"],
+                   check=True, capture_output=True)  # fmt: skip
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1"
+    start = [*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(base / "data"), "-l", str(base / "log"), "-w", "-o", options]
+    subprocess.run([*start, "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(base / "data"), "-m", "immediate", "stop"],
+                       capture_output=True)  # fmt: skip
+        time.sleep(0.2)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_postgresql_ledger(postgres, small):
+    check_ledger(postgres, small)
+
+
+def test_postgresql_two_runs_at_once_never_overspend(postgres, small):
+    Ledger(postgres).engine.dispose()
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    fresh = plan((1.5, 3.0), 40, rounds=10, q=0.2, clip=1.0)  # other budgets: the first test's runs do not count
+    procs = [ctx.Process(target=_race_pg, args=(postgres, fresh, barrier, results)) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert sorted(results.get(timeout=5) for _ in range(2)) == ["refused", "started"]
+
+
+def _race_pg(url: str, p, barrier, results) -> None:
+    book = Ledger(url)
+    args = _run_args(p)
+    args["federation"] = "race"
+    barrier.wait()
+    try:
+        book.start_run(label="race", plan_sha256="0" * 64, **args)
+        results.put("started")
+    except LedgerError:
+        results.put("refused")
