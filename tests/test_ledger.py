@@ -23,7 +23,7 @@ from hdp_planner.planfile.document import save_plan
 from hdp_planner_cli.app import app
 
 runner = CliRunner()
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+PG_BIN = max(Path("/usr/lib/postgresql").glob("*/bin"), default=Path("/usr/lib/postgresql/none/bin"))
 
 
 def _run_args(p, rounds=None):
