@@ -8,37 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import click
 import typer
-from typer.core import TyperCommand
 
 from hdp_planner import __version__
 from hdp_planner_cli import budgets, flower, ledger, plan, selection, train
-
-LIST_METAVARS = {"eps": "E1,E2,…", "sizes": "N1,N2,…", "sparsity": "K1,K2,…", "fixed_q": "Q1,Q2,…"}
-"""Metavars of the comma-separated per-group options; every other option shows its own name."""
-
-
-class PlainCommand(TyperCommand):
-    """A command whose plain help names each option's value (``--clip CLIP``, not ``TEXT``) and shows defaults as
-    ``[default: 1.0]`` (typer escapes the bracket for rich even when rich markup is off; the generated
-    command-line reference reads the same help records)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            if isinstance(param, click.Option) and not param.is_flag and param.name and param.metavar is None:
-                param.metavar = LIST_METAVARS.get(param.name, param.name.upper())
-            param.get_help_record = _unescaped(param.get_help_record)  # type: ignore[method-assign]
-
-
-def _unescaped(help_record):
-    def record(ctx: click.Context):
-        rv = help_record(ctx)
-        return None if rv is None else (rv[0], rv[1].replace("\\[", "["))
-
-    return record
-
+from hdp_planner_cli.command import PlainCommand
 
 app = typer.Typer(
     name="hdp-plan",

@@ -13,6 +13,7 @@ from rich.table import Table
 from hdp_planner.ledger.runs import default_ledger, round_costs, simulated_clients
 from hdp_planner.ledger.store import Ledger
 from hdp_planner.planfile.document import load_plan
+from hdp_planner_cli.command import PlainCommand
 from hdp_planner_cli.console import one_line_errors, out
 
 LedgerOpt = Annotated[
@@ -37,7 +38,7 @@ def _spending(plan_file: str, ledger: str | None, federation: str):
     return p, book, book.spending(federation, budgets)
 
 
-@app.command("show")
+@app.command("show", cls=PlainCommand)
 @one_line_errors
 def show(
     plan_file: PlanArg,
@@ -71,7 +72,7 @@ def show(
         )
 
 
-@app.command("check")
+@app.command("check", cls=PlainCommand)
 @one_line_errors
 def check(
     plan_file: PlanArg,
