@@ -128,7 +128,7 @@ def test_round_noise_meets_the_planned_multiplier_and_refuses_too_few_survivors(
 
 
 @given(q=st.floats(1e-4, 0.9), z=st.floats(0.5, 5.0))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 def test_subsampled_bound_is_never_below_the_sampled_gaussians_exact_rdp(q, z):
     """Zhu and Wang's general bound on the release RDP α/(2z²) against dp-accounting's RDP of the sampled Gaussian
     (exact for that mechanism): it can only be looser."""
