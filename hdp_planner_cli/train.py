@@ -107,6 +107,17 @@ def train(
             help="Group-skewed labels: the classes of each plan group, e.g. 0,1,2,3/4,5,6/7,8,9 (per-group accuracy).",
         ),
     ] = None,
+    trust: Annotated[
+        str,
+        typer.Option(
+            "--trust",
+            help="server, or secagg: each group's sum through the exact integer pipeline of secure aggregation "
+            "(distributed discrete Gaussian shares; needs a plan solved with --trust secagg).",
+        ),
+    ] = "server",
+    dropout: Annotated[
+        float, typer.Option("--dropout", help="secagg: probability that a sampled client drops out (simulated).")
+    ] = 0.0,
     ledger: Annotated[
         str,
         typer.Option(
@@ -164,6 +175,8 @@ def train(
         group_classes=group_classes,
         ledger=ledger,
         federation=federation,
+        trust=trust,
+        dropout=dropout,
     )
     try:
         metrics = run(cfg)

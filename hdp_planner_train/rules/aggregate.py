@@ -44,6 +44,7 @@ from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.planfile.mechanism import ExecutedMechanism, executed_mechanism
 from hdp_planner.planning.plan import Phase, Plan, Projection
 from hdp_planner.rules.noise import SecureRandom, clip_factor, noise_share_std, poisson_sample, secure_normal
+from hdp_planner_train.rules.secagg import SecaggSpec, group_sum, round_sources
 
 METHOD_NAMES = {key: m.row for key, m in REGISTRY.items() if m.family != "selection"}
 """``--method`` key → the plan row it trains from, for the FedAvg and personal families (the method registry; p-fedavg:
@@ -65,6 +66,9 @@ class GroupSpec:
     pooled: bool = False
     projection: Projection | None = None
     schedule: tuple[Phase, ...] | None = None
+    secagg: SecaggSpec | None = None
+    """Secure aggregation with distributed discrete noise (:mod:`.secagg`): ``noise_multiplier`` is then each
+    group's z from the plan's trust object."""
 
     @classmethod
     def executing(cls, method: str, mech: ExecutedMechanism, private: bool = True) -> GroupSpec:
@@ -219,6 +223,7 @@ class RoundStats:
     clipped: int  # clients whose update was scaled down
     lambda_measured: float
     lambda_applied: float
+    withheld: int = 0  # secure aggregation: groups whose sum was not released (too few survivors)
 
 
 def top_k_mask(y: torch.Tensor, k_ratio: float) -> torch.Tensor | None:
@@ -320,6 +325,19 @@ def aggregate(
                 observe(m, total + noise)
         update, measured, applied = noisy_update([total + noise], [noise], spec, source)
         return update, RoundStats(joined, clipped, measured, applied)
+    withheld = 0
+    if spec.secagg is not None:  # the exact integer pipeline; a group that cannot release contributes nothing
+        ys, noises = [], []
+        for m, (r, _) in enumerate(clipped_rows):
+            bits, dropouts = round_sources(source.kind, getattr(source, "seed", None), rnd, m)
+            out = group_sum(r, clip=spec.clips[m], noise_multiplier=sigma[m], spec=spec.secagg, rnd=rnd, group=m,
+                            bits=bits, dropouts=dropouts) if r.shape[0] else None  # fmt: skip
+            withheld += out is None
+            y, n = out if out is not None else (deltas.new_zeros(d), deltas.new_zeros(d))
+            ys.append(y)
+            noises.append(n)
+        update, measured, applied = noisy_update(ys, noises, spec, source, public_history)
+        return update, RoundStats(joined, clipped, measured, applied, withheld)
     noises = [
         group_noise(d, joined[m], spec.clips[m], sigma[m], source, deltas.device, deltas.dtype) for m in range(count)
     ]

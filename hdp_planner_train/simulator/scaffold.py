@@ -71,6 +71,8 @@ class TrainConfig:
     noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
     model: str | None = None  # models.MODELS name; None: the dataset's default (models.DEFAULT_MODEL)
     group_classes: str | None = None  # group-skewed labels: "0,1,2,3/4,5,6/7,8,9", the classes of each plan group
+    trust: str = "server"  # server | secagg: the exact integer pipeline of secure aggregation (the plan's trust object)
+    dropout: float = 0.0  # secagg: probability that a sampled client drops out before the sum (simulated)
     ledger: str | None = "auto"  # privacy ledger URL/file; auto: the default ledger for secure runs, none for seeded
     federation: str = "simulation"  # whose clients the ledger charges
 
@@ -187,6 +189,10 @@ def ledger_run(cfg: TrainConfig, plan, spec, start: int, rounds: int) -> LedgerR
     target = cfg.ledger
     if not spec.private or target in (None, "", "none") or (target == "auto" and noise_kind(cfg) == "seeded"):
         return None
+    if spec.secagg is not None:  # its charges are Gaussian rounds; distributed discrete noise composes otherwise
+        if target == "auto":
+            return None
+        raise TrainError("the ledger does not compose distributed discrete noise yet: train --trust secagg without it")
     target = default_ledger() if target == "auto" else target
     row = METHOD_NAMES[spec.method]
     membership, budgets = simulated_clients(plan, row)

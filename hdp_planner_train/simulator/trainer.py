@@ -10,6 +10,7 @@ measurements and the privacy ledger (rounds run per group); it also stores torch
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -18,15 +19,18 @@ from typing import Any
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner.planfile.document import load_plan, verify
+from hdp_planner.planfile.document import PlanFileError, load_plan, read_document, verify
+from hdp_planner.planfile.trust import trust_from_dict, verify_trust
 from hdp_planner_train.rules.aggregate import (
     METHOD_NAMES,
+    GroupSpec,
     aggregate,
     method_spec,
     noise_source,
     round_rows,
     sample_round,
 )
+from hdp_planner_train.rules.secagg import SecaggSpec
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.simulator.engines import ENGINES, PRECISIONS, batch_indices, evaluate, local_deltas
 from hdp_planner_train.simulator.models import MODELS, make_model, model_dim, model_name
@@ -62,6 +66,52 @@ def _device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise TrainError(f"--device must be auto, cpu or cuda, got {name!r}")
     return torch.device(name)
+
+
+def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
+    """The method's groups under the plan's ``secagg`` trust object (verified): each group's z, the bits, survivors
+    and colluders, and the simulated dropout rate."""
+    try:
+        doc = read_document(cfg.plan)
+        trust = trust_from_dict(doc)
+    except PlanFileError as exc:
+        raise TrainError(str(exc)) from None
+    if trust.kind != "secagg":
+        raise TrainError(f"--trust secagg needs a plan solved with --trust secagg; {cfg.plan} trusts the server")
+    problems = verify_trust(plan, doc)
+    if problems:
+        raise TrainError(f"plan {cfg.plan} fails verification: {problems[0]}")
+    entry = doc["trust"]["rows"].get(METHOD_NAMES[spec.method])
+    if entry is None or not spec.private or cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
+        raise TrainError(f"{cfg.method} has no distributed form under --trust secagg")
+    if cfg.audit:
+        raise TrainError("--audit does not run under --trust secagg yet")
+    if not 0 <= cfg.dropout < 1:
+        raise TrainError(f"--dropout must lie in [0, 1), got {cfg.dropout}")
+    secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), cfg.dropout)
+    return dataclasses.replace(spec, noise_multiplier=tuple(entry["noise_multiplier"]), secagg=secagg)
+
+
+def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> dict[str, Any]:
+    """The run's privacy under secure aggregation, from the distributed accounting of the rounds run: ε against third
+    parties and against the server (every round a participation, the worst case), per group."""
+    from hdp_planner.distributed.accounting import epsilon_server, epsilon_third_parties, tau
+    from hdp_planner.distributed.encoding import padded_dimension
+    from hdp_planner.distributed.rounds import MIN_SHARE_SIGMA2
+
+    sa, delta = spec.secagg, plan.config.delta
+    tau_d = [tau(MIN_SHARE_SIGMA2, size) * padded_dimension(sa.model_dim) for size in spec.sizes]
+    doc = {
+        "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
+        "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
+        "epsilon_third_parties": [epsilon_third_parties(noise_multiplier=z, q=q, rounds=rounds, delta=delta, tau_d=t)
+                                  for z, q, t in zip(spec.noise_multiplier, spec.q, tau_d)],
+        "epsilon_server_every_round": [epsilon_server(noise_multiplier=z, participations=rounds, delta=delta, tau_d=t)
+                                       for z, t in zip(spec.noise_multiplier, tau_d)],
+    }  # fmt: skip
+    if withheld is not None:  # which group-rounds released nothing depends on who took part: simulations only
+        doc["group_rounds_withheld"] = withheld
+    return doc
 
 
 def _check(cfg: TrainConfig):
@@ -117,9 +167,13 @@ def _check(cfg: TrainConfig):
             f"re-plan with --n {data.n_clients} or train with --clients {plan.config.n}"
         )
     try:
-        spec = method_spec(plan, "gdpfed+" if cfg.method in SELECTION_METHODS else cfg.method)  # 003: ε per group
+        spec = method_spec(plan, "gdpfed+" if cfg.method in SELECTION_METHODS else cfg.method)  # selection: ε per group
     except ValueError as exc:
         raise TrainError(f"{cfg.plan}: {exc}") from None
+    if cfg.trust not in ("server", "secagg"):
+        raise TrainError(f"--trust must be server or secagg, got {cfg.trust!r}")
+    if cfg.trust == "secagg":
+        spec = secagg_spec(cfg, plan, spec)
     if cfg.audit:
         from hdp_planner_train.audit.canaries import check_auditable
 
@@ -145,6 +199,9 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
+    if spec.secagg is not None and spec.secagg.model_dim != theta.numel():
+        raise TrainError(f"{cfg.plan}'s trust object was planned for d = {spec.secagg.model_dim}, this model has "
+                         f"d = {theta.numel()}: re-plan with --trust secagg --model-dim {theta.numel()}")  # fmt: skip
     if spec.projection is not None and spec.projection.model_dim != theta.numel():
         raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, theta.numel(), data.num_classes))
     x_train, y_train, x_test, y_test = device_arrays(data, device)
@@ -173,6 +230,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
 
     c = plan.config
     account = ledger_run(cfg, plan, spec, log.next_round, rounds)
+    withheld = 0  # secure aggregation: group sums not released this run
     progress = _progress(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
     with progress, contextlib.ExitStack() as stack:
@@ -202,6 +260,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history, observe=observe)
             if auditor is not None:
                 stats = auditor.real_stats(stats)
+            withheld += stats.withheld
             if account is not None:
                 account.release(r)  # charged before the round's model exists
             theta = theta + update
@@ -221,6 +280,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 )  # fmt: skip
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    if spec.secagg is not None:
+        metrics["trust"] = secagg_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
     if cfg.group_classes is not None:  # accuracy on each privacy group's own classes
         classes = parse_group_classes(cfg.group_classes, len(plan.groups.size), data.num_classes)  # DP-FedAvg: 1 group
         metrics["group_classes"] = [list(c) for c in classes]

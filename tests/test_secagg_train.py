@@ -1,0 +1,94 @@
+"""The simulator under ``--trust secagg``: each group's sum through the exact integer pipeline, dropouts, and the
+distributed accounting in the run's metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hdp_planner import plan  # noqa: E402
+from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
+from hdp_planner.distributed.rounds import round_noise  # noqa: E402
+from hdp_planner.distributed.trust import TrustModel  # noqa: E402
+from hdp_planner.planfile.document import plan_to_dict  # noqa: E402
+from hdp_planner.planfile.trust import secagg_rows, trust_to_dict  # noqa: E402
+from hdp_planner_train.rules.secagg import SecaggSpec, group_sum  # noqa: E402
+from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
+from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run  # noqa: E402
+
+SPEC = SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=4000)
+
+
+def test_group_sum_is_the_clipped_sum_plus_the_planned_noise():
+    """Zero-norm rows: the decoded error is the shares alone, with the planned variance per coordinate (5 sd)."""
+    rows = torch.zeros(6, 4000, dtype=torch.float64)
+    y, error = group_sum(rows, clip=1.0, noise_multiplier=1.0, spec=SPEC, rnd=0, group=0, bits=SeededBits(1),
+                         dropouts=np.random.default_rng(0))  # fmt: skip
+    planned = round_noise(dim=4000, clip=1.0, bits=20, noise_multiplier=1.0, sampled=6, survivors=0.9, colluders=0)
+    ratio = float(error.var()) / planned.variance() * (planned.share_sigma2 + 0.25) / planned.share_sigma2
+    assert abs(ratio - 1) < 5 * math.sqrt(2 / 4000)
+    rows = torch.randn(6, 4000, dtype=torch.float64)
+    rows = rows / rows.norm(dim=1, keepdim=True)  # clipped to C = 1
+    y, error = group_sum(rows, clip=1.0, noise_multiplier=1.0, spec=SPEC, rnd=0, group=0, bits=SeededBits(2),
+                         dropouts=np.random.default_rng(0))  # fmt: skip
+    assert torch.allclose(y - error, rows.sum(0))
+    assert float(error.norm()) < 3 * math.sqrt(planned.variance() * 4000)
+
+
+def test_too_many_dropouts_release_nothing():
+    rows = torch.randn(10, 50, dtype=torch.float64)
+    spec = SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=50, dropout=0.99)
+    assert group_sum(rows, clip=1.0, noise_multiplier=1.0, spec=spec, rnd=0, group=0, bits=SeededBits(3),
+                     dropouts=np.random.default_rng(0)) is None  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def plan_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plans")
+    p = plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.2, clip=1.0)
+    paths = {}
+    for name, dim in (("secagg", 2410), ("wrong-dim", 1000)):
+        trust = TrustModel(kind="secagg", model_dim=dim)
+        doc = plan_to_dict(p) | {"trust": trust_to_dict(p, trust, secagg_rows(p, trust))}
+        paths[name] = folder / f"{name}.json"
+        paths[name].write_text(json.dumps(doc))
+    paths["server"] = folder / "server.json"
+    paths["server"].write_text(json.dumps(plan_to_dict(p)))
+    return paths
+
+
+def _cfg(path, out, **kw):
+    return TrainConfig(**{"plan": str(path), "method": "gdpfed+", "dataset": "digits", "out": str(out),
+                          "progress": False, "trust": "secagg", **kw})  # fmt: skip
+
+
+def test_train_secagg_reports_the_distributed_accounting(plan_files, tmp_path):
+    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run"))
+    trust = metrics["trust"]
+    assert trust["kind"] == "secagg" and len(trust["noise_multiplier"]) == 3
+    assert all(e <= b * (1 + 1e-9) for e, b in zip(trust["epsilon_third_parties"], (1.0, 2.0, 4.0)))
+    assert "group_rounds_withheld" not in trust  # secure run: nothing that depends on who took part
+    state = load_checkpoint(tmp_path / "run")
+    assert not {k for k in state if "share" in k or "bits" in k}  # no share and no noise seed is written
+    seeded = run(_cfg(plan_files["secagg"], tmp_path / "seeded", noise="seeded", dropout=0.5))
+    assert seeded["trust"]["group_rounds_withheld"] > 0
+
+
+@pytest.mark.parametrize(
+    "plan_name,kw,message",
+    [
+        ("server", {}, "needs a plan solved with --trust secagg"),
+        ("secagg", {"audit": True}, "--audit does not run under --trust secagg"),
+        ("secagg", {"method": "idp-fedavg-sample"}, "no"),
+        ("wrong-dim", {}, "planned for d = 1000"),
+        ("secagg", {"dropout": 1.0}, "--dropout"),
+    ],
+)
+def test_train_secagg_refusals(plan_files, tmp_path, plan_name, kw, message):
+    with pytest.raises((TrainError, ValueError), match=message):
+        run(_cfg(plan_files[plan_name], tmp_path / "r", **kw))
