@@ -59,6 +59,13 @@ def flower(
     audit_canaries: Annotated[
         int | None, typer.Option("--audit-canaries", help="Canaries per group [min(2000, d/M)].")
     ] = None,
+    ledger: Annotated[
+        str,
+        typer.Option("--ledger", help="Privacy ledger: an SQLAlchemy URL or SQLite file, none, or auto (the default)."),
+    ] = "auto",
+    federation: Annotated[
+        str, typer.Option("--federation", help="Whose clients the ledger charges (node config client-id).")
+    ] = "flower",
 ) -> None:
     """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
     from hdp_planner_flower import require_flwr
@@ -73,7 +80,7 @@ def flower(
     cfg = FlowerConfig(plan=plan_file, method=method, dataset=dataset, data_dir=data_dir, clients=clients,
                        dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, groups=groups, out=out,
                        cpus_per_client=cpus_per_client, diagnostics=diagnostics, audit=audit,
-                       audit_canaries=audit_canaries)  # fmt: skip
+                       audit_canaries=audit_canaries, ledger=ledger, federation=federation)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:

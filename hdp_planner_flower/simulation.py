@@ -47,6 +47,8 @@ class FlowerConfig:
     diagnostics: bool = False  # simulation diagnostics: per-round joined counts, measured noise, round times
     audit: bool = False  # canary clients in every group, empirical ε per group (--trust server)
     audit_canaries: int | None = None
+    ledger: str = "auto"  # privacy ledger (auto: the default ledger; Flower's noise is always secure)
+    federation: str = "flower"  # whose clients the ledger charges (node config client-id)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Prepared:
     groups: Any
     settings: Any
     version: str
+    clients: Any = None  # (membership, budgets) by client id from --groups, for the ledger
 
 
 def prepare(cfg: FlowerConfig) -> Prepared:
@@ -79,13 +82,15 @@ def prepare(cfg: FlowerConfig) -> Prepared:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
     offline_env()
     from hdp_planner.planfile.document import budgets_digest_of, read_document
+    from hdp_planner.planning.budgets import read_assignment
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.strategy import groups_from_file
     from hdp_planner_train.simulator.trainer import TrainConfig, _check
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
                      dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop",
-                     audit=cfg.audit, audit_canaries=cfg.audit_canaries)  # fmt: skip
+                     audit=cfg.audit, audit_canaries=cfg.audit_canaries, ledger=cfg.ledger,
+                     federation=cfg.federation)  # fmt: skip
     if cfg.audit and cfg.trust != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
     plan, data, spec, rounds, batch, momentum = _check(tc)
@@ -96,11 +101,15 @@ def prepare(cfg: FlowerConfig) -> Prepared:
             "client trains in the group its budget allows; refusing the default id → group mapping"
         )
     groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, digest) if cfg.groups else None
+    clients = None
+    if cfg.groups:  # the ledger charges each client in its group, against its group's budget in the plan
+        ids, planned = read_assignment(cfg.groups, plan.groups.epsilon, digest)
+        clients = ({i: int(groups[int(i)]) for i in ids}, {i: plan.groups.epsilon[g] for i, g in zip(ids, planned)})
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ValueError(f"--out {cfg.out} is not a directory")
     settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,
                             batch, momentum, plan.config.lr, tc.lr_decay)  # fmt: skip
-    return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version)
+    return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version, clients)
 
 
 def serve(p: Prepared, grid, progress=print):
@@ -125,9 +134,12 @@ def serve(p: Prepared, grid, progress=print):
         from hdp_planner_train.audit.canaries import CanaryAuditor
 
         auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.dataset), p.cfg.seed, p.cfg.audit_canaries)
+    from hdp_planner_train.simulator.scaffold import ledger_run
+
+    account = ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True)
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
-        auditor=auditor,
+        auditor=auditor, account=account,
     )  # fmt: skip
     strategy.start(
         grid,

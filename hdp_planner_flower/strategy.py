@@ -101,6 +101,7 @@ class HdpStrategy(Strategy):
         noise_for: NoiseFor = secure_source,
         uniform=None,
         on_round: Callable[[int, RoundStats, float, MetricRecord | None], None] | None = None,
+        account=None,
         diagnostics: bool = False,
         auditor=None,
     ) -> None:
@@ -115,6 +116,7 @@ class HdpStrategy(Strategy):
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
         self.uniform = SecureRandom() if uniform is None else uniform  # who joins: OS CSPRNG, never a seed
         self.on_round = on_round
+        self.account = account  # the privacy ledger's account of this run (released before each update), or None
         self.client_of_node: dict[int, int] = {}
         self.members: list[list[int]] = []  # node ids of each group, in client-id order
         self.sent: dict[int, int] = {}  # node id → group, this round
@@ -200,6 +202,8 @@ class HdpStrategy(Strategy):
         ys, noises, clipped = self.noisy_sums(rows, theta.numel(), server_round - 1, source)
         update, measured, applied = noisy_update(ys, noises, self.spec, source, self.public_history)
         self.stats = RoundStats(list(self.joined), clipped, measured, applied)
+        if self.account is not None:
+            self.account.release(server_round - 1)  # charged before the round's model exists
         return unflatten(self.arrays, theta + update), MetricRecord({"joined": sum(self.joined), "failed": failed})
 
     def group_rows(self, replies: Iterable[Message]) -> tuple[list[dict[int, torch.Tensor]], int]:
@@ -288,6 +292,13 @@ class HdpStrategy(Strategy):
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
     ) -> Result:
         """Enrol the nodes, then run rounds while every group's ε allows one more (central evaluation only)."""
+        try:
+            return self._rounds(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_fn)
+        finally:
+            if self.account is not None:
+                self.account.finish()
+
+    def _rounds(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_fn) -> Result:
         self.enroll(grid, timeout)
         result, arrays = Result(), initial_arrays
         train_config = ConfigRecord() if train_config is None else train_config

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hdp_planner import plan
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_default_ledger():
+    """Secure runs charge the default privacy ledger, never the user's: none for fixtures shared by several tests…"""
+    old = os.environ.get("HDP_PLANNER_LEDGER")
+    os.environ["HDP_PLANNER_LEDGER"] = "none"
+    yield
+    if old is None:
+        del os.environ["HDP_PLANNER_LEDGER"]
+    else:
+        os.environ["HDP_PLANNER_LEDGER"] = old
+
+
 @pytest.fixture(autouse=True)
 def _own_ledger(tmp_path, monkeypatch):
-    """Secure runs charge the default privacy ledger: each test gets its own, never the user's."""
+    """… and a fresh one for each test."""
     monkeypatch.setenv("HDP_PLANNER_LEDGER", str(tmp_path / "ledger.sqlite"))
 
 

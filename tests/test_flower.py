@@ -21,6 +21,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
+from hdp_planner.ledger.store import Ledger  # noqa: E402
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower.app import DataSettings, client_app, model_arrays, train  # noqa: E402
@@ -358,7 +359,7 @@ def simulated(plan_path, tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "hdp_planner", "flower", str(plan_path), "--method", "gdpfed+", "--dataset",
            "digits", "--clients", str(N), "--rounds", "3", "--seed", str(SEED), "--out", str(out),
-           "--diagnostics", "--audit"]  # fmt: skip
+           "--diagnostics", "--audit", "--ledger", str(out / "ledger.sqlite")]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     return proc, out
 
@@ -371,6 +372,8 @@ def test_flower_simulation_writes_the_trainers_metrics(simulated, flower_plan):
     m = json.loads((out / "metrics.json").read_text())
     assert m["runtime"] == "flower" and m["flwr_version"].startswith("1.41")
     assert m["trust"] == "server" and m["rounds"] == 3 and len(m["history"]) == 3
+    charged = Ledger(str(out / "ledger.sqlite")).spending("flower")  # every round released in the ledger
+    assert len(charged) == N and {(c.released_rounds, c.reserved_rounds) for c in charged} == {(3, 0)}
     assert m["clients"] == N and m["method"] == "gdpfed+" and m["stopped"] is None
     assert m["noise_lambda_planned"] == pytest.approx(flower_plan.method("GDPFed+").lambda_exact)
     assert m["noise_lambda_measured"] == pytest.approx(m["noise_lambda_planned"], rel=0.2)

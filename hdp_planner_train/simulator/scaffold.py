@@ -183,19 +183,25 @@ class LedgerRun:
             self.book.finish(self.run_id)
 
 
-def ledger_run(cfg: TrainConfig, plan, spec, start: int, rounds: int) -> LedgerRun | None:
+def ledger_run(
+    cfg: TrainConfig, plan, spec, start: int, rounds: int, clients=None, secure: bool | None = None
+) -> LedgerRun | None:
     """Open the run's account in the ledger (``cfg.ledger``; ``auto``: the default ledger when the noise is secure,
-    none for seeded simulations), refusing the run before round 1 if a client would exceed its lifetime budget."""
+    none for seeded simulations), refusing the run before round 1 if a client would exceed its lifetime budget.
+    ``clients``: (membership, budgets) by client id, when not the simulation's ids 0..n−1 in group order."""
     target = cfg.ledger
-    if not spec.private or target in (None, "", "none") or (target == "auto" and noise_kind(cfg) == "seeded"):
+    secure = noise_kind(cfg) == "secure" if secure is None else secure
+    if not spec.private or target in (None, "", "none") or (target == "auto" and not secure):
         return None
     if spec.secagg is not None:  # its charges are Gaussian rounds; distributed discrete noise composes otherwise
         if target == "auto":
             return None
         raise TrainError("the ledger does not compose distributed discrete noise yet: train --trust secagg without it")
     target = default_ledger() if target == "auto" else target
+    if target in ("", "none"):  # $HDP_PLANNER_LEDGER=none: no default ledger
+        return None
     row = METHOD_NAMES[spec.method]
-    membership, budgets = simulated_clients(plan, row)
+    membership, budgets = simulated_clients(plan, row) if clients is None else clients
     if len(membership) != spec.n:
         raise TrainError(f"the ledger needs the plan's {len(membership)} clients, the run has {spec.n}")
     try:
@@ -203,7 +209,7 @@ def ledger_run(cfg: TrainConfig, plan, spec, start: int, rounds: int) -> LedgerR
             Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
         book = Ledger(target)
         run_id = book.start_run(
-            federation=cfg.federation, label=f"train {cfg.method} {cfg.dataset} seed {cfg.seed}",
+            federation=cfg.federation, label=f"{cfg.method} {cfg.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
             planned=round_costs(plan, row, start=start, rounds=rounds),
         )  # fmt: skip
