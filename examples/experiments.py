@@ -11,6 +11,7 @@ the papers' own, as targets.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -184,8 +185,10 @@ def hdp_plan(*args: str) -> None:
         sys.exit(f"failed: hdp-plan {' '.join(args)}\n{done.stderr.strip()[-2000:]}")
 
 
-def run(name: str, out: Path, resume: bool) -> Result:
+def run(name: str, out: Path, resume: bool, seeds: tuple[int, ...] | None = None) -> Result:
     exp = EXPERIMENTS[name]
+    if seeds is not None:
+        exp = dataclasses.replace(exp, seeds=seeds)
     out.mkdir(parents=True, exist_ok=True)
     plans = {}
     for key, args in exp.plans.items():
@@ -218,13 +221,15 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="list the experiments")
     parser.add_argument("--out", type=Path, default=Path("runs/experiments"), help="runs go to OUT/NAME")
     parser.add_argument("--resume", action="store_true", help="reuse finished runs in OUT/NAME")
+    parser.add_argument("--seeds", help="comma-separated seeds instead of the experiment's own")
     parser.add_argument("--record", action="store_true", help="write benchmarks/results/NAME.json")
     args = parser.parse_args()
     if args.list or args.name is None:
         for name, exp in EXPERIMENTS.items():
             print(f"{name:<18} {exp.title} ({len(exp.rows) * len(exp.seeds)} runs)")
         return
-    result = run(args.name, args.out / args.name, args.resume)
+    seeds = None if args.seeds is None else tuple(int(x) for x in args.seeds.split(","))
+    result = run(args.name, args.out / args.name, args.resume, seeds)
     print(render_result(result))
     if args.record:
         print(f"written to {write_result(result)}")
