@@ -13,7 +13,7 @@ average is printed. Usage::
     python benchmarks/bench_train_engines.py --method dp2-fedsam [--precision bf16]
     python benchmarks/bench_train_engines.py --dataset shakespeare --clients 8 --steps 2 --repeats 3
 
-``--record`` writes the table to ``benchmarks/results/bench_train_engines.json`` for the documentation.
+``--record`` writes the table to ``benchmarks/results/bench_train_engines[_VARIANT].json`` for the documentation.
 """
 
 from __future__ import annotations
@@ -132,8 +132,10 @@ def main() -> None:
             f"batch {batch}, "
             f"{type(model).__name__} (d = {theta.numel():,}), {torch.get_num_threads()} threads, {args.repeats} repeats"
         )
+        variant = "".join(f"_{v}" for v in (args.dataset, args.method, precision)
+                          if v not in ("fmnist", "dp-fedavg", "fp32"))  # fmt: skip
         result = Result(
-            name="bench_train_engines",
+            name=f"bench_train_engines{variant.replace('-', '_')}",
             title="Local training per round: the loop engine against the vectorized engine",
             tables=(Table(setting, ("engine", "median (s/round)", "min (s/round)", "loop / engine"), tuple(rows)),),
             notes=tuple(notes),

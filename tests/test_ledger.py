@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -176,8 +177,7 @@ def postgres():
     pytest.importorskip("psycopg", reason="the PostgreSQL driver psycopg is not installed")
     if shutil.which("runuser") is None or os.geteuid() != 0:
         pytest.skip("needs root to run the server as the postgres user")
-    base = Path(f"/tmp/hdp-ledger-pg-{os.getpid()}")
-    base.mkdir()
+    base = Path(tempfile.mkdtemp(prefix="hdp-ledger-pg-"))
     shutil.chown(base, "postgres")
     port = _free_port()
     as_pg = ["runuser", "-u", "postgres", "--"]
