@@ -84,28 +84,33 @@ def test_train_charges_the_ledger_and_ledger_show_reports_each_client(tmp_path, 
     assert check.exit_code == 1 and "cannot take part" in check.output
 
 
-def _race(url: str, p, barrier, results) -> None:
+def _race(url: str, p, federation: str, barrier, results) -> None:
     book = Ledger(url)
+    args = {**_run_args(p), "federation": federation}
     barrier.wait()
     try:
-        _start(book, p)
+        book.start_run(label="race", plan_sha256="0" * 64, **args)
         results.put("started")
     except LedgerError:
         results.put("refused")
+
+
+def _two_at_once(url: str, p, federation: str) -> list[str]:
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(url, p, federation, barrier, results)) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    return sorted(results.get(timeout=5) for _ in range(2))
 
 
 def test_two_runs_at_once_never_overspend(tmp_path, small):
     """The budget admits one run of the plan: of two started at the same instant, exactly one gets it."""
     url = str(tmp_path / "race.sqlite")
     Ledger(url)
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_race, args=(url, small, barrier, results)) for _ in range(2)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(120)
-    assert sorted(results.get(timeout=5) for _ in range(2)) == ["refused", "started"]
+    assert _two_at_once(url, small, "f") == ["refused", "started"]
 
 
 def _killed(url: str, p) -> None:
@@ -200,25 +205,4 @@ def test_postgresql_ledger(postgres, small):
 
 
 def test_postgresql_two_runs_at_once_never_overspend(postgres, small):
-    Ledger(postgres).engine.dispose()
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    fresh = plan((1.5, 3.0), 40, rounds=10, q=0.2, clip=1.0)  # other budgets: the first test's runs do not count
-    procs = [ctx.Process(target=_race_pg, args=(postgres, fresh, barrier, results)) for _ in range(2)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(120)
-    assert sorted(results.get(timeout=5) for _ in range(2)) == ["refused", "started"]
-
-
-def _race_pg(url: str, p, barrier, results) -> None:
-    book = Ledger(url)
-    args = _run_args(p)
-    args["federation"] = "race"
-    barrier.wait()
-    try:
-        book.start_run(label="race", plan_sha256="0" * 64, **args)
-        results.put("started")
-    except LedgerError:
-        results.put("refused")
+    assert _two_at_once(postgres, small, "race") == ["refused", "started"]

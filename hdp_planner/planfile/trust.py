@@ -29,23 +29,26 @@ def recommended(rows: tuple[SecaggRow, ...], plan: Plan) -> SecaggRow | None:
     return min(eligible, key=lambda r: r.lambda_secagg) if eligible else None
 
 
+def row_numbers(r: SecaggRow) -> dict[str, Any]:
+    """What a plan file records of a row under ``secagg`` (and ``verify`` recomputes)."""
+    groups = r.groups or ()
+    return {
+        "noise_multiplier": [g.noise_multiplier for g in groups],
+        "epsilon_third_parties": [g.epsilon_third_parties for g in groups],
+        "epsilon_server": [g.epsilon_server for g in groups],
+        "effective_noise_multiplier": [g.effective_noise_multiplier for g in groups],
+        "lambda_secagg": r.lambda_secagg,
+        "lambda_server": r.lambda_server,
+        "price_of_distrust": r.price,
+    }
+
+
 def trust_to_dict(plan: Plan, trust: TrustModel, rows: tuple[SecaggRow, ...]) -> dict[str, Any]:
     doc: dict[str, Any] = {key: getattr(trust, key) for key in PARAMETERS}
     doc["participations"] = trust.participations or plan.config.rounds
     if trust.kind == "secagg":
         best = recommended(rows, plan)
-        doc["rows"] = {
-            r.name: None if r.groups is None else {
-                "noise_multiplier": [g.noise_multiplier for g in r.groups],
-                "epsilon_third_parties": [g.epsilon_third_parties for g in r.groups],
-                "epsilon_server": [g.epsilon_server for g in r.groups],
-                "effective_noise_multiplier": [g.effective_noise_multiplier for g in r.groups],
-                "lambda_secagg": r.lambda_secagg,
-                "lambda_server": r.lambda_server,
-                "price_of_distrust": r.price,
-            }
-            for r in rows
-        }  # fmt: skip
+        doc["rows"] = {r.name: None if r.groups is None else row_numbers(r) for r in rows}
         doc["recommendation"] = None if best is None else best.name
     return doc
 
@@ -106,16 +109,7 @@ def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
                                               tau_d=tau_d[i])  # fmt: skip
                 if spent > eps * (1 + 1e-9):
                     problems.append(f"{where}, group {i + 1}: z={z:.6g} spends ε={spent:.6g} > budget {eps:g}")
-        expected = {
-            "noise_multiplier": [g.noise_multiplier for g in r.groups],
-            "epsilon_third_parties": [g.epsilon_third_parties for g in r.groups],
-            "epsilon_server": [g.epsilon_server for g in r.groups],
-            "effective_noise_multiplier": [g.effective_noise_multiplier for g in r.groups],
-            "lambda_secagg": r.lambda_secagg,
-            "lambda_server": r.lambda_server,
-            "price_of_distrust": r.price,
-        }
-        for key, want in expected.items():
+        for key, want in row_numbers(r).items():
             if not _close(entry.get(key), want):
                 problems.append(f"{where}: {key} {entry.get(key)!r} differs from the recomputed {want!r}")
     best = recommended(rows, plan)
