@@ -56,18 +56,16 @@ def poisson_subsampled_rdp(orders: np.ndarray, rdp: np.ndarray, q: float) -> np.
     if q <= 0:
         return np.zeros(orders.size)
     lq, l1q = math.log(q), math.log1p(-q)
-    out = np.empty(orders.size)
-    for i, alpha in enumerate(orders):
-        ell = np.arange(3, alpha + 1)
-        terms = [
-            (alpha - 1) * l1q + math.log1p(q * (alpha - 1)),
-            float(_log_binom(np.float64(alpha), np.float64(2))) + 2 * lq + (alpha - 2) * l1q + rdp[0],
-        ]
-        if ell.size:
-            idx = (ell - 2).astype(int)
-            terms.extend(math.log(3) + _log_binom(alpha, ell) + (alpha - ell) * l1q + ell * lq + (ell - 1) * rdp[idx])
-        out[i] = max(float(logsumexp(terms)), 0.0) / (alpha - 1)
-    return out
+    alpha = orders.astype(np.float64)[:, None]
+    ell = np.arange(3, int(orders[-1]) + 1, dtype=np.float64)[None, :]
+    eps_ell = np.asarray(rdp, dtype=np.float64)[(ell[0] - 2).astype(int)][None, :]  # ε(ℓ) at ℓ = 3, …
+    with np.errstate(invalid="ignore"):
+        third = math.log(3) + _log_binom(alpha, ell) + (alpha - ell) * l1q + ell * lq + (ell - 1) * eps_ell
+    third = np.where(ell <= alpha, third, -np.inf)  # only ℓ ≤ α
+    first = (alpha[:, 0] - 1) * l1q + np.log1p(q * (alpha[:, 0] - 1))
+    second = _log_binom(alpha[:, 0], np.float64(2)) + 2 * lq + (alpha[:, 0] - 2) * l1q + rdp[0]
+    total = logsumexp(np.column_stack([first, second, third]), axis=1)
+    return np.maximum(total, 0.0) / (alpha[:, 0] - 1)
 
 
 def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
