@@ -35,8 +35,9 @@ def flower(
         str,
         typer.Option(
             "--trust",
-            help="server: clients send clipped updates, the server adds the noise | secagg: clients add noise shares "
-            "(not masked: Flower 1.41's SecAgg+ needs its legacy API)",
+            help="server: clients send clipped updates, the server sees them and adds the noise | secagg: Flower's "
+            "SecAgg+ per group, clients add distributed discrete Gaussian shares; the server sees masked vectors and "
+            "each group's noisy sum (needs a plan solved with --trust secagg)",
         ),
     ] = "server",
     groups: Annotated[
@@ -66,6 +67,14 @@ def flower(
     federation: Annotated[
         str, typer.Option("--federation", help="Whose clients the ledger charges (node config client-id).")
     ] = "flower",
+    node_state: Annotated[
+        str | None,
+        typer.Option(
+            "--node-state",
+            help="secagg: folder where the simulated nodes keep their participation counts per plan (each refuses "
+            "past the plan's cap K) [a temporary folder per run].",
+        ),
+    ] = None,
 ) -> None:
     """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
     from hdp_planner_flower import require_flwr
@@ -80,7 +89,8 @@ def flower(
     cfg = FlowerConfig(plan=plan_file, method=method, dataset=dataset, data_dir=data_dir, clients=clients,
                        dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, groups=groups, out=out,
                        cpus_per_client=cpus_per_client, diagnostics=diagnostics, audit=audit,
-                       audit_canaries=audit_canaries, ledger=ledger, federation=federation)  # fmt: skip
+                       audit_canaries=audit_canaries, ledger=ledger, federation=federation,
+                       node_state=node_state)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:
@@ -89,6 +99,10 @@ def flower(
     except KeyboardInterrupt:
         interrupted(out)
     eps = ", ".join(f"{e['epsilon_spent']:.3g}" for e in metrics["epsilon_spent"])
+    if "secagg" in metrics:  # the distributed mechanism's accounting, against third parties and the server
+        sa = metrics["secagg"]
+        eps = (", ".join(f"{e:.3g}" for e in sa["epsilon_third_parties"]) + " against third parties, "
+               + ", ".join(f"{e:.3g}" for e in sa["epsilon_server"]) + " against the server")  # fmt: skip
     if "noise_lambda_measured" in metrics:  # --diagnostics (a simulation)
         lam = metrics["noise_lambda_measured"]
         noise = (

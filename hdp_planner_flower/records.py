@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord
 
 ARRAYS = "arrays"  # the model (server → client) or the private update (client → server)
 HDP = "hdp"  # ConfigRecord server → client: group, clip, noise-multiplier, joined, trust; MetricRecord back
@@ -30,3 +30,19 @@ def unflatten(like: ArrayRecord, flat: torch.Tensor) -> ArrayRecord:
     if start != flat.numel():
         raise ValueError(f"a vector of {flat.numel()} values does not fill arrays of {start}")
     return ArrayRecord(out)
+
+
+RULES_PREFIX, SETTINGS_PREFIX = "hdp.", "train."
+"""Under SecAgg+ (legacy FitIns) the round's rules and train settings travel as one flat config with these prefixes."""
+
+
+def fit_config(rules: ConfigRecord, settings: ConfigRecord) -> dict:
+    """The flat FitIns config of a round from its rules and train settings."""
+    return {**{RULES_PREFIX + k: v for k, v in rules.items()}, **{SETTINGS_PREFIX + k: v for k, v in settings.items()}}
+
+
+def split_config(config: dict) -> tuple[ConfigRecord, ConfigRecord]:
+    """(rules, train settings) from a flat FitIns config: :func:`fit_config`'s inverse."""
+    rules = {k[len(RULES_PREFIX) :]: v for k, v in config.items() if k.startswith(RULES_PREFIX)}
+    settings = {k[len(SETTINGS_PREFIX) :]: v for k, v in config.items() if k.startswith(SETTINGS_PREFIX)}
+    return ConfigRecord(rules), ConfigRecord(settings)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +24,11 @@ FLOWER_METHODS = tuple(key for key, m in REGISTRY.items() if m.flower)
 """The plan's client-level methods (rows of ``plan.json``) that run on Flower (the method registry)."""
 
 TRUST_NOTES = {
-    "server": "trusted server: clients send clipped updates, the server adds each group's full noise N(0, C²σ²)",
+    "server": "trusted server: clients send clipped updates, the server adds each group's full noise N(0, C²σ²); "
+    "the server sees every sampled client's clipped update",
     "secagg": (
-        "clients add noise shares N(0, C²σ²/c) and the server adds the shares of sampled clients that did not reply; "
-        "Flower 1.41's SecAgg+ runs only with its legacy API, so updates are NOT masked: the server sees each noisy "
-        "individual update (each carries only 1/c of the group's noise)"
+        "Flower's SecAgg+ per group: clients send masked integer shares of distributed discrete Gaussian noise; the "
+        "server sees masked vectors, each group's decoded noisy sum, and who was sampled and replied"
     ),
 }
 
@@ -49,6 +52,7 @@ class FlowerConfig:
     audit_canaries: int | None = None
     ledger: str = "auto"  # privacy ledger (auto: the default ledger; Flower's noise is always secure)
     federation: str = "flower"  # whose clients the ledger charges (node config client-id)
+    node_state: str | None = None  # secagg: where simulated nodes keep participation counts (None: a temporary folder)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class Prepared:
     settings: Any
     version: str
     clients: Any = None  # (membership, budgets) by client id from --groups, for the ledger
+    plan_sha256: str = ""  # the plan file's SHA-256: announced each round, pinned by secagg clients
 
 
 def prepare(cfg: FlowerConfig) -> Prepared:
@@ -84,13 +89,13 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner.planfile.document import budgets_digest_of, read_document
     from hdp_planner.planning.budgets import read_assignment
     from hdp_planner_flower.app import DataSettings
-    from hdp_planner_flower.strategy import groups_from_file
+    from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.simulator.trainer import TrainConfig, _check
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
                      dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop",
                      audit=cfg.audit, audit_canaries=cfg.audit_canaries, ledger=cfg.ledger,
-                     federation=cfg.federation)  # fmt: skip
+                     federation=cfg.federation, trust=cfg.trust)  # fmt: skip
     if cfg.audit and cfg.trust != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
     plan, data, spec, rounds, batch, momentum = _check(tc)
@@ -109,7 +114,10 @@ def prepare(cfg: FlowerConfig) -> Prepared:
         raise ValueError(f"--out {cfg.out} is not a directory")
     settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,
                             batch, momentum, plan.config.lr, tc.lr_decay)  # fmt: skip
-    return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version, clients)
+    from hdp_planner_flower.pin import file_sha256
+
+    return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version, clients,
+                    file_sha256(cfg.plan))  # fmt: skip
 
 
 def serve(p: Prepared, grid, progress=print):
@@ -139,7 +147,7 @@ def serve(p: Prepared, grid, progress=print):
     account = ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True)
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
-        auditor=auditor, account=account,
+        auditor=auditor, account=account, plan_sha256=p.plan_sha256,
     )  # fmt: skip
     strategy.start(
         grid,
@@ -170,6 +178,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
             "noise_source": "secure",
             "noise_note": "SecureNoise and SecureRandom (the OS CSPRNG): no seed is written",
             "stopped": strategy.stopped,
+            **({"secagg": flower_secagg_metrics(p, log.next_round)} if spec.secagg is not None else {}),
             "clip": spec.clip,
             "groups": {"sizes": list(spec.sizes), "q": list(spec.q), "weight": list(spec.weight)},
         }
@@ -209,7 +218,14 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
             holder["error"] = exc
 
     try:
-        _simulate(app, client_app(), p.data.n_clients, cfg.cpus_per_client)
+        with node_state(cfg) as state_dir:
+            pin = None
+            if cfg.trust == "secagg":
+                from hdp_planner_flower.pin import Pin
+
+                pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
+                          str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir)  # fmt: skip
+            _simulate(app, client_app(pin=pin), p.data.n_clients, cfg.cpus_per_client)
     except KeyboardInterrupt:
         stop_ray()
         raise
@@ -243,6 +259,39 @@ def run_config_server_app():
               + (f"; metrics written to {cfg.out}/metrics.json" if cfg.out else ""))  # fmt: skip
 
     return app
+
+
+@contextmanager
+def node_state(cfg: FlowerConfig) -> Iterator[str]:
+    """The simulated nodes' folder of participation counts: ``cfg.node_state``, or a temporary one for the run."""
+    if cfg.node_state:
+        yield cfg.node_state
+        return
+    with tempfile.TemporaryDirectory(prefix="hdp-nodes-") as folder:
+        yield folder
+
+
+def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
+    """The trainer's secure-aggregation block (ε against third parties, and against the server with every round a
+    participation) and ε against the server at the clients' cap K (each pinned client refuses past K)."""
+    from hdp_planner.distributed.accounting import epsilon_server, tau
+    from hdp_planner.distributed.encoding import padded_dimension
+    from hdp_planner.distributed.rounds import MIN_SHARE_SIGMA2
+    from hdp_planner.planfile.document import read_document
+    from hdp_planner.planfile.trust import trust_from_dict
+    from hdp_planner_train.simulator.trainer import secagg_metrics
+
+    sa = p.spec.secagg
+    cap = min(trust_from_dict(read_document(p.cfg.plan)).participations or rounds, rounds)
+    block = {k: v for k, v in secagg_metrics(p.plan, p.spec, rounds, None).items() if k != "dropout_simulated"}
+    block["participation_cap"] = cap
+    block["epsilon_server"] = [
+        epsilon_server(noise_multiplier=z, participations=cap, delta=p.plan.config.delta,
+                       tau_d=tau(MIN_SHARE_SIGMA2, size) * padded_dimension(sa.model_dim))
+        for z, size in zip(p.spec.noise_multiplier, p.spec.sizes)
+    ]  # fmt: skip
+    block["masks"] = "Flower SecAgg+, full neighbour graph, masks expanded with ChaCha20"
+    return block
 
 
 def spec_dim(data, dataset: str) -> int:

@@ -9,9 +9,11 @@ joined count c_m, and turns the replies into the groups' noisy sums y_m;
 
 - ``server``: clients send clipped updates; the server re-clips them (``clip_rows``: a no-op for honest clients)
   and adds each group's full noise N(0, C_m²σ_m²) (``group_noise``), whatever number of replies arrived;
-- ``secagg``: each client adds its share N(0, C_m²σ_m²/c_m); for every sampled node that did not reply the server
-  adds that share itself, so a dropout never leaves y_m with less than its planned noise. Flower 1.41's SecAgg+
-  runs only with its legacy API, so these sums are not masked: the server sees each noisy individual update.
+- ``secagg``: every group's round is one run of Flower's own SecAgg+ (:mod:`.secagg_workflow`): each sampled
+  client sends its integer share of the distributed discrete Gaussian, masked; the server learns only the decoded
+  sum of the survivors (at least t = ⌈F·c_m⌉ of them, or nothing is released) and who was sampled and replied.
+  ``spec`` is then the plan's trust object's (:func:`hdp_planner_train.rules.secagg.planned_groups`) and each
+  client checks the round against the plan it pinned (:mod:`.pin`).
 
 Nodes are mapped to groups by the server alone: an enrolment query asks every node for its client id (node config
 ``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
@@ -26,7 +28,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,11 +35,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from hdp_planner.planning.budgets import BudgetError, read_assignment
 from hdp_planner.planning.plan import Plan
-from hdp_planner.rules.noise import SecureRandom, noise_share_std, poisson_sample
+from hdp_planner.rules.noise import SecureRandom, poisson_sample
+from hdp_planner_flower.membership import FlowerRunError, default_groups
 from hdp_planner_flower.mods import TRUST_MODELS
-from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, flatten, unflatten
+from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
+from hdp_planner_flower.secagg_workflow import secure_group_sum
 from hdp_planner_train.rules.aggregate import (
     GroupSpec,
     NoiseSource,
@@ -48,45 +50,15 @@ from hdp_planner_train.rules.aggregate import (
     group_noise,
     noisy_update,
 )
+from hdp_planner_train.rules.secagg import required_threshold, round_plan
 from hdp_planner_train.simulator.scaffold import RunLog, privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
 """Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""
 
 
-class FlowerRunError(ValueError):
-    """A federation or reply the plan cannot run with: reported as one line, exit status 2."""
-
-
 def secure_source(rnd: int) -> NoiseSource:
     return SecureNoise()
-
-
-def default_groups(spec: GroupSpec) -> np.ndarray:
-    """Group of client ids 0..n-1 as the simulator has it: the method's groups in order of their sizes."""
-    return np.repeat(np.arange(len(spec.sizes)), spec.sizes)
-
-
-def groups_from_file(
-    path: str | Path, spec: GroupSpec, group_epsilons: tuple[float, ...], digest: str | None
-) -> np.ndarray:
-    """Group (0-based, of ``spec``) of client ids 0..n-1 from ``hdp-plan assign --output``'s CSV, checked against the
-    plan (:func:`hdp_planner.planning.budgets.read_assignment`: each client's budget at least its group's ε, the
-    budgets those the plan was made from when it recorded their ``digest``)."""
-    try:
-        ids, groups = read_assignment(path, group_epsilons, digest)
-    except BudgetError as exc:
-        raise FlowerRunError(str(exc)) from None
-    if sorted(ids) != sorted(str(i) for i in range(spec.n)) or any(not i.isdigit() for i in ids):
-        raise FlowerRunError(f"groups file {path}: client ids must be 0..{spec.n - 1} (node config client-id)")
-    by_id = np.empty(spec.n, dtype=np.int64)
-    by_id[[int(i) for i in ids]] = groups
-    if len(spec.sizes) == 1:
-        return np.zeros(spec.n, dtype=np.int64)  # one group (DP-FedAvg, IDP pools): everyone
-    counts = tuple(np.bincount(by_id, minlength=len(spec.sizes)).tolist())
-    if counts != tuple(spec.sizes):
-        raise FlowerRunError(f"groups file {path} puts {counts} clients in the groups; the plan has {spec.sizes}")
-    return by_id
 
 
 class HdpStrategy(Strategy):
@@ -104,6 +76,7 @@ class HdpStrategy(Strategy):
         account=None,
         diagnostics: bool = False,
         auditor=None,
+        plan_sha256: str = "",
     ) -> None:
         if trust not in TRUST_MODELS:
             raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
@@ -111,6 +84,9 @@ class HdpStrategy(Strategy):
             raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
         if auditor is not None and trust != "server":
             raise FlowerRunError("--audit needs --trust server: the server inserts the canaries and adds their noise")
+        if (trust == "secagg") != (spec.secagg is not None):
+            raise FlowerRunError("--trust secagg runs the plan's trust object: its spec comes from planned_groups")
+        self.plan_sha256 = plan_sha256  # announced to pinned clients under secagg
         self.auditor = auditor  # hdp_planner_train.audit.canaries.CanaryAuditor: canary clients through the same round
         self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
@@ -166,33 +142,73 @@ class HdpStrategy(Strategy):
             e["epsilon_spent"] <= e["epsilon_budget"] * (1 + 1e-9) for e in privacy_ledger(self.plan, self.spec, rounds)
         )
 
+    def sample(self, server_round: int) -> list[list[int]]:
+        """Poisson-sample every group's nodes with q_m (OS entropy); remembers who was sent what."""
+        picked = [
+            [nodes[i] for i in poisson_sample(self.uniform, len(nodes), q)]
+            for nodes, q in zip(self.members, self.spec.q)
+        ]
+        self.joined = [len(p) for p in picked]
+        self.sent = {node: m for m, p in enumerate(picked) for node in p}
+        return picked
+
+    def rules(self, server_round: int, m: int) -> ConfigRecord:
+        """What group m's sampled nodes are told this round (under secagg a pinned client checks every field)."""
+        spec = self.spec
+        sigma = spec.noise_at(server_round - 1)
+        rules = {
+            "group": m,
+            "clip": float(spec.clips[m]),
+            "noise-multiplier": float(sigma[m]),  # pooled: C_mσ_m = s, the pool's std, for every m
+            "joined": sum(self.joined) if spec.pooled else self.joined[m],  # pooled: the pool's c
+            "trust": self.trust,
+            "server-round": server_round,
+        }
+        if self.trust == "secagg":
+            rules.update({"q": float(spec.q[m]), "method": spec.method, "plan-sha256": self.plan_sha256})
+        return ConfigRecord(rules)
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> list[Message]:
         """Poisson-sample every group's nodes with q_m; one message per sampled node with its group's rules."""
-        spec = self.spec
-        sigma = spec.noise_at(server_round - 1)
-        picked = [
-            [nodes[i] for i in poisson_sample(self.uniform, len(nodes), q)] for nodes, q in zip(self.members, spec.q)
-        ]
-        self.arrays, self.joined = arrays, [len(p) for p in picked]
-        self.sent = {node: m for m, p in enumerate(picked) for node in p}
+        picked = self.sample(server_round)
+        self.arrays = arrays
         messages = []
         for m, nodes in enumerate(picked):
-            rules = ConfigRecord(
-                {
-                    "group": m,
-                    "clip": float(spec.clips[m]),
-                    "noise-multiplier": float(sigma[m]),  # pooled: C_mσ_m = s, the pool's std, for every m
-                    "joined": sum(self.joined) if spec.pooled else self.joined[m],  # pooled: the pool's c
-                    "trust": self.trust,
-                    "server-round": server_round,
-                }
-            )
+            rules = self.rules(server_round, m)
             for node in nodes:
                 content = RecordDict({ARRAYS: arrays, HDP: rules, TRAIN_SETTINGS: config})
                 messages.append(Message(content, dst_node_id=node, message_type="train"))
         return messages
+
+    def secure_round(
+        self, grid: Grid, server_round: int, arrays: ArrayRecord, config: ConfigRecord, timeout: float | None
+    ) -> tuple[ArrayRecord, MetricRecord]:
+        """One round under secagg: a SecAgg+ run per group (:func:`~.secagg_workflow.secure_group_sum`), a group
+        that cannot complete contributing nothing, then the simulator's update rule."""
+        spec, rnd = self.spec, server_round - 1
+        picked = self.sample(server_round)
+        self.arrays = arrays
+        theta = flatten(arrays)
+        sigma = spec.noise_at(rnd)
+        ys, withheld = [], 0
+        for m, nodes in enumerate(picked):
+            plan = round_plan(dim=theta.numel(), clip=spec.clips[m], noise_multiplier=sigma[m], spec=spec.secagg,
+                              sampled=len(nodes), rnd=rnd, group=m)  # fmt: skip
+            y = None
+            if plan is not None:
+                threshold = required_threshold(len(nodes), spec.secagg.survivors, spec.secagg.colluders)
+                y = secure_group_sum(grid, nodes=nodes, server_round=server_round, plan=plan, threshold=threshold,
+                                     arrays=arrays, fit_config=fit_config(self.rules(server_round, m), config),
+                                     timeout=timeout)  # fmt: skip
+            withheld += y is None
+            ys.append(torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype))
+        update, measured, applied = noisy_update(ys, None, spec, self.noise_for(rnd), self.public_history)
+        self.stats = RoundStats(list(self.joined), 0, measured, applied, withheld)
+        if self.account is not None:
+            self.account.release(rnd)
+        return unflatten(arrays, theta + update), MetricRecord({"joined": sum(self.joined), "withheld": withheld})
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord, MetricRecord]:
         """θ + Σ_m ω_m·Top_k(y_m) for the model sent in this round; the round's statistics in ``self.stats``."""
@@ -250,16 +266,7 @@ class HdpStrategy(Strategy):
             ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
             self.observe(ys)
             return ys, noises, clipped
-        # secagg: the replies carry their shares; the server adds the shares of the sampled nodes that did not reply
-        missing = [j - r.shape[0] for j, r in zip(self.joined, ordered)]
-        if spec.pooled:
-            top_up = self.top_up(d, sum(self.joined), sum(missing), spec.clips[0], sigma[0], source)
-            return [torch.cat(ordered).sum(0) + top_up], None, 0
-        ys = [
-            r.sum(0) + self.top_up(d, j, k, c, s, source)
-            for r, j, k, c, s in zip(ordered, self.joined, missing, spec.clips, sigma)
-        ]
-        return ys, None, 0
+        raise FlowerRunError("secagg rounds run through secure_round")
 
     def observe(self, ys: list[torch.Tensor]) -> None:
         """Each group's noisy sum before Top-k / projection to the audit (pooled: the pool's sum for every group)."""
@@ -271,15 +278,6 @@ class HdpStrategy(Strategy):
     def group_noise(d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource) -> torch.Tensor:
         """The simulator's ``group_noise`` (``joined`` shares, N(0, C²σ²) in all) on the CPU in float32."""
         return group_noise(d, joined, clip, noise_multiplier, source, "cpu", torch.float32)
-
-    def top_up(self, d: int, joined: int, missing: int, clip: float, noise_multiplier: float, source: NoiseSource):
-        """The noise shares of ``missing`` of ``joined`` sampled clients (all of N(0, C²σ²) when nobody joined)."""
-        if joined == 0:
-            return self.group_noise(d, 0, clip, noise_multiplier, source)
-        if missing == 0:
-            return torch.zeros(d)
-        std = noise_share_std(clip, noise_multiplier, joined) * math.sqrt(missing)  # missing shares, one draw
-        return source.normal(d, std, "cpu", torch.float32)
 
     def start(
         self,
@@ -307,8 +305,11 @@ class HdpStrategy(Strategy):
                 self.stopped = f"stopped before round {rnd}: a group would exceed its ε"
                 break
             t0 = time.perf_counter()
-            replies = grid.send_and_receive(self.configure_train(rnd, arrays, train_config, grid), timeout=timeout)
-            arrays, metrics = self.aggregate_train(rnd, replies)
+            if self.trust == "secagg":
+                arrays, metrics = self.secure_round(grid, rnd, arrays, train_config, timeout)
+            else:
+                replies = grid.send_and_receive(self.configure_train(rnd, arrays, train_config, grid), timeout=timeout)
+                arrays, metrics = self.aggregate_train(rnd, replies)
             seconds = time.perf_counter() - t0
             self.log.record(self.stats, seconds)  # kept only with diagnostics
             result.arrays = arrays

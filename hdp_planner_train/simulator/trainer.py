@@ -10,7 +10,6 @@ measurements and the privacy ledger (rounds run per group); it also stores torch
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,8 +18,7 @@ from typing import Any
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner.planfile.document import PlanFileError, load_plan, read_document, verify
-from hdp_planner.planfile.trust import trust_from_dict, verify_trust
+from hdp_planner.planfile.document import load_plan, read_document, verify
 from hdp_planner_train.rules.aggregate import (
     METHOD_NAMES,
     GroupSpec,
@@ -30,7 +28,7 @@ from hdp_planner_train.rules.aggregate import (
     round_rows,
     sample_round,
 )
-from hdp_planner_train.rules.secagg import SecaggSpec
+from hdp_planner_train.rules.secagg import planned_groups
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.simulator.engines import ENGINES, PRECISIONS, batch_indices, evaluate, local_deltas
 from hdp_planner_train.simulator.models import MODELS, make_model, model_dim, model_name
@@ -69,27 +67,18 @@ def _device(name: str) -> torch.device:
 
 
 def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
-    """The method's groups under the plan's ``secagg`` trust object (verified): each group's z, the bits, survivors
-    and colluders, and the simulated dropout rate."""
-    try:
-        doc = read_document(cfg.plan)
-        trust = trust_from_dict(doc)
-    except PlanFileError as exc:
-        raise TrainError(str(exc)) from None
-    if trust.kind != "secagg":
-        raise TrainError(f"--trust secagg needs a plan solved with --trust secagg; {cfg.plan} trusts the server")
-    problems = verify_trust(plan, doc)
-    if problems:
-        raise TrainError(f"plan {cfg.plan} fails verification: {problems[0]}")
-    entry = doc["trust"]["rows"].get(METHOD_NAMES[spec.method])
-    if entry is None or not spec.private or cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
+    """The method's groups under the plan's ``secagg`` trust object (verified, :func:`~hdp_planner_train.rules.secagg.
+    planned_groups`) and the simulated dropout rate."""
+    if cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
         raise TrainError(f"{cfg.method} has no distributed form under --trust secagg")
     if cfg.audit:
         raise TrainError("--audit does not run under --trust secagg yet")
     if not 0 <= cfg.dropout < 1:
         raise TrainError(f"--dropout must lie in [0, 1), got {cfg.dropout}")
-    secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), cfg.dropout)
-    return dataclasses.replace(spec, noise_multiplier=tuple(entry["noise_multiplier"]), secagg=secagg)
+    try:
+        return planned_groups(read_document(cfg.plan), plan, spec, METHOD_NAMES[spec.method], cfg.dropout)
+    except ValueError as exc:
+        raise TrainError(str(exc).replace("this plan", cfg.plan)) from None
 
 
 def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> dict[str, Any]:

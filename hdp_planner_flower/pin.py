@@ -1,0 +1,174 @@
+"""What a client agreed to before it contributes under secure aggregation: a pinned plan and its participation count.
+
+A node pins the plan file it accepted by its SHA-256 (node config ``plan`` and ``plan-sha256``, optionally
+``method``, ``groups`` and ``state-dir``; or the node process's environment, :meth:`Pin.from_environment`; in a
+simulation the app is built with a :class:`Pin`). Each round, before
+it sends anything, the client checks the server's announcement against its own copy of the plan
+(:meth:`PinnedPlan.check`): plan hash, trust model, method, its group, C_m, σ_m, q_m, the sampled count c as
+SecAgg+ itself shows it (a full neighbour graph over the c sampled clients), the reconstruction threshold t = ⌈F·c⌉
+(so that every released sum carries the noise the plan counted on) and the quantization settings of the exact
+integer path. It keeps its participations per plan hash in a file of its own (:class:`Participations`) and
+refuses past the plan's cap K.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document, verify
+from hdp_planner.planfile.trust import trust_from_dict
+from hdp_planner_flower.masks import MASK_MODULUS
+from hdp_planner_flower.membership import default_groups, groups_from_file
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupSpec, method_spec
+from hdp_planner_train.rules.secagg import planned_groups, required_threshold
+
+
+class RoundRefused(ValueError):
+    """The server's round differs from the client's pinned plan: the client sends nothing."""
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def default_state_dir() -> Path:
+    """Where a node keeps its participation counts: ``$XDG_STATE_HOME/hdp-planner/participations``."""
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "hdp-planner" / "participations"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The plan a node accepted (``plan`` with SHA-256 ``sha256``), the method it trains, the groups file that
+    maps client ids to groups (None: the plan's group order) and where it keeps its participation counts."""
+
+    plan: str
+    sha256: str
+    method: str = "gdpfed+"
+    groups: str | None = None
+    state_dir: str | None = None
+
+    @classmethod
+    def from_environment(cls) -> Pin | None:
+        """The node process's own pin from ``HDP_PLAN``, ``HDP_PLAN_SHA256`` and optionally ``HDP_METHOD``,
+        ``HDP_GROUPS``, ``HDP_STATE_DIR`` (None when ``HDP_PLAN`` is unset)."""
+        env = os.environ
+        if not env.get("HDP_PLAN"):
+            return None
+        return cls(env["HDP_PLAN"], env.get("HDP_PLAN_SHA256", ""), env.get("HDP_METHOD", "gdpfed+"),
+                   env.get("HDP_GROUPS") or None, env.get("HDP_STATE_DIR") or None)  # fmt: skip
+
+    @classmethod
+    def from_node_config(cls, config, fallback: Pin | None = None) -> Pin:
+        """The node config's pin (keys ``plan``, ``plan-sha256``, ``method``, ``groups``, ``state-dir``), else
+        ``fallback``; a node with neither cannot contribute."""
+        if "plan" in config:
+            return cls(str(config["plan"]), str(config.get("plan-sha256", "")), str(config.get("method", "gdpfed+")),
+                       str(config["groups"]) if config.get("groups") else None,
+                       str(config["state-dir"]) if config.get("state-dir") else None)  # fmt: skip
+        if fallback is None:
+            raise RoundRefused("no pinned plan: start the node with --node-config 'plan=PATH plan-sha256=HEX'")
+        return fallback
+
+
+@dataclass(frozen=True)
+class PinnedPlan:
+    """A pinned plan, read and verified by the client itself."""
+
+    sha256: str
+    method: str
+    spec: GroupSpec
+    group_of_client: np.ndarray
+    rounds: int
+    cap: int
+
+    def check(self, rules, *, client: int, sampled: int, share_number: int, threshold: int, keys: int,
+              quantization: tuple[float, int, int, float]) -> int:  # fmt: skip
+        """Refuse (:class:`RoundRefused`) a round whose announcement differs from the plan; the group."""
+        if str(rules["plan-sha256"]) != self.sha256:
+            raise RoundRefused("the server's plan is not the pinned one")
+        if str(rules["trust"]) != "secagg" or str(rules["method"]) != self.method:
+            raise RoundRefused(f"the server runs {rules['method']} under {rules['trust']}; pinned: {self.method}")
+        m, rnd = int(rules["group"]), int(rules["server-round"])
+        if m != int(self.group_of_client[client]):
+            raise RoundRefused(f"the server puts client {client} in group {m + 1}, the plan in group "
+                               f"{int(self.group_of_client[client]) + 1}")  # fmt: skip
+        if not 1 <= rnd <= self.rounds:
+            raise RoundRefused(f"round {rnd} is outside the plan's 1..{self.rounds}")
+        spec = self.spec
+        announced = {"clip": spec.clips[m], "noise-multiplier": spec.noise_at(rnd - 1)[m], "q": spec.q[m]}
+        for key, want in announced.items():
+            if not math.isclose(float(rules[key]), want, rel_tol=1e-12):
+                raise RoundRefused(f"the server announces {key} {float(rules[key])!r}, the plan has {want!r}")
+        c = int(rules["joined"])
+        t = required_threshold(c, spec.secagg.survivors, spec.secagg.colluders)
+        if not sampled == share_number == c:
+            raise RoundRefused(f"the server announces {c} sampled clients; SecAgg+ shows {sampled} sampled and "
+                               f"{share_number} shares (a full neighbour graph is required)")  # fmt: skip
+        if threshold != t:
+            raise RoundRefused(f"the reconstruction threshold is {threshold}; the plan's survivors need {t}")
+        if not t <= keys <= c:
+            raise RoundRefused(f"SecAgg+ shows {keys} public keys for {c} sampled clients and threshold {t}")
+        b = spec.secagg.bits
+        if quantization != (float(1 << (b - 1)), 1 << b, MASK_MODULUS, 1.0):
+            raise RoundRefused(f"SecAgg+ quantization {quantization} is not the exact {b}-bit path")
+        return m
+
+
+@functools.lru_cache(maxsize=8)
+def load_pinned(pin: Pin) -> PinnedPlan:
+    """Read, hash-check and verify the pinned plan (once per process)."""
+    path = Path(pin.plan)
+    if not path.is_file():
+        raise RoundRefused(f"pinned plan {pin.plan} not found")
+    digest = file_sha256(path)
+    if digest != pin.sha256:
+        raise RoundRefused(f"pinned plan {pin.plan} has SHA-256 {digest}, the node pinned {pin.sha256 or 'nothing'}")
+    plan = load_plan(path)
+    problems = verify(plan)
+    if problems:
+        raise RoundRefused(f"pinned plan fails verification: {problems[0]}")
+    doc = read_document(path)
+    try:
+        spec = planned_groups(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])
+    except ValueError as exc:
+        raise RoundRefused(str(exc)) from None
+    trust = trust_from_dict(doc)
+    groups = (
+        groups_from_file(pin.groups, spec, plan.groups.epsilon, budgets_digest_of(doc))
+        if pin.groups
+        else default_groups(spec)
+    )
+    t = plan.config.rounds
+    return PinnedPlan(digest, pin.method, spec, groups, t, trust.participations or t)
+
+
+class Participations:
+    """A node's participation count per plan hash, in ``DIR/client-I.json`` (written before each contribution)."""
+
+    def __init__(self, directory: str | Path, client: int) -> None:
+        self.path = Path(directory) / f"client-{client}.json"
+
+    def counts(self) -> dict[str, int]:
+        return json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def take(self, sha256: str, cap: int) -> int:
+        """Count one more participation in the plan; refuses past ``cap``. Returns the new count."""
+        counts = self.counts()
+        used = int(counts.get(sha256, 0))
+        if used >= cap:
+            raise RoundRefused(f"this client has taken part in {used} rounds of the plan, its cap K = {cap}")
+        counts[sha256] = used + 1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(counts))
+        tmp.replace(self.path)
+        return used + 1

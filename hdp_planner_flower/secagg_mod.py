@@ -1,0 +1,75 @@
+"""Client side under ``--trust secagg``: Flower's own SecAgg+ mod around a mod that turns the trained model into the
+client's integer share of the distributed discrete Gaussian (the core's :func:`~hdp_planner_train.rules.secagg.
+client_message`, the code the simulator runs).
+
+``mods=secagg_mods(pin)`` is ``[masked secaggplus_mod, share_mod]``: SecAgg+ runs its four stages (keys, shares,
+masked vector, unmasking) with :func:`~hdp_planner_flower.masks.chacha_masks`; at the masked-vector stage it calls
+:func:`share_mod`, which checks the round against the pinned plan (:mod:`.pin`), counts the participation, calls the
+user's train function with the ordinary message (``arrays``, ``hdp``, ``train`` records), and replies with
+y − 2^(b−1) for the integer message y mod 2^b. With SecAgg+'s clipping range 2^(b−1), quantization range 2^b,
+modulus 2^32, weight 1 and maximum weight 1, its quantizer maps that reply back to y exactly, so the server's
+unmasked sum is Σy modulo 2^b bit for bit. Nothing else travels: no metrics, a constant example count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import ArrayRecord, Context, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
+from flwr.compat.common import recorddict_compat as compat
+
+from hdp_planner.distributed.randomness import SecureBits
+from hdp_planner_flower.masks import secure_masks
+from hdp_planner_flower.mods import client_id
+from hdp_planner_flower.pin import Participations, Pin, default_state_dir, load_pinned
+from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, split_config
+from hdp_planner_train.rules.secagg import client_message, round_plan
+
+
+def masked_secaggplus_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+    """Flower's ``secaggplus_mod`` with masks from :func:`~hdp_planner_flower.masks.chacha_masks`."""
+    with secure_masks():
+        return secaggplus_mod(msg, ctxt, call_next)
+
+
+def share_mod(pin: Pin | None = None):
+    """The mod inside SecAgg+ for a node pinned to ``pin`` (a node config ``plan`` overrides it)."""
+
+    def mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+        chosen = Pin.from_node_config(ctxt.node_config, pin)
+        pinned = load_pinned(chosen)
+        ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+        rules, settings = split_config(ins.config)
+        state = ctxt.state.config_records[RECORD_KEY_STATE]
+        cid = client_id(ctxt)
+        keys = len(state.get("public_keys_dict:K", []))
+        m = pinned.check(rules, client=cid, sampled=int(state["sample_num"]), share_number=int(state["share_num"]),
+                         threshold=int(state["threshold"]), keys=keys,
+                         quantization=(float(state["clipping_range"]), int(state["target_range"]),
+                                       int(state["mod_range"]), float(state["max_weight"])))  # fmt: skip
+        Participations(chosen.state_dir or default_state_dir(), cid).take(pinned.sha256, pinned.cap)
+        sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
+        reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg), ctxt)
+        if reply.has_error():
+            return reply
+        delta = (flatten(reply.content[ARRAYS]) - flatten(sent)).double().numpy()
+        spec, rnd = pinned.spec, int(rules["server-round"]) - 1
+        plan = round_plan(dim=spec.secagg.model_dim, clip=spec.clips[m], noise_multiplier=spec.noise_at(rnd)[m],
+                          spec=spec.secagg, sampled=int(rules["joined"]), rnd=rnd, group=m)  # fmt: skip
+        if plan is None or delta.shape != (spec.secagg.model_dim,):
+            raise ValueError(f"no share to send: the update has {delta.size} values, the plan's d is "
+                             f"{spec.secagg.model_dim}")  # fmt: skip
+        y = client_message(delta, plan, SecureBits())
+        shifted = (y - (1 << (spec.secagg.bits - 1))).astype(np.float64)
+        res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([shifted]), num_examples=1, metrics={})
+        return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
+
+    return mod
+
+
+def secagg_mods(pin: Pin | None = None) -> list:
+    """The train mods of a node under ``--trust secagg``: SecAgg+ (cryptographic masks) around :func:`share_mod`."""
+    return [masked_secaggplus_mod, share_mod(pin)]

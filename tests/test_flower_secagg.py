@@ -1,0 +1,299 @@
+"""Secure aggregation on Flower (``--trust secagg``): Flower's own SecAgg+ per group with ChaCha20 masks, clients that
+check the round against their pinned plan, and group sums equal to the simulator's integer pipeline bit for bit.
+
+The federation runs in this process (:class:`~hdp_planner_flower.local.InProcessGrid`: every node keeps its Context
+between SecAgg+ stages; no Ray), so every message the server receives can be inspected.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+pytest.importorskip("flwr")
+
+from flwr.app import Context, Message, RecordDict  # noqa: E402
+from flwr.common import bytes_to_ndarray  # noqa: E402
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from hdp_planner.distributed.encoding import modular_sum  # noqa: E402
+from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
+from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
+from hdp_planner_cli.app import app as cli_app  # noqa: E402
+from hdp_planner_flower import secagg_mod  # noqa: E402
+from hdp_planner_flower.app import DataSettings, client_app, model_arrays  # noqa: E402
+from hdp_planner_flower.local import InProcessGrid  # noqa: E402
+from hdp_planner_flower.masks import MASK_MODULUS, MASK_USERS, chacha_masks, secure_masks  # noqa: E402
+from hdp_planner_flower.pin import Participations, Pin, RoundRefused, file_sha256, load_pinned  # noqa: E402
+from hdp_planner_flower.records import ARRAYS, flatten  # noqa: E402
+from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa: E402
+from hdp_planner_train.rules.secagg import client_message, planned_groups, release  # noqa: E402
+from hdp_planner_train.simulator.models import make_model  # noqa: E402
+
+N = 24  # virtual clients, three groups of 8
+SEED = 5
+SETTINGS = DataSettings("digits", None, N, None, SEED, 1, 10, 0.0, 0.1, 1.0)
+D = sum(p.numel() for p in make_model("digits").parameters())
+
+
+@pytest.fixture(scope="module")
+def secagg_plan(tmp_path_factory):
+    path = tmp_path_factory.mktemp("secagg") / "plan.json"
+    args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "6", "--q", "0.5", "--clip", "1.0",
+            "--methods", "gdpfed,gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75",
+            "--model-dim", str(D), "--participations", "4", "-o", str(path)]  # fmt: skip
+    result = CliRunner().invoke(cli_app, args)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def unchanged(msg: Message, context: Context) -> Message:
+    """A train function that learns nothing: each client's update is 0, the released sums are pure noise."""
+    return Message(RecordDict({ARRAYS: msg.content[ARRAYS]}), reply_to=msg)
+
+
+def step(msg: Message, context: Context) -> Message:
+    """A train function whose update is a fixed vector per client (client id i: all coordinates 0.001·(i + 1))."""
+    arrays = msg.content[ARRAYS]
+    i = int(context.node_config["partition-id"])
+    out = {k: type(a)(a.numpy() + 0.001 * (i + 1)) for k, a in arrays.items()}
+    return Message(RecordDict({ARRAYS: type(arrays)(out)}), reply_to=msg)
+
+
+def secagg_spec(path: Path, method: str = "gdpfed+"):
+    plan = load_plan(path)
+    return plan, planned_groups(read_document(path), plan, method_spec(plan, method), METHOD_NAMES[method])
+
+
+class Everyone:
+    """Sampling that takes every node (tests only)."""
+
+    def random(self, size):
+        return np.zeros(size)
+
+
+def strategy_for(path: Path, method: str = "gdpfed+", uniform=None) -> HdpStrategy:
+    plan, spec = secagg_spec(path, method)
+    return HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(path), diagnostics=True, uniform=uniform)
+
+
+def run_secure(path, app, rounds=1, fail=None, method="gdpfed+", uniform=None):
+    grid = InProcessGrid(app, N, drop=fail, keep=True)
+    strategy = strategy_for(path, method, uniform)
+    arrays = model_arrays("digits", 10, SEED)
+    result = strategy.start(grid, arrays, num_rounds=rounds, train_config=SETTINGS.record())
+    return strategy, grid, arrays, result
+
+
+def pin_for(path: Path, state: Path, method: str = "gdpfed+") -> Pin:
+    return Pin(str(path), file_sha256(path), method, None, str(state))
+
+
+def test_chacha_masks_are_uniform_and_keyed_by_the_whole_seed():
+    a = chacha_masks(b"k" * 32, 1 << 16, [(4000,), (3, 5)])
+    assert [x.shape for x in a] == [(4000,), (3, 5)] and all(x.dtype == np.int64 for x in a)
+    counts = np.bincount(a[0] >> 12, minlength=16)
+    assert stats.chisquare(counts).pvalue > 1e-4
+    flipped = chacha_masks(b"k" * 31 + b"j", 1 << 16, [(4000,)])[0]  # Flower's XOR fold would keep 31 of 32 bytes
+    assert np.mean(flipped == a[0]) < 0.01
+    with pytest.raises(ValueError, match="power of two"):
+        chacha_masks(b"k" * 32, 1000, [(3,)])
+
+
+def test_secure_masks_replace_flowers_generator_only_inside_the_block():
+    import importlib
+
+    client_side, server_side = (importlib.import_module(name) for name in MASK_USERS)
+
+    before = client_side.pseudo_rand_gen
+    with secure_masks(), secure_masks():
+        assert client_side.pseudo_rand_gen is chacha_masks and server_side.pseudo_rand_gen is chacha_masks
+    assert client_side.pseudo_rand_gen is before and server_side.pseudo_rand_gen is before
+
+
+def test_the_server_sees_only_masked_uniform_vectors_and_no_clear_data(secagg_plan, tmp_path):
+    """Every reply the ServerApp receives, over 2 rounds: SecAgg+ keys, encrypted shares, masked vectors that are
+    uniform modulo 2^b (χ²), key shares, the enrolment's client ids; no metric, a constant example count."""
+    app = client_app(step, pin=pin_for(secagg_plan, tmp_path))
+    strategy, grid, _, _ = run_secure(secagg_plan, app, rounds=2)
+    assert strategy.log.next_round == 2
+    bits = strategy.spec.secagg.bits
+    masked = []
+    for reply in grid.received:
+        assert not reply.has_error(), reply.error.reason
+        content = reply.content
+        assert not any(len(r) for r in content.array_records.values())  # arrays cleared by SecAgg+
+        for name, record in content.metric_records.items():
+            if name == "hdp":  # the enrolment: the node's client id only
+                assert set(record) == {"client-id"}
+            elif name == "fitres.num_examples":
+                assert dict(record) == {"num_examples": 1}
+            else:
+                assert len(record) == 0, (name, dict(record))
+        for name, record in content.config_records.items():
+            assert name in (RECORD_KEY_CONFIGS, "fitres.metrics", "fitres.status"), name
+            if name == "fitres.metrics":
+                assert len(record) == 0
+            if name == RECORD_KEY_CONFIGS and Key.MASKED_PARAMETERS in record:
+                masked.extend(bytes_to_ndarray(b) for b in record[Key.MASKED_PARAMETERS])
+    vectors = [v for v in masked if v.size > 1]
+    assert len(vectors) >= 2 * 3 * 2  # two rounds, three groups, at least 2 survivors each
+    values = np.concatenate(vectors).astype(np.int64) % (1 << bits)
+    counts = np.bincount(values >> (bits - 6), minlength=64)  # 64 equal bins of [0, 2^b)
+    assert stats.chisquare(counts).pvalue > 1e-4
+    assert all(v.max() < MASK_MODULUS for v in vectors)
+
+
+def test_group_sums_equal_the_simulators_integer_pipeline_bit_for_bit(secagg_plan, tmp_path, monkeypatch):
+    """With the shares' randomness seeded per client, the sum SecAgg+ returns (masks on) decodes to exactly the
+    simulator's modular sum of the same clients' messages."""
+    monkeypatch.setattr(secagg_mod, "SecureBits", lambda: SeededBits(17))
+    captured: dict[int, np.ndarray] = {}
+    from hdp_planner_flower import strategy as strategy_module
+
+    real = strategy_module.secure_group_sum
+
+    def capture(grid, **kw):
+        y = real(grid, **kw)
+        captured[int(kw["fit_config"]["hdp.group"])] = (y, kw["nodes"], kw["plan"])
+        return y
+
+    monkeypatch.setattr(strategy_module, "secure_group_sum", capture)
+    app = client_app(step, pin=pin_for(secagg_plan, tmp_path))
+    _, grid, _, _ = run_secure(secagg_plan, app, rounds=1)
+    compared = 0
+    for m, (y, nodes, rplan) in captured.items():
+        if len(nodes) < 2:  # SecAgg+ needs two clients: nothing released
+            assert y is None
+            continue
+        compared += 1
+        ids = [grid.node_ids.index(n) for n in nodes]
+        updates = [np.full(D, 0.001 * (i + 1)) for i in ids]
+        expected = release(modular_sum(np.stack([client_message(u, rplan, SeededBits(17)) for u in updates]),
+                                       rplan.noise.encoding.modulus), rplan)  # fmt: skip
+        assert y is not None and np.array_equal(y, expected), m
+    assert compared >= 1
+
+
+@pytest.mark.parametrize("stage", ["setup", "share_keys", "collect_masked_vectors", "unmask"])
+def test_dropouts_at_each_stage_release_planned_noise_or_nothing(secagg_plan, tmp_path, stage, monkeypatch):
+    """Nodes that vanish at a SecAgg+ stage. Clients that learn nothing: a released sum is pure noise, the shares of
+    the nodes whose masked vectors were summed. A group releases iff at least t = ⌈F·c⌉ nodes stay to the end, and
+    then its noise variance is that of ≥ t shares (the planned noise); otherwise nothing is released."""
+    from hdp_planner_flower import strategy as strategy_module
+
+    captured: dict[int, tuple] = {}
+    real = strategy_module.secure_group_sum
+
+    def capture(grid, **kw):
+        y = real(grid, **kw)
+        captured[int(kw["fit_config"]["hdp.group"])] = (y, kw["nodes"], kw["plan"], kw["threshold"])
+        return y
+
+    monkeypatch.setattr(strategy_module, "secure_group_sum", capture)
+    lost = {0, 1, 8, 16, 17, 18, 19, 20}  # group 1 loses 2 of its 8 nodes, group 2 one, group 3 five
+    app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
+    strategy, grid, _, _ = run_secure(secagg_plan, app, rounds=1, fail=lambda i, s: i in lost and s == stage)
+    released = 0
+    for m, (y, nodes, rplan, t) in captured.items():
+        ids = [grid.node_ids.index(n) for n in nodes]
+        staying = sum(i not in lost for i in ids)
+        summed = len(ids) if stage == "unmask" else staying  # unmask-stage dropouts already sent their vectors
+        assert (y is not None) == (staying >= t), (m, stage, staying, t)
+        if y is not None:
+            released += 1
+            r = rplan.noise
+            per_share = r.encoding.gamma**2 * r.share_sigma2  # update units², per coordinate
+            measured = float(np.sum(y**2)) / D / per_share  # ≈ the number of shares in the sum (d = 2410)
+            assert measured == pytest.approx(summed, rel=5 * np.sqrt(2 / D) + 0.02)
+            assert summed >= t
+    assert strategy.stats.withheld == len(strategy.spec.sizes) - released
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_flowers_workflow_loses_the_round_when_a_node_drops_before_sharing_its_keys(secagg_plan, tmp_path, fixed,
+                                                                                    monkeypatch):  # fmt: skip
+    """Flower 1.41's SecAggPlusWorkflow keeps a node that vanished at the share-keys stage among the nodes to unmask;
+    survivors hold no key share of it and fail, and the group releases nothing. With the bookkeeping fix
+    (:class:`SecAggPlus`) the 7 survivors of each group of 8 (t = 6) release their sum."""
+    from flwr.server.workflow import SecAggPlusWorkflow
+
+    from hdp_planner_flower import secagg_workflow
+
+    if not fixed:
+        monkeypatch.setattr(secagg_workflow, "SecAggPlus", SecAggPlusWorkflow)
+    app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
+    strategy, grid, _, _ = run_secure(secagg_plan, app, uniform=Everyone(),
+                                      fail=lambda i, s: i in (0, 8, 16) and s == "share_keys")  # fmt: skip
+    assert strategy.stats.joined == [8, 8, 8]
+    errors = [r.error.reason for r in grid.received if r.has_error()]
+    if fixed:
+        assert strategy.stats.withheld == 0 and not errors
+    else:
+        assert strategy.stats.withheld == 3 and any(e.startswith("KeyError") for e in errors)
+
+
+def test_a_client_refuses_a_round_that_differs_from_its_pin(secagg_plan, tmp_path):
+    pinned = load_pinned(pin_for(secagg_plan, tmp_path))
+    spec = pinned.spec
+    rules = {"plan-sha256": pinned.sha256, "trust": "secagg", "method": "gdpfed+", "group": 0, "server-round": 1,
+             "clip": spec.clips[0], "noise-multiplier": spec.noise_at(0)[0], "q": spec.q[0], "joined": 5}  # fmt: skip
+    b = spec.secagg.bits
+    ok = dict(client=0, sampled=5, share_number=5, threshold=4, keys=5, quantization=(float(1 << (b - 1)), 1 << b,
+              MASK_MODULUS, 1.0))  # fmt: skip
+    assert pinned.check(rules, **ok) == 0
+    bad = [
+        ({**rules, "plan-sha256": "0" * 64}, ok, "not the pinned one"),
+        ({**rules, "trust": "server"}, ok, "under server"),
+        ({**rules, "group": 1}, ok, "the plan in group 1"),
+        ({**rules, "noise-multiplier": spec.noise_at(0)[0] / 2}, ok, "noise-multiplier"),
+        ({**rules, "clip": 2.0}, ok, "clip"),
+        ({**rules, "q": 0.9}, ok, "q"),
+        ({**rules, "joined": 10**6}, ok, "SecAgg\\+ shows 5 sampled"),
+        (rules, {**ok, "keys": 3}, "3 public keys"),
+        (rules, {**ok, "share_number": 3}, "3 shares"),
+        (rules, {**ok, "threshold": 2}, "threshold is 2"),
+        (rules, {**ok, "quantization": (8.0, 1 << 22, MASK_MODULUS, 1000.0)}, "quantization"),
+        ({**rules, "server-round": 99}, ok, "outside"),
+    ]
+    for r, kw, match in bad:
+        with pytest.raises(RoundRefused, match=match):
+            pinned.check(r, **kw)
+
+
+def test_a_client_refuses_a_plan_file_that_is_not_the_pinned_one(secagg_plan, tmp_path):
+    other = tmp_path / "plan.json"
+    doc = json.loads(secagg_plan.read_text())
+    other.write_text(json.dumps(doc, indent=1))  # the same plan, other bytes
+    with pytest.raises(RoundRefused, match="SHA-256"):
+        load_pinned(Pin(str(other), file_sha256(secagg_plan), "gdpfed+", None, str(tmp_path)))
+
+
+def test_participations_are_capped_per_plan_and_persist(tmp_path):
+    book = Participations(tmp_path, 3)
+    assert [book.take("a" * 64, 2), book.take("a" * 64, 2)] == [1, 2]
+    with pytest.raises(RoundRefused, match="cap K = 2"):
+        Participations(tmp_path, 3).take("a" * 64, 2)  # a new process reads the same file
+    assert Participations(tmp_path, 3).take("b" * 64, 2) == 1
+
+
+def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
+    """The plan caps K = 4 participations; nodes that already used them refuse, SecAgg+ sees them as dropouts."""
+    sha = file_sha256(secagg_plan)
+    for i in range(N):
+        book = Participations(tmp_path, i)
+        for _ in range(4):
+            book.take(sha, 4)
+    app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
+    strategy, grid, arrays, result = run_secure(secagg_plan, app, rounds=1)
+    assert strategy.stats.withheld == 3  # every group: nobody contributes, nothing released
+    assert torch.equal(flatten(result.arrays), flatten(arrays))
+    assert any(r.has_error() and "cap K = 4" in r.error.reason for r in grid.received)
