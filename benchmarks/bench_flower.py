@@ -11,6 +11,15 @@ process's wall time (Flower's includes Ray's start-up and the enrolment of n nod
 
 The default plan is GDPFed's FMNIST Table 2 setting (ε = 0.5, 1.5, 3; n = 6000; T = 50; q = 0.02; C = 1.5; τ = 5;
 k/d = 0.7, 0.8, 0.9); ``--n`` and ``--dataset digits`` make a quick check.
+
+``--secagg`` times rounds instead, in this process (an in-process federation, nodes run one after another, no Ray):
+for the same sampled nodes each round, interleaved, GDPFed+ of the plan solved with ``--trust secagg`` through our
+secure round (Flower's SecAgg+ per group, the share mod, ChaCha20 masks), the same round with ``--trust server``,
+and Flower's own ``SecAggPlusWorkflow`` + ``secaggplus_mod`` (its float quantization, MT19937 masks) summing the
+same clients' clipped updates of the same d per group, with the same full neighbour graph and threshold. All three
+include the clients' local training. Usage::
+
+    PYTHONPATH=. nice -n 10 python benchmarks/bench_flower.py --secagg [--rounds 3] [--record]
 """
 
 from __future__ import annotations
@@ -59,6 +68,116 @@ def _spent(metrics: dict) -> str:
     return ", ".join(f"{e['epsilon_spent']:.3g} / {e['epsilon_budget']:g}" for e in metrics["epsilon_spent"])
 
 
+def secagg_rounds(args) -> None:
+    """Seconds per round: our secure round, the trusted-server round, Flower's bare SecAgg+ (see the module doc)."""
+    import numpy as np
+    from flwr.app import ArrayRecord, Context, Message, RecordDict
+    from flwr.client.mod import secaggplus_mod
+    from flwr.clientapp import ClientApp
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.compat.common import recorddict_compat as compat
+    from flwr.server.workflow import SecAggPlusWorkflow
+
+    from hdp_planner_flower.app import client_app, model_arrays, train
+    from hdp_planner_flower.local import InProcessGrid
+    from hdp_planner_flower.pin import Pin, file_sha256
+    from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, fit_config, flatten, split_config
+    from hdp_planner_flower.secagg_workflow import run_secaggplus
+    from hdp_planner_flower.simulation import FlowerConfig, prepare
+    from hdp_planner_flower.strategy import HdpStrategy
+    from hdp_planner_train.rules.aggregate import clip_rows
+    from hdp_planner_train.rules.secagg import required_threshold
+    from hdp_planner_train.simulator.models import model_dim
+
+    out = Path(args.out) / "secagg"
+    out.mkdir(parents=True, exist_ok=True)
+    d = model_dim(args.dataset)
+    plan = out / "plan.json"
+    _solve(plan, args, ["--methods", "gdpfed+", "--trust", "secagg", "--bits", "20", "--model-dim", str(d)])
+    ours_p = prepare(FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="secagg"))
+    server_p = prepare(FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="server"))
+
+    def bare_train(msg: Message, ctx: Context) -> Message:  # Flower's legacy fit: the clipped update as floats
+        ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+        rules, settings = split_config(ins.config)
+        sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
+        reply = train(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg), ctx)
+        delta = clip_rows((flatten(reply.content[ARRAYS]) - flatten(sent))[None], float(rules["clip"]))[0][0]
+        res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([delta.numpy()]), num_examples=1, metrics={})
+        return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
+
+    bare_app = ClientApp(mods=[secaggplus_mod])
+    bare_app.train()(bare_train)
+    pin = Pin(str(plan.resolve()), file_sha256(plan), "gdpfed+", None, str(out / "nodes"))
+    grids = {
+        "ours": InProcessGrid(client_app(train, pin=pin), args.n),
+        "server": InProcessGrid(client_app(train), args.n),
+        "bare": InProcessGrid(bare_app, args.n),  # the same node ids: node i is 5000 + 11i in every grid
+    }
+
+    class Replay:  # every runtime samples the same nodes in a round
+        def __init__(self, draws):
+            self.draws = draws
+
+        def random(self, size):
+            return self.draws.pop(0)
+
+    times: dict[str, list[float]] = {"ours": [], "server": [], "bare": []}
+    arrays = model_arrays(args.dataset, ours_p.data.num_classes, 0)
+    settings = ours_p.settings.record()
+    rng = np.random.default_rng(0)
+    for rnd in range(1, args.rounds + 1):
+        draws = [rng.random(size) for size in ours_p.spec.sizes]
+        ours = HdpStrategy(ours_p.plan, ours_p.spec, trust="secagg", uniform=Replay(list(draws)),
+                           plan_sha256=ours_p.plan_sha256)  # fmt: skip
+        server = HdpStrategy(server_p.plan, server_p.spec, uniform=Replay(list(draws)))
+        for s, g in ((ours, grids["ours"]), (server, grids["server"])):
+            s.enroll(g)
+        print(f"  round {rnd}: load average {os.getloadavg()[0]:.2f}", flush=True)
+        t0 = time.perf_counter()
+        ours.secure_round(grids["ours"], rnd, arrays, settings, None)
+        times["ours"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        server.aggregate_train(
+            rnd, grids["server"].send_and_receive(server.configure_train(rnd, arrays, settings, None))
+        )
+        times["server"].append(time.perf_counter() - t0)
+        picked = [[n for n, m in ours.sent.items() if m == g] for g in range(len(ours_p.spec.sizes))]
+        t0 = time.perf_counter()
+        for m, nodes in enumerate(picked):
+            if len(nodes) < 2:
+                continue
+            sa = ours_p.spec.secagg
+            workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=required_threshold(
+                len(nodes), sa.survivors, sa.colluders), max_weight=1.0)  # fmt: skip
+            run_secaggplus(grids["bare"], workflow, nodes=nodes, server_round=rnd, arrays=arrays,
+                           fit_config=fit_config(server.rules(rnd, m), settings))  # fmt: skip
+        times["bare"].append(time.perf_counter() - t0)
+        print(f"    joined {ours.joined}: ours {times['ours'][-1]:.2f} s, server {times['server'][-1]:.2f} s, "
+              f"Flower SecAgg+ {times['bare'][-1]:.2f} s", flush=True)  # fmt: skip
+    caption = (f"{args.dataset}, n = {args.n}, d = {d}, GDPFed+ of the FMNIST Table 2 plan; {args.rounds} rounds in "
+               f"one process; load average at the end {os.getloadavg()[0]:.2f}")  # fmt: skip
+    columns = ("runtime", "s per round, median (min)", "against Flower's SecAgg+ (median)")
+    bare = statistics.median(times["bare"])
+    labels = {"ours": "ours: --trust secagg (SecAgg+ with ChaCha20 masks, shares)", "server": "--trust server",
+              "bare": "Flower's SecAggPlusWorkflow (float path, MT19937 masks)"}  # fmt: skip
+    table = tuple((labels[k], f"{statistics.median(v):.2f} ({min(v):.2f})", f"{statistics.median(v) / bare:.2f}x")
+                  for k, v in times.items())  # fmt: skip
+    print(f"\n{caption}\n{markdown_table(columns, table)}")
+    if args.record:
+        result = Result(name="bench_flower_secagg", title="A secure round on Flower against Flower's own SecAgg+",
+                        tables=(Table(caption, columns, table),))  # fmt: skip
+        print(f"written to {write_result(result)}")
+
+
+def _solve(plan: Path, args, extra: list[str]) -> None:
+    """The FMNIST Table 2 plan shape for ``args.n`` clients and ``args.rounds`` rounds."""
+    cmd = [sys.executable, "-m", "hdp_planner", "solve", "--eps", "0.5,1.5,3.0", "--n", str(args.n), "--rounds",
+           str(args.rounds if not args.secagg else 50), "--q", "0.02", "--clip", "1.5", "--local-steps", "5",
+           "--sparsity", "0.7,0.8,0.9", *extra, "-o", str(plan)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="gdpfed+,dp-fedavg")
@@ -69,37 +188,17 @@ def main() -> None:
     ap.add_argument("--engine", default="vectorized", help="the simulator's engine (vectorized | loop)")
     ap.add_argument("--out", default="runs/bench_flower")
     ap.add_argument("--resume", action="store_true", help="reuse finished runs in --out")
-    ap.add_argument("--record", action="store_true", help="write benchmarks/results/bench_flower.json")
+    ap.add_argument("--record", action="store_true", help="write benchmarks/results/bench_flower[_secagg].json")
+    ap.add_argument("--secagg", action="store_true", help="time secure rounds in this process (see the module doc)")
     args = ap.parse_args()
+    if args.secagg:
+        secagg_rounds(args)
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan = out / "plan.json"
     py = [sys.executable, "-m", "hdp_planner"]
-    subprocess.run(
-        [
-            *py,
-            "solve",
-            "--eps",
-            "0.5,1.5,3.0",
-            "--n",
-            str(args.n),
-            "--rounds",
-            str(args.rounds),
-            "--q",
-            "0.02",
-            "--clip",
-            "1.5",
-            "--local-steps",
-            "5",
-            "--sparsity",
-            "0.7,0.8,0.9",
-            "-o",
-            str(plan),
-        ],
-        check=True,
-        capture_output=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    _solve(plan, args, [])
     common = ["--dataset", args.dataset, "--clients", str(args.n)]
     rows = []
     for method in args.methods.split(","):

@@ -7,19 +7,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DATASET=${1:-fmnist}; CLIENTS=${2:-6000}; ROUNDS=${3:-3}; METHOD=${4:-gdpfed+}
 OUT=${OUT:-$ROOT/runs/flower-example}
-export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
-export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0  # silences a Ray FutureWarning
-if [ -z "${FLWR_HOME:-}" ]; then FLWR_HOME=$(mktemp -d -t hdp-flwr-XXXXXX); OWN_HOME=1; fi
-export FLWR_HOME
-export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+source "$ROOT/examples/flower-offline.sh"
 mkdir -p "$OUT"
 hdp-plan solve --eps 0.5,1.5,3.0 --n "$CLIENTS" --rounds 50 --q "${Q:-0.02}" --clip 1.5 --local-steps 5 \
   --sparsity 0.7,0.8,0.9 -o "$OUT/plan.json" > /dev/null
 flwr run "$ROOT/examples/flower" local --stream \
   --run-config "plan='$OUT/plan.json' dataset='$DATASET' clients=$CLIENTS rounds=$ROUNDS method='$METHOD' out='$OUT'" \
   --federation-config "num-supernodes=$CLIENTS client-resources-num-cpus=1"
-# `flwr run` leaves a detached local SuperLink (its database lies in $FLWR_HOME): stop it by PID when this script
-# made $FLWR_HOME, else say which one it is.
-for pid in $(pgrep -f "flower-superlink .*$FLWR_HOME/" || true); do
-  if [ -n "${OWN_HOME:-}" ]; then kill "$pid"; else echo "local SuperLink still running: PID $pid"; fi
-done
