@@ -75,6 +75,14 @@ def flower(
             "past the plan's cap K) [a temporary folder per run].",
         ),
     ] = None,
+    in_process: Annotated[
+        bool,
+        typer.Option(
+            "--in-process",
+            help="Run every node in this process, one after another, instead of on Ray (the same ServerApp and "
+            "ClientApp code; slower per round with many nodes, no start-up, easy to debug).",
+        ),
+    ] = False,
 ) -> None:
     """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
     from hdp_planner_flower import require_flwr
@@ -90,7 +98,7 @@ def flower(
                        dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, groups=groups, out=out,
                        cpus_per_client=cpus_per_client, diagnostics=diagnostics, audit=audit,
                        audit_canaries=audit_canaries, ledger=ledger, federation=federation,
-                       node_state=node_state)  # fmt: skip
+                       node_state=node_state, in_process=in_process)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:

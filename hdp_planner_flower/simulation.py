@@ -53,6 +53,7 @@ class FlowerConfig:
     ledger: str = "auto"  # privacy ledger (auto: the default ledger; Flower's noise is always secure)
     federation: str = "flower"  # whose clients the ledger charges (node config client-id)
     node_state: str | None = None  # secagg: where simulated nodes keep participation counts (None: a temporary folder)
+    in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     metrics.update(
         {
             "runtime": "flower",
+            "flower_engine": "in-process" if p.cfg.in_process else "simulation (Ray)",
             "flwr_version": p.version,
             "trust": p.cfg.trust,
             "trust_note": TRUST_NOTES[p.cfg.trust],
@@ -225,6 +227,11 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
 
                 pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
                           str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir)  # fmt: skip
+            if cfg.in_process:
+                from hdp_planner_flower.local import InProcessGrid
+
+                logging.getLogger("flwr").setLevel(logging.ERROR)
+                return finish(p, serve(p, InProcessGrid(client_app(pin=pin), p.data.n_clients), progress))
             _simulate(app, client_app(pin=pin), p.data.n_clients, cfg.cpus_per_client)
     except KeyboardInterrupt:
         stop_ray()
@@ -274,9 +281,8 @@ def node_state(cfg: FlowerConfig) -> Iterator[str]:
 def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     """The trainer's secure-aggregation block (ε against third parties, and against the server with every round a
     participation) and ε against the server at the clients' cap K (each pinned client refuses past K)."""
-    from hdp_planner.distributed.accounting import epsilon_server, tau
-    from hdp_planner.distributed.encoding import padded_dimension
-    from hdp_planner.distributed.rounds import MIN_SHARE_SIGMA2
+    from hdp_planner.distributed.accounting import epsilon_server
+    from hdp_planner.distributed.rounds import group_tau_d
     from hdp_planner.planfile.document import read_document
     from hdp_planner.planfile.trust import trust_from_dict
     from hdp_planner_train.simulator.trainer import secagg_metrics
@@ -287,7 +293,7 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     block["participation_cap"] = cap
     block["epsilon_server"] = [
         epsilon_server(noise_multiplier=z, participations=cap, delta=p.plan.config.delta,
-                       tau_d=tau(MIN_SHARE_SIGMA2, size) * padded_dimension(sa.model_dim))
+                       tau_d=group_tau_d(size, sa.model_dim))
         for z, size in zip(p.spec.noise_multiplier, p.spec.sizes)
     ]  # fmt: skip
     block["masks"] = "Flower SecAgg+, full neighbour graph, masks expanded with ChaCha20"

@@ -138,6 +138,22 @@ def test_subsampled_bound_is_never_below_the_sampled_gaussians_exact_rdp(q, z):
     assert np.all(ours >= np.asarray(acc._rdp) * (1 - 1e-9))
 
 
+@given(q=st.floats(1e-4, 1.0), z=st.floats(0.3, 5.0), tau_d=st.floats(0.0, 1e-3))
+@settings(max_examples=25, deadline=None)
+def test_subsampling_never_costs_more_than_the_release_itself(q, z, tau_d):
+    """Quasi-convexity caps the subsampled RDP at the release's own at every order (q = 1: equal)."""
+    rdp = release_rdp(ORDERS, noise_multiplier=z, tau_d=tau_d)
+    ours = poisson_subsampled_rdp(ORDERS, rdp, q)
+    assert np.all(ours <= rdp) and np.all(ours >= 0)
+    assert np.array_equal(poisson_subsampled_rdp(ORDERS, rdp, 1.0), rdp)
+
+
+def test_the_cap_binds_at_large_q_only():
+    rdp = release_rdp(ORDERS, noise_multiplier=1.0)
+    assert np.any(poisson_subsampled_rdp(ORDERS, rdp, 0.9) == rdp)  # the generic bound alone would exceed it
+    assert np.all(poisson_subsampled_rdp(ORDERS, rdp, 0.02) < rdp)
+
+
 @given(z=st.floats(0.3, 10.0), k=st.integers(1, 100), delta=st.floats(1e-10, 1e-3))
 @settings(max_examples=25, deadline=None)
 def test_server_epsilon_is_dp_accountings_zcdp_composition(z, k, delta):

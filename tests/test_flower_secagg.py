@@ -293,7 +293,37 @@ def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
         for _ in range(4):
             book.take(sha, 4)
     app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
-    strategy, grid, arrays, result = run_secure(secagg_plan, app, rounds=1)
+    charged = []
+    account = type("Account", (), {"release": lambda self, rnd: charged.append(rnd), "finish": lambda self: None})()
+    grid = InProcessGrid(app, N, keep=True)
+    strategy = strategy_for(secagg_plan)
+    strategy.account = account
+    arrays = model_arrays("digits", 10, SEED)
+    result = strategy.start(grid, arrays, num_rounds=1, train_config=SETTINGS.record())
     assert strategy.stats.withheld == 3  # every group: nobody contributes, nothing released
+    assert charged == [0]  # charged all the same: the plan counts every round, whoever took part
     assert torch.equal(flatten(result.arrays), flatten(arrays))
     assert any(r.has_error() and "cap K = 4" in r.error.reason for r in grid.received)
+
+
+def test_hdp_plan_flower_in_process_runs_a_secure_plan_and_reports_both_adversaries(secagg_plan, tmp_path):
+    """The command's path (in this process instead of Ray): the run's ε per group is the distributed accounting's,
+    and metrics.json carries ε against third parties and against the server at the clients' cap K."""
+    from hdp_planner.distributed.accounting import epsilon_third_parties
+    from hdp_planner.distributed.rounds import group_tau_d
+    from hdp_planner_flower.simulation import FlowerConfig, run_flower
+
+    cfg = FlowerConfig(plan=str(secagg_plan), dataset="digits", clients=N, rounds=2, trust="secagg",
+                       in_process=True, out=str(tmp_path / "run"), ledger="none")  # fmt: skip
+    metrics = run_flower(cfg, progress=lambda line: None)
+    assert metrics["flower_engine"] == "in-process" and metrics["trust"] == "secagg"
+    sa = metrics["secagg"]
+    assert sa["participation_cap"] == 2 and "dropout_simulated" not in sa  # min(K = 4, rounds run)
+    _, spec = secagg_spec(secagg_plan)
+    for m, entry in enumerate(metrics["epsilon_spent"]):
+        want = epsilon_third_parties(noise_multiplier=spec.noise_multiplier[m], q=spec.q[m], rounds=2,
+                                     delta=load_plan(secagg_plan).config.delta,
+                                     tau_d=group_tau_d(spec.sizes[m], D))  # fmt: skip
+        assert entry["epsilon_spent"] == pytest.approx(want, rel=1e-12) == sa["epsilon_third_parties"][m]
+        assert sa["epsilon_server"][m] >= entry["epsilon_spent"] * (1 - 1e-12)  # no amplification against the server
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["secagg"] == sa

@@ -92,3 +92,22 @@ def test_train_secagg_reports_the_distributed_accounting(plan_files, tmp_path):
 def test_train_secagg_refusals(plan_files, tmp_path, plan_name, kw, message):
     with pytest.raises((TrainError, ValueError), match=message):
         run(_cfg(plan_files[plan_name], tmp_path / "r", **kw))
+
+
+def test_train_secagg_charges_the_ledger_with_the_distributed_accounting(plan_files, tmp_path):
+    """A secure run's rounds are charged as distributed discrete Gaussian rounds: every client's spending in the
+    ledger is its group's ε against third parties that the run reports."""
+    from hdp_planner.ledger.runs import simulated_clients
+    from hdp_planner.ledger.store import Ledger
+    from hdp_planner.planfile.document import load_plan
+    from hdp_planner_train.rules.aggregate import METHOD_NAMES
+
+    ledger = tmp_path / "ledger.db"
+    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", ledger=str(ledger), federation="digits"))
+    membership, _ = simulated_clients(load_plan(plan_files["secagg"]), METHOD_NAMES["gdpfed+"])
+    spent = Ledger(str(ledger)).spending("digits")
+    assert len(spent) == len(membership)
+    for s in spent:
+        assert s.released_rounds == metrics["rounds"] and s.reserved_rounds == 0
+        assert s.epsilon_spent == pytest.approx(metrics["trust"]["epsilon_third_parties"][membership[s.client_id]],
+                                                rel=1e-9)  # fmt: skip

@@ -47,7 +47,10 @@ def _log_binom(n: np.ndarray, k: np.ndarray) -> np.ndarray:
 def poisson_subsampled_rdp(orders: np.ndarray, rdp: np.ndarray, q: float) -> np.ndarray:
     """Zhu and Wang (2019), Theorem 6: for integer α ≥ 2 and a mechanism with RDP ε(·),
     ε'(α) ≤ log{(1−q)^{α−1}(αq − q + 1) + C(α,2)q²(1−q)^{α−2}e^{ε(2)}
-    + 3·Σ_{ℓ=3}^{α} C(α,ℓ)(1−q)^{α−ℓ}q^ℓ e^{(ℓ−1)ε(ℓ)}}/(α − 1).
+    + 3·Σ_{ℓ=3}^{α} C(α,ℓ)(1−q)^{α−ℓ}q^ℓ e^{(ℓ−1)ε(ℓ)}}/(α − 1),
+    and never more than ε(α) itself: the subsampled mechanism's two output distributions are mixtures, with the
+    same weights, of pairs each at Rényi divergence at most ε(α), and Rényi divergence is jointly quasi-convex (van
+    Erven and Harremoës 2014, Theorem 13); the generic bound can exceed ε(α) at large q.
     ``rdp[i]`` is ε at ``orders[i]``, which must be 2, 3, … consecutively."""
     if not np.array_equal(orders, np.arange(2, 2 + orders.size)):
         raise ValueError("orders must be the consecutive integers 2, 3, …")
@@ -65,7 +68,7 @@ def poisson_subsampled_rdp(orders: np.ndarray, rdp: np.ndarray, q: float) -> np.
     first = (alpha[:, 0] - 1) * l1q + np.log1p(q * (alpha[:, 0] - 1))
     second = _log_binom(alpha[:, 0], np.float64(2)) + 2 * lq + (alpha[:, 0] - 2) * l1q + rdp[0]
     total = logsumexp(np.column_stack([first, second, third]), axis=1)
-    return np.maximum(total, 0.0) / (alpha[:, 0] - 1)
+    return np.minimum(np.maximum(total, 0.0) / (alpha[:, 0] - 1), rdp)
 
 
 def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:

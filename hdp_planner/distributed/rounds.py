@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from hdp_planner.distributed.encoding import Encoding
+from hdp_planner.distributed.accounting import tau
+from hdp_planner.distributed.encoding import Encoding, padded_dimension
 from hdp_planner.distributed.sampler import MAX_SIGMA2
 
 WRAP_PROBABILITY = 1e-12
@@ -68,6 +69,12 @@ def wrap_bound(encoding: Encoding, sampled: int, share_sigma2: int) -> float:
 MIN_SHARE_SIGMA2 = 16
 """The smallest share σ²: the sum of discrete Gaussians is then a discrete Gaussian to within τ ≤ 10·n·e^{−16π²}
 (Kairouz et al.'s τ), about 1e-67 per client: :func:`~.accounting.tau` at this σ² bounds every round's τ."""
+
+
+def group_tau_d(size: int, model_dim: int) -> float:
+    """τ·d' of a group of ``size`` clients (Proposition 14's additive RDP term): τ at the smallest share σ² any round
+    has and the largest count of honest shares (τ grows with both), times the padded dimension d'."""
+    return tau(MIN_SHARE_SIGMA2, size) * padded_dimension(max(int(model_dim), 1))
 
 
 def share_sigma2(encoding: Encoding, noise_multiplier: float, honest: int) -> int:

@@ -14,9 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_server, tau
-from hdp_planner.distributed.encoding import padded_dimension
-from hdp_planner.distributed.rounds import MIN_SHARE_SIGMA2, WRAP_PROBABILITY, expected_variance
+from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_server
+from hdp_planner.distributed.rounds import WRAP_PROBABILITY, expected_variance, group_tau_d
 from hdp_planner.planning.plan import MethodNoise, Plan
 from hdp_planner.rules.noise import lambda_exact
 
@@ -95,8 +94,7 @@ def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
     k = trust.participations or rounds
     groups = []
     for eps, size, q, clip in zip(m.epsilon, m.size, m.q, m.clips(c.clip)):
-        # τ·d' at the smallest share any round has and the largest count of honest shares (τ grows with both)
-        tau_d = tau(MIN_SHARE_SIGMA2, size) * padded_dimension(dim)
+        tau_d = group_tau_d(size, dim)
         z = calibrate_noise_multiplier(epsilon=eps, delta=c.delta, q=q, rounds=rounds, tau_d=tau_d)
         variance = expected_variance(dim=dim, clip=clip, bits=trust.bits, noise_multiplier=z, size=size, q=q,
                                      survivors=trust.survivors, colluders=trust.colluders, wrap=trust.wrap)  # fmt: skip

@@ -10,7 +10,12 @@ database lock in SQLite).
 
 A client's spending composes, with dp-accounting's RDP accountant (Mironov 2017; the sampled Gaussian of Mironov,
 Talwar and Zhang 2019), every Poisson-subsampled Gaussian round of every run it is a member of, in the group it
-was in, released or reserved: an upper bound on its (ε, δ) at its lifetime δ.
+was in, released or reserved: an upper bound on its (ε, δ) at its lifetime δ. A round of distributed discrete
+Gaussian noise under secure aggregation (a charge with ``tau_d``) has RDP α/(2z²) + τ·d' before sampling
+(:mod:`hdp_planner.distributed.accounting`, Proposition 14); a client with any such round has all its rounds
+composed at the integer orders 2..256 with Zhu and Wang's bound for Poisson subsampling (valid for every
+mechanism, the Gaussian's included, so mixing both kinds never under-reports) and converted as the
+distributed accounting does. Ledgers written before ``tau_d`` existed gain the column when opened.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dp_accounting as dpa
+import numpy as np
 from dp_accounting.rdp import RdpAccountant
 from sqlalchemy import (
     Column,
@@ -35,13 +41,16 @@ from sqlalchemy import (
     create_engine,
     delete,
     insert,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from hdp_planner.accounting.calibration import quiet_dp_accounting
+from hdp_planner.distributed.accounting import ORDERS, epsilon_from_rdp, poisson_subsampled_rdp, release_rdp
 
 metadata = MetaData()
 ledger_lock = Table("ledger_lock", metadata, Column("id", Integer, primary_key=True), Column("version", Integer))
@@ -80,6 +89,7 @@ charges = Table(
     Column("q", Float, nullable=False),
     Column("noise_multiplier", Float, nullable=False),
     Column("status", String(16), nullable=False),  # reserved | released
+    Column("tau_d", Float, nullable=True),  # distributed discrete Gaussian: Proposition 14's τ·d' (None: Gaussian)
 )
 
 
@@ -89,10 +99,12 @@ class LedgerError(RuntimeError):
 
 @dataclass(frozen=True)
 class GroupRound:
-    """What one group's release of one round costs its members: a Poisson(q)-sampled Gaussian of multiplier σ."""
+    """What one group's release of one round costs its members: a Poisson(q)-sampled Gaussian of multiplier σ, or,
+    with ``tau_d``, a distributed discrete Gaussian sum of multiplier z and Proposition 14's τ·d'."""
 
     q: float
     noise_multiplier: float
+    tau_d: float | None = None
 
 
 @dataclass(frozen=True)
@@ -118,12 +130,37 @@ def compose(rounds: Mapping[GroupRound, int], delta: float) -> float:
     """ε at ``delta`` of the composition of ``rounds[g]`` rounds of each sampled Gaussian g (RDP accountant)."""
     if not rounds:
         return 0.0
+    if any(g.tau_d is not None for g in rounds):
+        return compose_distributed(rounds, delta)
     acc = RdpAccountant()
     with quiet_dp_accounting():  # its "failed to converge" lines exclude orders, never under-report
         for g, count in rounds.items():
             event = dpa.PoissonSampledDpEvent(g.q, dpa.GaussianDpEvent(g.noise_multiplier))
             acc.compose(dpa.SelfComposedDpEvent(event, count))
         return float(acc.get_epsilon(delta))
+
+
+def compose_distributed(rounds: Mapping[GroupRound, int], delta: float) -> float:
+    """ε at ``delta`` of ``rounds`` at the integer orders 2..256: each round's RDP α/(2z²) + τ·d' (0 for a Gaussian
+    round) amplified by Zhu and Wang's Poisson-subsampling bound, summed, converted by Canonne, Kamath and Steinke's
+    Proposition 12."""
+    total = np.zeros(ORDERS.size)
+    for g, count in rounds.items():
+        rdp = release_rdp(ORDERS, noise_multiplier=g.noise_multiplier, tau_d=g.tau_d or 0.0)
+        total += count * poisson_subsampled_rdp(ORDERS, rdp, g.q)
+    return epsilon_from_rdp(ORDERS, total, delta)
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Columns added to the schema since a ledger was created (nullable, so old rows keep their meaning)."""
+    if "tau_d" in {c["name"] for c in inspect(engine).get_columns("charges")}:
+        return
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE charges ADD COLUMN tau_d FLOAT"))
+    except SQLAlchemyError:  # another process added it first
+        if "tau_d" not in {c["name"] for c in inspect(engine).get_columns("charges")}:
+            raise
 
 
 class Ledger:
@@ -135,6 +172,7 @@ class Ledger:
         try:
             self.engine: Engine = create_engine(url, **args)
             metadata.create_all(self.engine)
+            _add_missing_columns(self.engine)
             with self.engine.begin() as conn:
                 if conn.execute(select(ledger_lock.c.id)).first() is None:
                     conn.execute(insert(ledger_lock).values(id=1, version=0))
@@ -200,7 +238,7 @@ class Ledger:
                 conn.execute(insert(members), [{"run_id": run_id, "client_id": c, "group_index": g}
                                                for c, g in membership.items()])  # fmt: skip
                 rows = [{"run_id": run_id, "round": r, "group_index": m, "q": g.q,
-                         "noise_multiplier": g.noise_multiplier, "status": "reserved"}
+                         "noise_multiplier": g.noise_multiplier, "tau_d": g.tau_d, "status": "reserved"}
                         for r, groups in enumerate(planned) for m, g in enumerate(groups)]  # fmt: skip
                 if rows:
                     conn.execute(insert(charges), rows)
@@ -299,7 +337,7 @@ class Ledger:
         for r in conn.execute(
             select(charges).join(runs, runs.c.run_id == charges.c.run_id).where(runs.c.federation == federation)
         ):
-            cost[(r.run_id, r.group_index)][GroupRound(r.q, r.noise_multiplier)] += 1
+            cost[(r.run_id, r.group_index)][GroupRound(r.q, r.noise_multiplier, r.tau_d)] += 1
             status[(r.run_id, r.group_index)][r.status] += 1
         cache: dict[tuple, float] = {}
         out = []

@@ -7,9 +7,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from hdp_planner.distributed.accounting import epsilon_third_parties, tau
-from hdp_planner.distributed.encoding import padded_dimension
-from hdp_planner.distributed.rounds import MIN_SHARE_SIGMA2
+from hdp_planner.distributed.accounting import epsilon_third_parties
+from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.trust import SecaggRow, TrustModel, secagg_row
 from hdp_planner.planfile.document import PlanFileError
 from hdp_planner.planning.plan import Plan
@@ -103,7 +102,7 @@ def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
         m = plan.method(r.name)
         z_file = entry.get("noise_multiplier")
         if isinstance(z_file, list) and len(z_file) == len(m.size) and all(isinstance(z, (int, float)) for z in z_file):
-            tau_d = [tau(MIN_SHARE_SIGMA2, s) * padded_dimension(int(trust.model_dim or 1)) for s in m.size]
+            tau_d = [group_tau_d(s, int(trust.model_dim or 1)) for s in m.size]
             for i, (z, eps, q) in enumerate(zip(z_file, m.epsilon, m.q)):
                 spent = epsilon_third_parties(noise_multiplier=float(z), q=q, rounds=c.rounds, delta=c.delta,
                                               tau_d=tau_d[i])  # fmt: skip

@@ -21,7 +21,7 @@ import torch
 
 from hdp_planner.io.files import write_json_atomic, write_text_atomic
 from hdp_planner.ledger.runs import default_ledger, plan_digest, round_costs, simulated_clients
-from hdp_planner.ledger.store import Ledger, LedgerError
+from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
@@ -99,7 +99,8 @@ def noise_kind(cfg: TrainConfig) -> str:
 
 def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
     """ε spent per group after ``rounds_run`` rounds of the executed mechanism (the plan's spending accountant,
-    or RDP composition of a σ schedule; δ of the plan), against the plan's budget for the group."""
+    or RDP composition of a σ schedule; under secure aggregation the distributed accounting of the trust object's
+    z_m; δ of the plan), against the plan's budget for the group."""
     c = plan.config
     m = plan.method(METHOD_NAMES[spec.method])
     mech = executed_mechanism(m, c)
@@ -110,6 +111,14 @@ def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
             entry["epsilon_spent"] = None  # no noise: ε = ∞
         elif rounds_run == 0:
             entry["epsilon_spent"] = 0.0
+        elif spec.secagg is not None:
+            from hdp_planner.distributed.accounting import epsilon_third_parties
+            from hdp_planner.distributed.rounds import group_tau_d
+
+            entry["epsilon_spent"] = epsilon_third_parties(
+                noise_multiplier=spec.noise_multiplier[i], q=spec.q[i], rounds=rounds_run, delta=c.delta,
+                tau_d=group_tau_d(spec.sizes[i], spec.secagg.model_dim),
+            )  # fmt: skip
         else:
             entry["epsilon_spent"] = float(mechanism_epsilon(mech, i, rounds_run, c.delta, c.spending_accountant))
         ledger.append(entry)
@@ -193,10 +202,6 @@ def ledger_run(
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     if not spec.private or target in (None, "", "none") or (target == "auto" and not secure):
         return None
-    if spec.secagg is not None:  # its charges are Gaussian rounds; distributed discrete noise composes otherwise
-        if target == "auto":
-            return None
-        raise TrainError("the ledger does not compose distributed discrete noise yet: train --trust secagg without it")
     target = default_ledger() if target == "auto" else target
     if target in ("", "none"):  # $HDP_PLANNER_LEDGER=none: no default ledger
         return None
@@ -211,7 +216,7 @@ def ledger_run(
         run_id = book.start_run(
             federation=cfg.federation, label=f"{cfg.method} {cfg.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
-            planned=round_costs(plan, row, start=start, rounds=rounds),
+            planned=planned_costs(plan, spec, row, start, rounds),
         )  # fmt: skip
     except LedgerError as exc:
         hint = (" (a simulation: --seeded-noise; another population: --federation; no ledger: --ledger none)"
@@ -220,6 +225,18 @@ def ledger_run(
     except OSError as exc:
         raise TrainError(f"cannot create the privacy ledger {target}: {exc.strerror or exc}") from None
     return LedgerRun(book, run_id, start)
+
+
+def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[GroupRound]]:
+    """What rounds ``start``..``rounds``−1 cost each group: the plan's sampled Gaussian rounds, or, under secure
+    aggregation, the trust object's distributed discrete Gaussian rounds (z_m, q_m, τ·d' of the group)."""
+    if spec.secagg is None:
+        return round_costs(plan, row, start=start, rounds=rounds)
+    from hdp_planner.distributed.rounds import group_tau_d
+
+    groups = [GroupRound(q, z, group_tau_d(size, spec.secagg.model_dim))
+              for q, z, size in zip(spec.q, spec.noise_multiplier, spec.sizes)]  # fmt: skip
+    return [list(groups) for _ in range(start, rounds)]
 
 
 def device_arrays(data, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

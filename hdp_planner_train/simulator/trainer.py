@@ -84,12 +84,11 @@ def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
 def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> dict[str, Any]:
     """The run's privacy under secure aggregation, from the distributed accounting of the rounds run: ε against third
     parties and against the server (every round a participation, the worst case), per group."""
-    from hdp_planner.distributed.accounting import epsilon_server, epsilon_third_parties, tau
-    from hdp_planner.distributed.encoding import padded_dimension
-    from hdp_planner.distributed.rounds import MIN_SHARE_SIGMA2
+    from hdp_planner.distributed.accounting import epsilon_server, epsilon_third_parties
+    from hdp_planner.distributed.rounds import group_tau_d
 
     sa, delta = spec.secagg, plan.config.delta
-    tau_d = [tau(MIN_SHARE_SIGMA2, size) * padded_dimension(sa.model_dim) for size in spec.sizes]
+    tau_d = [group_tau_d(size, sa.model_dim) for size in spec.sizes]
     doc = {
         "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
         "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
