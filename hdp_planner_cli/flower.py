@@ -83,6 +83,14 @@ def flower(
             "ClientApp code; slower per round with many nodes, no start-up, easy to debug).",
         ),
     ] = False,
+    no_masks: Annotated[
+        bool,
+        typer.Option(
+            "--no-masks",
+            help="secagg, simulations only (needs --diagnostics): the clients' messages summed in the clear instead "
+            "of through SecAgg+, for long accuracy runs (the masks cancel exactly: the same sums, bit for bit).",
+        ),
+    ] = False,
 ) -> None:
     """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
     from hdp_planner_flower import require_flwr
@@ -98,7 +106,7 @@ def flower(
                        dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, groups=groups, out=out,
                        cpus_per_client=cpus_per_client, diagnostics=diagnostics, audit=audit,
                        audit_canaries=audit_canaries, ledger=ledger, federation=federation,
-                       node_state=node_state, in_process=in_process)  # fmt: skip
+                       node_state=node_state, in_process=in_process, masks=not no_masks)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:

@@ -98,16 +98,18 @@ def _own_batches(data, cid: int, s: DataSettings, rnd: int) -> np.ndarray:
     return batch_indices(data.clients, np.array([cid]), s.local_steps, s.batch_size, s.seed, rnd, CLIENT_STREAM + cid)
 
 
-def client_app(train_fn=train, mods: list | None = None, pin=None, secagg: bool | None = None) -> ClientApp:
+def client_app(
+    train_fn=train, mods: list | None = None, pin=None, secagg: bool | None = None, masks: bool = True
+) -> ClientApp:
     """A ClientApp: ``train_fn`` (the user's training, default :func:`train`) wrapped by ``mods`` and then, innermost,
     :func:`~.mods.hdp_mod` (a trusted server) or, with ``secagg`` (default: when a :class:`~.pin.Pin` is given),
     Flower's SecAgg+ around the share mod (:func:`~.secagg_mod.secagg_mods`; a node config ``plan`` overrides
-    ``pin``); and the enrolment query."""
+    ``pin``; ``masks`` False: the share mod alone, simulations only); and the enrolment query."""
     from hdp_planner_flower.secagg_mod import secagg_mods
 
     secure = pin is not None if secagg is None else secagg
     app = ClientApp()
-    app.train(mods=[*(mods or []), *(secagg_mods(pin) if secure else [hdp_mod])])(train_fn)
+    app.train(mods=[*(mods or []), *(secagg_mods(pin, masks) if secure else [hdp_mod])])(train_fn)
     app.query("hdp_enroll")(enroll)
     return app
 

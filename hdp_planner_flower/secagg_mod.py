@@ -22,11 +22,11 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
 from flwr.compat.common import recorddict_compat as compat
 
 from hdp_planner.distributed.randomness import SecureBits
-from hdp_planner_flower.masks import secure_masks
+from hdp_planner_flower.masks import MASK_MODULUS, secure_masks
 from hdp_planner_flower.mods import client_id
 from hdp_planner_flower.pin import Participations, Pin, default_state_dir, load_pinned
 from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, split_config
-from hdp_planner_train.rules.secagg import client_message, round_plan
+from hdp_planner_train.rules.secagg import client_message, required_threshold, round_plan
 
 
 def masked_secaggplus_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
@@ -35,21 +35,18 @@ def masked_secaggplus_mod(msg: Message, ctxt: Context, call_next: ClientAppCalla
         return secaggplus_mod(msg, ctxt, call_next)
 
 
-def share_mod(pin: Pin | None = None):
-    """The mod inside SecAgg+ for a node pinned to ``pin`` (a node config ``plan`` overrides it)."""
+def share_mod(pin: Pin | None = None, masked: bool = True):
+    """The mod inside SecAgg+ for a node pinned to ``pin`` (a node config ``plan`` overrides it). ``masked`` False:
+    no SecAgg+ around it (simulations of long runs only, :func:`~.secagg_workflow.unmasked_group_sum`): the round's
+    counts are the announced ones."""
 
     def mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         chosen = Pin.from_node_config(ctxt.node_config, pin)
         pinned = load_pinned(chosen)
         ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
         rules, settings = split_config(ins.config)
-        state = ctxt.state.config_records[RECORD_KEY_STATE]
         cid = client_id(ctxt)
-        keys = len(state.get("public_keys_dict:K", []))
-        m = pinned.check(rules, client=cid, sampled=int(state["sample_num"]), share_number=int(state["share_num"]),
-                         threshold=int(state["threshold"]), keys=keys,
-                         quantization=(float(state["clipping_range"]), int(state["target_range"]),
-                                       int(state["mod_range"]), float(state["max_weight"])))  # fmt: skip
+        m = pinned.check(rules, client=cid, **(secaggplus_view(ctxt) if masked else announced_view(rules, pinned)))
         Participations(chosen.state_dir or default_state_dir(), cid).take(pinned.sha256, pinned.cap)
         sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
         reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg), ctxt)
@@ -70,6 +67,24 @@ def share_mod(pin: Pin | None = None):
     return mod
 
 
-def secagg_mods(pin: Pin | None = None) -> list:
-    """The train mods of a node under ``--trust secagg``: SecAgg+ (cryptographic masks) around :func:`share_mod`."""
-    return [masked_secaggplus_mod, share_mod(pin)]
+def secaggplus_view(ctxt: Context) -> dict:
+    """The round as SecAgg+ shows it to this node (its state after the share-keys stage)."""
+    state = ctxt.state.config_records[RECORD_KEY_STATE]
+    return dict(sampled=int(state["sample_num"]), share_number=int(state["share_num"]),
+                threshold=int(state["threshold"]), keys=len(state.get("public_keys_dict:K", [])),
+                quantization=(float(state["clipping_range"]), int(state["target_range"]), int(state["mod_range"]),
+                              float(state["max_weight"])))  # fmt: skip
+
+
+def announced_view(rules, pinned) -> dict:
+    """Without SecAgg+ (masks off): the announced count stands for what SecAgg+ would show."""
+    c, sa = int(rules["joined"]), pinned.spec.secagg
+    exact = (float(1 << (sa.bits - 1)), 1 << sa.bits, MASK_MODULUS, 1.0)
+    return dict(sampled=c, share_number=c, threshold=required_threshold(c, sa.survivors, sa.colluders), keys=c,
+                quantization=exact)  # fmt: skip
+
+
+def secagg_mods(pin: Pin | None = None, masks: bool = True) -> list:
+    """The train mods of a node under ``--trust secagg``: SecAgg+ (cryptographic masks) around :func:`share_mod`;
+    ``masks`` False: the share mod alone (simulations of long runs only)."""
+    return [masked_secaggplus_mod, share_mod(pin)] if masks else [share_mod(pin, masked=False)]

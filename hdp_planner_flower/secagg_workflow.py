@@ -25,8 +25,10 @@ c·2^(b−1) it is the sum, exact in float64, reduced modulo 2^b.
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app.message_type import MessageType
 from flwr.common import FitIns, parameters_to_ndarrays
+from flwr.compat.common import recorddict_compat as compat
 from flwr.server.compat import LegacyContext
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.strategy import Strategy
@@ -121,4 +123,28 @@ def secure_group_sum(
         return None
     mean, survivors = result
     total = np.rint(mean * survivors + survivors * (1 << (bits - 1))).astype(np.int64)
+    return release(np.mod(total, plan.noise.encoding.modulus), plan)
+
+
+def unmasked_group_sum(
+    grid, *, nodes: list[int], server_round: int, plan: RoundPlan, threshold: int, arrays: ArrayRecord,
+    fit_config: dict, timeout: float | None = None,
+) -> np.ndarray | None:  # fmt: skip
+    """Simulations of long runs only: the same clients' messages (share mod without SecAgg+) summed in the clear.
+    SecAgg+'s masks cancel exactly, so the decoded sum is bit for bit the one :func:`secure_group_sum` returns for
+    the same messages; as there, nothing is released with fewer than two nodes or ``threshold`` replies."""
+    if len(nodes) < 2:
+        return None
+    bits = plan.noise.encoding.bits
+    ins = FitIns(compat.arrayrecord_to_parameters(arrays, keep_input=True), dict(fit_config))
+    content = compat.fitins_to_recorddict(ins, keep_input=True)
+    replies = grid.send_and_receive(
+        [Message(content, dst_node_id=n, message_type=MessageType.TRAIN) for n in nodes], timeout=timeout
+    )
+    ok = [r for r in replies if not r.has_error()]
+    if len(ok) < threshold:
+        return None
+    messages = [parameters_to_ndarrays(compat.recorddict_to_fitres(r.content, keep_input=True).parameters)[0]
+                for r in ok]  # fmt: skip
+    total = np.rint(np.sum(messages, axis=0) + len(ok) * (1 << (bits - 1))).astype(np.int64)
     return release(np.mod(total, plan.noise.encoding.modulus), plan)

@@ -54,6 +54,7 @@ class FlowerConfig:
     federation: str = "flower"  # whose clients the ledger charges (node config client-id)
     node_state: str | None = None  # secagg: where simulated nodes keep participation counts (None: a temporary folder)
     in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
+    masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ def prepare(cfg: FlowerConfig) -> Prepared:
         raise ValueError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {cfg.trust!r}")
     if cfg.cpus_per_client <= 0:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
+    if not cfg.masks and (cfg.trust != "secagg" or not cfg.diagnostics):
+        raise ValueError("--no-masks is for simulations of --trust secagg only: it needs --diagnostics")
     offline_env()
     from hdp_planner.planfile.document import budgets_digest_of, read_document
     from hdp_planner.planning.budgets import read_assignment
@@ -148,7 +151,7 @@ def serve(p: Prepared, grid, progress=print):
     account = ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True)
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
-        auditor=auditor, account=account, plan_sha256=p.plan_sha256,
+        auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
     )  # fmt: skip
     strategy.start(
         grid,
@@ -231,8 +234,9 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
                 from hdp_planner_flower.local import InProcessGrid
 
                 logging.getLogger("flwr").setLevel(logging.ERROR)
-                return finish(p, serve(p, InProcessGrid(client_app(pin=pin), p.data.n_clients), progress))
-            _simulate(app, client_app(pin=pin), p.data.n_clients, cfg.cpus_per_client)
+                grid = InProcessGrid(client_app(pin=pin, masks=cfg.masks), p.data.n_clients)
+                return finish(p, serve(p, grid, progress))
+            _simulate(app, client_app(pin=pin, masks=cfg.masks), p.data.n_clients, cfg.cpus_per_client)
     except KeyboardInterrupt:
         stop_ray()
         raise
@@ -296,7 +300,11 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
                        tau_d=group_tau_d(size, sa.model_dim))
         for z, size in zip(p.spec.noise_multiplier, p.spec.sizes)
     ]  # fmt: skip
-    block["masks"] = "Flower SecAgg+, full neighbour graph, masks expanded with ChaCha20"
+    block["masks"] = (
+        "Flower SecAgg+, full neighbour graph, masks expanded with ChaCha20"
+        if p.cfg.masks
+        else "none: the messages summed in the clear (a simulation; the sums equal SecAgg+'s bit for bit)"
+    )
     return block
 
 

@@ -40,7 +40,7 @@ from hdp_planner.rules.noise import SecureRandom, poisson_sample
 from hdp_planner_flower.membership import FlowerRunError, default_groups
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
-from hdp_planner_flower.secagg_workflow import secure_group_sum
+from hdp_planner_flower.secagg_workflow import secure_group_sum, unmasked_group_sum
 from hdp_planner_train.rules.aggregate import (
     GroupSpec,
     NoiseSource,
@@ -77,6 +77,7 @@ class HdpStrategy(Strategy):
         diagnostics: bool = False,
         auditor=None,
         plan_sha256: str = "",
+        masks: bool = True,
     ) -> None:
         if trust not in TRUST_MODELS:
             raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
@@ -87,6 +88,9 @@ class HdpStrategy(Strategy):
         if (trust == "secagg") != (spec.secagg is not None):
             raise FlowerRunError("--trust secagg runs the plan's trust object: its spec comes from planned_groups")
         self.plan_sha256 = plan_sha256  # announced to pinned clients under secagg
+        if not masks and not diagnostics:
+            raise FlowerRunError("--no-masks is for simulations only: it needs --diagnostics")
+        self.masks = masks  # secagg without SecAgg+ (sums in the clear): simulations of long runs only
         self.auditor = auditor  # hdp_planner_train.audit.canaries.CanaryAuditor: canary clients through the same round
         self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
@@ -199,7 +203,8 @@ class HdpStrategy(Strategy):
             y = None
             if plan is not None:
                 threshold = required_threshold(len(nodes), spec.secagg.survivors, spec.secagg.colluders)
-                y = secure_group_sum(grid, nodes=nodes, server_round=server_round, plan=plan, threshold=threshold,
+                group_sum = secure_group_sum if self.masks else unmasked_group_sum
+                y = group_sum(grid, nodes=nodes, server_round=server_round, plan=plan, threshold=threshold,
                                      arrays=arrays, fit_config=fit_config(self.rules(server_round, m), config),
                                      timeout=timeout)  # fmt: skip
             withheld += y is None

@@ -183,6 +183,35 @@ def test_group_sums_equal_the_simulators_integer_pipeline_bit_for_bit(secagg_pla
     assert compared >= 1
 
 
+def test_masks_off_gives_the_same_sums_as_secagg_bit_for_bit(secagg_plan, tmp_path, monkeypatch):
+    """The long-run simulation mode (``--no-masks``): the same seeded messages summed in the clear decode to exactly
+    what SecAgg+ returns; it refuses to run outside a simulation."""
+    from hdp_planner_flower import strategy as strategy_module
+
+    monkeypatch.setattr(secagg_mod, "SecureBits", lambda: SeededBits(23))
+    sums: dict[bool, dict[int, np.ndarray]] = {True: {}, False: {}}
+    for masks in (True, False):
+        real = strategy_module.secure_group_sum if masks else strategy_module.unmasked_group_sum
+
+        def capture(grid, _real=real, _masks=masks, **kw):
+            y = _real(grid, **kw)
+            sums[_masks][int(kw["fit_config"]["hdp.group"])] = y
+            return y
+
+        monkeypatch.setattr(strategy_module, "secure_group_sum" if masks else "unmasked_group_sum", capture)
+        plan, spec = secagg_spec(secagg_plan)
+        strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
+                               uniform=Everyone(), masks=masks)  # fmt: skip
+        grid = InProcessGrid(client_app(step, pin=pin_for(secagg_plan, tmp_path / str(masks)), masks=masks), N)
+        strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    assert sums[True].keys() == sums[False].keys() == {0, 1, 2}
+    for m in sums[True]:
+        assert np.array_equal(sums[True][m], sums[False][m])
+    plan, spec = secagg_spec(secagg_plan)
+    with pytest.raises(ValueError, match="simulations only"):
+        HdpStrategy(plan, spec, trust="secagg", masks=False)
+
+
 @pytest.mark.parametrize("stage", ["setup", "share_keys", "collect_masked_vectors", "unmask"])
 def test_dropouts_at_each_stage_release_planned_noise_or_nothing(secagg_plan, tmp_path, stage, monkeypatch):
     """Nodes that vanish at a SecAgg+ stage. Clients that learn nothing: a released sum is pure noise, the shares of
@@ -327,3 +356,5 @@ def test_hdp_plan_flower_in_process_runs_a_secure_plan_and_reports_both_adversar
         assert entry["epsilon_spent"] == pytest.approx(want, rel=1e-12) == sa["epsilon_third_parties"][m]
         assert sa["epsilon_server"][m] >= entry["epsilon_spent"] * (1 - 1e-12)  # no amplification against the server
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["secagg"] == sa
+    row = read_document(secagg_plan)["trust"]["rows"][METHOD_NAMES["gdpfed+"]]
+    assert metrics["noise_lambda_planned"] == row["lambda_secagg"]  # the secure row's Λ, not the trusted server's

@@ -32,6 +32,7 @@ class SecaggSpec:
     colluders: int
     model_dim: int
     dropout: float = 0.0
+    planned_lambda: float | None = None  # the row's Λ under secagg (the trust object's ``lambda_secagg``)
 
 
 def public_seed(rnd: int, group: int) -> int:
@@ -91,7 +92,8 @@ def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
     entry = doc["trust"]["rows"].get(method)
     if entry is None or not spec.private:
         raise ValueError(f"{spec.method} has no distributed form under --trust secagg")
-    secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), dropout)
+    secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), dropout,
+                        entry.get("lambda_secagg"))  # fmt: skip
     return dataclasses.replace(spec, noise_multiplier=tuple(entry["noise_multiplier"]), secagg=secagg)
 
 

@@ -97,6 +97,15 @@ def noise_kind(cfg: TrainConfig) -> str:
     return kind
 
 
+def planned_lambda(plan, spec) -> float:
+    """The Λ the run's noise should have: the row's exact Λ, or under secure aggregation the trust object's."""
+    if not spec.private:
+        return 0.0
+    if spec.secagg is not None and spec.secagg.planned_lambda is not None:
+        return float(spec.secagg.planned_lambda)
+    return plan.method(METHOD_NAMES[spec.method]).lambda_exact
+
+
 def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
     """ε spent per group after ``rounds_run`` rounds of the executed mechanism (the plan's spending accountant,
     or RDP composition of a σ schedule; under secure aggregation the distributed accounting of the trust object's
@@ -333,7 +342,7 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
         "epsilon_spent": privacy_ledger(plan, spec, rounds),
         "noise_source": noise_kind(cfg),
         "noise_note": SEEDED_NOTE if noise_kind(cfg) == "seeded" else SECURE_NOTE,
-        "noise_lambda_planned": plan.method(METHOD_NAMES[spec.method]).lambda_exact if spec.private else 0.0,
+        "noise_lambda_planned": planned_lambda(plan, spec),
         **log.summary(),
     }
 
