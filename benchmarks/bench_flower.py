@@ -150,8 +150,9 @@ def secagg_rounds(args) -> None:
             sa = ours_p.spec.secagg
             workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=required_threshold(
                 len(nodes), sa.survivors, sa.colluders), max_weight=1.0)  # fmt: skip
-            run_secaggplus(grids["bare"], workflow, nodes=nodes, server_round=rnd, arrays=arrays,
-                           fit_config=fit_config(server.rules(rnd, m), settings))  # fmt: skip
+            config = fit_config(server.rules(rnd, m), settings)
+            run_secaggplus(grids["bare"], workflow, configs=dict.fromkeys(nodes, config), server_round=rnd,
+                           arrays=arrays)  # fmt: skip
         times["bare"].append(time.perf_counter() - t0)
         print(f"    joined {ours.joined}: ours {times['ours'][-1]:.2f} s, server {times['server'][-1]:.2f} s, "
               f"Flower SecAgg+ {times['bare'][-1]:.2f} s", flush=True)  # fmt: skip

@@ -108,15 +108,19 @@ class PinnedPlan:
         for key, want in announced.items():
             if not math.isclose(float(rules[key]), want, rel_tol=1e-12):
                 raise RoundRefused(f"the server announces {key} {float(rules[key])!r}, the plan has {want!r}")
-        c = int(rules["joined"])
-        t = required_threshold(c, spec.secagg.survivors, spec.secagg.colluders)
-        if not sampled == share_number == c:
-            raise RoundRefused(f"the server announces {c} sampled clients; SecAgg+ shows {sampled} sampled and "
+        c, size = int(rules["joined"]), int(rules["run-size"])
+        slot, slots = int(rules["slot"]), int(rules["slots"])
+        if not (c <= size and (slots, slot) in ((1, 0), (len(spec.sizes), m))):
+            raise RoundRefused(f"the server announces {c} sampled in a run of {size}, slot {slot} of {slots}: not a "
+                               f"per-group run or a slot per group")  # fmt: skip
+        t = required_threshold(size, spec.secagg.survivors, spec.secagg.colluders)
+        if not sampled == share_number == size:
+            raise RoundRefused(f"the server announces a run of {size} clients; SecAgg+ shows {sampled} sampled and "
                                f"{share_number} shares (a full neighbour graph is required)")  # fmt: skip
         if threshold != t:
             raise RoundRefused(f"the reconstruction threshold is {threshold}; the plan's survivors need {t}")
-        if not t <= keys <= c:
-            raise RoundRefused(f"SecAgg+ shows {keys} public keys for {c} sampled clients and threshold {t}")
+        if not t <= keys <= size:
+            raise RoundRefused(f"SecAgg+ shows {keys} public keys for {size} sampled clients and threshold {t}")
         b = spec.secagg.bits
         if quantization != (float(1 << (b - 1)), 1 << b, MASK_MODULUS, 1.0):
             raise RoundRefused(f"SecAgg+ quantization {quantization} is not the exact {b}-bit path")

@@ -37,7 +37,7 @@ def masked_secaggplus_mod(msg: Message, ctxt: Context, call_next: ClientAppCalla
 
 def share_mod(pin: Pin | None = None, masked: bool = True):
     """The mod inside SecAgg+ for a node pinned to ``pin`` (a node config ``plan`` overrides it). ``masked`` False:
-    no SecAgg+ around it (simulations of long runs only, :func:`~.secagg_workflow.unmasked_group_sum`): the round's
+    no SecAgg+ around it (simulations of long runs only, :func:`~.secagg_workflow.modular_sums`): the round's
     counts are the announced ones."""
 
     def mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
@@ -60,7 +60,9 @@ def share_mod(pin: Pin | None = None, masked: bool = True):
             raise ValueError(f"no share to send: the update has {delta.size} values, the plan's d is "
                              f"{spec.secagg.model_dim}")  # fmt: skip
         y = client_message(delta, plan, SecureBits())
-        shifted = (y - (1 << (spec.secagg.bits - 1))).astype(np.float64)
+        shifted = np.full(int(rules["slots"]) * y.size, -float(1 << (spec.secagg.bits - 1)))  # 0 in other slots
+        start = int(rules["slot"]) * y.size
+        shifted[start : start + y.size] += y
         res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([shifted]), num_examples=1, metrics={})
         return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
 
@@ -77,11 +79,11 @@ def secaggplus_view(ctxt: Context) -> dict:
 
 
 def announced_view(rules, pinned) -> dict:
-    """Without SecAgg+ (masks off): the announced count stands for what SecAgg+ would show."""
-    c, sa = int(rules["joined"]), pinned.spec.secagg
+    """Without SecAgg+ (masks off): the announced run size stands for what SecAgg+ would show."""
+    size, sa = int(rules["run-size"]), pinned.spec.secagg
     exact = (float(1 << (sa.bits - 1)), 1 << sa.bits, MASK_MODULUS, 1.0)
-    return dict(sampled=c, share_number=c, threshold=required_threshold(c, sa.survivors, sa.colluders), keys=c,
-                quantization=exact)  # fmt: skip
+    return dict(sampled=size, share_number=size, threshold=required_threshold(size, sa.survivors, sa.colluders),
+                keys=size, quantization=exact)  # fmt: skip
 
 
 def secagg_mods(pin: Pin | None = None, masks: bool = True) -> list:

@@ -1,13 +1,14 @@
 """Server side under ``--trust secagg``: one run of Flower's own ``SecAggPlusWorkflow`` per group and round.
 
-The strategy samples each group's nodes; :func:`secure_group_sum` hands them to SecAgg+ through a small legacy
+The strategy samples each group's nodes; :func:`modular_sums` hands them to SecAgg+ through a small legacy
 ``Strategy`` adaptor (the workflow only runs with Flower's legacy API) and gets back the sum of the survivors'
 integer messages modulo 2^b, which :func:`~hdp_planner_train.rules.secagg.release` decodes with the simulator's
-code. One run per group, not slots of one long vector: a client then sends d' values instead of M·d', and the
-cost, quadratic in the clients of one run, is Σ c_m² instead of (Σ c_m)². A group with fewer than two sampled
-clients cannot run SecAgg+ and releases nothing that round; so does a group whose survivors fall below the
-reconstruction threshold t = ⌈F·c⌉ at any stage (SecAgg+ halts), which is what guarantees that a released sum
-carries the noise of t − k honest shares.
+code. Per round the strategy chooses between one run per group and one run over every sampled client with a slot
+of d' values per group: one run per group when every group has 0 or at least 2 sampled clients (a client sends d'
+values instead of M·d', and the cost, quadratic in the clients of one run, is Σ c_m² instead of (Σ c_m)²); slots
+when a group has a single sampled client, whom SecAgg+ cannot aggregate alone. A run whose survivors fall below
+its reconstruction threshold at any stage halts (nothing is released), and a group whose own survivors number
+fewer than its t_m = ⌈F·c_m⌉ releases nothing: every released sum carries the noise of t_m − k honest shares.
 
 One bookkeeping fix to Flower's workflow (flwr 1.41, :class:`SecAggPlus`): a node that drops out before it has
 distributed its key shares (at the setup or share-keys stage) stays in the workflow's sampled set and neighbour
@@ -36,24 +37,24 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
 
 from hdp_planner_flower.masks import MASK_MODULUS, secure_masks
-from hdp_planner_train.rules.secagg import RoundPlan, release
 
 
 class SampledNodes(Strategy):
-    """The legacy strategy SecAgg+ asks for its clients: the nodes our strategy already sampled; it keeps the
-    workflow's aggregate (the survivors' mean) and their count."""
+    """The legacy strategy SecAgg+ asks for its clients: the nodes our strategy already sampled, each with its own
+    config; it keeps the workflow's aggregate (the survivors' mean) and who the survivors are."""
 
-    def __init__(self, nodes: list[int], grid, fit_config: dict) -> None:
-        self.nodes, self.grid, self.fit_config = nodes, grid, fit_config
-        self.result: tuple[np.ndarray, int] | None = None
+    def __init__(self, configs: dict[int, dict], grid) -> None:
+        self.configs, self.grid = configs, grid
+        self.result: tuple[np.ndarray, set[int]] | None = None
 
     def configure_fit(self, server_round, parameters, client_manager):
         run_id = self.grid.run.run_id
-        return [(GridClientProxy(n, self.grid, run_id), FitIns(parameters, dict(self.fit_config))) for n in self.nodes]
+        return [(GridClientProxy(n, self.grid, run_id), FitIns(parameters, dict(c))) for n, c in self.configs.items()]
 
     def aggregate_fit(self, server_round, results, failures):
         if results:
-            self.result = (parameters_to_ndarrays(results[0][1].parameters)[0], len(results))
+            alive = {proxy.node_id for proxy, _ in results}
+            self.result = (parameters_to_ndarrays(results[0][1].parameters)[0], alive)
         return None, {}
 
     def initialize_parameters(self, client_manager):
@@ -90,11 +91,11 @@ def check_room(bits: int, sampled: int) -> None:
 
 
 def run_secaggplus(
-    grid, workflow: SecAggPlusWorkflow, *, nodes: list[int], server_round: int, arrays: ArrayRecord, fit_config: dict
-) -> tuple[np.ndarray, int] | None:
-    """One run of a SecAgg+ ``workflow`` over ``nodes`` (the model ``arrays`` and ``fit_config`` sent to each):
-    (the survivors' mean of the first array, their count), or None when the workflow halted."""
-    sampled = SampledNodes(nodes, grid, fit_config)
+    grid, workflow: SecAggPlusWorkflow, *, configs: dict[int, dict], server_round: int, arrays: ArrayRecord
+) -> tuple[np.ndarray, set[int]] | None:
+    """One run of a SecAgg+ ``workflow`` over the nodes of ``configs`` (the model ``arrays`` and each node's config
+    sent to it): (the survivors' mean of the first array, the survivors), or None when the workflow halted."""
+    sampled = SampledNodes(configs, grid)
     context = Context(run_id=grid.run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config={})
     context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({Key.CURRENT_ROUND: server_round})
     context.state.array_records[MAIN_PARAMS_RECORD] = arrays
@@ -102,49 +103,37 @@ def run_secaggplus(
     return sampled.result
 
 
-def secure_group_sum(
-    grid, *, nodes: list[int], server_round: int, plan: RoundPlan, threshold: int, arrays: ArrayRecord,
-    fit_config: dict, timeout: float | None = None,
-) -> np.ndarray | None:  # fmt: skip
-    """One SecAgg+ run over ``nodes``: the decoded noisy sum of the survivors' messages, or None (nothing released:
-    fewer than two nodes, or SecAgg+ halted below ``threshold`` survivors)."""
-    if len(nodes) < 2:
+def modular_sums(
+    grid, *, configs: dict[int, dict], server_round: int, arrays: ArrayRecord, bits: int, threshold: int,
+    masks: bool = True, timeout: float | None = None,
+) -> tuple[np.ndarray, set[int]] | None:  # fmt: skip
+    """The survivors' integer messages summed modulo 2^b, and who the survivors are, from one SecAgg+ run over the
+    nodes of ``configs`` (each sent its own config); None when there are fewer than two nodes or SecAgg+ halted below
+    ``threshold`` survivors. ``masks`` False (simulations of long runs only): the same messages without SecAgg+,
+    summed in the clear; its masks cancel exactly, so the sums are equal bit for bit."""
+    if len(configs) < 2:
         return None
-    bits = plan.noise.encoding.bits
-    check_room(bits, len(nodes))
-    workflow = SecAggPlus(
-        num_shares=1.0, reconstruction_threshold=threshold, max_weight=1.0, clipping_range=float(1 << (bits - 1)),
-        quantization_range=1 << bits, modulus_range=MASK_MODULUS, timeout=timeout,
-    )  # fmt: skip
-    with secure_masks():
-        result = run_secaggplus(grid, workflow, nodes=nodes, server_round=server_round, arrays=arrays,
-                                fit_config=fit_config)  # fmt: skip
-    if result is None:
-        return None
-    mean, survivors = result
-    total = np.rint(mean * survivors + survivors * (1 << (bits - 1))).astype(np.int64)
-    return release(np.mod(total, plan.noise.encoding.modulus), plan)
-
-
-def unmasked_group_sum(
-    grid, *, nodes: list[int], server_round: int, plan: RoundPlan, threshold: int, arrays: ArrayRecord,
-    fit_config: dict, timeout: float | None = None,
-) -> np.ndarray | None:  # fmt: skip
-    """Simulations of long runs only: the same clients' messages (share mod without SecAgg+) summed in the clear.
-    SecAgg+'s masks cancel exactly, so the decoded sum is bit for bit the one :func:`secure_group_sum` returns for
-    the same messages; as there, nothing is released with fewer than two nodes or ``threshold`` replies."""
-    if len(nodes) < 2:
-        return None
-    bits = plan.noise.encoding.bits
-    ins = FitIns(compat.arrayrecord_to_parameters(arrays, keep_input=True), dict(fit_config))
-    content = compat.fitins_to_recorddict(ins, keep_input=True)
-    replies = grid.send_and_receive(
-        [Message(content, dst_node_id=n, message_type=MessageType.TRAIN) for n in nodes], timeout=timeout
-    )
-    ok = [r for r in replies if not r.has_error()]
-    if len(ok) < threshold:
-        return None
-    messages = [parameters_to_ndarrays(compat.recorddict_to_fitres(r.content, keep_input=True).parameters)[0]
-                for r in ok]  # fmt: skip
-    total = np.rint(np.sum(messages, axis=0) + len(ok) * (1 << (bits - 1))).astype(np.int64)
-    return release(np.mod(total, plan.noise.encoding.modulus), plan)
+    check_room(bits, len(configs))
+    shift = 1 << (bits - 1)
+    if masks:
+        workflow = SecAggPlus(
+            num_shares=1.0, reconstruction_threshold=threshold, max_weight=1.0, clipping_range=float(shift),
+            quantization_range=1 << bits, modulus_range=MASK_MODULUS, timeout=timeout,
+        )  # fmt: skip
+        with secure_masks():
+            result = run_secaggplus(grid, workflow, configs=configs, server_round=server_round, arrays=arrays)
+        if result is None:
+            return None
+        mean, alive = result
+        total = mean * len(alive)
+    else:
+        parameters = compat.arrayrecord_to_parameters(arrays, keep_input=True)
+        messages = [Message(compat.fitins_to_recorddict(FitIns(parameters, dict(c)), keep_input=True), dst_node_id=n,
+                            message_type=MessageType.TRAIN) for n, c in configs.items()]  # fmt: skip
+        ok = [r for r in grid.send_and_receive(messages, timeout=timeout) if not r.has_error()]
+        if len(ok) < threshold:
+            return None
+        alive = {r.metadata.src_node_id for r in ok}
+        total = np.sum([parameters_to_ndarrays(compat.recorddict_to_fitres(r.content, keep_input=True).parameters)[0]
+                        for r in ok], axis=0)  # fmt: skip
+    return np.mod(np.rint(total + len(alive) * shift).astype(np.int64), 1 << bits), alive

@@ -40,7 +40,7 @@ from hdp_planner.rules.noise import SecureRandom, poisson_sample
 from hdp_planner_flower.membership import FlowerRunError, default_groups
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
-from hdp_planner_flower.secagg_workflow import secure_group_sum, unmasked_group_sum
+from hdp_planner_flower.secagg_workflow import modular_sums
 from hdp_planner_train.rules.aggregate import (
     GroupSpec,
     NoiseSource,
@@ -50,7 +50,7 @@ from hdp_planner_train.rules.aggregate import (
     group_noise,
     noisy_update,
 )
-from hdp_planner_train.rules.secagg import required_threshold, round_plan
+from hdp_planner_train.rules.secagg import release, required_threshold, round_plan
 from hdp_planner_train.simulator.scaffold import RunLog, privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
@@ -156,8 +156,9 @@ class HdpStrategy(Strategy):
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
         return picked
 
-    def rules(self, server_round: int, m: int) -> ConfigRecord:
-        """What group m's sampled nodes are told this round (under secagg a pinned client checks every field)."""
+    def rules(self, server_round: int, m: int, run: tuple[int, int, int] | None = None) -> ConfigRecord:
+        """What group m's sampled nodes are told this round (under secagg a pinned client checks every field;
+        ``run``: the SecAgg+ run's size, the group's slot and the number of slots)."""
         spec = self.spec
         sigma = spec.noise_at(server_round - 1)
         rules = {
@@ -170,6 +171,8 @@ class HdpStrategy(Strategy):
         }
         if self.trust == "secagg":
             rules.update({"q": float(spec.q[m]), "method": spec.method, "plan-sha256": self.plan_sha256})
+            size, slot, slots = run or (self.joined[m], 0, 1)
+            rules.update({"run-size": size, "slot": slot, "slots": slots})
         return ConfigRecord(rules)
 
     def configure_train(
@@ -189,27 +192,38 @@ class HdpStrategy(Strategy):
     def secure_round(
         self, grid: Grid, server_round: int, arrays: ArrayRecord, config: ConfigRecord, timeout: float | None
     ) -> tuple[ArrayRecord, MetricRecord]:
-        """One round under secagg: a SecAgg+ run per group (:func:`~.secagg_workflow.secure_group_sum`), a group
-        that cannot complete contributing nothing, then the simulator's update rule."""
-        spec, rnd = self.spec, server_round - 1
+        """One round under secagg (:mod:`.secagg_workflow`): one SecAgg+ run per group, or one run with a slot per
+        group when a group has a single sampled client; a group that cannot release contributes nothing; then the
+        simulator's update rule."""
+        spec, rnd, sa = self.spec, server_round - 1, self.spec.secagg
         picked = self.sample(server_round)
         self.arrays = arrays
         theta = flatten(arrays)
         sigma = spec.noise_at(rnd)
-        ys, withheld = [], 0
-        for m, nodes in enumerate(picked):
-            plan = round_plan(dim=theta.numel(), clip=spec.clips[m], noise_multiplier=sigma[m], spec=spec.secagg,
-                              sampled=len(nodes), rnd=rnd, group=m)  # fmt: skip
-            y = None
-            if plan is not None:
-                threshold = required_threshold(len(nodes), spec.secagg.survivors, spec.secagg.colluders)
-                group_sum = secure_group_sum if self.masks else unmasked_group_sum
-                y = group_sum(grid, nodes=nodes, server_round=server_round, plan=plan, threshold=threshold,
-                                     arrays=arrays, fit_config=fit_config(self.rules(server_round, m), config),
-                                     timeout=timeout)  # fmt: skip
-            withheld += y is None
-            ys.append(torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype))
-        update, measured, applied = noisy_update(ys, None, spec, self.noise_for(rnd), self.public_history)
+        plans = [round_plan(dim=theta.numel(), clip=spec.clips[m], noise_multiplier=sigma[m], spec=sa,
+                            sampled=len(nodes), rnd=rnd, group=m) for m, nodes in enumerate(picked)]  # fmt: skip
+        count = len(picked)
+        slotted = any(len(nodes) == 1 for nodes in picked)
+        ys: list[np.ndarray | None] = [None] * count
+        for groups in [list(range(count))] if slotted else [[m] for m in range(count)]:
+            members = [(m, n) for m in groups if plans[m] is not None for n in picked[m]]
+            slots = count if slotted else 1
+            configs = {n: fit_config(self.rules(server_round, m, run=(len(members), m if slotted else 0, slots)),
+                                     config) for m, n in members}  # fmt: skip
+            out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
+                               threshold=required_threshold(len(members), sa.survivors, sa.colluders),
+                               masks=self.masks, timeout=timeout)  # fmt: skip
+            if out is None:
+                continue
+            totals, alive = out
+            width = totals.size // slots
+            for m in groups:
+                if plans[m] is not None and len(alive & set(picked[m])) >= plans[m].noise.survivors:
+                    slot = m if slotted else 0
+                    ys[m] = release(totals[slot * width : (slot + 1) * width], plans[m])
+        withheld = sum(y is None for y in ys)
+        sums = [torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype) for y in ys]
+        update, measured, applied = noisy_update(sums, None, spec, self.noise_for(rnd), self.public_history)
         self.stats = RoundStats(list(self.joined), 0, measured, applied, withheld)
         if self.account is not None:
             self.account.release(rnd)

@@ -23,7 +23,7 @@ from flwr.common import bytes_to_ndarray  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from hdp_planner.distributed.encoding import modular_sum  # noqa: E402
+from hdp_planner.distributed.encoding import padded_dimension  # noqa: E402
 from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
 from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
@@ -35,7 +35,7 @@ from hdp_planner_flower.pin import Participations, Pin, RoundRefused, file_sha25
 from hdp_planner_flower.records import ARRAYS, flatten  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa: E402
-from hdp_planner_train.rules.secagg import client_message, planned_groups, release  # noqa: E402
+from hdp_planner_train.rules.secagg import client_message, planned_groups, release, round_plan  # noqa: E402
 from hdp_planner_train.simulator.models import make_model  # noqa: E402
 
 N = 24  # virtual clients, three groups of 8
@@ -152,99 +152,103 @@ def test_the_server_sees_only_masked_uniform_vectors_and_no_clear_data(secagg_pl
     assert all(v.max() < MASK_MODULUS for v in vectors)
 
 
-def test_group_sums_equal_the_simulators_integer_pipeline_bit_for_bit(secagg_plan, tmp_path, monkeypatch):
-    """With the shares' randomness seeded per client, the sum SecAgg+ returns (masks on) decodes to exactly the
-    simulator's modular sum of the same clients' messages."""
-    monkeypatch.setattr(secagg_mod, "SecureBits", lambda: SeededBits(17))
-    captured: dict[int, np.ndarray] = {}
+def capture_runs(monkeypatch) -> list:
+    """Every SecAgg+ run of the strategy: (its nodes' configs, its output: (sums mod 2^b, survivors) or None)."""
     from hdp_planner_flower import strategy as strategy_module
 
-    real = strategy_module.secure_group_sum
+    runs, real = [], strategy_module.modular_sums
 
     def capture(grid, **kw):
-        y = real(grid, **kw)
-        captured[int(kw["fit_config"]["hdp.group"])] = (y, kw["nodes"], kw["plan"])
-        return y
+        out = real(grid, **kw)
+        runs.append((kw["configs"], out))
+        return out
 
-    monkeypatch.setattr(strategy_module, "secure_group_sum", capture)
-    app = client_app(step, pin=pin_for(secagg_plan, tmp_path))
-    _, grid, _, _ = run_secure(secagg_plan, app, rounds=1)
-    compared = 0
-    for m, (y, nodes, rplan) in captured.items():
-        if len(nodes) < 2:  # SecAgg+ needs two clients: nothing released
-            assert y is None
+    monkeypatch.setattr(strategy_module, "modular_sums", capture)
+    return runs
+
+
+def group_plan(spec, m: int, sampled: int):
+    return round_plan(dim=D, clip=spec.clips[m], noise_multiplier=spec.noise_at(0)[m], spec=spec.secagg,
+                      sampled=sampled, rnd=0, group=m)  # fmt: skip
+
+
+def expected_sums(grid, configs, alive, spec, seed: int) -> np.ndarray:
+    """The simulator's modular sum, per slot, of the survivors' messages (update 0.001·(i + 1), seeded shares)."""
+    slots = int(next(iter(configs.values()))["hdp.slots"])
+    width = padded_dimension(D)
+    out = np.zeros(slots * width, dtype=np.int64)
+    for node, config in configs.items():
+        if node not in alive:
             continue
-        compared += 1
-        ids = [grid.node_ids.index(n) for n in nodes]
-        updates = [np.full(D, 0.001 * (i + 1)) for i in ids]
-        expected = release(modular_sum(np.stack([client_message(u, rplan, SeededBits(17)) for u in updates]),
-                                       rplan.noise.encoding.modulus), rplan)  # fmt: skip
-        assert y is not None and np.array_equal(y, expected), m
-    assert compared >= 1
+        m, slot = int(config["hdp.group"]), int(config["hdp.slot"])
+        i = grid.node_ids.index(node)
+        message = client_message(np.full(D, 0.001 * (i + 1)), group_plan(spec, m, int(config["hdp.joined"])),
+                                 SeededBits(seed))  # fmt: skip
+        out[slot * width : (slot + 1) * width] += message
+    return np.mod(out, 1 << spec.secagg.bits)
 
 
-def test_masks_off_gives_the_same_sums_as_secagg_bit_for_bit(secagg_plan, tmp_path, monkeypatch):
-    """The long-run simulation mode (``--no-masks``): the same seeded messages summed in the clear decode to exactly
-    what SecAgg+ returns; it refuses to run outside a simulation."""
-    from hdp_planner_flower import strategy as strategy_module
+class Pattern:
+    """Sampling that takes the first ``counts[m]`` nodes of group m (tests only)."""
 
-    monkeypatch.setattr(secagg_mod, "SecureBits", lambda: SeededBits(23))
-    sums: dict[bool, dict[int, np.ndarray]] = {True: {}, False: {}}
-    for masks in (True, False):
-        real = strategy_module.secure_group_sum if masks else strategy_module.unmasked_group_sum
+    def __init__(self, counts):
+        self.counts = list(counts)
 
-        def capture(grid, _real=real, _masks=masks, **kw):
-            y = _real(grid, **kw)
-            sums[_masks][int(kw["fit_config"]["hdp.group"])] = y
-            return y
+    def random(self, size):
+        return (np.arange(size) >= self.counts.pop(0)).astype(float)
 
-        monkeypatch.setattr(strategy_module, "secure_group_sum" if masks else "unmasked_group_sum", capture)
-        plan, spec = secagg_spec(secagg_plan)
-        strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
-                               uniform=Everyone(), masks=masks)  # fmt: skip
-        grid = InProcessGrid(client_app(step, pin=pin_for(secagg_plan, tmp_path / str(masks)), masks=masks), N)
-        strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
-    assert sums[True].keys() == sums[False].keys() == {0, 1, 2}
-    for m in sums[True]:
-        assert np.array_equal(sums[True][m], sums[False][m])
+
+@pytest.mark.parametrize("counts", [(8, 8, 8), (5, 1, 0)], ids=["per-group runs", "slots"])
+@pytest.mark.parametrize("masks", [True, False], ids=["SecAgg+", "masks off"])
+def test_group_sums_equal_the_simulators_integer_pipeline_bit_for_bit(secagg_plan, tmp_path, monkeypatch, counts,
+                                                                      masks):  # fmt: skip
+    """With the shares' randomness seeded, the sums SecAgg+ returns (masks on), and those of the long-run mode
+    without it, are exactly the simulator's modular sums of the same clients' messages; a round where a group has
+    a single sampled client runs one SecAgg+ with a slot per group, and that client's group is released too."""
+    monkeypatch.setattr(secagg_mod, "SecureBits", lambda: SeededBits(17))
+    runs = capture_runs(monkeypatch)
     plan, spec = secagg_spec(secagg_plan)
-    with pytest.raises(ValueError, match="simulations only"):
-        HdpStrategy(plan, spec, trust="secagg", masks=False)
+    strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
+                           uniform=Pattern(counts), masks=masks)  # fmt: skip
+    grid = InProcessGrid(client_app(step, pin=pin_for(secagg_plan, tmp_path), masks=masks), N, keep=True)
+    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    assert len(runs) == (3 if counts[1] > 1 else 1)
+    for configs, out in runs:
+        assert out is not None
+        totals, alive = out
+        assert alive == set(configs)
+        assert np.array_equal(totals, expected_sums(grid, configs, alive, spec, 17))
+    assert strategy.stats.withheld == sum(c == 0 for c in counts)
 
 
 @pytest.mark.parametrize("stage", ["setup", "share_keys", "collect_masked_vectors", "unmask"])
 def test_dropouts_at_each_stage_release_planned_noise_or_nothing(secagg_plan, tmp_path, stage, monkeypatch):
     """Nodes that vanish at a SecAgg+ stage. Clients that learn nothing: a released sum is pure noise, the shares of
-    the nodes whose masked vectors were summed. A group releases iff at least t = ⌈F·c⌉ nodes stay to the end, and
-    then its noise variance is that of ≥ t shares (the planned noise); otherwise nothing is released."""
-    from hdp_planner_flower import strategy as strategy_module
-
-    captured: dict[int, tuple] = {}
-    real = strategy_module.secure_group_sum
-
-    def capture(grid, **kw):
-        y = real(grid, **kw)
-        captured[int(kw["fit_config"]["hdp.group"])] = (y, kw["nodes"], kw["plan"], kw["threshold"])
-        return y
-
-    monkeypatch.setattr(strategy_module, "secure_group_sum", capture)
+    the nodes whose masked vectors were summed. A group releases iff at least t = ⌈F·c⌉ of its nodes stay to the
+    end, and then its noise variance is that of ≥ t shares (the planned noise); otherwise nothing is released."""
+    runs = capture_runs(monkeypatch)
     lost = {0, 1, 8, 16, 17, 18, 19, 20}  # group 1 loses 2 of its 8 nodes, group 2 one, group 3 five
     app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
-    strategy, grid, _, _ = run_secure(secagg_plan, app, rounds=1, fail=lambda i, s: i in lost and s == stage)
+    strategy, grid, _, _ = run_secure(secagg_plan, app, uniform=Everyone(),
+                                      fail=lambda i, s: i in lost and s == stage)  # fmt: skip
+    _, spec = secagg_spec(secagg_plan)
     released = 0
-    for m, (y, nodes, rplan, t) in captured.items():
-        ids = [grid.node_ids.index(n) for n in nodes]
+    for configs, out in runs:
+        m = int(next(iter(configs.values()))["hdp.group"])
+        ids = [grid.node_ids.index(n) for n in configs]
         staying = sum(i not in lost for i in ids)
         summed = len(ids) if stage == "unmask" else staying  # unmask-stage dropouts already sent their vectors
-        assert (y is not None) == (staying >= t), (m, stage, staying, t)
-        if y is not None:
+        rplan = group_plan(spec, m, len(ids))
+        t = rplan.noise.survivors
+        assert (out is not None) == (staying >= t), (m, stage, staying, t)
+        if out is not None:
             released += 1
-            r = rplan.noise
-            per_share = r.encoding.gamma**2 * r.share_sigma2  # update units², per coordinate
+            assert len(out[1]) == summed >= t
+            y = release(out[0], rplan)
+            per_share = rplan.noise.encoding.gamma**2 * rplan.noise.share_sigma2  # update units², per coordinate
             measured = float(np.sum(y**2)) / D / per_share  # ≈ the number of shares in the sum (d = 2410)
             assert measured == pytest.approx(summed, rel=5 * np.sqrt(2 / D) + 0.02)
-            assert summed >= t
-    assert strategy.stats.withheld == len(strategy.spec.sizes) - released
+    assert strategy.stats.withheld == 3 - released
 
 
 @pytest.mark.parametrize("fixed", [True, False])
@@ -274,7 +278,8 @@ def test_a_client_refuses_a_round_that_differs_from_its_pin(secagg_plan, tmp_pat
     pinned = load_pinned(pin_for(secagg_plan, tmp_path))
     spec = pinned.spec
     rules = {"plan-sha256": pinned.sha256, "trust": "secagg", "method": "gdpfed+", "group": 0, "server-round": 1,
-             "clip": spec.clips[0], "noise-multiplier": spec.noise_at(0)[0], "q": spec.q[0], "joined": 5}  # fmt: skip
+             "clip": spec.clips[0], "noise-multiplier": spec.noise_at(0)[0], "q": spec.q[0], "joined": 5,
+             "run-size": 5, "slot": 0, "slots": 1}  # fmt: skip
     b = spec.secagg.bits
     ok = dict(client=0, sampled=5, share_number=5, threshold=4, keys=5, quantization=(float(1 << (b - 1)), 1 << b,
               MASK_MODULUS, 1.0))  # fmt: skip
@@ -286,7 +291,9 @@ def test_a_client_refuses_a_round_that_differs_from_its_pin(secagg_plan, tmp_pat
         ({**rules, "noise-multiplier": spec.noise_at(0)[0] / 2}, ok, "noise-multiplier"),
         ({**rules, "clip": 2.0}, ok, "clip"),
         ({**rules, "q": 0.9}, ok, "q"),
-        ({**rules, "joined": 10**6}, ok, "SecAgg\\+ shows 5 sampled"),
+        ({**rules, "joined": 10**6}, ok, "10\\d+ sampled in a run of 5"),
+        ({**rules, "run-size": 10**6, "joined": 10**6}, ok, "SecAgg\\+ shows 5 sampled"),
+        ({**rules, "slots": 3, "slot": 1}, ok, "slot 1 of 3"),
         (rules, {**ok, "keys": 3}, "3 public keys"),
         (rules, {**ok, "share_number": 3}, "3 shares"),
         (rules, {**ok, "threshold": 2}, "threshold is 2"),
