@@ -52,6 +52,17 @@ LambdaOpt = Annotated[
         help="Λ: exact (per-coordinate noise of the applied update) | paper (Table 5's convention).",
     ),
 ]
+# Options of the trust model (hdp_planner.distributed.trust), shared by `solve` and `compare`.
+Bits = Annotated[int, typer.Option("--bits", help="secagg: bits b of the modular sum.")]
+Survivors = Annotated[
+    float, typer.Option("--survivors", help="secagg: fraction F of a group's sampled clients that must reply.")
+]
+Colluders = Annotated[
+    int, typer.Option("--colluders", help="secagg: clients k that may pool their noise with the server.")
+]
+Participations = Annotated[
+    int | None, typer.Option("--participations", help="secagg: rounds K a client takes part in at most [T].")
+]
 # Options of the baselines (GDPFed Section 2, B.2), shared by `solve` and `compare`.
 ModelDim = Annotated[
     int | None, typer.Option("--model-dim", help="Parameters d of the model (PFA keeps k/d of the projected noise).")

@@ -25,8 +25,10 @@ from hdp_planner_cli.budgets import group_budgets, render_grouping
 from hdp_planner_cli.console import err, one_line_errors, out
 from hdp_planner_cli.options import (
     AccountantOpt,
+    Bits,
     CliError,
     Clip,
+    Colluders,
     Delta,
     FixedQ,
     LambdaOpt,
@@ -34,6 +36,7 @@ from hdp_planner_cli.options import (
     Lr,
     MinShare,
     ModelDim,
+    Participations,
     PfaDim,
     PfaSubspace,
     PfaWindow,
@@ -44,6 +47,7 @@ from hdp_planner_cli.options import (
     SigmaModelOpt,
     Sizes,
     Sparsity,
+    Survivors,
     build_baselines,
     build_request,
     check_group_count,
@@ -250,16 +254,10 @@ def solve(
             "distributed discrete Gaussian noise; needs --model-dim).",
         ),
     ] = "server",
-    bits: Annotated[int, typer.Option("--bits", help="secagg: bits b of the modular sum.")] = 20,
-    survivors: Annotated[
-        float, typer.Option("--survivors", help="secagg: fraction F of a group's sampled clients that must reply.")
-    ] = 0.9,
-    colluders: Annotated[
-        int, typer.Option("--colluders", help="secagg: clients k that may pool their noise with the server.")
-    ] = 0,
-    participations: Annotated[
-        int | None, typer.Option("--participations", help="secagg: rounds K a client takes part in at most [T].")
-    ] = None,
+    bits: Bits = 20,
+    survivors: Survivors = 0.9,
+    colluders: Colluders = 0,
+    participations: Participations = None,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan to this JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables.")] = False,
 ) -> None:

@@ -7,11 +7,21 @@ from typing import Annotated
 
 import typer
 
+from hdp_planner.distributed.trust import TrustModel
 from hdp_planner_cli.console import err as _err
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import out as console
 from hdp_planner_cli.console import result_out as _out
-from hdp_planner_cli.options import DatasetOpt, ModelOpt, build_baselines, build_request
+from hdp_planner_cli.options import (
+    Bits,
+    Colluders,
+    DatasetOpt,
+    ModelOpt,
+    Participations,
+    Survivors,
+    build_baselines,
+    build_request,
+)
 from hdp_planner_train import TORCH_HINT
 
 
@@ -265,6 +275,21 @@ def compare(
     audit: Annotated[
         bool, typer.Option("--audit", help="Canaries in every noised run: empirical ε per group beside the plan's.")
     ] = False,
+    trust: Annotated[
+        str,
+        typer.Option(
+            "--trust",
+            help="server, or secagg: plan for secure aggregation and run every noised method through its exact "
+            "integer pipeline (p-fedavg stays the non-private reference).",
+        ),
+    ] = "server",
+    bits: Bits = 20,
+    survivors: Survivors = 0.9,
+    colluders: Colluders = 0,
+    participations: Participations = None,
+    dropout: Annotated[
+        float, typer.Option("--dropout", help="secagg: probability that a sampled client drops out (simulated).")
+    ] = 0.0,
 ) -> None:
     """Train several methods on one plan over several seeds and print GDPFed Table 2 (mean ± std), with a figure."""
     try:
@@ -284,7 +309,7 @@ def compare(
     )
     from hdp_planner_train.simulator.data import load_federated
     from hdp_planner_train.simulator.engines import PRECISIONS
-    from hdp_planner_train.simulator.models import model_name
+    from hdp_planner_train.simulator.models import model_dim, model_name
 
     try:
         if dataset not in PAPER_SETTINGS:
@@ -293,13 +318,21 @@ def compare(
             raise ValueError(f"--seeds must be ≥ 1, got {seeds}")
         if precision not in PRECISIONS:
             raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        cfg = CompareConfig(dataset, check_methods(methods.split(",")), seeds, out, data_dir, dirichlet, engine, device,
-                            eval_every, resume, shards, audit, model, precision)  # fmt: skip
+        if not 0 <= dropout < 1:
+            raise ValueError(f"--dropout must lie in [0, 1), got {dropout}")
+        if dropout and trust != "secagg":
+            raise ValueError("--dropout needs --trust secagg")
+        chosen = check_methods(methods.split(","))
         model_name(dataset, model)
         paper = PAPER_SETTINGS[dataset]
         data = load_federated(
             dataset, data_dir, None if n is None or dataset == "shakespeare" else n, dirichlet, shards=shards
         )
+        d = model_dim(dataset, data.num_classes, model) if trust == "secagg" else None
+        trust_model = TrustModel(kind=trust, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
+                                 participations=participations, model_dim=d)  # fmt: skip
+        cfg = CompareConfig(dataset, chosen, seeds, out, data_dir, dirichlet, engine, device, eval_every, resume,
+                            shards, audit, model, precision, trust_model, dropout)  # fmt: skip
         groups, config = build_request(
             eps or ",".join(f"{e:g}" for e in paper["eps"]),
             data.n_clients if n is None else n,
@@ -340,7 +373,9 @@ def render_summary(dataset: str, seeds: int, summary: list[dict]):
 
     rounds, paper_rounds = summary[0]["rounds"], summary[0]["paper_rounds"]
     spread = f"over {seeds} seeds (mean ± std)" if seeds > 1 else "one seed"
-    table = Table(box=box.SIMPLE_HEAD, title=f"{dataset}: final test accuracy (%) after {rounds} rounds, {spread}")
+    secure = ", noised methods under secure aggregation" if any(s["trust"] == "secagg" for s in summary) else ""
+    title = f"{dataset}: final test accuracy (%) after {rounds} rounds, {spread}{secure}"
+    table = Table(box=box.SIMPLE_HEAD, title=title)
     if any(s["paper"] is not None for s in summary) and rounds != paper_rounds:
         table.caption = f"the paper's values are after {paper_rounds} rounds: compare the ranking, not the values"
     audited = any("epsilon_empirical" in s for s in summary)

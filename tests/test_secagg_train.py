@@ -111,3 +111,27 @@ def test_train_secagg_charges_the_ledger_with_the_distributed_accounting(plan_fi
         assert s.released_rounds == metrics["rounds"] and s.reserved_rounds == 0
         assert s.epsilon_spent == pytest.approx(metrics["trust"]["epsilon_third_parties"][membership[s.client_id]],
                                                 rel=1e-9)  # fmt: skip
+
+
+def test_compare_secagg_runs_the_noised_methods_through_the_integer_pipeline(tmp_path):
+    """``compare --trust secagg``: the plan carries the trust object, the noised methods run under it (each run's
+    metrics show the distributed accounting), p-fedavg stays the non-private reference."""
+    from typer.testing import CliRunner
+
+    from hdp_planner_cli.app import app
+
+    out = tmp_path / "cmp"
+    args = ["compare", "--dataset", "digits", "--methods", "p-fedavg,gdpfed+", "--seeds", "1", "--rounds", "2",
+            "--trust", "secagg", "--bits", "18", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "under secure aggregation" in " ".join(result.output.split())
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["trust"]["kind"] == "secagg" and doc["trust"]["bits"] == 18
+    runs = {r["method"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    assert runs["gdpfed+"]["trust"] == "secagg" and runs["p-fedavg"]["trust"] == "server"
+    assert "trust" in json.loads((out / "gdpfed+" / "seed0" / "metrics.json").read_text())
+    refused = CliRunner().invoke(app, [*args[:4], "dp2-fedsam", *args[5:]])
+    assert refused.exit_code != 0 and "dp2-fedsam has no distributed form" in refused.output
+    refused = CliRunner().invoke(app, [*args, "--dropout", "0.1", "--trust", "server"])
+    assert refused.exit_code != 0 and "--dropout needs --trust secagg" in refused.output

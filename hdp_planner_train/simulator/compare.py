@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.document import plan_to_dict, verify
+from hdp_planner.planfile.trust import secagg_rows, trust_to_dict, verify_trust
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PlanConfig
 
@@ -76,6 +78,8 @@ class CompareConfig:
     audit: bool = False  # canaries in every auditable run: empirical ε per group (hdp_planner.audit)
     model: str | None = None  # models.MODELS name; None: the dataset's default
     precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS)
+    trust: TrustModel = dataclasses.field(default_factory=TrustModel)  # secagg: noised methods by the integer pipeline
+    dropout: float = 0.0  # secagg: probability that a sampled client drops out (simulated)
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -94,30 +98,55 @@ def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
 def prepare_plan(
     cfg: CompareConfig, groups: Groups, config: PlanConfig, options: BaselineOptions, num_classes: int
 ) -> Path:
-    """Solve the plan with every baseline (PFA at the model's d), verify it, write it. The plan does not depend
-    on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
+    """Solve the plan with every baseline (PFA at the model's d), verify it, write it; under ``cfg.trust`` secagg
+    with the trust object of every row (:func:`~hdp_planner.planfile.trust.trust_to_dict`), verified too. The plan
+    does not depend on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
     from hdp_planner_train.simulator.models import model_dim
 
-    options = dataclasses.replace(options, model_dim=model_dim(cfg.dataset, num_classes, cfg.model))
+    d = model_dim(cfg.dataset, num_classes, cfg.model)
+    if cfg.trust.kind == "secagg" and cfg.trust.model_dim != d:
+        raise ValueError(f"the trust model was given d = {cfg.trust.model_dim}, this model has d = {d}")
+    options = dataclasses.replace(options, model_dim=d)
     plan = add_baselines(solve_plan(groups, config), tuple(BASELINES.values()), options)
     problems = verify(plan)
+    doc = plan_to_dict(plan)
+    if cfg.trust.kind == "secagg" and not problems:
+        rows = secagg_rows(plan, cfg.trust)
+        doc["trust"] = trust_to_dict(plan, cfg.trust, rows)
+        problems = verify_trust(plan, doc)
+        unplanned = [m for m in cfg.methods if secure_form(plan, doc, m) is False]
+        if unplanned:
+            raise ValueError(f"{unplanned[0]} has no distributed form under --trust secagg")
     if problems:
         raise ValueError(f"internal check failed, no plan written: {problems[0]}")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "plan.json"
-    write_json_atomic(path, plan_to_dict(plan))
+    write_json_atomic(path, doc)
     return path
+
+
+def secure_form(plan, doc: dict[str, Any], method: str) -> bool | None:
+    """Under ``secagg``: whether ``method`` (a trainer name) runs with distributed noise (True), has no distributed
+    form (False: the personal methods, rows the trust object could not calibrate), or adds no noise and runs as the
+    non-private reference (None)."""
+    from hdp_planner.methods.registry import REGISTRY
+    from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
+
+    if not method_spec(plan, method).private:
+        return None
+    return REGISTRY[method].family == "fedavg" and doc["trust"]["rows"].get(METHOD_NAMES[method]) is not None
 
 
 def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None]) -> list[dict[str, Any]]:
     """Train every (seed, method) under ``plan_path`` (reusing finished runs with ``resume``); one row per run."""
-    from hdp_planner.planfile.document import load_plan
+    from hdp_planner.planfile.document import load_plan, read_document
     from hdp_planner_train.audit.canaries import auditable
     from hdp_planner_train.simulator.models import model_name
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     plan = load_plan(plan_path)
+    doc = read_document(plan_path)
     plan_hash = hashlib.sha256(plan_path.read_bytes()).hexdigest()
     partition = {"dirichlet": cfg.dirichlet, "shards": cfg.shards}  # a reused run must have trained on the same
     model = model_name(cfg.dataset, cfg.model)  # ... partition and model
@@ -127,11 +156,13 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
         for method in cfg.methods:
             folder = Path(cfg.out) / method / f"seed{seed}"
             done = folder / "run.json"
+            secure = cfg.trust.kind == "secagg" and secure_form(plan, doc, method) is True
             audit = cfg.audit and auditable(plan, method)
             if cfg.resume and done.is_file():
                 row = json.loads(done.read_text())
                 same = row.get("plan_sha256") == plan_hash and row.get("partition") == partition
                 same = same and row.get("model", model) == model
+                same = same and row.get("dropout_simulated", 0.0) == (cfg.dropout if secure else 0.0)
                 if same and ("epsilon_empirical" in row or not audit):
                     rows.append(row)
                     report(f"[{len(rows)}/{total}] {method} seed {seed}: {row['final_accuracy']:.2f}% (reused)")
@@ -155,11 +186,15 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     audit=audit,
                     noise="seeded",  # a simulation grid: reproducible, its models are not for release
                     model=cfg.model,
+                    trust="secagg" if secure else "server",
+                    dropout=cfg.dropout if secure else 0.0,
                 )
             )
             row = {
                 "method": method,
                 "seed": seed,
+                "trust": "secagg" if secure else "server",
+                "dropout_simulated": cfg.dropout if secure else 0.0,
                 "plan_sha256": plan_hash,
                 "partition": partition,
                 "model": model,
@@ -194,6 +229,7 @@ def summarize(dataset: str, methods: Sequence[str], rows: Sequence[dict[str, Any
             {
                 "method": method,
                 "seeds": len(runs),
+                "trust": runs[0].get("trust", "server"),
                 "accuracy_mean": float(acc.mean()),
                 "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
                 "paper": paper_accuracy(dataset, method),
@@ -236,6 +272,8 @@ def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: S
             "seeds": cfg.seeds,
             "noise_source": "seeded",
             "noise_note": SIMULATION,
+            "trust": dataclasses.asdict(cfg.trust),
+            "dropout_simulated": cfg.dropout,
             "summary": summary,
             "runs": rows,
         },
