@@ -77,6 +77,11 @@ def test_bernoulli_exp_frequency(gamma):
     assert stats.binomtest(int(hits), n, p).pvalue > ALPHA
 
 
+def test_below_with_power_of_two_bounds_in_an_array():
+    x = below(SeededBits(7), np.array([2**8, 3, 2**16, 2**8]))
+    assert (x >= 0).all() and (x < [2**8, 3, 2**16, 2**8]).all()
+
+
 @given(num=st.integers(0, 10**6), den=st.integers(1, 10**6), k=st.integers(1, 50))
 @settings(max_examples=30, deadline=None)
 def test_bernoulli_ratio_probability(num, den, k):
@@ -86,8 +91,8 @@ def test_bernoulli_ratio_probability(num, den, k):
     assert stats.binomtest(int(hits), n, num / (den * k)).pvalue > ALPHA
 
 
-@pytest.mark.parametrize("bound", [1, 5, 2**40 + 3, 2**62 + 1])
-def test_below_is_uniform(bound):
+@pytest.mark.parametrize("bound", [1, 5, 2**8, 2**16, 2**32, 2**40 + 3, 2**62 + 1])
+def test_below_is_uniform(bound):  # a bound of 2^8, 2^16 or 2^32 once looped forever (it wrapped to 0)
     x = below(SeededBits(bound), bound, 50_000)
     assert x.min() >= 0 and x.max() < bound
     if bound == 1:

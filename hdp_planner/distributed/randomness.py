@@ -64,8 +64,8 @@ def below(bits: Bits, bound: np.ndarray | int, size: int | None = None) -> np.nd
         raise ValueError("bounds must be ≥ 1")
     if scalar and int(b[0]) == 1:
         return np.zeros(n, dtype=np.int64)
-    top = int(b.max()) - 1 if b.size else 0
-    dtype = next(w for w in WORDS if top < 2 ** (8 * np.dtype(w).itemsize))
+    largest = int(b.max()) if b.size else 1  # the word must hold the bound itself (2^8 is no uint8: it would be 0)
+    dtype = next(w for w in WORDS if largest < 2 ** (8 * np.dtype(w).itemsize))
     mask = _mask(b).astype(dtype)
     bound_w = b.astype(dtype)
     out = np.empty(n, dtype=np.int64)
