@@ -19,7 +19,7 @@ from pathlib import Path
 from hdp_planner.report.results import Result, Table, write_result
 
 COLUMNS = ("method", "group", "ε planned", "PLD ε at planned σ", "ε̂ [95% interval]", "lower bound",
-           "σ planned / σ̂", "q planned / observed", "insertions", "lag-1 corr. ± se", "verdict")  # fmt: skip
+           "σ planned / σ̂", "q planned / canaries / clients", "insertions", "lag-1 corr. ± se", "verdict")  # fmt: skip
 
 
 def _g(x: float | None) -> str:
@@ -40,7 +40,9 @@ def rows(metrics: dict) -> list[tuple[str, ...]]:
             metrics["method"], str(g["group"]), _g(g["epsilon_planned"]), _g(g["epsilon_pld_of_planned_sigma"]), emp,
             _g(g["epsilon_lower_bound"]),
             f"{_g(g['noise_multiplier_planned'])} / {_g(g['noise_multiplier_empirical'])}",
-            f"{_pct(g['sampling_rate_planned'])} / {_pct(g['sampling_rate_observed'])}", str(g["insertions"]),
+            f"{_pct(g['sampling_rate_planned'])} / {_pct(g['sampling_rate_observed'])} / "
+            f"{_pct(g['sampling_rate_clients'])}",
+            str(g["insertions"]),
             f"{g['lag1_correlation']:.3f} ± {g['lag1_correlation_se']:.3f}", g["verdict"],
         ))  # fmt: skip
     return out

@@ -7,9 +7,14 @@ An accountant proves what the mechanism *as specified* spends; canaries measure 
   permutation of the d coordinates, groups on disjoint slots of π. The u_j are exactly orthonormal, so an
   inserted canary does not leak into another's projection and the noise projections are independent; all
   projections z_j = ⟨u_j, y⟩ of a noisy sum y come from one ``dct(D·y)`` (O(d log d), memory O(d)).
-- Canaries. Each canary gets an in/out bit (Bernoulli(1/2), as Steinke et al. require); an "in" canary joins
-  each round with probability q_m on the audit's own stream, and its update 2·C_m·u_j goes through the real
-  clipping, noise-share and aggregation code (clipped to C_m·u_j). "Out" canaries are never inserted: the null.
+- Canaries. Each canary gets an in/out bit (Bernoulli(1/2), as Steinke et al. require); an "in" canary is a
+  member of its group's population, drawn by the round's own sampler with the real clients, and its update
+  S·C_m·u_j (S ≫ 1) goes, at a random row among theirs, through the real clipping, noise-share and aggregation code
+  (clipped to C_m·u_j). "Out" canaries are never inserted: the null.
+- Observation. Each group's noisy sum y_m is observed with what the round releases of it; the release must be the
+  plan's post-processing of y_m (Top-k of it, or a projection), and the clients' and canaries' join rates must
+  match q_m (exact binomial tests): a sampler or a release that departs from the plan is flagged even where the
+  noise is right.
 - Estimate. Over all rounds, μ̂ = (mean z when inserted − mean z_out)/sd(z_out) is the canary's shift in noise
   units, σ̂ = 1/μ̂ the noise multiplier it really faced, and ε̂ the PLD ε (dp-accounting,
   :mod:`hdp_planner.accounting.pld`)
@@ -38,6 +43,9 @@ CORRELATION_MATERIAL = 0.1
 """A lag-1 correlation of z_out is significant above this value plus 3 standard errors: real clients' updates
 project onto the fixed canary directions too and correlate slightly across rounds (a few 0.01), a reused
 noise stream gives ≈ 1."""
+SAMPLING_ALPHA = 1e-6
+"""A join rate differs from q_m when its two-sided binomial p-value is below this (a correct run of 50 rounds
+and 3 groups is flagged with probability ≈ 6e-6)."""
 STEINKE_GUESSES = (10, 20, 50, 100, 200, 500, 1000)
 """Numbers of top-scored canaries guessed "in" (Bonferroni over this grid keeps the bound a proof)."""
 
@@ -89,12 +97,6 @@ def canary_directions(layout: CanaryLayout, group: int, index: np.ndarray) -> np
 def project(layout: CanaryLayout, group: int, y: np.ndarray) -> np.ndarray:
     """z_j = ⟨u_j, y⟩ for every canary of ``group``: one orthonormal DCT of D·y."""
     return fft.dct(np.asarray(y, dtype=float) * layout.signs, norm="ortho")[layout.slots[group]]
-
-
-def join_canaries(layout: CanaryLayout, q: tuple[float, ...], rng: np.random.Generator) -> list[np.ndarray]:
-    """Indices of the "in" canaries of each group that join this round (each with probability q_m)."""
-    draws = rng.random(layout.inserted.shape)
-    return [np.flatnonzero(layout.inserted[m] & (draws[m] < q[m])) for m in range(layout.groups)]
 
 
 def shift_estimate(z: np.ndarray, joined: np.ndarray, inserted: np.ndarray) -> tuple[float, int]:
@@ -215,8 +217,13 @@ def audit_group(
     epsilon_planned: float,
     sigma_planned: float,
     seed: int,
+    *,
+    clients: tuple[int, int] = (0, 0),
+    unfaithful: int = 0,
 ) -> dict[str, Any]:
-    """The audit entry of one group from its canaries' projections z (T, K), joins (T, K) and in/out bits (K,)."""
+    """The audit entry of one group from its canaries' projections z (T, K), joins (T, K) and in/out bits (K,) in
+    the T rounds it released, the real clients sampled out of the (client, round) pairs offered ``clients``, and
+    the rounds whose release was not the plan's post-processing of the noisy sum ``unfaithful``."""
     rounds = z.shape[0]
     mu, count = shift_estimate(z, joined, inserted)
     lo, hi = shift_interval(z, joined, inserted, seed)
@@ -226,7 +233,11 @@ def audit_group(
         "epsilon_planned": epsilon_planned,
         "noise_multiplier_planned": sigma_planned,
         "sampling_rate_planned": q,
-        "sampling_rate_observed": count / (k_in * rounds) if k_in else None,
+        "sampling_rate_observed": count / (k_in * rounds) if k_in and rounds else None,
+        "sampling_p_value": join_p_value(count, k_in * rounds, q),
+        "sampling_rate_clients": clients[0] / clients[1] if clients[1] else None,
+        "sampling_p_value_clients": join_p_value(*clients, q),
+        "releases_not_post_processing": unfaithful,
         "canaries_in": k_in,
         "canaries_out": int((~inserted).sum()),
         "insertions": count,
@@ -264,15 +275,31 @@ def audit_group(
     return entry
 
 
+def join_p_value(joined: int, offered: int, q: float) -> float:
+    """Two-sided exact binomial p-value of ``joined`` joins out of ``offered`` draws at rate q (1 with no draw)."""
+    return float(stats.binomtest(joined, offered, min(q, 1.0)).pvalue) if offered else 1.0
+
+
 def _finite(x: float) -> float | None:
     return None if math.isinf(x) else x
 
 
 def verdict(entry: dict[str, Any]) -> str:
-    """Verdict "UNDER-NOISED" when ε̂'s interval lies above the planned ε, the one-run lower bound exceeds it, or the
-    null canaries correlate across rounds; "not identifiable" when no canary was inserted; else "consistent"."""
+    """Verdict "UNDER-NOISED" when ε̂'s interval lies above the planned ε, the one-run lower bound exceeds it, the
+    null canaries correlate across rounds, clients or canaries join more often than q_m (p < ``SAMPLING_ALPHA``) or a
+    release is not the plan's post-processing of the noisy sum; "NOT AS PLANNED" when they join less often than
+    q_m; "not identifiable" when no canary was inserted; else "consistent"."""
     planned = entry["epsilon_planned"]
     reasons = []
+    q = entry["sampling_rate_planned"]
+    rates = (("clients", "sampling_rate_clients", "sampling_p_value_clients"),
+             ("canaries", "sampling_rate_observed", "sampling_p_value"))  # fmt: skip
+    below = []
+    for who, rate, p_value in rates:
+        if entry[rate] is not None and entry[p_value] < SAMPLING_ALPHA:
+            (reasons if entry[rate] > q else below).append(f"{who} join at {entry[rate]:.3g}, the plan's q_m {q:.3g}")
+    if entry["releases_not_post_processing"]:
+        reasons.append(f"{entry['releases_not_post_processing']} releases not a function of the noisy sum")
     interval = entry.get("epsilon_empirical_interval")
     if interval is not None and interval[0] > planned:
         reasons.append("empirical ε above plan")
@@ -282,7 +309,9 @@ def verdict(entry: dict[str, Any]) -> str:
     if corr is not None and corr > CORRELATION_MATERIAL + 3 * se:
         reasons.append("noise correlated across rounds")
     if reasons:
-        return "UNDER-NOISED (" + "; ".join(reasons) + ")"
+        return "UNDER-NOISED (" + "; ".join(reasons + below) + ")"
+    if below:
+        return "NOT AS PLANNED (" + "; ".join(below) + ")"
     return "not identifiable (no canary inserted)" if entry["epsilon_empirical"] is None else "consistent"
 
 
@@ -294,7 +323,7 @@ def audit_lines(section: dict[str, Any]) -> list[str]:
     """The audit table as text lines: per group planned ε, ε̂ [interval], lower bound, σ, q, correlation, verdict."""
     lines = [
         f"privacy audit ({section['canaries_per_group']} canaries per group): group | ε planned | "
-        "ε̂ [95% interval] | lower bound | σ planned / σ̂ | q planned / observed | lag-1 corr | verdict"
+        "ε̂ [95% interval] | lower bound | σ planned / σ̂ | q planned / canaries / clients | lag-1 corr | verdict"
     ]
     for g in section["groups"]:
         interval = g["epsilon_empirical_interval"]
@@ -304,7 +333,8 @@ def audit_lines(section: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {g['group']} | {_fmt(g['epsilon_planned'])} | {emp} | {_fmt(g['epsilon_lower_bound'])} | "
             f"{_fmt(g['noise_multiplier_planned'])} / {_fmt(g['noise_multiplier_empirical'])} | "
-            f"{_fmt(g['sampling_rate_planned'])} / {_fmt(g['sampling_rate_observed'])} | "
+            f"{_fmt(g['sampling_rate_planned'])} / {_fmt(g['sampling_rate_observed'])} / "
+            f"{_fmt(g.get('sampling_rate_clients'))} | "
             f"{_fmt(g['lag1_correlation'])} | {g['verdict']}"
         )
     return lines

@@ -147,11 +147,14 @@ class HdpStrategy(Strategy):
         )
 
     def sample(self, server_round: int) -> list[list[int]]:
-        """Poisson-sample every group's nodes with q_m (OS entropy); remembers who was sent what."""
-        picked = [
-            [nodes[i] for i in poisson_sample(self.uniform, len(nodes), q)]
-            for nodes, q in zip(self.members, self.spec.q)
-        ]
+        """Poisson-sample every group's nodes with q_m (OS entropy); remembers who was sent what. With the audit, a
+        group's canaries are drawn with its nodes (:meth:`~hdp_planner_train.audit.canaries.CanaryAuditor.take`)."""
+        sizes = [len(nodes) for nodes in self.members]
+        extra = self.auditor.extra if self.auditor is not None else (0,) * len(sizes)
+        drawn = [poisson_sample(self.uniform, size + e, q) for size, e, q in zip(sizes, extra, self.spec.q)]
+        if self.auditor is not None:
+            drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
+        picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
         self.joined = [len(p) for p in picked]
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
         return picked
@@ -235,7 +238,8 @@ class HdpStrategy(Strategy):
         theta = flatten(self.arrays)
         source = self.noise_for(server_round - 1)
         ys, noises, clipped = self.noisy_sums(rows, theta.numel(), server_round - 1, source)
-        update, measured, applied = noisy_update(ys, noises, self.spec, source, self.public_history)
+        observe = self.auditor.observe if self.auditor is not None else None
+        update, measured, applied = noisy_update(ys, noises, self.spec, source, self.public_history, observe)
         self.stats = RoundStats(list(self.joined), clipped, measured, applied)
         if self.account is not None:
             self.account.release(server_round - 1)  # charged before the round's model exists
@@ -279,19 +283,11 @@ class HdpStrategy(Strategy):
             if spec.pooled:
                 total = torch.cat([r for r, _ in clipped_rows]).sum(0)
                 noise = self.group_noise(d, sum(got), spec.clips[0], sigma[0], source)
-                self.observe([total + noise] * len(rows))
                 return [total + noise], [noise], clipped
             noises = [self.group_noise(d, got[m], spec.clips[m], sigma[m], source) for m in range(len(rows))]
             ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
-            self.observe(ys)
             return ys, noises, clipped
         raise FlowerRunError("secagg rounds run through secure_round")
-
-    def observe(self, ys: list[torch.Tensor]) -> None:
-        """Each group's noisy sum before Top-k / projection to the audit (pooled: the pool's sum for every group)."""
-        if self.auditor is not None:
-            for m, y in enumerate(ys):
-                self.auditor.observe(m, y)
 
     @staticmethod
     def group_noise(d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource) -> torch.Tensor:

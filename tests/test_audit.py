@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -18,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 from hdp_planner_train.audit.canaries import CanaryAuditor  # noqa: E402
 from hdp_planner_train.rules import aggregate as agg  # noqa: E402
+from hdp_planner_train.rules.secagg import SecaggSpec  # noqa: E402
 
 ROUNDS, DELTA = 50, 6000**-1.1
 FMNIST = agg.GroupSpec(
@@ -51,7 +53,7 @@ def simulate(
     auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
     data = np.random.default_rng(seed + 1000)
     for r in range(rounds):
-        sampled = agg.sample_round(spec, seed, r)
+        sampled = auditor.take(agg.sample_round(spec, seed, r, extra=auditor.extra), spec.offsets, spec.sizes)
         group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
@@ -126,6 +128,87 @@ def test_secure_noise_is_consistent():
         se = sigma / math.sqrt(g["insertions"])
         assert se < 0.035
         assert abs(sigma / g["noise_multiplier_empirical"] - 1) < 5 * se
+
+
+# The four bugs of an under-noising run that the audit once called consistent, planted where a real one would be.
+
+
+def test_every_group_sampled_at_one_rate_is_flagged(monkeypatch):
+    """The sampler ignores q_m and draws every group at q_1: group 2 joins twice as often as planned (ε above its
+    budget with the right σ); canaries are drawn by the same sampler, and both join rates are tested."""
+    real = agg.poisson_sample
+    monkeypatch.setattr(agg, "poisson_sample", lambda rng, size, q: real(rng, size, SMALL.q[0]))
+    report = simulate(SMALL, 0, rounds=10, canaries=1000)
+    first, second = report["groups"]
+    assert first["verdict"] == "consistent", first
+    assert second["verdict"].startswith("UNDER-NOISED") and "clients join at" in second["verdict"], second
+    assert second["sampling_p_value_clients"] < audit.SAMPLING_ALPHA
+
+
+def test_rates_in_reverse_group_order_are_flagged(monkeypatch):
+    real = agg.poisson_sample
+    swapped = dict(zip(SMALL.q, reversed(SMALL.q)))
+    monkeypatch.setattr(agg, "poisson_sample", lambda rng, size, q: real(rng, size, swapped[q]))
+    first, second = simulate(SMALL, 0, rounds=10, canaries=1000)["groups"]
+    assert first["verdict"].startswith("NOT AS PLANNED"), first  # sampled less often than planned
+    assert second["verdict"].startswith("UNDER-NOISED"), second
+
+
+def test_top_k_chosen_on_the_clean_sum_is_flagged(monkeypatch):
+    """The mask of Top-k is chosen on the noiseless sum (it leaks the data): the release is not a function of the
+    noisy sum the auditor observes, in every round."""
+    real_update, real_mask = agg.noisy_update, agg.top_k_mask
+
+    def leaky_update(ys, noises, spec, source, public_history=None, observe=None):
+        clean = iter([y - n for y, n in zip(ys, noises)])
+        monkeypatch.setattr(agg, "top_k_mask", lambda y, k: real_mask(next(clean), k))
+        try:
+            return real_update(ys, noises, spec, source, public_history, observe)
+        finally:
+            monkeypatch.setattr(agg, "top_k_mask", real_mask)
+
+    monkeypatch.setattr(agg, "noisy_update", leaky_update)
+    report = simulate(SMALL, 0, rounds=10, canaries=1000)
+    for g in report["groups"]:
+        assert g["verdict"].startswith("UNDER-NOISED") and g["releases_not_post_processing"] == 10, g
+
+
+def test_first_row_of_each_group_left_unclipped_is_flagged(monkeypatch):
+    """Canaries sit at random rows, so the unclipped first row is often one of theirs (2·C_m·u_j unclipped)."""
+    real = agg.clip_rows
+
+    def skip_first(rows, clip):
+        clipped, count = real(rows[1:], clip)
+        return torch.cat([rows[:1], clipped]), count
+
+    monkeypatch.setattr(agg, "clip_rows", skip_first)
+    report = simulate(SMALL, 0, rounds=10, canaries=1000)
+    assert all(_flagged(report)), [g["verdict"] for g in report["groups"]]
+
+
+SECAGG = dataclasses.replace(SMALL, secagg=SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=2000))
+
+
+def test_secure_aggregation_is_audited_on_the_decoded_sums():
+    """Under secagg the canaries go through the integer pipeline (encode, shares, modular sum, decode) and the
+    auditor sees only each group's decoded sum: consistent, and σ̂ at least z_m (shares are sized for t of c)."""
+    report = simulate(SECAGG, 0, rounds=10, canaries=1000)
+    for g, z in zip(report["groups"], SECAGG.noise_multiplier):
+        assert g["verdict"] == "consistent", g
+        assert g["noise_multiplier_empirical"] > 0.9 * z
+
+
+def test_secure_aggregation_with_shares_a_third_too_small_is_flagged(monkeypatch):
+    from hdp_planner_train.rules import secagg
+
+    real = secagg.round_noise
+
+    def thin(**kw):
+        noise = real(**kw)
+        return None if noise is None else dataclasses.replace(noise, share_sigma2=max(1, noise.share_sigma2 // 9))
+
+    monkeypatch.setattr(secagg, "round_noise", thin)
+    assert all(_flagged(simulate(SECAGG, 0, rounds=10, canaries=1000)))
 
 
 def test_pooled_noise_projects_every_group_on_the_pool():

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -137,8 +138,9 @@ def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, meth
 
 @pytest.mark.parametrize("method", ["gdpfed+", "idp-fedavg-sample"])
 def test_audited_round_equals_the_simulators_audit(flower_plan, method):
-    """--audit on Flower: the strategy inserts the same canaries as train --audit, through the same clipping and
-    noise, and observes the same noisy sums, so one round's update and canary projections are equal."""
+    """--audit on Flower: the strategy draws the canaries with its nodes and inserts them as train --audit does,
+    through the same clipping and noise, and observes the same releases, so one round's update, canary projections
+    and checks are equal."""
     from hdp_planner_train.audit.canaries import CanaryAuditor
 
     sent: dict[int, torch.Tensor] = {}
@@ -155,17 +157,18 @@ def test_audited_round_equals_the_simulators_audit(flower_plan, method):
         flower_plan, method, client_app(mods=[record]), auditor=ours,
         uniform=SeededUniform(SEED, 0), noise_for=lambda rnd: SeededNoise(SEED, rnd),
     )  # fmt: skip
-    sampled = sample_round(spec, SEED, 0)
+    theirs = CanaryAuditor(spec, d, SEED, per_group=200)
+    sampled = theirs.take(sample_round(spec, SEED, 0, extra=theirs.extra), spec.offsets, spec.sizes)
     ids = np.concatenate(sampled)
     group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
     deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, d)
-    theirs = CanaryAuditor(spec, d, SEED, per_group=200)
     deltas, group_of_row = theirs.insert(deltas, group_of_row, 0)
     update, _ = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), 0, [], observe=theirs.observe)
     assert torch.equal(flatten(result.arrays), flatten(arrays) + update)
     assert any(len(j) for j in theirs._joins)  # canaries joined this round
     for z_ours, z_theirs in zip(ours.z, theirs.z):
         np.testing.assert_array_equal(np.stack(z_ours), np.stack(z_theirs))
+    assert ours.clients == theirs.clients and ours.unfaithful == theirs.unfaithful == [0] * len(spec.sizes)
     with pytest.raises(FlowerRunError, match="--trust server"):
         HdpStrategy(flower_plan, spec, trust="secagg", auditor=ours)
 
@@ -291,8 +294,9 @@ def test_a_client_claiming_another_group_is_refused(flower_plan):
             reply.content[HDP] = MetricRecord({"group": 2, "client-id": meta["client-id"]})
         return reply
 
+    everyone = SimpleNamespace(random=np.zeros)  # every node joins: group 1 is asked for certain
     with pytest.raises(FlowerRunError, match=r"claims group 3 .* the plan puts it in group 1: reply refused") as err:
-        run_strategy(flower_plan, "gdpfed+", client_app(unchanged, mods=[liar]), rounds=ROUNDS)
+        run_strategy(flower_plan, "gdpfed+", client_app(unchanged, mods=[liar]), rounds=ROUNDS, uniform=everyone)
     assert "\n" not in str(err.value)
 
 

@@ -83,7 +83,7 @@ def test_train_secagg_reports_the_distributed_accounting(plan_files, tmp_path):
     "plan_name,kw,message",
     [
         ("server", {}, "needs a plan solved with --trust secagg"),
-        ("secagg", {"audit": True}, "--audit does not run under --trust secagg"),
+        ("secagg", {"audit": True, "dropout": 0.1}, "a dropped canary would count as inserted"),
         ("secagg", {"method": "idp-fedavg-sample"}, "no"),
         ("wrong-dim", {}, "planned for d = 1000"),
         ("secagg", {"dropout": 1.0}, "--dropout"),
@@ -135,3 +135,13 @@ def test_compare_secagg_runs_the_noised_methods_through_the_integer_pipeline(tmp
     assert refused.exit_code != 0 and "dp2-fedsam has no distributed form" in refused.output
     refused = CliRunner().invoke(app, [*args, "--dropout", "0.1", "--trust", "server"])
     assert refused.exit_code != 0 and "--dropout needs --trust secagg" in refused.output
+
+
+def test_train_secagg_audit_observes_the_decoded_sums(plan_files, tmp_path):
+    """``train --trust secagg --audit``: canaries enter as clients through the integer pipeline; every group is
+    consistent, and the report names what the audit cannot see."""
+    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", audit=True, noise="seeded"))
+    audit = metrics["audit"]
+    assert [g["verdict"] for g in audit["groups"]] == ["consistent"] * 3
+    assert all(g["releases_not_post_processing"] == 0 for g in audit["groups"])
+    assert "plan-level" in audit["blind_to"]

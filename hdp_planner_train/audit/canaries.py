@@ -1,36 +1,46 @@
 """Canary clients in a training run (torch side of :mod:`hdp_planner.audit`).
 
-Each round the auditor appends the joining canaries' updates 2·C_m·u_j to the round's client updates, with
-their group ids, *before* :func:`hdp_planner_train.rules.aggregate.aggregate`: they are clipped, share the noise and
-are counted in c exactly like real clients. ``aggregate(..., observe=auditor.observe)`` hands it each group's
-noisy sum before Top-k / projection, of which it keeps only the canaries' projections. Canaries join on
-their own random streams (``round_seed(seed, ·, 3)`` layout, ``round_seed(seed, round, 4)`` joins), so real
-clients' sampling is unchanged; the noise vectors of a run with canaries differ from one without (more shares
-are drawn), its distribution does not.
+Each group's "in" canaries are members of its population: the round's sampler draws them with the real clients
+(:func:`~hdp_planner_train.rules.aggregate.sample_round` with ``extra``, or the Flower strategy's own draw), and
+:meth:`CanaryAuditor.take` takes them out of the sample. Their updates S·C_m·u_j (S = :data:`CANARY_SCALE`) are
+put among the real updates at random rows *before* :func:`~hdp_planner_train.rules.aggregate.aggregate`: they are
+clipped, share the noise and are counted in c exactly like real clients. The aggregation hands the auditor each
+group's noisy sum and what the round releases of it (:data:`~hdp_planner_train.rules.aggregate.Observer`): it
+keeps the canaries' projections of the noisy sum, checks that the release is the plan's post-processing of that
+sum (Top-k of it, or a projection), and counts the real clients who joined, whose rate it tests against q_m. A run
+with canaries draws more random numbers than one without, so its samples and noise differ; their distributions
+do not.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from hdp_planner.audit import audit_group, canary_directions, canary_layout, default_canaries, join_canaries, project
+from hdp_planner.audit import audit_group, canary_directions, canary_layout, default_canaries, project
 from hdp_planner.methods.registry import REGISTRY
-from hdp_planner_train.rules.aggregate import GroupSpec, RoundStats, round_rows, round_seed
+from hdp_planner_train.rules.aggregate import GroupSpec, RoundStats, round_rows, round_seed, top_k_mask
 
-LAYOUT_STREAM, JOIN_STREAM = 3, 4
+LAYOUT_STREAM, ORDER_STREAM = 3, 4
+CANARY_SCALE = 1000.0
+"""A canary's update is S·C_m·u_j: clipping brings it to C_m·u_j, and one that escapes clipping shifts its
+projection by S noise-free units, which no run's noise hides."""
 
 
 def check_auditable(spec: GroupSpec) -> None:
-    """Refuse what the audit does not cover: no noise (p-fedavg) or a σ schedule (one σ̂ per group is fitted)."""
+    """Refuse what the audit does not cover: no noise (p-fedavg), a σ schedule (one σ̂ per group is fitted), or
+    simulated dropouts under secure aggregation (a dropped canary would count as inserted)."""
     if not spec.private:
         raise ValueError(f"--audit: {spec.method} adds no noise, there is nothing to audit (ε = ∞)")
     if spec.schedule:
         raise ValueError(f"--audit: {spec.method}'s σ changes over rounds; the audit fits one σ per group")
+    if spec.secagg is not None and spec.secagg.dropout:
+        raise ValueError("--audit: with --dropout a dropped canary would count as inserted; audit with --dropout 0")
 
 
 def auditable(plan, method: str) -> bool:
@@ -47,7 +57,7 @@ def auditable(plan, method: str) -> bool:
 
 
 class CanaryAuditor:
-    """The canaries of one run: layout from the seed, this round's joins, every round's projections."""
+    """The canaries of one run: layout from the seed, this round's joins, every round's projections and checks."""
 
     def __init__(self, spec: GroupSpec, d: int, seed: int, per_group: int | None = None):
         check_auditable(spec)
@@ -55,32 +65,73 @@ class CanaryAuditor:
         self.spec, self.seed = spec, seed
         self.per_group = default_canaries(d, groups) if per_group is None else per_group
         self.layout = canary_layout(d, groups, self.per_group, round_seed(seed, 0, LAYOUT_STREAM))
+        self.members = [np.flatnonzero(self.layout.inserted[m]) for m in range(groups)]
         self.z: list[list[np.ndarray]] = [[] for _ in range(groups)]
         self.joined: list[list[np.ndarray]] = [[] for _ in range(groups)]
+        self.clients: list[list[int]] = [[] for _ in range(groups)]  # real clients sampled per round
+        self.population = list(spec.sizes)
+        self.unfaithful = [0] * groups  # rounds whose release was not the plan's post-processing of the noisy sum
         self.seconds = 0.0
-        self._joins: list[np.ndarray] = []
+        self._joins: list[np.ndarray] = [np.zeros(0, np.int64)] * groups
+
+    @property
+    def extra(self) -> tuple[int, ...]:
+        """The "in" canaries of each group: members of its population, sampled with its clients."""
+        return tuple(len(m) for m in self.members)
+
+    def take(self, sampled: list[np.ndarray], offsets: Sequence[int], sizes: Sequence[int]) -> list[np.ndarray]:
+        """The real clients of a sample drawn over each group's ``sizes[m]`` clients (ids from ``offsets[m]``)
+        followed by its :attr:`extra` canaries; the canaries who joined are kept for :meth:`insert`."""
+        real, joins = [], []
+        for m, ids in enumerate(sampled):
+            local = np.asarray(ids, dtype=np.int64) - offsets[m]
+            is_canary = local >= sizes[m]
+            real.append(np.asarray(ids)[~is_canary])
+            joins.append(self.members[m][local[is_canary] - sizes[m]])
+            mask = np.zeros(self.per_group, dtype=bool)
+            mask[joins[-1]] = True
+            self.joined[m].append(mask)
+            self.clients[m].append(int((~is_canary).sum()))
+            self.population[m] = int(sizes[m])
+        self._joins = joins
+        return real
 
     def insert(self, deltas: torch.Tensor, group_of_row: np.ndarray, rnd: int) -> tuple[torch.Tensor, np.ndarray]:
-        """The round's updates and group ids with the joining canaries' rows 2·C_m·u_j appended."""
+        """The round's updates and group ids with the joining canaries' rows S·C_m·u_j put at random rows."""
         t0 = time.perf_counter()
-        rng = np.random.default_rng(round_seed(self.seed, rnd, JOIN_STREAM))
-        self._joins = join_canaries(self.layout, self.spec.q, rng)
-        for m, idx in enumerate(self._joins):
-            mask = np.zeros(self.per_group, dtype=bool)
-            mask[idx] = True
-            self.joined[m].append(mask)
-        rows = [2.0 * c * canary_directions(self.layout, m, idx) for m, (idx, c) in
+        rows = [CANARY_SCALE * c * canary_directions(self.layout, m, idx) for m, (idx, c) in
                 enumerate(zip(self._joins, self.spec.clips))]  # fmt: skip
         extra = torch.as_tensor(np.concatenate(rows), dtype=deltas.dtype, device=deltas.device)
         _, groups = round_rows(self._joins)
+        all_rows = torch.cat([deltas, extra])
+        all_groups = np.concatenate([np.asarray(group_of_row, dtype=np.int64), groups])
+        order = np.random.default_rng(round_seed(self.seed, rnd, ORDER_STREAM)).permutation(len(all_groups))
         self.seconds += time.perf_counter() - t0
-        return torch.cat([deltas, extra]), np.concatenate([np.asarray(group_of_row, dtype=np.int64), groups])
+        return all_rows[torch.as_tensor(order, device=deltas.device)], all_groups[order]
 
-    def observe(self, group: int, noisy_sum: torch.Tensor) -> None:
-        """``aggregate``'s hook: keep the projections of group ``group``'s noisy sum onto its canaries."""
+    def observe(self, group: int, noisy_sum: torch.Tensor | None, released: torch.Tensor | None) -> None:
+        """The aggregation's :data:`~hdp_planner_train.rules.aggregate.Observer`: keep the projections of group
+        ``group``'s noisy sum onto its canaries and check what is released of it; (None, None): nothing released,
+        the round's joins of that group are forgotten."""
         t0 = time.perf_counter()
+        if noisy_sum is None:
+            self.joined[group].pop()
+            return
         self.z[group].append(project(self.layout, group, noisy_sum.detach().double().cpu().numpy()))
+        self.unfaithful[group] += not self.post_processing(group, noisy_sum, released)
         self.seconds += time.perf_counter() - t0
+
+    def post_processing(self, group: int, y: torch.Tensor, released: torch.Tensor) -> bool:
+        """Whether ``released`` is what the plan releases of the noisy sum ``y``: Top_k(y) recomputed here (y itself
+        when k = d or pooled), or an orthogonal projection of y (PFA's projected group: ⟨r, y⟩ = ‖r‖² ≤ ‖y‖²)."""
+        spec = self.spec
+        pr = spec.projection
+        if pr is not None and group == pr.projected:
+            r, y = released.double(), y.double()
+            scale = float(y.norm()) ** 2 + 1e-30
+            return abs(float(r @ y) - float(r @ r)) <= 1e-4 * scale and float(r @ r) <= scale * (1 + 1e-4)
+        mask = None if spec.pooled else top_k_mask(y, spec.k_ratio[group])
+        return bool(torch.equal(released, y if mask is None else y * mask))
 
     def real_stats(self, stats: RoundStats) -> RoundStats:
         """The round's statistics with the canaries taken out of the joined counts (the log shows real clients)."""
@@ -88,12 +139,16 @@ class CanaryAuditor:
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps (the layout is regenerated from the seed)."""
-        return {"per_group": self.per_group, "z": self.z, "joined": self.joined, "seconds": self.seconds}
+        return {"per_group": self.per_group, "z": self.z, "joined": self.joined, "clients": self.clients,
+                "population": self.population, "unfaithful": self.unfaithful, "seconds": self.seconds}  # fmt: skip
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Back from a checkpoint (which keeps the arrays as tensors)."""
         self.z = [[np.asarray(a) for a in g] for g in state["z"]]
         self.joined = [[np.asarray(a) for a in g] for g in state["joined"]]
+        self.clients = [[int(c) for c in g] for g in state["clients"]]
+        self.population = [int(p) for p in state["population"]]
+        self.unfaithful = [int(u) for u in state["unfaithful"]]
         self.seconds = float(state["seconds"])
 
     def report(self, epsilon_planned: list[float], delta: float) -> dict[str, Any]:
@@ -102,14 +157,16 @@ class CanaryAuditor:
         groups = []
         for m in range(len(self.spec.sizes)):
             entry = audit_group(
-                np.stack(self.z[m]),
-                np.stack(self.joined[m]),
+                np.stack(self.z[m]) if self.z[m] else np.zeros((0, self.per_group)),
+                np.stack(self.joined[m]) if self.joined[m] else np.zeros((0, self.per_group), dtype=bool),
                 self.layout.inserted[m],
                 self.spec.q[m],
                 delta,
                 epsilon_planned[m],
                 self.spec.noise_multiplier[m],
                 round_seed(self.seed, 1, LAYOUT_STREAM),
+                clients=(sum(self.clients[m]), self.population[m] * len(self.clients[m])),
+                unfaithful=self.unfaithful[m],
             )
             groups.append({"group": m + 1, **entry})
         return {
@@ -117,10 +174,21 @@ class CanaryAuditor:
             "groups": groups,
             "seconds_in_rounds": self.seconds,
             "seconds_report": time.perf_counter() - t0,
-            "method": (
-                "canaries u_j = D·IDCT(e_π(j)) per group, in/out bit Bernoulli(1/2), in canaries join with q_m; "
-                "update 2·C_m·u_j through the real clipping/noise/aggregation; σ̂ = 1/μ̂ from z = ⟨u_j, y_m⟩ on "
-                "the noisy sum before Top-k; ε̂ = PLD ε of PoissonSampled(q_m, N(σ̂)) over the rounds run; "
-                "interval: 95% bootstrap over canaries; epsilon_lower_bound: Steinke et al. 2023 at 95%"
-            ),
+            "method": METHOD,
+            "blind_to": BLIND_TO,
         }
+
+
+METHOD = (
+    "canaries u_j = D·IDCT(e_π(j)) per group, in/out bit Bernoulli(1/2); in canaries are members of their group's "
+    "population, sampled with its clients by the same sampler and put at random rows; update 1000·C_m·u_j through the "
+    "real clipping/noise/aggregation; σ̂ = 1/μ̂ from z = ⟨u_j, y_m⟩ on each released group's noisy sum, whose release "
+    "is checked to be Top_k(y_m) or a projection of y_m; clients' and canaries' join rates tested against q_m "
+    "(binomial, p < 1e-6); ε̂ = PLD ε of PoissonSampled(q_m, N(σ̂)) over the rounds run; interval: 95% bootstrap "
+    "over canaries; epsilon_lower_bound: Steinke et al. 2023 at 95%"
+)
+BLIND_TO = (
+    "plan-level failures: a plan whose σ_m, q_m or δ do not meet the budgets (verify checks those), clients put in "
+    "the wrong group, budgets the plan was not made from; bugs that touch real clients only in ways canaries do not "
+    "share (their data, local training); leaks outside the aggregation (logs, checkpoints)"
+)

@@ -131,12 +131,17 @@ def round_seed(seed: int, rnd: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, rnd, stream]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
 
 
-def sample_round(spec: GroupSpec, seed: int, rnd: int, secure: bool = False) -> list[np.ndarray]:
+def sample_round(
+    spec: GroupSpec, seed: int, rnd: int, secure: bool = False, extra: Sequence[int] | None = None
+) -> list[np.ndarray]:
     """Global ids of the clients joining round ``rnd``, per group (Poisson sampling with q_m): from
     ``round_seed(seed, rnd, 0)``, or with ``secure`` from the OS's CSPRNG, so that no recorded seed regenerates
-    who took part."""
+    who took part. ``extra`` e_m (the audit's canaries): group m's population is its size_m clients followed by
+    e_m canaries, all sampled alike; ids from offset_m + size_m on are canaries
+    (:meth:`hdp_planner_train.audit.canaries.CanaryAuditor.take` takes them out)."""
     rng = SecureRandom() if secure else np.random.default_rng(round_seed(seed, rnd, 0))
-    return [off + poisson_sample(rng, size, q) for off, size, q in zip(spec.offsets, spec.sizes, spec.q)]
+    extra = extra or (0,) * len(spec.sizes)
+    return [off + poisson_sample(rng, size + e, q) for off, size, e, q in zip(spec.offsets, spec.sizes, extra, spec.q)]
 
 
 def round_rows(sampled: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -237,6 +242,11 @@ def top_k_mask(y: torch.Tensor, k_ratio: float) -> torch.Tensor | None:
     return mask
 
 
+Observer = Callable[[int, "torch.Tensor | None", "torch.Tensor | None"], None]
+"""The audit's view of a round, group by group: (m, noisy sum y_m, what is released of it), or (m, None, None)
+when group m released nothing."""
+
+
 def clip_rows(rows: torch.Tensor, clip: float) -> tuple[torch.Tensor, int]:
     """Scale each row Δ_i by min(1, C/‖Δ_i‖) (``hdp_planner.rules.noise.clip_factor``) so that ‖Δ_i‖ ≤ C holds for the
     rows as stored: a clipped row's factor is lowered by 4 ulps of the dtype (rounding the factor and the scaled
@@ -296,14 +306,14 @@ def aggregate(
     source: NoiseSource | None,
     rnd: int = 0,
     public_history: list[torch.Tensor] | None = None,
-    observe: Callable[[int, torch.Tensor], None] | None = None,
+    observe: Observer | None = None,
 ) -> tuple[torch.Tensor, RoundStats]:
     """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d).
 
     ``rnd`` picks σ_m from a schedule; PFA appends the public group's noisy sum to ``public_history`` (the
     caller keeps it between rounds) and projects onto the principal subspace of its latest ``window`` entries.
-    ``observe(m, y_m)`` (the privacy audit, :mod:`hdp_planner_train.audit.canaries`) is called with each group's noisy
-    sum before Top-k / projection; with a pooled draw, every group's y_m is the pool's noisy sum.
+    ``observe`` (the privacy audit, :mod:`hdp_planner_train.audit.canaries`) sees what :func:`noisy_update` releases;
+    under secure aggregation a group that releases nothing is observed as ``observe(m, None, None)``.
     """
     d = deltas.shape[1]
     groups = torch.as_tensor(np.asarray(group_of_row, dtype=np.int64), device=deltas.device)
@@ -320,33 +330,37 @@ def aggregate(
     if spec.pooled:  # one pool: one draw of std C_mσ_m (equal for all m) shared by every joined client
         total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else deltas.new_zeros(d)
         noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], source, deltas.device, deltas.dtype)
-        if observe is not None:
-            for m in range(count):
-                observe(m, total + noise)
-        update, measured, applied = noisy_update([total + noise], [noise], spec, source)
+        update, measured, applied = noisy_update([total + noise], [noise], spec, source, observe=observe)
         return update, RoundStats(joined, clipped, measured, applied)
-    withheld = 0
     if spec.secagg is not None:  # the exact integer pipeline; a group that cannot release contributes nothing
-        ys, noises = [], []
+        ys, noises, silent = [], [], set()
         for m, (r, _) in enumerate(clipped_rows):
             bits, dropouts = round_sources(source.kind, getattr(source, "seed", None), rnd, m)
             out = group_sum(r, clip=spec.clips[m], noise_multiplier=sigma[m], spec=spec.secagg, rnd=rnd, group=m,
                             bits=bits, dropouts=dropouts) if r.shape[0] else None  # fmt: skip
-            withheld += out is None
+            if out is None:
+                silent.add(m)
+                if observe is not None:
+                    observe(m, None, None)
             y, n = out if out is not None else (deltas.new_zeros(d), deltas.new_zeros(d))
             ys.append(y)
             noises.append(n)
-        update, measured, applied = noisy_update(ys, noises, spec, source, public_history)
+        withheld = len(silent)
+        if observe is not None and silent:
+            observe = skipping(observe, silent)
+        update, measured, applied = noisy_update(ys, noises, spec, source, public_history, observe)
         return update, RoundStats(joined, clipped, measured, applied, withheld)
     noises = [
         group_noise(d, joined[m], spec.clips[m], sigma[m], source, deltas.device, deltas.dtype) for m in range(count)
     ]
     ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
-    if observe is not None:
-        for m, y in enumerate(ys):
-            observe(m, y)
-    update, measured, applied = noisy_update(ys, noises, spec, source, public_history)
+    update, measured, applied = noisy_update(ys, noises, spec, source, public_history, observe)
     return update, RoundStats(joined, clipped, measured, applied)
+
+
+def skipping(observe: Observer, silent: set[int]) -> Observer:
+    """``observe`` for every group but ``silent`` ones (whose y_m is a placeholder: nothing was released)."""
+    return lambda m, y, released: None if m in silent else observe(m, y, released)
 
 
 def noisy_update(
@@ -355,16 +369,23 @@ def noisy_update(
     spec: GroupSpec,
     source: NoiseSource,
     public_history: list[torch.Tensor] | None = None,
+    observe: Observer | None = None,
 ) -> tuple[torch.Tensor, float, float]:
     """The server's side of a round (Algorithm 1, lines 14-16): from the groups' noisy sums ``ys`` (one pooled sum
     when ``spec.pooled``) to the update Σ_m ω_m·Top_k(y_m) (PFA: the projected group's sum projected instead), with
     ``lambda_measured`` and ``lambda_applied`` of the noises ``noises`` (NaN when the server does not know them,
-    e.g. when clients added the noise). ``source`` draws PFA's start vectors. Used by :func:`aggregate` and by the
-    Flower strategy (:mod:`hdp_planner_flower.strategy`)."""
+    e.g. when clients added the noise). ``source`` draws PFA's start vectors. ``observe(m, y_m, r_m)`` (the audit)
+    gets each group's noisy sum y_m and what the round releases of it, r_m = Top_k(y_m) or its projection (pooled:
+    the pool's sum, for every group). Used by :func:`aggregate` and by the Flower strategy
+    (:mod:`hdp_planner_flower.strategy`)."""
     d = ys[0].numel()
     if spec.pooled:
         lam = spec.weight[0] ** 2 * float(torch.sum(noises[0].double() ** 2)) / d if noises is not None else math.nan
+        if observe is not None:
+            for m in range(len(spec.sizes)):
+                observe(m, ys[0], ys[0])
         return spec.weight[0] * ys[0], lam, lam
+    noisy = list(ys)
     ys = list(ys)
     noises = list(noises) if noises is not None else None
     measured = (
@@ -388,6 +409,8 @@ def noisy_update(
         mask = None if pr is not None and m == pr.projected else top_k_mask(y, spec.k_ratio[m])
         if mask is not None:
             y = y * mask
+        if observe is not None:
+            observe(m, noisy[m], y)
         update += spec.weight[m] * y
         if noises is not None:
             applied_noise += spec.weight[m] * (noises[m] if mask is None else noises[m] * mask)

@@ -71,8 +71,6 @@ def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
     planned_groups`) and the simulated dropout rate."""
     if cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
         raise TrainError(f"{cfg.method} has no distributed form under --trust secagg")
-    if cfg.audit:
-        raise TrainError("--audit does not run under --trust secagg yet")
     if not 0 <= cfg.dropout < 1:
         raise TrainError(f"--dropout must lie in [0, 1), got {cfg.dropout}")
     try:
@@ -211,6 +209,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         public_history = [t.to(device) for t in state["public_history"]]
         torch.set_rng_state(state["torch_rng"])
         if auditor is not None:
+            if "clients" not in state["audit"]:
+                raise TrainError(f"{out}: the checkpoint holds an earlier audit's state; rerun with --overwrite")
             auditor.load_state(state["audit"])
     vector_to_parameters(theta.clone(), model.parameters())
     if out:
@@ -227,7 +227,10 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         for r in range(log.next_round, rounds):
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
-            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
+            extra = auditor.extra if auditor is not None else None
+            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure", extra=extra)
+            if auditor is not None:
+                sampled = auditor.take(sampled, spec.offsets, spec.sizes)
             ids, group_of_row = round_rows(sampled)
             idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
             deltas = local_deltas(
