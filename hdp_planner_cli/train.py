@@ -290,6 +290,14 @@ def compare(
     dropout: Annotated[
         float, typer.Option("--dropout", help="secagg: probability that a sampled client drops out (simulated).")
     ] = 0.0,
+    ledger: Annotated[
+        str | None,
+        typer.Option(
+            "--ledger",
+            help="Privacy ledger charging every run to the same clients: an SQLAlchemy URL or an SQLite file "
+            "[off: the grid is a seeded simulation].",
+        ),
+    ] = None,
 ) -> None:
     """Train several methods on one plan over several seeds and print GDPFed Table 2 (mean ± std), with a figure."""
     try:
@@ -332,7 +340,7 @@ def compare(
         trust_model = TrustModel(kind=trust, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
                                  participations=participations, model_dim=d)  # fmt: skip
         cfg = CompareConfig(dataset, chosen, seeds, out, data_dir, dirichlet, engine, device, eval_every, resume,
-                            shards, audit, model, precision, trust_model, dropout)  # fmt: skip
+                            shards, audit, model, precision, trust_model, dropout, ledger)  # fmt: skip
         groups, config = build_request(
             eps or ",".join(f"{e:g}" for e in paper["eps"]),
             data.n_clients if n is None else n,

@@ -84,6 +84,25 @@ def test_train_charges_the_ledger_and_ledger_show_reports_each_client(tmp_path, 
     assert check.exit_code == 1 and "cannot take part" in check.output
 
 
+def test_compare_charges_every_run_to_the_same_clients(tmp_path):
+    """compare --ledger: each (method, seed) run is charged to the same simulated clients (off by default), so the
+    second method of a grid that spends the whole budget is refused before its round 1."""
+    pytest.importorskip("torch")
+    ledger = tmp_path / "l.sqlite"
+    args = ["compare", "--dataset", "digits", "--methods", "dp-fedavg,gdpfed+", "--seeds", "1", "--rounds", "2",
+            "--eps", "1,2,4"]  # fmt: skip
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "off")])
+    assert result.exit_code == 0, result.output
+    assert not ledger.exists()
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "on"), "--ledger", str(ledger)])
+    assert result.exit_code == 2 and "refused before round 1" in result.output
+    assert (tmp_path / "on" / "dp-fedavg" / "seed0" / "run.json").is_file()
+    assert not (tmp_path / "on" / "gdpfed+" / "seed0" / "metrics.json").exists()
+    doc = json.loads(runner.invoke(app, ["ledger", "show", str(tmp_path / "on" / "plan.json"), "--ledger",
+                                         str(ledger), "--json"]).output)  # fmt: skip
+    assert {c["released_rounds"] for c in doc} == {2}  # the first run's two rounds, every client
+
+
 def _race(url: str, p, federation: str, barrier, results) -> None:
     book = Ledger(url)
     args = {**_run_args(p), "federation": federation}

@@ -80,6 +80,7 @@ class CompareConfig:
     precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS)
     trust: TrustModel = dataclasses.field(default_factory=TrustModel)  # secagg: noised methods by the integer pipeline
     dropout: float = 0.0  # secagg: probability that a sampled client drops out (simulated)
+    ledger: str | None = None  # privacy ledger URL: every run charged to the same clients; None: off (a simulation)
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -188,6 +189,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     model=cfg.model,
                     trust="secagg" if secure else "server",
                     dropout=cfg.dropout if secure else 0.0,
+                    ledger=cfg.ledger,
                 )
             )
             row = {
