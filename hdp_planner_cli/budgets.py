@@ -6,6 +6,7 @@ Registered on the app by :mod:`hdp_planner_cli.app`. Matplotlib is imported only
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +27,7 @@ from hdp_planner.planning.budgets import (
     budgets_digest,
     groups_from_budgets,
     load_budgets,
+    load_budgets_with_delta,
     parse_group_count,
 )
 from hdp_planner.planning.plan import METHODS, PlanConfig
@@ -207,10 +209,14 @@ def group_budgets(
     if grouping not in GROUPINGS:
         raise CliError(f"--grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
     count = parse_group_count(group_count)
-    ids, budget = load_budgets(budgets)
+    ids, budget, file_delta = load_budgets_with_delta(budgets)
     if n is not None and n != len(ids):
         raise CliError(f"--n {n} but {budgets} lists {len(ids)} clients")
     config = build_config(len(ids), *config_options)
+    if file_delta is not None and config.delta > file_delta:
+        if config_options[2] is not None:  # --delta given
+            raise CliError(f"--delta {config.delta:g} exceeds the smallest client delta in {budgets} ({file_delta:g})")
+        config = dataclasses.replace(config, delta=file_delta)  # the default δ = 1/n^1.1, lowered to every client's
     return groups_from_budgets(budget, count, grouping, config), config, budgets_digest(ids, budget)
 
 

@@ -109,3 +109,25 @@ def test_any_reassignment_is_refused_or_keeps_every_client_within_budget(budgets
         acc = RdpAccountant()
         acc.compose(dpa.PoissonSampledDpEvent(g.q[m], dpa.GaussianDpEvent(g.noise_multiplier[m])), p.config.rounds)
         assert acc.get_epsilon(p.config.delta) <= e * (1 + 1e-9)
+
+
+def test_budgets_files_may_carry_delta(tmp_path):
+    budgets = tmp_path / "budgets.csv"
+    budgets.write_text("client_id,epsilon,delta\n" + "".join(f"c{i},{0.5 + (i % 3)},{1e-5 if i else 1e-6}\n"
+                                                             for i in range(300)))  # fmt: skip
+    path = tmp_path / "plan.json"
+    res = runner.invoke(app, ["solve", "--budgets", str(budgets), "--groups", "3", "-o", str(path)])
+    assert res.exit_code == 0, res.output
+    assert load_plan(path).config.delta == 1e-6  # the default 1/n^1.1 lowered to the strictest client's δ
+    res = runner.invoke(app, ["solve", "--budgets", str(budgets), "--groups", "3", "--delta", "1e-5"])
+    assert res.exit_code == 2 and "exceeds the smallest client delta" in res.output
+    budgets.write_text("client_id,epsilon,delta\nc0,1.0,0.5\nc1,1.0,1.5\n")
+    res = runner.invoke(app, ["solve", "--budgets", str(budgets), "--groups", "1"])
+    assert res.exit_code == 2 and "every delta must lie in (0, 1)" in res.output
+    listing = tmp_path / "budgets.json"
+    for client_delta, planned in ((1e-4, 1e-4), (0.05, 50**-1.1)):  # 1/n^1.1 is 0.0135: kept when already below
+        rows = [{"client_id": f"c{i}", "epsilon": 1.0, "delta": client_delta} for i in range(50)]
+        listing.write_text(json.dumps(rows))
+        res = runner.invoke(app, ["solve", "--budgets", str(listing), "--groups", "1", "-o", str(path)])
+        assert res.exit_code == 0, res.output
+        assert load_plan(path).config.delta == pytest.approx(planned)

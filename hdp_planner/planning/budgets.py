@@ -112,7 +112,18 @@ def _parse_eps(text: object, where: str, cid: str) -> float:
         raise BudgetError(f"{where}: client {cid!r} has budget {text!r}, not a number") from None
 
 
-def _read_csv(path: Path) -> tuple[list[str], np.ndarray]:
+def _parse_delta(text: object, where: str, cid: str) -> float:
+    value = float("nan") if isinstance(text, bool) or text in (None, "") else text
+    try:
+        delta = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        delta = float("nan")
+    if not 0 < delta < 1:
+        raise BudgetError(f"{where}: client {cid!r} has delta {text!r}; every delta must lie in (0, 1)")
+    return delta
+
+
+def _read_csv(path: Path) -> tuple[list[str], np.ndarray, list[float] | None]:
     with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's UTF-8 BOM is not part of the header
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -123,8 +134,10 @@ def _read_csv(path: Path) -> tuple[list[str], np.ndarray]:
         if missing:
             raise BudgetError(f"{path}: missing column {missing[0]!r} (header has: {', '.join(header)})")
         ci, ei = names.index("client_id"), names.index("epsilon")
+        di = names.index("delta") if "delta" in names else None
         ids: list[str] = []
         eps: list[float] = []
+        deltas: list[float] = []
         for line, row in enumerate(reader, start=2):
             if not row or all(not c.strip() for c in row):
                 continue
@@ -135,7 +148,9 @@ def _read_csv(path: Path) -> tuple[list[str], np.ndarray]:
                 raise BudgetError(f"{path}, line {line}: empty client_id")
             ids.append(cid)
             eps.append(_parse_eps(row[ei].strip(), f"{path}, line {line}", cid))
-    return ids, np.asarray(eps, dtype=float)
+            if di is not None:
+                deltas.append(_parse_delta(row[di].strip() if di < len(row) else None, f"{path}, line {line}", cid))
+    return ids, np.asarray(eps, dtype=float), deltas if di is not None else None
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -145,7 +160,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return dict(pairs)
 
 
-def _read_json(path: Path) -> tuple[list[str], np.ndarray]:
+def _read_json(path: Path) -> tuple[list[str], np.ndarray, list[float] | None]:
     text = path.read_text(encoding="utf-8-sig")
     if not text.strip():
         raise BudgetError(f"{path}: empty file")
@@ -157,6 +172,7 @@ def _read_json(path: Path) -> tuple[list[str], np.ndarray]:
         raise BudgetError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
     ids: list[str] = []
     eps: list[float] = []
+    deltas: list[float] = []
     if isinstance(doc, dict):
         for cid, value in doc.items():
             ids.append(str(cid))
@@ -173,9 +189,13 @@ def _read_json(path: Path) -> tuple[list[str], np.ndarray]:
                 raise BudgetError(f"{path}: entry {i + 1} has an invalid client_id {cid!r}")
             ids.append(str(cid))
             eps.append(_parse_eps(item["epsilon"], str(path), str(cid)))
+            if "delta" in item:
+                deltas.append(_parse_delta(item["delta"], str(path), str(cid)))
+        if deltas and len(deltas) != len(ids):
+            raise BudgetError(f"{path}: some entries carry a delta and others do not")
     else:
         raise BudgetError(f"{path}: expected a list of {{client_id, epsilon}} objects or an {{id: epsilon}} mapping")
-    return ids, np.asarray(eps, dtype=float)
+    return ids, np.asarray(eps, dtype=float), deltas or None
 
 
 def load_budgets(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray]:
@@ -185,18 +205,25 @@ def load_budgets(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray]:
     Raises :class:`BudgetError` for a missing file or column, an empty file, duplicate ids, or an ε that is
     not a positive finite number.
     """
+    ids, eps, _ = load_budgets_with_delta(path)
+    return ids, eps
+
+
+def load_budgets_with_delta(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray, float | None]:
+    """:func:`load_budgets`, and the smallest δ_i of an optional ``delta`` column (JSON: key) or None: a plan made
+    from the file must use δ ≤ every client's δ_i."""
     path = Path(path)
     if not path.is_file():
         raise BudgetError(f"budgets file {path} not found")
     try:
-        ids, eps = _read_json(path) if path.suffix.lower() == ".json" else _read_csv(path)
+        ids, eps, deltas = _read_json(path) if path.suffix.lower() == ".json" else _read_csv(path)
     except UnicodeDecodeError:
         raise BudgetError(f"{path} is not a text file") from None
     if not ids:
         raise BudgetError(f"{path}: no clients (the file lists no budgets)")
     _check_ids(ids, str(path))
     _check_eps(eps, str(path), ids)
-    return ids, eps
+    return ids, eps, None if deltas is None else min(deltas)
 
 
 def budgets_digest(ids: Sequence[str], epsilons: Sequence[float]) -> str:
