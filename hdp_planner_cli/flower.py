@@ -8,7 +8,7 @@ import typer
 
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import result_out as _out
-from hdp_planner_cli.options import DatasetOpt
+from hdp_planner_cli.options import DatasetOpt, GroupsFile
 
 
 def flower(
@@ -40,9 +40,7 @@ def flower(
             "each group's noisy sum (needs a plan solved with --trust secagg)",
         ),
     ] = "server",
-    groups: Annotated[
-        str | None, typer.Option("--groups", help="`hdp-plan assign --output` CSV: the group of each client id.")
-    ] = None,
+    groups: GroupsFile = None,
     cpus_per_client: Annotated[float, typer.Option("--cpus-per-client", help="Ray CPUs per virtual node.")] = 1.0,
     out: Annotated[str | None, typer.Option("--out", help="Folder for metrics.json/.csv.")] = None,
     diagnostics: Annotated[

@@ -10,11 +10,12 @@ import typer
 from rich import box
 from rich.table import Table
 
-from hdp_planner.ledger.runs import default_ledger, round_costs, simulated_clients
+from hdp_planner.ledger.runs import default_ledger, plan_clients, round_costs
 from hdp_planner.ledger.store import Ledger
-from hdp_planner.planfile.document import load_plan
+from hdp_planner.planfile.document import load_plan, read_document
 from hdp_planner_cli.command import PlainCommand
 from hdp_planner_cli.console import one_line_errors, out
+from hdp_planner_cli.options import GroupsFile
 
 LedgerOpt = Annotated[
     str | None,
@@ -31,11 +32,11 @@ PlanArg = Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan s
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 
-def _spending(plan_file: str, ledger: str | None, federation: str):
+def _spending(plan_file: str, ledger: str | None, federation: str, groups: str | None):
     p = load_plan(plan_file)
+    membership, budgets = plan_clients(p, p.groups.name, read_document(plan_file), groups)
     book = Ledger(ledger or default_ledger())
-    _, budgets = simulated_clients(p, p.groups.name)
-    return p, book, book.spending(federation, budgets)
+    return p, membership, budgets, book, book.spending(federation, budgets)
 
 
 @app.command("show", cls=PlainCommand)
@@ -44,10 +45,11 @@ def show(
     plan_file: PlanArg,
     federation: FederationOpt = "simulation",
     ledger: LedgerOpt = None,
+    groups: GroupsFile = None,
     as_json: Annotated[bool, typer.Option("--json", help="Every client as JSON.")] = False,
 ) -> None:
     """Each plan group's clients: ε spent (composed over every run in the ledger) and remaining."""
-    p, book, rows = _spending(plan_file, ledger, federation)
+    p, membership, _, book, rows = _spending(plan_file, ledger, federation, groups)
     if as_json:
         doc = [{"client_id": s.client_id, "epsilon_budget": s.epsilon_budget, "delta": s.delta,
                 "epsilon_spent": s.epsilon_spent, "epsilon_remaining": s.remaining,
@@ -59,7 +61,7 @@ def show(
     for col in ("group", "ε budget", "clients", "ε spent (max)", "remaining (min)", "rounds released", "reserved"):
         table.add_column(col, justify="right")
     for m, eps in enumerate(p.groups.epsilon):
-        members = [s for s in rows if s.epsilon_budget == eps]
+        members = [s for s in rows if membership.get(s.client_id) == m]
         if not members:
             continue
         table.add_row(str(m + 1), f"{eps:g}", str(len(members)), f"{max(s.epsilon_spent for s in members):.4g}",
@@ -78,12 +80,12 @@ def check(
     plan_file: PlanArg,
     federation: FederationOpt = "simulation",
     ledger: LedgerOpt = None,
+    groups: GroupsFile = None,
     rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds of the next run [the plan's T].")] = None,
 ) -> None:
     """Exit 1 if any client is over budget, or would be after one more run of the plan's GDPFed+ row."""
-    p, book, rows = _spending(plan_file, ledger, federation)
+    p, membership, budgets, book, rows = _spending(plan_file, ledger, federation, groups)
     over = [s for s in rows if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
-    membership, budgets = simulated_clients(p, p.groups.name)
     costs = round_costs(p, p.groups.name, start=0, rounds=rounds or p.config.rounds)
     cannot = book.would_exceed(federation=federation, membership=membership, budgets_of=budgets,
                                delta=p.config.delta, planned=costs)  # fmt: skip

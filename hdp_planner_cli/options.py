@@ -155,6 +155,14 @@ def build_baselines(
     return names, options
 
 
+GroupsFile = Annotated[
+    str | None,
+    typer.Option(
+        "--groups",
+        help="`hdp-plan assign --output` CSV: each client's group and budget (needed for a plan made from "
+        "per-client budgets; the ledger charges these clients).",
+    ),
+]
 # Options shared by train and compare (names are a contract).
 DatasetOpt = Annotated[str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")]
 ModelOpt = Annotated[

@@ -16,6 +16,7 @@ from hdp_planner_cli.options import (
     Bits,
     Colluders,
     DatasetOpt,
+    GroupsFile,
     ModelOpt,
     Participations,
     Survivors,
@@ -139,6 +140,7 @@ def train(
     federation: Annotated[
         str, typer.Option("--federation", help="Whose clients the ledger charges (client ids 0..n-1).")
     ] = "simulation",
+    groups: GroupsFile = None,
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
@@ -185,6 +187,7 @@ def train(
         group_classes=group_classes,
         ledger=ledger,
         federation=federation,
+        groups=groups,
         trust=trust,
         dropout=dropout,
     )

@@ -26,7 +26,7 @@ def groups_from_file(
     plan (:func:`hdp_planner.planning.budgets.read_assignment`: each client's budget at least its group's ε, the
     budgets those the plan was made from when it recorded their ``digest``)."""
     try:
-        ids, groups = read_assignment(path, group_epsilons, digest)
+        ids, groups, _ = read_assignment(path, group_epsilons, digest)
     except BudgetError as exc:
         raise FlowerRunError(str(exc)) from None
     if sorted(ids) != sorted(str(i) for i in range(spec.n)) or any(not i.isdigit() for i in ids):

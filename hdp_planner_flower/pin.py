@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
 from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document, verify
 from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner_flower.masks import MASK_MODULUS
@@ -146,11 +147,10 @@ def load_pinned(pin: Pin) -> PinnedPlan:
     except ValueError as exc:
         raise RoundRefused(str(exc)) from None
     trust = trust_from_dict(doc)
-    groups = (
-        groups_from_file(pin.groups, spec, plan.groups.epsilon, budgets_digest_of(doc))
-        if pin.groups
-        else default_groups(spec)
-    )
+    budgets = budgets_digest_of(doc)
+    if budgets is not None and not pin.groups:
+        raise RoundRefused(DEFAULT_MAPPING_REFUSED)
+    groups = groups_from_file(pin.groups, spec, plan.groups.epsilon, budgets) if pin.groups else default_groups(spec)
     t = plan.config.rounds
     return PinnedPlan(digest, pin.method, spec, groups, t, trust.participations or t)
 

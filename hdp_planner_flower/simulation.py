@@ -90,30 +90,24 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     if not cfg.masks and (cfg.trust != "secagg" or not cfg.diagnostics):
         raise ValueError("--no-masks is for simulations of --trust secagg only: it needs --diagnostics")
     offline_env()
+    from hdp_planner.ledger.runs import plan_clients
     from hdp_planner.planfile.document import budgets_digest_of, read_document
-    from hdp_planner.planning.budgets import read_assignment
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.membership import groups_from_file
+    from hdp_planner_train.rules.aggregate import METHOD_NAMES
     from hdp_planner_train.simulator.trainer import TrainConfig, _check
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
+                     groups=cfg.groups,
                      dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop",
                      audit=cfg.audit, audit_canaries=cfg.audit_canaries, ledger=cfg.ledger,
                      federation=cfg.federation, trust=cfg.trust)  # fmt: skip
     if cfg.audit and cfg.trust != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
     plan, data, spec, rounds, batch, momentum = _check(tc)
-    digest = budgets_digest_of(read_document(cfg.plan))
-    if digest is not None and not cfg.groups:
-        raise ValueError(
-            "the plan was made from per-client budgets: give --groups (hdp-plan assign --output) so that every "
-            "client trains in the group its budget allows; refusing the default id → group mapping"
-        )
-    groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, digest) if cfg.groups else None
-    clients = None
-    if cfg.groups:  # the ledger charges each client in its group, against its group's budget in the plan
-        ids, planned = read_assignment(cfg.groups, plan.groups.epsilon, digest)
-        clients = ({i: int(groups[int(i)]) for i in ids}, {i: plan.groups.epsilon[g] for i, g in zip(ids, planned)})
+    doc = read_document(cfg.plan)
+    clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.groups)  # refuses a default mapping
+    groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, budgets_digest_of(doc)) if cfg.groups else None
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ValueError(f"--out {cfg.out} is not a directory")
     settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,

@@ -75,7 +75,7 @@ def test_solve_from_budgets_records_their_digest_and_assign_refuses_other_budget
     assert recorded == budgets_digest([str(i) for i in range(120)], eps)
     groups = tmp_path / "groups.csv"
     assert runner.invoke(app, ["assign", str(path), str(budgets), "-o", str(groups)]).exit_code == 0
-    _, assigned = read_assignment(groups, (0.5, 1.5, 3.0), recorded)
+    _, assigned, _ = read_assignment(groups, (0.5, 1.5, 3.0), recorded)
     assert list(assigned) == [0] * 40 + [1] * 40 + [2] * 40
     other = tmp_path / "other.csv"
     other.write_text("client_id,epsilon\n" + "".join(f"{i},{e + 1}\n" for i, e in enumerate(eps)))
@@ -102,7 +102,7 @@ def test_any_reassignment_is_refused_or_keeps_every_client_within_budget(budgets
     with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as fh:
         fh.write("client_id,epsilon,group,group_epsilon\n" + rows)
     try:
-        _, assigned = read_assignment(fh.name, g.epsilon, None)
+        _, assigned, _ = read_assignment(fh.name, g.epsilon, None)
     except BudgetError:
         return
     for e, m in zip(budgets, assigned):
@@ -131,3 +131,67 @@ def test_budgets_files_may_carry_delta(tmp_path):
         res = runner.invoke(app, ["solve", "--budgets", str(listing), "--groups", "1", "-o", str(path)])
         assert res.exit_code == 0, res.output
         assert load_plan(path).config.delta == pytest.approx(planned)
+
+
+@pytest.fixture
+def budgets_plan(tmp_path):
+    """The review's population: ids 0-99 may spend ε 3, ids 200-299 only 0.5; a plan solved from those budgets and
+    ``assign``'s groups file."""
+    budgets = tmp_path / "budgets.csv"
+    eps = [3.0] * 100 + [1.5] * 100 + [0.5] * 100
+    budgets.write_text("client_id,epsilon\n" + "".join(f"{i},{e}\n" for i, e in enumerate(eps)))
+    path, groups = tmp_path / "plan.json", tmp_path / "groups.csv"
+    res = runner.invoke(app, ["solve", "--budgets", str(budgets), "--groups", "3", "--rounds", "2", "-o", str(path)])
+    assert res.exit_code == 0, res.output
+    assert runner.invoke(app, ["assign", str(path), str(budgets), "-o", str(groups)]).exit_code == 0
+    return path, groups
+
+
+def test_a_plan_made_from_budgets_trains_only_with_its_groups_file(tmp_path, budgets_plan):
+    """``train`` used to map clients 0..n−1 to the groups in order and charge the ledger with the wrong budgets
+    (client 299, budget 0.5, registered at 3). Now it refuses without ``--groups``, and with it the ledger charges
+    every client in its group against its own budget, as ``ledger show|check --groups`` report."""
+    pytest.importorskip("torch")
+    path, groups = budgets_plan
+    ledger = tmp_path / "ledger.sqlite"
+    common = ["train", str(path), "--dataset", "digits", "--clients", "300", "--ledger", str(ledger)]
+    res = runner.invoke(app, [*common, "--out", str(tmp_path / "r0")])
+    assert res.exit_code == 2 and "give --groups" in res.output and not ledger.exists()
+    res = runner.invoke(app, [*common, "--groups", str(groups), "--out", str(tmp_path / "r1")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["ledger", "show", str(path), "--ledger", str(ledger), "--groups", str(groups), "--json"])
+    shown = {c["client_id"]: c for c in json.loads(res.output)}
+    assert len(shown) == 300 and shown["299"]["epsilon_budget"] == 0.5 and shown["0"]["epsilon_budget"] == 3.0
+    assert all(c["epsilon_spent"] <= c["epsilon_budget"] * (1 + 1e-9) for c in shown.values())
+    res = runner.invoke(app, ["ledger", "show", str(path), "--ledger", str(ledger)])
+    assert res.exit_code == 2 and "give --groups" in res.output
+    res = runner.invoke(app, ["ledger", "check", str(path), "--ledger", str(ledger), "--groups", str(groups)])
+    assert res.exit_code == 1 and "cannot take part" in res.output  # the run spent the plan's whole budget
+
+
+def test_a_grouping_copied_from_another_plan_is_refused(tmp_path, budgets_plan):
+    """The review copied a budgets plan's ``grouping`` (sizes 100/100/100 and its digest) into a plan solved for
+    50/100/150: it passed ``verify`` and trained."""
+    path, _ = budgets_plan
+    other = plan_to_dict(plan((0.5, 1.5, 3.0), 300, sizes=(50, 100, 150), rounds=2, q=0.05, clip=1.5))
+    other["grouping"] = json.loads(path.read_text())["grouping"]
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(other))
+    with pytest.raises(PlanFileError, match="grouping: the budgets were grouped into sizes"):
+        load_plan(moved)
+    res = runner.invoke(app, ["verify", str(moved)])
+    assert res.exit_code != 0 and "grouping" in res.output
+
+
+def test_a_node_refuses_a_budgets_plan_without_its_groups_file(budgets_plan, tmp_path):
+    pytest.importorskip("flwr")
+    from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256, load_pinned
+
+    _, groups = budgets_plan
+    secure = tmp_path / "secure.json"
+    res = runner.invoke(app, ["solve", "--budgets", str(tmp_path / "budgets.csv"), "--groups", "3", "--rounds", "2",
+                              "--trust", "secagg", "--model-dim", "1000", "-o", str(secure)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    with pytest.raises(RoundRefused, match="give --groups"):
+        load_pinned(Pin(plan=str(secure), sha256=file_sha256(secure), method="gdpfed+"))
+    assert load_pinned(Pin(plan=str(secure), sha256=file_sha256(secure), method="gdpfed+", groups=str(groups)))

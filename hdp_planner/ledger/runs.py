@@ -1,17 +1,21 @@
-"""What a run of a plan's row charges the ledger: each round's cost to each group, and the clients of a simulation."""
+"""What a run of a plan's row charges the ledger: each round's cost to each group, and the clients it charges (those
+of ``hdp-plan assign``'s file, or a simulation's)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from hdp_planner.ledger.store import GroupRound
-from hdp_planner.planfile.document import plan_to_dict
+from hdp_planner.planfile.document import budgets_digest_of, plan_to_dict
 from hdp_planner.planfile.mechanism import executed_mechanism
+from hdp_planner.planning.budgets import read_assignment
 from hdp_planner.planning.plan import Plan
 
 DEFAULT_LEDGER_ENV = "HDP_PLANNER_LEDGER"
@@ -55,3 +59,34 @@ def simulated_clients(plan: Plan, row: str) -> tuple[dict[str, int], dict[str, f
     membership = np.repeat(np.arange(len(sizes)), sizes)
     budget = np.repeat(np.asarray(plan.groups.epsilon), plan.groups.size)
     return ({str(i): int(g) for i, g in enumerate(membership)}, {str(i): float(e) for i, e in enumerate(budget)})
+
+
+DEFAULT_MAPPING_REFUSED = (
+    "the plan was made from per-client budgets: give --groups (hdp-plan assign --output) so that every client is "
+    "charged in the group its budget allows; refusing the default id → group mapping"
+)
+
+
+def plan_clients(
+    plan: Plan, row: str, doc: Mapping[str, Any], groups_file: str | os.PathLike[str] | None
+) -> tuple[dict[str, int], dict[str, float]]:
+    """The clients a run of ``row`` charges, by id: their group in ``row`` and their lifetime budget. With
+    ``hdp-plan assign``'s ``groups_file`` (checked by :func:`read_assignment` against the plan and the digest of the
+    budgets it was made from), each client in its file group (one group for a row that pools every client) with its
+    own ε_i; without one, a simulation's clients 0..n−1 (:func:`simulated_clients`), refused for a plan made from
+    per-client budgets. Raises ValueError (one line)."""
+    digest = budgets_digest_of(doc)
+    if groups_file is None:
+        if digest is not None:
+            raise ValueError(DEFAULT_MAPPING_REFUSED)
+        return simulated_clients(plan, row)
+    ids, groups, eps = read_assignment(groups_file, plan.groups.epsilon, digest)
+    counts = tuple(np.bincount(groups, minlength=len(plan.groups.size)).tolist())
+    if counts != tuple(plan.groups.size):
+        raise ValueError(f"groups file {groups_file} puts {counts} clients in the groups; the plan has "
+                         f"{tuple(plan.groups.size)}")  # fmt: skip
+    sizes = plan.method(row).size
+    if len(sizes) != 1 and tuple(sizes) != tuple(plan.groups.size):
+        raise ValueError(f"{row} regroups the plan's clients; its ledger needs the simulation's clients")
+    group = groups if len(sizes) > 1 else np.zeros_like(groups)
+    return {i: int(g) for i, g in zip(ids, group)}, {i: float(e) for i, e in zip(ids, eps)}

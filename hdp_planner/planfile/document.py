@@ -400,7 +400,27 @@ def budgets_digest_of(doc: Mapping[str, Any]) -> str | None:
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan file (types, ranges, consistency); privacy is checked by :func:`verify`."""
     doc = read_document(path)
-    return plan_from_dict(doc)
+    plan = plan_from_dict(doc)
+    check_grouping(plan, doc)
+    return plan
+
+
+def check_grouping(plan: Plan, doc: Mapping[str, Any]) -> None:
+    """A recorded ``grouping`` (what ``solve --budgets`` grouped the budgets into) must describe the plan's own
+    groups: the same sizes and ε, in the plan's order; raises PlanFileError otherwise."""
+    budgets_digest_of(doc)
+    grouping = doc.get("grouping")
+    if grouping is None:
+        return
+    sizes, eps = (grouping.get(k) if isinstance(grouping, dict) else None for k in ("sizes", "epsilons"))
+    if not isinstance(sizes, list) or not isinstance(eps, list):
+        raise PlanFileError("grouping: needs the lists 'sizes' and 'epsilons' of the groups")
+    same = len(eps) == len(plan.groups.epsilon) and all(
+        isinstance(e, (int, float)) and math.isclose(e, g, rel_tol=1e-12) for e, g in zip(eps, plan.groups.epsilon)
+    )
+    if list(sizes) != list(plan.groups.size) or not same:
+        raise PlanFileError(f"grouping: the budgets were grouped into sizes {sizes} with ε {eps}, the plan's groups "
+                            f"are {list(plan.groups.size)} with ε {list(plan.groups.epsilon)}")  # fmt: skip
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:

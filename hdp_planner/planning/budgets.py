@@ -235,11 +235,12 @@ def budgets_digest(ids: Sequence[str], epsilons: Sequence[float]) -> str:
 
 def read_assignment(
     path: str | os.PathLike[str], group_epsilons: Sequence[float], digest: str | None
-) -> tuple[list[str], np.ndarray]:
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Read ``hdp-plan assign --output``'s CSV (client_id, epsilon, group 1-based, group_epsilon) against a plan whose
     groups have budgets ``group_epsilons`` (increasing): every client's ε_i must be at least its group's ε (and the
     row's group_epsilon the plan's), and, when the plan recorded the ``digest`` of the budgets it was made from, the
-    file's budgets must be those. Returns (ids, 0-based groups) in file order; raises :class:`BudgetError`."""
+    file's budgets must be those. Returns (ids, 0-based groups, budgets ε_i) in file order; raises
+    :class:`BudgetError`."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.DictReader(fh))
@@ -275,7 +276,7 @@ def read_assignment(
     if digest is not None and budgets_digest(ids, eps) != digest:
         raise BudgetError(f"groups file {path}: its budgets are not those the plan was made from (digest mismatch); "
                           "assign the plan's own budgets file")  # fmt: skip
-    return ids, np.asarray(groups, dtype=np.int64)
+    return ids, np.asarray(groups, dtype=np.int64), np.asarray(eps, dtype=float)
 
 
 # --------------------------------------------------------------------------------------------- scoring

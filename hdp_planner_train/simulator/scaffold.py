@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from hdp_planner.io.files import write_json_atomic, write_text_atomic
-from hdp_planner.ledger.runs import default_ledger, plan_digest, round_costs, simulated_clients
+from hdp_planner.ledger.runs import default_ledger, plan_clients, plan_digest, round_costs
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
+from hdp_planner.planfile.document import read_document
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
@@ -75,6 +76,7 @@ class TrainConfig:
     dropout: float = 0.0  # secagg: probability that a sampled client drops out before the sum (simulated)
     ledger: str | None = "auto"  # privacy ledger URL/file; auto: the default ledger for secure runs, none for seeded
     federation: str = "simulation"  # whose clients the ledger charges
+    groups: str | None = None  # hdp-plan assign's file: the clients the ledger charges, each with its own budget
 
 
 SEEDED_NOTE = (
@@ -206,7 +208,8 @@ def ledger_run(
 ) -> LedgerRun | None:
     """Open the run's account in the ledger (``cfg.ledger``; ``auto``: the default ledger when the noise is secure,
     none for seeded simulations), refusing the run before round 1 if a client would exceed its lifetime budget.
-    ``clients``: (membership, budgets) by client id, when not the simulation's ids 0..n−1 in group order."""
+    ``clients``: (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
+    ``cfg.groups``."""
     target = cfg.ledger
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     if not spec.private or target in (None, "", "none") or (target == "auto" and not secure):
@@ -215,7 +218,12 @@ def ledger_run(
     if target in ("", "none"):  # $HDP_PLANNER_LEDGER=none: no default ledger
         return None
     row = METHOD_NAMES[spec.method]
-    membership, budgets = simulated_clients(plan, row) if clients is None else clients
+    if clients is None:
+        try:
+            clients = plan_clients(plan, row, read_document(cfg.plan), cfg.groups)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
+    membership, budgets = clients
     if len(membership) != spec.n:
         raise TrainError(f"the ledger needs the plan's {len(membership)} clients, the run has {spec.n}")
     try:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from hdp_planner.ledger.runs import plan_clients
 from hdp_planner.planfile.document import load_plan, read_document, verify
 from hdp_planner_train.rules.aggregate import (
     METHOD_NAMES,
@@ -156,6 +157,10 @@ def _check(cfg: TrainConfig):
         spec = method_spec(plan, "gdpfed+" if cfg.method in SELECTION_METHODS else cfg.method)  # selection: ε per group
     except ValueError as exc:
         raise TrainError(f"{cfg.plan}: {exc}") from None
+    try:  # a plan made from per-client budgets runs only with the clients' own groups file
+        plan_clients(plan, METHOD_NAMES[spec.method], read_document(cfg.plan), cfg.groups)
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
     if cfg.trust not in ("server", "secagg"):
         raise TrainError(f"--trust must be server or secagg, got {cfg.trust!r}")
     if cfg.trust == "secagg":
