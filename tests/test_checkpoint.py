@@ -85,6 +85,17 @@ def test_an_older_checkpoint_put_back_is_refused(tmp_path):
         checkpoint.load(tmp_path)
 
 
+def test_an_older_checkpoint_put_back_with_the_count_removed_is_refused(tmp_path):
+    """The review rewound a run by putting an older checkpoint back and deleting ``rounds.spent``."""
+    checkpoint.save(tmp_path, _state(3))
+    older = (tmp_path / checkpoint.CHECKPOINT).read_bytes()
+    checkpoint.save(tmp_path, _state(6))
+    (tmp_path / checkpoint.CHECKPOINT).write_bytes(older)
+    (tmp_path / checkpoint.SPENT).unlink()
+    with pytest.raises(checkpoint.CheckpointError, match="count of rounds spent was removed"):
+        checkpoint.load(tmp_path)
+
+
 def test_another_runs_checkpoint_is_refused(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -6,8 +6,8 @@
   run creates in its folder (``run.key``, mode 0600, never inside the checkpoint). A checkpoint edited, or made by
   another run, fails the check: ``--resume`` refuses it before reading any of it.
 - **Rounds only grow.** Every save also writes ``rounds.spent`` (the rounds run so far, authenticated the same way);
-  a checkpoint that ran fewer rounds than that (an older copy put back) is refused, so a run can never release
-  more noisy rounds than its metrics report.
+  a checkpoint that ran fewer rounds than that (an older copy put back), or one whose counter was removed, is
+  refused, so a run can never release more noisy rounds than its metrics report.
 
 The key and the counter live in the run's folder, so they stop a checkpoint that is copied in, edited or rolled
 back, not someone who can rewrite the whole folder: that needs a privacy ledger outside it.
@@ -101,7 +101,10 @@ def load(folder: Path) -> dict[str, Any]:
     except Exception as exc:  # an authentic payload that is not plain data: never unpickle it
         raise CheckpointError(f"{path} holds more than plain data: {type(exc).__name__}") from None
     spent_path = folder / SPENT
-    spent = json.loads(_opened(key, spent_path.read_bytes(), str(spent_path)))["rounds"] if spent_path.is_file() else 0
+    if not spent_path.is_file():  # every save writes it: a checkpoint without it was put back with it removed
+        raise CheckpointError(f"{spent_path} is missing: the run's count of rounds spent was removed, so an older "
+                         "checkpoint cannot be told apart; rerun with --overwrite")  # fmt: skip
+    spent = json.loads(_opened(key, spent_path.read_bytes(), str(spent_path)))["rounds"]
     if int(state["next_round"]) < spent:
         raise CheckpointError(
             f"{path} ran {state['next_round']} rounds but this run has already spent {spent}: an older checkpoint "
