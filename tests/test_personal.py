@@ -323,3 +323,14 @@ def test_a_secure_personal_run_writes_no_heads_and_no_per_client_statistics(plan
         run(_cfg(plan_file, out, method="dp2-fedsam", rounds=3, noise="secure", resume=True))
     seeded = run(_cfg(plan_file, tmp_path / "seeded", method="dp2-fedsam", rounds=2))
     assert seeded["client_accuracy"] is not None and (tmp_path / "seeded" / CHECKPOINT).exists()
+
+
+def test_a_secure_personal_run_charges_the_ledger(plan_file, tmp_path):
+    """The DP²-FedSAM family charges the privacy ledger like every client-level run (it once skipped it)."""
+    from hdp_planner.ledger.store import Ledger
+
+    ledger = tmp_path / "ledger.sqlite"
+    run(TrainConfig(plan=str(plan_file), method="dp2-fedsam", dataset="digits", out=str(tmp_path / "r"),
+                    progress=False, ledger=str(ledger), rounds=2))  # fmt: skip
+    spent = Ledger(str(ledger)).spending("simulation")
+    assert spent and {s.released_rounds for s in spent} == {2}

@@ -3,6 +3,8 @@ non-IID mix partition: selection probabilities, sampling with replacement, recor
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -260,3 +262,10 @@ def test_cli_runs_unbiased_and_refuses_bad_options(plan_path, tmp_path):
     ):
         res = runner.invoke(app, [*base, *extra])
         assert res.exit_code == 2 and message in res.output, (extra, res.output)
+
+
+def test_an_explicit_ledger_is_refused_for_example_level_dp(plan_path, tmp_path):
+    """The selection methods protect examples, not clients: charging the client-level ledger would mix units."""
+    with pytest.raises(TrainError, match="example-level DP"):
+        run(dataclasses.replace(_cfg(plan_path, "privacy-aware"), ledger=str(tmp_path / "l.sqlite")))
+    assert not (tmp_path / "l.sqlite").exists()

@@ -29,6 +29,7 @@ accuracies stay local (accuracies are reported by the simulation only).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -356,6 +357,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         _write_metrics,
         base_metrics,
         device_arrays,
+        ledger_run,
         noise_kind,
         resume_state,
         round_description,
@@ -401,9 +403,12 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     scratch = copy.deepcopy(model)
     shared = ~mask if personal else torch.ones_like(mask)
     client_scores: np.ndarray | None = None
+    account = ledger_run(cfg, plan, spec, log.next_round, rounds)
     progress = _progress(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
-    with progress:
+    with progress, contextlib.ExitStack() as stack:
+        if account is not None:
+            stack.callback(account.finish)
         for r in range(log.next_round, rounds):
             t0 = time.perf_counter()
             lr = c.lr * cfg.lr_decay**r
@@ -449,6 +454,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                     rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
             gen = noise_source(kind, cfg.seed, r)
             update, stats = aggregate(rows, group_of_row, spec, gen, r, [])  # each group at its executed σ_m
+            if account is not None:
+                account.release(r)  # charged before the round's model exists
             theta = theta.clone()
             theta[shared] += update
             log.record(stats, time.perf_counter() - t0)

@@ -405,6 +405,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
             "history": history,
             "noise_source": kind,
             "noise_note": SEEDED_NOTE if kind == "seeded" else SECURE_NOTE,
+            "ledger": "not charged: example-level DP (the privacy ledger composes client-level runs)",
             "noise_lambda_planned": float(np.mean(lam_planned)),
             "noise_lambda_note": (
                 "per coordinate, mean over rounds: measured = ‖(1/K)Σ_j noise part of Δ_j‖²/d (local DP-SGD noise "

@@ -142,6 +142,9 @@ def _check(cfg: TrainConfig):
         raise TrainError(f"--audit covers the plan-noised methods, not {cfg.method}")
     if cfg.audit_canaries is not None and not cfg.audit:
         raise TrainError("--audit-canaries needs --audit")
+    if cfg.method in SELECTION_METHODS and cfg.ledger not in (None, "", "none", "auto"):
+        raise TrainError(f"--ledger: {cfg.method} protects each client's examples (example-level DP), not whole "
+                         "clients; the ledger composes client-level runs: use --ledger none")  # fmt: skip
     skew = None
     if cfg.group_classes is not None:
         skew = (plan.groups.size, parse_group_classes(cfg.group_classes, len(plan.groups.size), 10))
