@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -150,6 +151,44 @@ def test_a_run_killed_mid_round_keeps_its_reservation(tmp_path, small):
     assert {(s.released_rounds, s.reserved_rounds) for s in spent} == {(2, 8)}  # nothing lost: all 10 rounds count
     assert all(s.epsilon_spent == pytest.approx(e, rel=1e-6) for s, e in
                zip(spent, [small.groups.epsilon_spent[0 if int(s.client_id) < 20 else 1] for s in spent]))  # fmt: skip
+
+
+def test_a_training_run_killed_mid_run_keeps_its_charge_and_resumes_under_it(tmp_path):
+    """A real ``hdp-plan train`` killed with SIGKILL after a few rounds: its released rounds stay charged and its
+    reservation stays counted. ``--resume`` closes the killed run's reservation in the transaction that opens its
+    own: it continues when the checkpoint holds every released round; when the kill fell between a round's release
+    and its checkpoint, that round was spent for nothing and the plan no longer fits the budget: refused."""
+    pytest.importorskip("torch")
+    from hdp_planner_train.simulator import checkpoint
+
+    rounds = 60
+    path = tmp_path / "plan.json"
+    save_plan(plan((1.0, 2.0, 4.0), 120, rounds=rounds, q=0.2, clip=1.0), path)
+    ledger, out = tmp_path / "l.sqlite", tmp_path / "run"
+    args = [sys.executable, "-m", "hdp_planner", "train", str(path), "--dataset", "digits", "--ledger", str(ledger),
+            "--out", str(out), "--eval-every", "1000"]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    killed = Ledger(str(ledger)).spending("simulation")
+    released = {s.released_rounds for s in killed}
+    assert len(released) == 1 and {s.released_rounds + s.reserved_rounds for s in killed} == {rounds}
+    released, saved = released.pop(), checkpoint.load(out)["next_round"]
+    assert saved <= released <= saved + 1
+    done = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=300)
+    after = Ledger(str(ledger)).spending("simulation")
+    assert all(s.reserved_rounds == 0 for s in after)
+    if released == saved:
+        assert done.returncode == 0, done.stderr
+        assert {s.released_rounds for s in after} == {rounds}
+    else:
+        assert done.returncode == 2 and "refused before round 1" in done.stderr
+        assert {s.released_rounds for s in after} == {released}
 
 
 def test_a_ledger_that_cannot_be_written_refuses_the_run(tmp_path, small):

@@ -197,10 +197,15 @@ class Ledger:
         budgets_of: Mapping[str, float],
         delta: float,
         planned: Sequence[Sequence[GroupRound]],
+        supersedes: str | None = None,
     ) -> str:
         """Register a run and reserve its rounds (``planned[r][m]``: round r's cost to group m's members), or refuse
         it before round 1 if any member would exceed its lifetime budget. Budgets are registered at first sight
-        (``budgets_of``: each client's ε, at ``delta``); a client's budget only ever decreases."""
+        (``budgets_of``: each client's ε, at ``delta``); a client's budget only ever decreases. ``supersedes``: the
+        run a resumed run continues (a run of the same plan and federation still open, e.g. killed): first its
+        unreleased rounds are given back and it is closed, its released rounds staying charged."""
+        if supersedes is not None:
+            self.finish(supersedes, of=(federation, plan_sha256))
         run_id, over = self._reserve(federation, label, plan_sha256, membership, budgets_of, delta, planned, True)
         if over:
             worst = max(over, key=lambda s: s.epsilon_spent / s.epsilon_budget)
@@ -269,13 +274,17 @@ class Ledger:
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None
 
-    def finish(self, run_id: str) -> None:
-        """The run is over: rounds it reserved and never released are given back."""
+    def finish(self, run_id: str, *, of: tuple[str, str] | None = None) -> None:
+        """The run is over: rounds it reserved and never released are given back. With ``of`` (federation, plan
+        digest): only if ``run_id`` is a run of that plan and federation still open (a resumed run's predecessor)."""
         try:
             conn, trans = self._write()
             with conn:
-                conn.execute(delete(charges).where(charges.c.run_id == run_id, charges.c.status == "reserved"))
-                conn.execute(update(runs).where(runs.c.run_id == run_id).values(status="finished"))
+                old = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+                open_run = old is not None and (old.federation, old.plan_sha256, old.status) == (*(of or ()), "running")
+                if of is None or open_run:
+                    conn.execute(delete(charges).where(charges.c.run_id == run_id, charges.c.status == "reserved"))
+                    conn.execute(update(runs).where(runs.c.run_id == run_id).values(status="finished"))
                 trans.commit()
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None

@@ -403,7 +403,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     scratch = copy.deepcopy(model)
     shared = ~mask if personal else torch.ones_like(mask)
     client_scores: np.ndarray | None = None
-    account = ledger_run(cfg, plan, spec, log.next_round, rounds)
+    account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
     progress = _progress(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
     with progress, contextlib.ExitStack() as stack:
@@ -481,7 +481,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                 progress.update(task, description=description)
             progress.update(task, completed=r + 1)
             if out and not withheld:
-                save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu())
+                save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu(),
+                                ledger_run=account.run_id if account is not None else None)  # fmt: skip
 
     mn = plan.method(METHOD_NAMES[method])
     d_shared = int(shared.sum())

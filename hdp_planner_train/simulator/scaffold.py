@@ -204,12 +204,13 @@ class LedgerRun:
 
 
 def ledger_run(
-    cfg: TrainConfig, plan, spec, start: int, rounds: int, clients=None, secure: bool | None = None
-) -> LedgerRun | None:
+    cfg: TrainConfig, plan, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
+    supersedes: str | None = None,
+) -> LedgerRun | None:  # fmt: skip
     """Open the run's account in the ledger (``cfg.ledger``; ``auto``: the default ledger when the noise is secure,
     none for seeded simulations), refusing the run before round 1 if a client would exceed its lifetime budget.
     ``clients``: (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
-    ``cfg.groups``."""
+    ``cfg.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``)."""
     target = cfg.ledger
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     if not spec.private or target in (None, "", "none") or (target == "auto" and not secure):
@@ -233,7 +234,7 @@ def ledger_run(
         run_id = book.start_run(
             federation=cfg.federation, label=f"{cfg.method} {cfg.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
-            planned=planned_costs(plan, spec, row, start, rounds),
+            planned=planned_costs(plan, spec, row, start, rounds), supersedes=supersedes,
         )  # fmt: skip
     except LedgerError as exc:
         hint = (" (a simulation: --seeded-noise; another population: --federation; no ledger: --ledger none)"

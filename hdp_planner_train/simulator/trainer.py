@@ -225,7 +225,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
 
     c = plan.config
-    account = ledger_run(cfg, plan, spec, log.next_round, rounds)
+    account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
     withheld = 0  # secure aggregation: group sums not released this run
     progress = _progress(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
@@ -276,6 +276,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                     public_history=[t.cpu() for t in public_history], torch_rng=torch.get_rng_state(),
                     numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
                     audit=auditor.state() if auditor is not None else None,
+                    ledger_run=account.run_id if account is not None else None,
                 )  # fmt: skip
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
