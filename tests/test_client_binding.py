@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from pathlib import Path
 
 import dp_accounting as dpa
 import numpy as np
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hdp_planner import PlanConfig, plan
-from hdp_planner.planfile.document import PlanFileError, load_plan, plan_to_dict
+from hdp_planner.planfile.document import PlanFileError, load_plan, plan_to_dict, verify
 from hdp_planner.planning.budgets import BudgetError, budgets_digest, read_assignment
 from hdp_planner_cli.app import app
 
@@ -109,6 +110,60 @@ def test_any_reassignment_is_refused_or_keeps_every_client_within_budget(budgets
         acc = RdpAccountant()
         acc.compose(dpa.PoissonSampledDpEvent(g.q[m], dpa.GaussianDpEvent(g.noise_multiplier[m])), p.config.rounds)
         assert acc.get_epsilon(p.config.delta) <= e * (1 + 1e-9)
+
+
+@given(
+    eps=st.lists(st.sampled_from([0.3, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0]), min_size=2, max_size=4, unique=True),
+    per_group=st.integers(40, 200),
+    q=st.sampled_from([0.02, 0.05, 0.1]),
+    rounds=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=12, deadline=None)
+def test_random_plans_reordered_or_regrouped_are_refused_or_within_every_budget(eps, per_group, q, rounds, seed):
+    """Random plans made from budgets (their ``grouping`` recorded), edited the way the review did: the groups
+    listed in another order with every derived field kept consistent, or a plan solved for other group sizes given
+    the original's ``grouping``. ``load_plan``/``verify`` refuses, or every client, mapped to a group by the edited
+    file, spends at most its own budget, recomputed with dp-accounting from the mechanism the trainer executes."""
+    from hdp_planner.planfile.mechanism import executed_mechanism
+
+    eps = sorted(eps)
+    count, n = len(eps), per_group * len(eps)
+    p = plan(tuple(eps), n, rounds=rounds, q=q, clip=1.0)
+    grouping = {"sizes": list(p.groups.size), "epsilons": eps, "budgets_sha256": "0" * 64}
+    budget_of_client = np.repeat(eps, p.groups.size)  # the true population: ids in the original group order
+    rng = np.random.default_rng(seed)
+    if rng.random() < 0.5:  # reorder (the identity now and then): every per-group list permuted alike
+        out = plan_to_dict(p)
+        order = rng.permutation(count).tolist() if rng.random() < 0.7 else list(range(count))
+        out["groups"] = [out["groups"][m] for m in order]
+        for entry in out["noise"].values():
+            for key, value in entry.items():
+                if isinstance(value, list) and len(value) == count:
+                    entry[key] = [value[m] for m in order]
+    else:  # k clients of group a moved into group b: a consistent plan for those sizes
+        a, b = rng.choice(count, 2, replace=False)
+        sizes = list(p.groups.size)
+        k = int(rng.integers(1, per_group))
+        sizes[a], sizes[b] = sizes[a] - k, sizes[b] + k
+        out = plan_to_dict(plan(tuple(eps), n, sizes=tuple(sizes), rounds=rounds, q=q, clip=1.0))
+    out["grouping"] = grouping
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "edited.json"
+        path.write_text(json.dumps(out))
+        try:
+            edited = load_plan(path)
+        except (PlanFileError, ValueError):
+            return
+    if verify(edited):
+        return
+    row = edited.method("GDPFed+")
+    mech = executed_mechanism(row, edited.config)
+    group_of_client = np.repeat(np.arange(len(row.size)), row.size)
+    for m in range(len(row.size)):
+        acc = RdpAccountant()
+        acc.compose(dpa.PoissonSampledDpEvent(mech.q[m], dpa.GaussianDpEvent(mech.noise_multiplier[m])), rounds)
+        assert acc.get_epsilon(edited.config.delta) <= budget_of_client[group_of_client == m].min() * (1 + 1e-6)
 
 
 def test_budgets_files_may_carry_delta(tmp_path):
