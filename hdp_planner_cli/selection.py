@@ -251,6 +251,9 @@ def select_cmd(
 
         check_figure_path(plot)
     ids, eps, sizes = read_clients(clients)
+    if not delta < 1 / min(sizes):  # example-level DP: δ ≥ 1/|M_k| admits publishing one of client k's examples
+        raise CliError(f"--delta {delta:g} is not below 1/|M_k| = {1 / min(sizes):.3g} of the client with the fewest "
+                       f"examples ({min(sizes)})")  # fmt: skip
     problem = SelectionProblem(
         eps,
         sizes,
