@@ -153,6 +153,7 @@ def test_a_run_killed_mid_round_keeps_its_reservation(tmp_path, small):
                zip(spent, [small.groups.epsilon_spent[0 if int(s.client_id) < 20 else 1] for s in spent]))  # fmt: skip
 
 
+@pytest.mark.slow  # a real run of 60 rounds, killed and resumed: about 25 s
 def test_a_training_run_killed_mid_run_keeps_its_charge_and_resumes_under_it(tmp_path):
     """A real ``hdp-plan train`` killed with SIGKILL after a few rounds: its released rounds stay charged and its
     reservation stays counted. ``--resume`` closes the killed run's reservation in the transaction that opens its
