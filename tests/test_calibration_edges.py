@@ -9,14 +9,17 @@ import subprocess
 import sys
 import time
 
+import mpmath as mp
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hdp_planner import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
-from hdp_planner.accounting.calibration import dp_event
+from hdp_planner.accounting.calibration import GaussianRounds as Rounds
+from hdp_planner.accounting.calibration import dp_event, reference_kl_refuted
 from hdp_planner.accounting.pld import discretization, never_sampled_bound, pld_epsilon
-from hdp_planner.accounting.rdp import SIGMA_MIN, calibrate_sigma_rdp
+from hdp_planner.accounting.rdp import SIGMA_MIN, calibrate_sigma_rdp, kl_certifies_zero, low_order_rdp_bounds
 
 
 def _quiet() -> None:
@@ -51,11 +54,6 @@ def reference_sigma(
     make = RdpAccountant if v is None else (lambda: PLDAccountant(value_discretization_interval=v))
     interval = None if bracket is None else ExplicitBracketInterval(*bracket)
     return float(dpa.calibrate_dp_mechanism(make, lambda s: dp_event(s, q, rounds), eps, delta, interval))
-
-
-def order2_certifies(sigma: float, q: float, rounds: int, delta: float) -> bool:
-    """ε = 0 by the KL branch on order 2's exact RDP, T·log(1 + q²(e^{1/σ²} − 1)) < −log(1 − δ²)."""
-    return rounds * math.log1p(q * q * math.expm1(1 / sigma**2)) < -math.log1p(-(delta**2))
 
 
 # ------------------------------------------------------------------------------------------------ small ε, PLD
@@ -123,26 +121,53 @@ def test_rdp_at_tiny_q_matches_dp_accounting(eps, delta, q, rounds):
     """These raised "did not converge" or "not reachable" (dp-accounting reaches ε = 0 by its KL branch)."""
     sigma = calibrate_sigma(eps, delta, q, rounds)
     assert sigma == pytest.approx(reference_sigma(eps, delta, q, rounds), rel=0.01)
-    assert rdp_eps(sigma, q, rounds, delta) <= eps or order2_certifies(sigma, q, rounds, delta)
+    assert rdp_eps(sigma, q, rounds, delta) <= eps or kl_certifies_zero([(sigma, q, rounds)], delta)
 
 
-def test_rdp_in_the_float_noise_corner_stays_above_dp_accounting():
-    """dp-accounting's fractional-order RDP differs from ours by up to ~2e-15·T (float rounding, measured); where
-    its answer is the KL branch of a fractional order at δ² < 1e-12·T, that noise decides it. Ours takes that
-    branch only with a margin of 1e-14·T, so it stays above (here order 1.1's threshold against order 2's)."""
+def test_rdp_where_the_kl_branch_decides_matches_dp_accounting():
+    """At δ² ≈ 1e-12·T the KL branch decides; the closed-form bound of order 1.1 gives dp-accounting's answer."""
     eps, delta, q, rounds = 0.01, 1e-6, 1e-7, 50
     sigma, ref = calibrate_sigma(eps, delta, q, rounds), reference_sigma(eps, delta, q, rounds)
-    assert ref < sigma < 1.5 * ref
-    assert rdp_eps(sigma, q, rounds, delta) == 0.0
+    assert sigma == pytest.approx(ref, rel=1e-6)
+    assert kl_certifies_zero([(sigma, q, rounds)], delta)
 
 
-def test_rdp_below_the_conversion_floor_reaches_the_kl_branch():
-    """ε = 0.003 at δ = 1e-9 is below every order's conversion constant: only ε = 0 meets it, which needs
-    T·q²(e^{1/σ²} − 1) < δ² at order 2 (dp-accounting's verdict there is float noise)."""
-    eps, delta, q, rounds = 0.003, 1e-9, 1e-3, 50
-    sigma = calibrate_sigma(eps, delta, q, rounds)
-    assert order2_certifies(sigma, q, rounds, delta)
-    assert not order2_certifies(sigma * (1 - 1e-5), q, rounds, delta)
+@pytest.mark.parametrize(("eps", "delta", "q", "rounds"), [(0.003, 1e-9, 1e-5, 1000), (0.003, 1e-9, 1e-7, 1000)])
+def test_rdp_above_dp_accounting_only_where_its_kl_verdict_is_float_noise(eps, delta, q, rounds):
+    """There dp-accounting's ε = 0 comes from orders whose true RDP is provably above the threshold δ² (its sums
+    round to less); ours stays at the smallest σ the closed-form bound certifies."""
+    sigma, ref = calibrate_sigma(eps, delta, q, rounds), reference_sigma(eps, delta, q, rounds)
+    assert sigma > 1.05 * ref
+    assert rdp_eps(ref, q, rounds, delta) == 0.0
+    assert reference_kl_refuted(Rounds(ref, q, rounds), delta)
+    assert kl_certifies_zero([(sigma, q, rounds)], delta)
+    assert not kl_certifies_zero([(sigma * (1 - 1e-5), q, rounds)], delta)
+
+
+def test_rdp_below_dp_accounting_where_its_fractional_orders_overestimate():
+    """dp-accounting sums the fractional orders' series in absolute value, an over-estimate (here 330x at order 1.1);
+    the closed-form bound certifies ε = 0 at a σ 26% smaller."""
+    eps, delta, q, rounds = 0.003, 1e-6, 1e-3, 50
+    sigma, ref = calibrate_sigma(eps, delta, q, rounds), reference_sigma(eps, delta, q, rounds)
+    assert sigma < 0.75 * ref
+    assert kl_certifies_zero([(sigma, q, rounds)], delta)
+
+
+def _rdp_mpmath(q: float, sigma: float, order: float) -> float:
+    """The sampled Gaussian's RDP, log E_{N(0,σ²)}[(1 − q + qL)^α]/(α − 1), by 40-digit quadrature."""
+    with mp.workdps(40):
+        qm, s, a = mp.mpf(q), mp.mpf(sigma), mp.mpf(order)
+        f = lambda u: mp.npdf(u) * (1 - qm + qm * mp.exp((2 * u * s - 1) / (2 * s**2))) ** a  # noqa: E731
+        return float(mp.log(mp.quad(f, [-mp.inf, -10, 0, 10, mp.inf])) / (a - 1))
+
+
+@settings(max_examples=8, deadline=None)
+@given(q=st.floats(-7.0, -0.3).map(lambda x: 10**x), sigma=st.floats(-0.5, 5.0).map(lambda x: 10**x))
+def test_low_order_rdp_bounds_bracket_the_exact_rdp(q, sigma):
+    lower, upper = low_order_rdp_bounds(np.array(q), np.array(sigma))
+    for k, order in ((0, 1.1), (4, 1.5), (9, 2.0)):
+        exact = _rdp_mpmath(q, sigma, order)
+        assert lower[k] <= exact * (1 + 1e-9) and exact <= upper[k] * (1 + 1e-9)
 
 
 @settings(max_examples=4, deadline=None)
@@ -158,7 +183,7 @@ def test_rdp_sigma_meets_the_budget_or_is_refused_in_one_line(eps, delta, q, rou
     except ValueError as exc:
         assert "not reachable" in str(exc) and "\n" not in str(exc)
         return
-    assert rdp_eps(sigma, q, rounds, delta) <= eps or order2_certifies(sigma, q, rounds, delta)
+    assert rdp_eps(sigma, q, rounds, delta) <= eps or kl_certifies_zero([(sigma, q, rounds)], delta)
 
 
 @pytest.mark.slow
@@ -170,16 +195,15 @@ def test_rdp_sigma_meets_the_budget_or_is_refused_in_one_line(eps, delta, q, rou
     rounds=st.integers(1, 100_000),
 )
 def test_rdp_sweep_against_calibrate_dp_mechanism(eps, delta, q, rounds):
-    """Within 1% of dp-accounting, except where its answer rests on the KL branch at δ² < 1e-12·T, in its
-    float noise (see test_rdp_in_the_float_noise_corner_stays_above_dp_accounting): there up to 1.5x above."""
+    """Within 1% of dp-accounting, except below it where the closed-form bound certifies ε = 0 (its fractional
+    orders over-estimate) and above it where its own ε = 0 is refuted (float noise)."""
     try:
         ref = reference_sigma(eps, delta, q, rounds)
     except Exception:  # dp-accounting's bracket search stops at 2^30
         return
     sigma = calibrate_sigma_rdp(eps, delta, q, rounds)
-    kl_corner = delta**2 < 1e-12 * rounds and rdp_eps(ref, q, rounds, delta) == 0.0
-    assert sigma >= ref * 0.99 or order2_certifies(sigma, q, rounds, delta)
-    assert sigma <= ref * (1.5 if kl_corner else 1.01)
+    assert sigma >= ref * 0.99 or kl_certifies_zero([(sigma, q, rounds)], delta)
+    assert sigma <= ref * 1.01 or reference_kl_refuted(Rounds(ref, q, rounds), delta)
 
 
 # ---------------------------------------------------------------------------- budgets that any σ meets

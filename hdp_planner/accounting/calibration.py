@@ -250,3 +250,22 @@ def reference_epsilon(event: GaussianRounds, delta: float, accountant: Accountan
     acc = PLDAccountant() if accountant == "pld" else RdpAccountant()
     with quiet_dp_accounting():
         return float(acc.compose(event.dp_event()).get_epsilon(delta))
+
+
+def reference_kl_refuted(event: GaussianRounds, delta: float) -> bool:
+    """Whether dp-accounting's RDP verdict ε = 0 for ``event`` is float noise: for every order to which it gives
+    ε = 0, the true composed RDP is above the KL threshold −log(1 − δ²). For orders α ∈ (1, 2] that is
+    :func:`~hdp_planner.accounting.rdp.low_order_rdp_bounds`' lower bound; above 2, order 2's exact RDP, since Rényi
+    divergence does not decrease with its order (van Erven and Harremoës 2014, Theorem 3)."""
+    from dp_accounting.rdp import RdpAccountant
+
+    sigma, q, rounds = event.noise_multiplier, event.q, event.rounds
+    lower = rounds * rdp.low_order_rdp_bounds(np.array(q), np.array(sigma))[0]
+    with quiet_dp_accounting():
+        zero = [
+            i
+            for i, a in enumerate(rdp.DEFAULT_RDP_ORDERS)
+            if RdpAccountant(orders=[a]).compose(event.dp_event()).get_epsilon(delta) == 0
+        ]
+    threshold = -math.log1p(-(delta**2))
+    return bool(zero) and all(lower[min(i, lower.size - 1)] > threshold for i in zero)

@@ -50,6 +50,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from hdp_planner.accounting.calibration import quiet_dp_accounting
+from hdp_planner.accounting.rdp import kl_certifies_zero
 from hdp_planner.distributed.accounting import ORDERS, epsilon_from_rdp, poisson_subsampled_rdp, release_rdp
 
 metadata = MetaData()
@@ -127,11 +128,14 @@ def ledger_url(target: str) -> str:
 
 
 def compose(rounds: Mapping[GroupRound, int], delta: float) -> float:
-    """ε at ``delta`` of the composition of ``rounds[g]`` rounds of each sampled Gaussian g (RDP accountant)."""
+    """ε at ``delta`` of the composition of ``rounds[g]`` rounds of each sampled Gaussian g: dp-accounting's RDP
+    accountant, or 0 where the closed-form bound of orders 1.1 … 2 certifies it (the planner's RDP accountant)."""
     if not rounds:
         return 0.0
     if any(g.tau_d is not None for g in rounds):
         return compose_distributed(rounds, delta)
+    if kl_certifies_zero([(g.noise_multiplier, g.q, count) for g, count in rounds.items()], delta):
+        return 0.0  # as the planner's accountant: dp-accounting's sums are float noise or loose there
     acc = RdpAccountant()
     with quiet_dp_accounting():  # its "failed to converge" lines exclude orders, never under-report
         for g, count in rounds.items():
