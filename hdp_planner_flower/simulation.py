@@ -1,8 +1,8 @@
 """``hdp-plan flower``: a plan's method trained through Flower's simulation engine (Ray), one virtual node per client.
 
-Validation is the trainer's (:func:`hdp_planner_train.simulator.trainer._check`: plan verified, data partition of the
-plan's n, method in the plan); metrics are the trainer's (``base_metrics``, ``metrics.json``/``.csv``) plus
-``"runtime": "flower"``, the flwr version and the trust model.
+Validation is the trainer's (:func:`hdp_planner_train.simulator.trainer.validate_config`: plan verified, data
+partition of the plan's n, method in the plan); metrics are the trainer's (``base_metrics``,
+``metrics.json``/``.csv``) plus ``"runtime": "flower"``, the flwr version and the trust model.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.aggregate import METHOD_NAMES
-    from hdp_planner_train.simulator.trainer import TrainConfig, _check
+    from hdp_planner_train.simulator.trainer import TrainConfig, validate_config
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
                      groups=cfg.groups,
@@ -104,7 +104,7 @@ def prepare(cfg: FlowerConfig) -> Prepared:
                      federation=cfg.federation, trust=cfg.trust)  # fmt: skip
     if cfg.audit and cfg.trust != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
-    plan, data, spec, rounds, batch, momentum = _check(tc)
+    plan, data, spec, rounds, batch, momentum = validate_config(tc)
     doc = read_document(cfg.plan)
     clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.groups)  # refuses a default mapping
     groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, budgets_digest_of(doc)) if cfg.groups else None
@@ -159,7 +159,7 @@ def serve(p: Prepared, grid, progress=print):
 
 def finish(p: Prepared, strategy) -> dict[str, Any]:
     """The trainer's metrics of the run (``base_metrics``) plus the runtime's; written to ``--out`` if given."""
-    from hdp_planner_train.simulator.scaffold import _write_metrics, base_metrics
+    from hdp_planner_train.simulator.scaffold import base_metrics, write_metrics
 
     log, spec = strategy.log, p.spec
     metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),
@@ -187,7 +187,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
         metrics["audit"] = strategy.auditor.report(planned, p.plan.config.delta)
     if p.cfg.out:
         Path(p.cfg.out).mkdir(parents=True, exist_ok=True)
-        _write_metrics(metrics, Path(p.cfg.out), False)
+        write_metrics(metrics, Path(p.cfg.out), False)
     return metrics
 
 

@@ -163,3 +163,32 @@ def test_core_and_the_plan_commands_load_neither_torch_flwr_nor_matplotlib(tmp_p
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def _private_imports(source: str, package: str) -> list[str]:
+    """``from module import _name`` of the project's modules outside ``package`` (the importer's own package)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+            if node.module.rpartition(".")[0] != package:
+                found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return [f for f in found if not f.rpartition(".")[2].startswith("__")]
+
+
+def test_no_private_name_is_imported_across_packages():
+    wrong = [
+        f"{name} imports {target}"
+        for name, path in MODULES.items()
+        for target in _private_imports(
+            path.read_text(), name if path.name == "__init__.py" else name.rpartition(".")[0]
+        )
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_private_import_check_finds_one():
+    source = (
+        "from hdp_planner_train.simulator.trainer import TrainConfig, _hidden\nfrom hdp_planner.io import __version__"
+    )
+    assert _private_imports(source, "hdp_planner_flower") == ["hdp_planner_train.simulator.trainer._hidden"]
+    assert _private_imports(source, "hdp_planner_train.simulator") == []

@@ -387,7 +387,7 @@ def test_a_tampered_plan_is_rejected_or_executes_within_every_budget(tmp_path_fa
 )
 def test_train_refuses_a_tampered_plan_or_executes_within_every_budget(tmp_path_factory, data, name, fix, method):
     """The trainer's own check before round 1 (no training): refuse, or the spec it returns is within budget."""
-    from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, _check
+    from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, validate_config
 
     original = json.loads(base_document(name))
     doc = data.draw(mutations(original, METHOD_NAMES[method]))
@@ -395,7 +395,7 @@ def test_train_refuses_a_tampered_plan_or_executes_within_every_budget(tmp_path_
         repair(doc)
     cfg = TrainConfig(plan=_write(tmp_path_factory, doc), method=method, dataset="digits", progress=False)
     try:
-        p, _, spec, _, _, _ = _check(cfg)
+        p, _, spec, _, _, _ = validate_config(cfg)
     except (TrainError, PlanFileError):
         return
     assert_within_budgets(spec, client_budgets(original), p.config.rounds, original["config"]["delta"])

@@ -462,11 +462,11 @@ def test_a_diverged_run_is_still_recorded(tmp_path):
     """A loss that became NaN is written as null with "diverged": true (metrics.json refuses NaN itself)."""
     import json
 
-    from hdp_planner_train.simulator.trainer import _write_metrics
+    from hdp_planner_train.simulator.trainer import write_metrics
 
     metrics = {"final_loss": float("nan"), "history": [{"round": 1, "accuracy": 10.0, "loss": float("nan")}],
                "epsilon_spent": [{"epsilon_spent": 0.5}], "noise": [float("inf"), 1.0]}  # fmt: skip
-    _write_metrics(metrics, tmp_path, plot=False)
+    write_metrics(metrics, tmp_path, plot=False)
     doc = json.loads((tmp_path / "metrics.json").read_text())
     assert doc["diverged"] is True and doc["final_loss"] is None and doc["history"][0]["loss"] is None
     assert doc["noise"] == [None, 1.0] and doc["epsilon_spent"] == [{"epsilon_spent": 0.5}]

@@ -354,7 +354,6 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         RunLog,
         TrainError,
         _progress,
-        _write_metrics,
         base_metrics,
         device_arrays,
         ledger_run,
@@ -363,6 +362,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         round_description,
         run_identity,
         save_checkpoint,
+        write_metrics,
     )
 
     method, c = cfg.method, plan.config
@@ -532,7 +532,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         }
     )
     if out:
-        _write_metrics(metrics, out, cfg.plot)
+        write_metrics(metrics, out, cfg.plot)
     return metrics
 
 

@@ -312,9 +312,9 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         SEEDED_NOTE,
         TrainError,
         _progress,
-        _write_metrics,
         device_arrays,
         noise_kind,
+        write_metrics,
     )
 
     c, method, n = plan.config, cfg.method, data.n_clients
@@ -425,7 +425,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         )
     if out:
         out.mkdir(parents=True, exist_ok=True)
-        _write_metrics(metrics, out, cfg.plot)
+        write_metrics(metrics, out, cfg.plot)
     return metrics
 
 

@@ -398,7 +398,7 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-def _write_metrics(metrics: dict[str, Any], out: Path, plot: bool) -> None:
+def write_metrics(metrics: dict[str, Any], out: Path, plot: bool) -> None:
     """metrics.json (non-finite numbers as null, ``"diverged": true`` when the final loss is not finite), metrics.csv
     (``nan`` where the loss diverged) and, with ``plot``, the convergence figure."""
     loss = metrics.get("final_loss")

@@ -43,7 +43,6 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     TrainConfig,
     TrainError,
     _progress,
-    _write_metrics,
     base_metrics,
     device_arrays,
     ledger_run,
@@ -54,6 +53,7 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     run_identity,
     save_checkpoint,
     status,
+    write_metrics,
 )
 
 
@@ -101,7 +101,7 @@ def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> 
     return doc
 
 
-def _check(cfg: TrainConfig):
+def validate_config(cfg: TrainConfig):
     """Validate everything before anything is written; returns (plan, data, spec, rounds, batch, momentum)."""
     if cfg.method not in METHOD_NAMES and cfg.method not in SELECTION_METHODS:
         names = ", ".join((*METHOD_NAMES, *SELECTION_METHODS))
@@ -180,7 +180,7 @@ def _check(cfg: TrainConfig):
 
 def run(cfg: TrainConfig) -> dict[str, Any]:
     """Train ``cfg.method`` on ``cfg.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to ``cfg.out``."""
-    plan, data, spec, rounds, batch, momentum = _check(cfg)
+    plan, data, spec, rounds, batch, momentum = validate_config(cfg)
     device = _device(cfg.device)
     if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
         return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
@@ -314,7 +314,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         with status(cfg.progress, "audit: estimating each group's ε from its canaries (PLD, bootstrap interval)…"):
             metrics["audit"] = auditor.report(planned, c.delta)
     if out:
-        _write_metrics(metrics, out, cfg.plot)
+        write_metrics(metrics, out, cfg.plot)
     return metrics
 
 
