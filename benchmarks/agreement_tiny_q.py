@@ -25,7 +25,7 @@ GRID = list(itertools.product((0.003, 0.01, 0.03), (1e-4, 1e-6, 1e-9), (1e-7, 1e
 
 def classify(eps: float, delta: float, q: float, rounds: int) -> tuple[str, float, float]:
     """(verdict, our σ, the reference σ) for one setting."""
-    ours = calibrate_sigma_rdp(eps, delta, q, rounds)
+    ours = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
     try:
         with quiet_dp_accounting():
             ref = float(dpa.calibrate_dp_mechanism(RdpAccountant, lambda s: dp_event(s, q, rounds), eps, delta))
@@ -33,7 +33,7 @@ def classify(eps: float, delta: float, q: float, rounds: int) -> tuple[str, floa
         return "reference failed", ours, float("nan")
     if abs(ours / ref - 1) <= 0.01:
         return "within 1%", ours, ref
-    if ours > ref and reference_kl_refuted(GaussianRounds(ref, q, rounds), delta):
+    if ours > ref and reference_kl_refuted(GaussianRounds(ref, q, rounds), delta=delta):
         return "above: the reference's ε = 0 refuted", ours, ref
     if ours < ref and kl_certifies_zero([(ours, q, rounds)], delta):
         return "below: ε = 0 by the closed-form bound", ours, ref

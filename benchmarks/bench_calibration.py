@@ -73,7 +73,7 @@ PLD_SETTINGS = [
 def ref_eps(sigma: float, q: float, rounds: int, delta: float, v: float | None = None) -> float:
     """dp-accounting's ε: RDP, or PLD at discretization v."""
     if v is None:
-        return reference_epsilon(GaussianRounds(sigma, q, rounds), delta, "rdp")
+        return reference_epsilon(GaussianRounds(sigma, q, rounds), delta=delta, accountant="rdp")
     with quiet_dp_accounting():
         return float(
             PLDAccountant(value_discretization_interval=v).compose(dp_event(sigma, q, rounds)).get_epsilon(delta)
@@ -195,7 +195,7 @@ def bench_q_rdp(settings, repeat: int, rounds_ref: int) -> list[float]:
 
 def _cold_pld(eps: float, delta: float, q: float, rounds: int) -> float:
     pld._pld_epsilon.cache_clear()  # time the search, not the memo
-    return calibrate_sigma_pld(eps, delta, q, rounds)
+    return calibrate_sigma_pld(epsilon=eps, delta=delta, q=q, rounds=rounds)
 
 
 def bench_sigma_pld(settings, rounds_ref: int) -> list[float]:

@@ -164,7 +164,7 @@ def empirical_epsilon(sigma: float, q: float, rounds: int, delta: float) -> tupl
     if not sigma > 0 or math.isinf(sigma):
         return 0.0, False
     capped = sigma < EPSILON_SIGMA_FLOOR
-    return pld_epsilon(max(sigma, EPSILON_SIGMA_FLOOR), q, rounds, delta), capped
+    return pld_epsilon(noise_multiplier=max(sigma, EPSILON_SIGMA_FLOOR), q=q, rounds=rounds, delta=delta), capped
 
 
 def steinke_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.baselines import add_baselines, planned_with_all
@@ -151,7 +152,8 @@ def render_plan(p: Plan, console: Console) -> None:
 
 def pld_saving_line(p: Plan) -> str | None:
     """For an RDP plan: how much less exact noise the recommended row would carry calibrated with PLD."""
-    if p.config.accountant != "rdp":
+    acc = get_accountant(p.config.accountant)
+    if acc.refines or acc.rule:  # for a plain RDP plan only
         return None
     rec = p.method(p.recommendation.method)
     lam = recalibrated_lambda(p, rec, "pld")

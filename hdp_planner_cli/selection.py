@@ -68,13 +68,13 @@ def client_rows(ids: list[str], sol: SelectionSolution, noise: ClientNoise) -> l
         "p": sol.p,
         "selections": noise.selections,
     }
-    if noise.accountant != "exact":
+    if noise.report.paper:
         columns["noise_multiplier_paper"] = noise.multiplier_paper
         columns["sigma_paper"] = noise.sigma("paper").tolist()
-    if noise.accountant != "paper":
+    if noise.report.exact:
         columns["noise_multiplier_exact"] = noise.multiplier_exact
         columns["sigma_exact"] = noise.sigma("exact").tolist()
-    if noise.accountant == "both":
+    if noise.report.paper and noise.report.exact:
         columns["epsilon_spent_paper"] = noise.epsilon_of_paper
     return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
@@ -143,7 +143,7 @@ def render_selection(ids: list[str], sol: SelectionSolution, noise: ClientNoise,
     """The per-client table (all clients, or the highest and lowest p) and the summary lines."""
     pr = sol.problem
     p, pu = np.asarray(sol.p), pr.unbiased
-    paper, exact = noise.accountant != "exact", noise.accountant != "paper"
+    paper, exact = noise.report.paper, noise.report.exact
     table = Table(
         box=box.SIMPLE_HEAD,
         title=f"Privacy-aware selection (003 Problem 1): {pr.count} clients, η={pr.eta:g}, K={pr.clients_per_round}, "

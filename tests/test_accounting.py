@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from hdp_planner import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
+from hdp_planner.accounting.accountants import accountant_names, get_accountant, register_accountant
 from hdp_planner.accounting.calibration import (
     CalibrationMemo,
     calibrate_sigmas,
@@ -31,30 +35,34 @@ SETTINGS = [  # (epsilon, delta, q, rounds)
 
 @pytest.mark.parametrize(("epsilon", "delta", "q", "rounds"), SETTINGS)
 def test_rdp_calibration_meets_budget_by_dp_accounting(epsilon, delta, q, rounds):
-    sigma = calibrate_sigma(epsilon, delta, q, rounds)
-    assert reference_epsilon(GaussianRounds(sigma, q, rounds), delta) <= epsilon * (1 + 1e-12)
+    sigma = calibrate_sigma(epsilon=epsilon, delta=delta, q=q, rounds=rounds)
+    assert reference_epsilon(GaussianRounds(sigma, q, rounds), delta=delta) <= epsilon * (1 + 1e-12)
     # and is tight: 0.1% less noise would overspend
-    assert reference_epsilon(GaussianRounds(sigma * 0.999, q, rounds), delta) > epsilon
+    assert reference_epsilon(GaussianRounds(sigma * 0.999, q, rounds), delta=delta) > epsilon
 
 
 @pytest.mark.parametrize(("epsilon", "delta", "q", "rounds"), SETTINGS[:6])
 def test_epsilon_spent_equals_dp_accounting(epsilon, delta, q, rounds):
     event = GaussianRounds(1.3, q, rounds)
-    assert epsilon_spent(event, delta) == pytest.approx(reference_epsilon(event, delta), rel=1e-9)
+    assert epsilon_spent(event, delta=delta) == pytest.approx(reference_epsilon(event, delta=delta), rel=1e-9)
 
 
 def test_calibrate_q_is_the_inverse_of_calibrate_sigma():
     delta = 6000**-1.1
-    sigma = calibrate_sigma(1.5, delta, 0.02, 50)
-    assert calibrate_q(1.5, delta, sigma, 50) == pytest.approx(0.02, rel=1e-3)
+    sigma = calibrate_sigma(epsilon=1.5, delta=delta, q=0.02, rounds=50)
+    assert calibrate_q(epsilon=1.5, delta=delta, noise_multiplier=sigma, rounds=50) == pytest.approx(0.02, rel=1e-3)
 
 
 def test_closed_form_is_theorem_1_and_looser_than_rdp():
     delta = 6000**-1.1
-    s2 = closed_form_sigma2(0.5, delta, 0.02, 50)
+    s2 = closed_form_sigma2(epsilon=0.5, delta=delta, q=0.02, rounds=50)
     assert s2 == pytest.approx(7 * 0.02**2 * 50 * (0.5 + 2 * math.log(1 / delta)) / 0.25)
-    assert calibrate_sigma(0.5, delta, 0.02, 50, "closed-form") ** 2 == pytest.approx(s2)
-    assert s2 > 4 * calibrate_sigma(0.5, delta, 0.02, 50) ** 2  # Theorem 1 against the accountant: 11.0 vs 2.25
+    assert calibrate_sigma(epsilon=0.5, delta=delta, q=0.02, rounds=50, accountant="closed-form") ** 2 == pytest.approx(
+        s2
+    )
+    assert (
+        s2 > 4 * calibrate_sigma(epsilon=0.5, delta=delta, q=0.02, rounds=50) ** 2
+    )  # Theorem 1 against the accountant: 11.0 vs 2.25
 
 
 @pytest.mark.parametrize(
@@ -71,27 +79,30 @@ def test_closed_form_is_theorem_1_and_looser_than_rdp():
 )
 def test_invalid_inputs_raise(args, message):
     with pytest.raises(ValueError, match=message):
-        calibrate_sigma(*args)
+        calibrate_sigma(**dict(zip(("epsilon", "delta", "q", "rounds"), args)))
 
 
 def test_unknown_accountant_raises():
     with pytest.raises(ValueError, match="accountant"):
-        calibrate_sigma(1.0, 1e-5, 0.1, 10, accountant="moments")
+        calibrate_sigma(epsilon=1.0, delta=1e-5, q=0.1, rounds=10, accountant="moments")
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "closed-form", "pld"])
 def test_batched_calibration_and_spending(accountant):
     """calibrate_sigmas / epsilons_spent are calibrate_sigma / epsilon_spent per group."""
     eps, q, delta, rounds = [0.5, 3.0], [0.1, 0.4], 1e-5, 10
-    sigmas = calibrate_sigmas(eps, delta, q, rounds, accountant)
-    assert sigmas.tolist() == pytest.approx([calibrate_sigma(e, delta, x, rounds, accountant) for e, x in zip(eps, q)])
+    sigmas = calibrate_sigmas(epsilons=eps, delta=delta, q=q, rounds=rounds, accountant=accountant)
+    assert sigmas.tolist() == pytest.approx(
+        [calibrate_sigma(epsilon=e, delta=delta, q=x, rounds=rounds, accountant=accountant) for e, x in zip(eps, q)]
+    )
     measure = "rdp" if accountant == "closed-form" else accountant
-    spent = epsilons_spent(sigmas, q, rounds, delta, measure)
+    spent = epsilons_spent(noise_multipliers=sigmas, q=q, rounds=rounds, delta=delta, accountant=measure)
     assert spent.tolist() == pytest.approx(
-        [epsilon_spent(GaussianRounds(s, x, rounds), delta, measure) for s, x in zip(sigmas, q)], rel=1e-12
+        [epsilon_spent(GaussianRounds(s, x, rounds), delta=delta, accountant=measure) for s, x in zip(sigmas, q)],
+        rel=1e-12,
     )
     with pytest.raises(ValueError):
-        calibrate_sigmas([1.0, 2.0], delta, [0.1], rounds, accountant)
+        calibrate_sigmas(epsilons=[1.0, 2.0], delta=delta, q=[0.1], rounds=rounds, accountant=accountant)
 
 
 def test_memo_calibrates_only_new_groups_and_records_their_spending(monkeypatch):
@@ -99,13 +110,83 @@ def test_memo_calibrates_only_new_groups_and_records_their_spending(monkeypatch)
 
     calls = []
     real = rdp.calibrate_sigmas_rdp
-    monkeypatch.setattr(rdp, "calibrate_sigmas_rdp", lambda e, *a: calls.append(list(e)) or real(e, *a))
+    monkeypatch.setattr(rdp, "calibrate_sigmas_rdp", lambda **kw: calls.append(list(kw["epsilons"])) or real(**kw))
     memo = CalibrationMemo(limit=3)
     first = memo.sigmas([0.5, 1.5], 1e-5, [0.02, 0.02], 50, "rdp")
     again = memo.sigmas([1.5, 0.5, 3.0], 1e-5, [0.02, 0.02, 0.02], 50, "rdp")
     assert calls == [[0.5, 1.5], [3.0]] and again[:2] == first[::-1]
     spent = memo.spent(first[0], 0.02, 50, 1e-5, "rdp")
-    assert spent == pytest.approx(epsilon_spent(GaussianRounds(first[0], 0.02, 50), 1e-5), rel=1e-13)
+    assert spent == pytest.approx(epsilon_spent(GaussianRounds(first[0], 0.02, 50), delta=1e-5), rel=1e-13)
     assert spent <= 0.5
     memo.sigmas([4.0], 1e-5, [0.02], 50, "rdp")  # over the limit: starts afresh
     assert len(memo._sigma) == 1
+
+
+# ------------------------------------------------------------------------- one protocol, one registry, keywords
+
+
+def test_numerical_arguments_are_keyword_only():
+    """``calibrate_sigma(0.5, 0.02, 1e-5, 50)`` (q and δ swapped) used to return 0.238 instead of 1.665."""
+    with pytest.raises(TypeError, match="positional"):
+        calibrate_sigma(0.5, 0.02, 1e-5, 50)  # type: ignore[misc]
+    assert calibrate_sigma(epsilon=0.5, q=0.02, delta=1e-5, rounds=50) == pytest.approx(1.665, abs=1e-3)
+
+
+@pytest.mark.parametrize("fn", ["calibrate_sigma", "calibrate_sigma_rdp", "calibrate_sigma_pld"])
+def test_every_calibration_validates_rounds_alike(fn):
+    from hdp_planner.accounting import calibration, pld, rdp
+
+    calibrate = {"calibrate_sigma": calibration.calibrate_sigma, "calibrate_sigma_rdp": rdp.calibrate_sigma_rdp}.get(
+        fn, pld.calibrate_sigma_pld
+    )
+    base = calibrate(epsilon=1.5, delta=1e-5, q=0.05, rounds=50)
+    assert calibrate(epsilon=1.5, delta=1e-5, q=0.05, rounds=np.int64(50)) == base
+    for bad in (50.0, True, 0, "50"):
+        with pytest.raises(ValueError, match="rounds must be a positive integer"):
+            calibrate(epsilon=1.5, delta=1e-5, q=0.05, rounds=bad)
+
+
+def test_the_registry_names_its_accountants_and_refuses_others():
+    assert accountant_names() == ("rdp", "pld", "closed-form")
+    assert get_accountant("closed-form").rule and get_accountant("closed-form").spending == "rdp"
+    assert get_accountant("pld").refines and not get_accountant("rdp").refines
+    with pytest.raises(ValueError, match="unknown accountant 'moments'; choose one of rdp, pld, closed-form"):
+        get_accountant("moments")
+    with pytest.raises(ValueError, match="already registered"):
+        register_accountant(get_accountant("rdp"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Doubled:
+    """A deliberately conservative accountant: RDP's σ, doubled (measured by RDP)."""
+
+    name: ClassVar[str] = "doubled"
+    label: ClassVar[str] = "2 × RDP"
+    rule: ClassVar[bool] = False
+    refines: ClassVar[bool] = False
+    spending: ClassVar[str] = "doubled"
+
+    def epsilons(self, noise_multipliers, q, *, rounds, delta):
+        return get_accountant("rdp").epsilons(noise_multipliers, q, rounds=rounds, delta=delta)
+
+    def calibrate_sigmas(self, epsilons, *, delta, q, rounds):
+        sigma, _ = get_accountant("rdp").calibrate_sigmas(epsilons, delta=delta, q=q, rounds=rounds)
+        return 2 * sigma, None
+
+    def reference(self):
+        return get_accountant("rdp").reference()
+
+
+def test_a_new_accountant_is_one_class_and_one_registration(monkeypatch):
+    from hdp_planner import plan
+    from hdp_planner.accounting import accountants
+
+    monkeypatch.setitem(accountants.REGISTRY, "doubled", _Doubled())
+    rdp_sigma = calibrate_sigma(epsilon=1.5, delta=1e-5, q=0.05, rounds=50)
+    sigma = calibrate_sigma(epsilon=1.5, delta=1e-5, q=0.05, rounds=50, accountant="doubled")
+    assert sigma == pytest.approx(2 * rdp_sigma)
+    p = plan([0.5, 1.5, 3.0], n=6000, accountant="doubled")
+    gdpfed = p.method("GDPFed")
+    for e, s, q in zip(gdpfed.epsilon, gdpfed.noise_multiplier, gdpfed.q):
+        assert s == pytest.approx(2 * calibrate_sigma(epsilon=e, delta=p.config.delta, q=q, rounds=50), rel=1e-9)
+    assert all(spent < e for spent, e in zip(gdpfed.epsilon_spent, gdpfed.epsilon))

@@ -59,7 +59,9 @@ def simulate(
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
         source = agg.SecureNoise() if secure else agg.SeededNoise(seed, r)
         agg.aggregate(deltas, group_of_row, spec, source, r, observe=auditor.observe)
-    planned = [rdp_epsilon(s, q, rounds, DELTA) for s, q in zip(spec.noise_multiplier, spec.q)]
+    planned = [
+        rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA) for s, q in zip(spec.noise_multiplier, spec.q)
+    ]
     return auditor.report(planned, DELTA)
 
 

@@ -47,11 +47,13 @@ def _idp_sgd_sample_rates(eps, ratios, q0, rounds, delta, precision=1e-3):
 
     def rate(e, sigma):
         lo, hi = 1e-9, 1.0
-        if rdp_epsilon(sigma, hi, rounds, delta) < e:
+        if rdp_epsilon(noise_multiplier=sigma, q=hi, rounds=rounds, delta=delta) < e:
             return hi
         while lo / hi < 1 - precision:
             mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if rdp_epsilon(sigma, mid, rounds, delta) < e else (lo, mid)
+            lo, hi = (
+                (mid, hi) if rdp_epsilon(noise_multiplier=sigma, q=mid, rounds=rounds, delta=delta) < e else (lo, mid)
+            )
         return lo
 
     s_lo, s_hi = 1e-3, 10.0
@@ -84,9 +86,12 @@ def test_idp_sample_meets_every_budget_at_one_sigma(eps, sizes):
     assert sum(qm * s for qm, s in zip(m.q, sizes)) == pytest.approx(c.q * sum(sizes), rel=1e-7)
     for e, qm in zip(m.epsilon, m.q):
         # by RDP, or (0, δ)-DP whatever σ where 1 − (1 − q_m)^T ≤ δ (δ = 1/n^1.1 is large for these small n)
-        assert rdp_epsilon(sigma, qm, c.rounds, c.delta) <= e or never_sampled_bound(qm, c.rounds) <= c.delta
+        assert (
+            rdp_epsilon(noise_multiplier=sigma, q=qm, rounds=c.rounds, delta=c.delta) <= e
+            or never_sampled_bound(qm, c.rounds) <= c.delta
+        )
         if qm < 1:  # the largest such q: a little more sampling overspends
-            assert rdp_epsilon(sigma, qm * (1 + 1e-5), c.rounds, c.delta) > e
+            assert rdp_epsilon(noise_multiplier=sigma, q=qm * (1 + 1e-5), rounds=c.rounds, delta=c.delta) > e
     assert list(m.q) == sorted(m.q, key=lambda x: x) or list(m.epsilon) != sorted(m.epsilon)
     assert m.weight == pytest.approx([1 / (c.q * sum(sizes))] * len(eps))  # one pool, averaged as DP-FedAvg
 
@@ -140,7 +145,7 @@ def test_time_adaptive_schedule_spends_exactly_the_budget(small):
 
     for g, e in enumerate(m.epsilon):
         phases = [(ph.rounds, ph.noise_multiplier[g]) for ph in m.schedule]
-        ours = schedule_epsilon(phases, c.q, c.delta)
+        ours = schedule_epsilon(phases, q=c.q, delta=c.delta)
         event = dpa.ComposedDpEvent([GaussianRounds(sigma, c.q, rounds).dp_event() for rounds, sigma in phases])
         reference = dpa.rdp.RdpAccountant().compose(event).get_epsilon(c.delta)
         assert ours == pytest.approx(reference, rel=1e-9)  # dp-accounting's RDP composition
@@ -153,19 +158,27 @@ def test_time_adaptive_schedule_spends_exactly_the_budget(small):
 @given(saving=st.integers(0, 7), ratio=st.floats(1.0, 3.0), eps=st.floats(0.5, 4.0))
 def test_any_schedule_meets_its_budget(saving, ratio, eps):
     delta, q, rounds = 1e-4, 0.1, 8
-    save, spend = calibrate_schedule(eps, delta, q, rounds, saving, ratio)
+    save, spend = calibrate_schedule(
+        epsilon=eps, delta=delta, q=q, rounds=rounds, saving_rounds=saving, saving_noise=ratio
+    )
     assert save == pytest.approx(ratio * spend)
     phases = [(saving, save), (rounds - saving, spend)]
-    assert eps * (1 - 1e-5) <= schedule_epsilon(phases, q, delta) <= eps
+    assert eps * (1 - 1e-5) <= schedule_epsilon(phases, q=q, delta=delta) <= eps
     # part-way through, less is spent; a constant schedule is the one-phase accountant
-    assert schedule_epsilon(truncate(phases, rounds // 2), q, delta) < eps
-    assert schedule_epsilon([(rounds, spend)], q, delta) == pytest.approx(rdp_epsilon(spend, q, rounds, delta))
+    assert schedule_epsilon(truncate(phases, rounds // 2), q=q, delta=delta) < eps
+    assert schedule_epsilon([(rounds, spend)], q=q, delta=delta) == pytest.approx(
+        rdp_epsilon(noise_multiplier=spend, q=q, rounds=rounds, delta=delta)
+    )
 
 
 def test_schedule_of_one_phase_is_dp_accountings_self_composition():
     rounds = GaussianRounds(1.1, 0.05, 20)
-    assert schedule_epsilon([(20, 1.1)], 0.05, 1e-5) == pytest.approx(reference_epsilon(rounds, 1e-5), rel=1e-9)
-    assert schedule_epsilon([(20, 1.1)], 0.05, 1e-5) == pytest.approx(epsilon_spent(rounds, 1e-5, "rdp"), rel=1e-12)
+    assert schedule_epsilon([(20, 1.1)], q=0.05, delta=1e-5) == pytest.approx(
+        reference_epsilon(rounds, delta=1e-5), rel=1e-9
+    )
+    assert schedule_epsilon([(20, 1.1)], q=0.05, delta=1e-5) == pytest.approx(
+        epsilon_spent(rounds, delta=1e-5, accountant="rdp"), rel=1e-12
+    )
 
 
 # ------------------------------------------------------------------ names, plan files, verify

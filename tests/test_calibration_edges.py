@@ -66,7 +66,10 @@ def reference_sigma(
 def test_pld_at_small_epsilon_is_below_rdp_and_matches_dp_accounting(eps, rdp_sigma):
     """The issue's table (δ = 1e-5, q = 0.01, T = 1000): PLD gave 589.3 and 40.3, above RDP's σ."""
     delta, q, rounds = 1e-5, 0.01, 1000
-    sigma, sigma_rdp = calibrate_sigma(eps, delta, q, rounds, "pld"), calibrate_sigma(eps, delta, q, rounds, "rdp")
+    sigma, sigma_rdp = (
+        calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld"),
+        calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="rdp"),
+    )
     assert sigma_rdp == pytest.approx(rdp_sigma, rel=5e-3)
     v = discretization(eps, delta, rounds)
     assert v < 1e-4  # chosen from ε: finer than the default where ε is small
@@ -93,10 +96,10 @@ def test_discretization_is_the_default_on_the_papers_settings():
 )
 def test_pld_sweep_against_dp_accounting_at_a_fine_discretization(eps, delta, q, rounds):
     try:
-        sigma_rdp = calibrate_sigma_rdp(eps, delta, q, rounds)
+        sigma_rdp = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
     except ValueError:
         return  # beyond σ = 1e12: refused by RDP, and so by PLD
-    sigma = calibrate_sigma(eps, delta, q, rounds, "pld")
+    sigma = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld")
     assert sigma <= sigma_rdp
     if never_sampled_bound(q, rounds) <= delta:
         assert sigma == SIGMA_MIN
@@ -119,7 +122,7 @@ def test_pld_sweep_against_dp_accounting_at_a_fine_discretization(eps, delta, q,
 )
 def test_rdp_at_tiny_q_matches_dp_accounting(eps, delta, q, rounds):
     """These raised "did not converge" or "not reachable" (dp-accounting reaches ε = 0 by its KL branch)."""
-    sigma = calibrate_sigma(eps, delta, q, rounds)
+    sigma = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds)
     assert sigma == pytest.approx(reference_sigma(eps, delta, q, rounds), rel=0.01)
     assert rdp_eps(sigma, q, rounds, delta) <= eps or kl_certifies_zero([(sigma, q, rounds)], delta)
 
@@ -127,7 +130,7 @@ def test_rdp_at_tiny_q_matches_dp_accounting(eps, delta, q, rounds):
 def test_rdp_where_the_kl_branch_decides_matches_dp_accounting():
     """At δ² ≈ 1e-12·T the KL branch decides; the closed-form bound of order 1.1 gives dp-accounting's answer."""
     eps, delta, q, rounds = 0.01, 1e-6, 1e-7, 50
-    sigma, ref = calibrate_sigma(eps, delta, q, rounds), reference_sigma(eps, delta, q, rounds)
+    sigma, ref = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds), reference_sigma(eps, delta, q, rounds)
     assert sigma == pytest.approx(ref, rel=1e-6)
     assert kl_certifies_zero([(sigma, q, rounds)], delta)
 
@@ -136,10 +139,10 @@ def test_rdp_where_the_kl_branch_decides_matches_dp_accounting():
 def test_rdp_above_dp_accounting_only_where_its_kl_verdict_is_float_noise(eps, delta, q, rounds):
     """There dp-accounting's ε = 0 comes from orders whose true RDP is provably above the threshold δ² (its sums
     round to less); ours stays at the smallest σ the closed-form bound certifies."""
-    sigma, ref = calibrate_sigma(eps, delta, q, rounds), reference_sigma(eps, delta, q, rounds)
+    sigma, ref = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds), reference_sigma(eps, delta, q, rounds)
     assert sigma > 1.05 * ref
     assert rdp_eps(ref, q, rounds, delta) == 0.0
-    assert reference_kl_refuted(Rounds(ref, q, rounds), delta)
+    assert reference_kl_refuted(Rounds(ref, q, rounds), delta=delta)
     assert kl_certifies_zero([(sigma, q, rounds)], delta)
     assert not kl_certifies_zero([(sigma * (1 - 1e-5), q, rounds)], delta)
 
@@ -148,7 +151,7 @@ def test_rdp_below_dp_accounting_where_its_fractional_orders_overestimate():
     """dp-accounting sums the fractional orders' series in absolute value, an over-estimate (here 330x at order 1.1);
     the closed-form bound certifies ε = 0 at a σ 26% smaller."""
     eps, delta, q, rounds = 0.003, 1e-6, 1e-3, 50
-    sigma, ref = calibrate_sigma(eps, delta, q, rounds), reference_sigma(eps, delta, q, rounds)
+    sigma, ref = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds), reference_sigma(eps, delta, q, rounds)
     assert sigma < 0.75 * ref
     assert kl_certifies_zero([(sigma, q, rounds)], delta)
 
@@ -179,7 +182,7 @@ def test_low_order_rdp_bounds_bracket_the_exact_rdp(q, sigma):
 )
 def test_rdp_sigma_meets_the_budget_or_is_refused_in_one_line(eps, delta, q, rounds):
     try:
-        sigma = calibrate_sigma_rdp(eps, delta, q, rounds)
+        sigma = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
     except ValueError as exc:
         assert "not reachable" in str(exc) and "\n" not in str(exc)
         return
@@ -201,9 +204,9 @@ def test_rdp_sweep_against_calibrate_dp_mechanism(eps, delta, q, rounds):
         ref = reference_sigma(eps, delta, q, rounds)
     except Exception:  # dp-accounting's bracket search stops at 2^30
         return
-    sigma = calibrate_sigma_rdp(eps, delta, q, rounds)
+    sigma = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
     assert sigma >= ref * 0.99 or kl_certifies_zero([(sigma, q, rounds)], delta)
-    assert sigma <= ref * 1.01 or reference_kl_refuted(Rounds(ref, q, rounds), delta)
+    assert sigma <= ref * 1.01 or reference_kl_refuted(Rounds(ref, q, rounds), delta=delta)
 
 
 # ---------------------------------------------------------------------------- budgets that any σ meets
@@ -226,11 +229,11 @@ def test_both_accountants_answer_at_once_where_any_sigma_meets_the_budget(q, rou
     if never_sampled_bound(q, rounds) > delta:
         return
     t = time.perf_counter()
-    assert calibrate_sigma(eps, delta, q, rounds, "pld") == SIGMA_MIN
-    assert calibrate_sigma(eps, delta, q, rounds, "rdp") == SIGMA_MIN
-    assert pld_epsilon(SIGMA_MIN, q, rounds, delta) == 0.0
-    assert epsilon_spent(GaussianRounds(SIGMA_MIN, q, rounds), delta, "pld") == 0.0
-    assert epsilon_spent(GaussianRounds(SIGMA_MIN, q, rounds), delta, "rdp") == 0.0
+    assert calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld") == SIGMA_MIN
+    assert calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="rdp") == SIGMA_MIN
+    assert pld_epsilon(noise_multiplier=SIGMA_MIN, q=q, rounds=rounds, delta=delta) == 0.0
+    assert epsilon_spent(GaussianRounds(SIGMA_MIN, q, rounds), delta=delta, accountant="pld") == 0.0
+    assert epsilon_spent(GaussianRounds(SIGMA_MIN, q, rounds), delta=delta, accountant="rdp") == 0.0
     assert time.perf_counter() - t < 0.05
 
 
@@ -249,8 +252,8 @@ from hdp_planner import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_sp
 t = time.perf_counter()
 for eps, delta, q, rounds in [(1.0, 1e-4, 1.6e-5, 3), (0.5, 1e-5, 8e-9, 50), (0.003, 1e-4, 1e-7, 1000)]:
     for accountant in ("pld", "rdp"):
-        s = calibrate_sigma(eps, delta, q, rounds, accountant)
-        assert epsilon_spent(GaussianRounds(s, q, rounds), delta, accountant) <= eps
+        s = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant=accountant)
+        assert epsilon_spent(GaussianRounds(s, q, rounds), delta=delta, accountant=accountant) <= eps
 print(f"{time.perf_counter() - t:.3f}")
 """
 
@@ -270,29 +273,31 @@ def test_q_one_up_to_float_rounding_is_one():
     q = 1.0000000000000004  # e.g. Σ r_m / n: float rounding of 1
     assert q > 1
     for accountant in ("rdp", "pld", "closed-form"):
-        sigma = calibrate_sigma(1.0, 1e-5, q, 10, accountant)
-        assert sigma == pytest.approx(calibrate_sigma(1.0, 1e-5, 1.0, 10, accountant), rel=1e-12)
+        sigma = calibrate_sigma(epsilon=1.0, delta=1e-5, q=q, rounds=10, accountant=accountant)
+        assert sigma == pytest.approx(
+            calibrate_sigma(epsilon=1.0, delta=1e-5, q=1.0, rounds=10, accountant=accountant), rel=1e-12
+        )
     with pytest.raises(ValueError, match="q"):
-        calibrate_sigma(1.0, 1e-5, 1.001, 10)
+        calibrate_sigma(epsilon=1.0, delta=1e-5, q=1.001, rounds=10)
 
 
 def test_delta_one_is_met_by_any_sigma():
     """One client in total: δ = 1/n^1.1 = 1, a vacuous budget."""
-    assert calibrate_sigma(0.5, 1.0, 0.3, 50, "pld") == SIGMA_MIN
-    assert calibrate_sigma(0.5, 1.0, 0.3, 50, "rdp") == SIGMA_MIN
+    assert calibrate_sigma(epsilon=0.5, delta=1.0, q=0.3, rounds=50, accountant="pld") == SIGMA_MIN
+    assert calibrate_sigma(epsilon=0.5, delta=1.0, q=0.3, rounds=50, accountant="rdp") == SIGMA_MIN
     for accountant in ("rdp", "pld"):
-        assert epsilon_spent(GaussianRounds(1.0, 0.3, 50), 1.0, accountant) == 0.0
-    assert calibrate_q(0.5, 1.0, 1.0, 50) == 1.0
+        assert epsilon_spent(GaussianRounds(1.0, 0.3, 50), delta=1.0, accountant=accountant) == 0.0
+    assert calibrate_q(epsilon=0.5, delta=1.0, noise_multiplier=1.0, rounds=50) == 1.0
 
 
 def test_calibrate_q_where_rdp_has_no_answer_falls_back_to_the_never_sampled_bound():
     """ε = 0.995 at δ = 1.54e-9 and σ = 0.3: RDP gives ε ≥ 3.8 at every q ≥ 1e-12 (this aborted whole plans);
     below q = 1 − (1 − δ)^(1/T) the mechanism is (0, δ)-DP whatever σ."""
     eps, delta, sigma, rounds = 0.995, 1.54e-9, 0.3, 1000
-    q = calibrate_q(eps, delta, sigma, rounds)
+    q = calibrate_q(epsilon=eps, delta=delta, noise_multiplier=sigma, rounds=rounds)
     assert q == pytest.approx(delta / rounds, rel=1e-6)
     assert never_sampled_bound(q, rounds) <= delta
-    assert calibrate_q(eps, delta, 5.0, 50) > 0.1  # RDP's answer where it has one
+    assert calibrate_q(epsilon=eps, delta=delta, noise_multiplier=5.0, rounds=50) > 0.1  # RDP's answer where it has one
 
 
 def test_time_adaptive_schedule_crosses_the_kl_branch():
@@ -301,9 +306,9 @@ def test_time_adaptive_schedule_crosses_the_kl_branch():
     from hdp_planner.accounting.schedule import calibrate_schedule, schedule_epsilon
 
     delta, q = 100_000**-1.1, 1e-4
-    save, spend = calibrate_schedule(0.1, delta, q, 3, 1, 2.0)
+    save, spend = calibrate_schedule(epsilon=0.1, delta=delta, q=q, rounds=3, saving_rounds=1, saving_noise=2.0)
     assert save == 2 * spend
-    assert 0.099 < schedule_epsilon([(1, save), (2, spend)], q, delta) <= 0.1
+    assert 0.099 < schedule_epsilon([(1, save), (2, spend)], q=q, delta=delta) <= 0.1
 
 
 @pytest.mark.slow
@@ -313,7 +318,7 @@ def test_pld_with_huge_grids_stays_bounded():
     far below RDP's (9.3e5, in its KL corner)."""
     eps, delta, q, rounds = 0.003930732937190243, 1.442061786546179e-10, 4.622704949059539e-07, 83888
     t = time.perf_counter()
-    sigma = calibrate_sigma(eps, delta, q, rounds, "pld")
+    sigma = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld")
     assert time.perf_counter() - t < 60
     assert 0.6 < sigma < 2.0
     assert pld_eps(sigma, q, rounds, delta, discretization(eps, delta, rounds)) <= eps

@@ -99,6 +99,17 @@ def test_rdp_sigmas_are_what_pld_saves_over_rdp():
     p = plan([0.5, 1.5, 3.0], n=600, rounds=20, accountant="pld")
     rdp = rdp_sigmas(p)
     g = p.groups
-    assert rdp == tuple(calibrate_sigma(e, p.config.delta, q, 20, "rdp") for e, q in zip(g.epsilon, g.q))
+    assert rdp == tuple(
+        calibrate_sigma(epsilon=e, delta=p.config.delta, q=q, rounds=20, accountant="rdp")
+        for e, q in zip(g.epsilon, g.q)
+    )
     assert all(s < r for s, r in zip(g.noise_multiplier, rdp))  # PLD is the tighter accountant
     assert rdp_sigmas(plan([0.5, 1.5, 3.0], n=600, rounds=20)) is None
+
+
+def test_a_plans_repr_is_a_few_readable_lines():
+    p = plan([0.5, 1.5, 3.0], n=6000)
+    lines = repr(p).splitlines()
+    assert lines[0].startswith("Plan(ε = (0.5, 1.5, 3), n = 6000, T = 50") and "recommended: GDPFed+" in lines[0]
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [m.name for m in p.methods]
+    assert max(map(len, lines)) < 120

@@ -32,11 +32,11 @@ def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
 )
 def test_pld_epsilon_is_dp_accountings(sigma, q, rounds, delta):
     """The vectorised inverse privacy loss builds the very same distribution: the same ε, to the last bit."""
-    assert pld_epsilon(sigma, q, rounds, delta) == ref_eps(sigma, q, rounds, delta)
+    assert pld_epsilon(noise_multiplier=sigma, q=q, rounds=rounds, delta=delta) == ref_eps(sigma, q, rounds, delta)
 
 
 def test_pld_epsilon_of_no_sampling_is_zero():
-    assert pld_epsilon(1.0, 0.0, 20, 1e-5) == 0.0
+    assert pld_epsilon(noise_multiplier=1.0, q=0.0, rounds=20, delta=1e-5) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -49,10 +49,10 @@ def test_pld_epsilon_of_no_sampling_is_zero():
     ],
 )
 def test_calibrate_sigma_pld_safe_and_tight(eps, delta, q, rounds):
-    sigma = calibrate_sigma_pld(eps, delta, q, rounds)
+    sigma = calibrate_sigma_pld(epsilon=eps, delta=delta, q=q, rounds=rounds)
     assert ref_eps(sigma, q, rounds, delta) <= eps
     assert ref_eps(sigma * (1 - 1e-3), q, rounds, delta) > eps  # within 0.1% of the smallest σ
-    assert sigma <= calibrate_sigma_rdp(eps, delta, q, rounds)  # PLD is tighter than RDP
+    assert sigma <= calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)  # PLD is tighter than RDP
 
 
 @settings(max_examples=4, deadline=None)
@@ -64,9 +64,9 @@ def test_calibrate_sigma_pld_safe_and_tight(eps, delta, q, rounds):
 )
 def test_calibrate_sigma_pld_is_safe_by_dp_accounting(eps, delta, q, rounds):
     """The coarse search and extrapolated root are only guesses: the σ returned was evaluated and meets ε."""
-    sigma = calibrate_sigma_pld(eps, delta, q, rounds)
+    sigma = calibrate_sigma_pld(epsilon=eps, delta=delta, q=q, rounds=rounds)
     assert ref_eps(sigma, q, rounds, delta) <= eps
-    assert math.log(sigma / calibrate_sigma_rdp(eps, delta, q, rounds)) <= 1e-3
+    assert math.log(sigma / calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)) <= 1e-3
 
 
 @pytest.mark.parametrize(
@@ -74,4 +74,4 @@ def test_calibrate_sigma_pld_is_safe_by_dp_accounting(eps, delta, q, rounds):
 )
 def test_calibrate_sigma_pld_invalid(args):
     with pytest.raises(ValueError):
-        calibrate_sigma_pld(*args)
+        calibrate_sigma_pld(**dict(zip(("epsilon", "delta", "q", "rounds"), args)))

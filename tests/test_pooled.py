@@ -67,7 +67,9 @@ def table2():
 def test_pooled_meets_every_budget_by_dp_accounting(table2):
     m, c = table2.method("HDP-Pooled"), table2.config
     for eps, sigma, q in zip(m.epsilon, m.noise_multiplier, m.q):
-        assert reference_epsilon(GaussianRounds(sigma, q, c.rounds), c.delta, "rdp") <= eps * (1 + 1e-6)
+        assert reference_epsilon(GaussianRounds(sigma, q, c.rounds), delta=c.delta, accountant="rdp") <= eps * (
+            1 + 1e-6
+        )
     std = [cm * s for cm, s in zip(m.clip, m.noise_multiplier)]  # one pooled draw of std s = C_m·σ_m
     assert std == pytest.approx([std[0]] * 3, rel=1e-12)
     r = m.expected_clients
@@ -127,7 +129,9 @@ def test_pld_calibrates_every_row_idp_sample_included():
     pld = pooled_plan([1.0, 3.0], [40, 40], rounds=3, q=0.2, accountant="pld")
     m, c = pld.method("IDP-FedAvg-Sample"), pld.config
     assert m.q == rdp.method("IDP-FedAvg-Sample").q  # q_m from the RDP allocation, σ from PLD
-    assert m.noise_multiplier[0] == pytest.approx(max(calibrated_sigma(list(m.epsilon), c.delta, list(m.q), 3, "pld")))
+    assert m.noise_multiplier[0] == pytest.approx(
+        max(calibrated_sigma(epsilon=list(m.epsilon), delta=c.delta, q=list(m.q), rounds=3, accountant="pld"))
+    )
     assert m.noise_multiplier[0] < rdp.method("IDP-FedAvg-Sample").noise_multiplier[0]
     assert verify(pld) == []
     for name in ROWS:

@@ -17,7 +17,9 @@ COEF = Coefficients(lr=0.1, local_steps=5)
 
 
 def bound_model(eps, delta, rounds):
-    return lambda q_vec: np.array([closed_form_sigma2(e, delta, q, rounds) for e, q in zip(eps, q_vec)])
+    return lambda q_vec: np.array(
+        [closed_form_sigma2(epsilon=e, delta=delta, q=q, rounds=rounds) for e, q in zip(eps, q_vec)]
+    )
 
 
 def test_coefficients():

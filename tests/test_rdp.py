@@ -24,7 +24,7 @@ from hdp_planner.accounting.rdp import (
 
 
 def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
-    return reference_epsilon(GaussianRounds(sigma, q, rounds), delta)
+    return reference_epsilon(GaussianRounds(sigma, q, rounds), delta=delta)
 
 
 def test_orders_match_dp_accounting():
@@ -59,21 +59,21 @@ CONFIGS = [
 
 @pytest.mark.parametrize("sigma,q,rounds,delta", CONFIGS)
 def test_rdp_epsilon_matches_dp_accounting(sigma, q, rounds, delta):
-    ours = rdp_epsilon(sigma, q, rounds, delta)
+    ours = rdp_epsilon(noise_multiplier=sigma, q=q, rounds=rounds, delta=delta)
     ref = ref_eps(sigma, q, rounds, delta)
     assert ours == pytest.approx(ref, rel=1e-9, abs=1e-12)
 
 
 def test_rdp_epsilon_edge_values():
-    assert rdp_epsilon(1.0, 0.0, 10, 1e-5) == 0.0
-    assert math.isinf(rdp_epsilon(0.0, 0.1, 10, 1e-5))
+    assert rdp_epsilon(noise_multiplier=1.0, q=0.0, rounds=10, delta=1e-5) == 0.0
+    assert math.isinf(rdp_epsilon(noise_multiplier=0.0, q=0.1, rounds=10, delta=1e-5))
 
 
 def test_no_dp_accounting_log_lines(caplog):
     # q large, σ small: dp-accounting itself would warn about non-converging fractional orders
     with caplog.at_level(logging.DEBUG):
-        rdp_epsilon(0.5, 0.5, 10, 1e-5)
-        calibrate_sigma_rdp(2.0, 1e-5, 0.5, 10)
+        rdp_epsilon(noise_multiplier=0.5, q=0.5, rounds=10, delta=1e-5)
+        calibrate_sigma_rdp(epsilon=2.0, delta=1e-5, q=0.5, rounds=10)
     assert not [r for r in caplog.records if "converge" in r.getMessage()]
 
 
@@ -86,7 +86,7 @@ delta_st = st.floats(-9.0, -3.0).map(lambda x: 10**x)
 @settings(max_examples=25, deadline=None)
 @given(eps=eps_st, q=q_st, rounds=rounds_st, delta=delta_st)
 def test_calibrate_sigma_safe_and_minimal(eps, q, rounds, delta):
-    sigma = calibrate_sigma_rdp(eps, delta, q, rounds)
+    sigma = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
     assert ref_eps(sigma, q, rounds, delta) <= eps + 1e-12 or kl_certifies_zero([(sigma, q, rounds)], delta)
     if sigma * (1 - 1e-3) > 1e-3:  # otherwise clamped at SIGMA_MIN (valid, not minimal)
         assert ref_eps(sigma * (1 - 1e-3), q, rounds, delta) > eps
@@ -96,7 +96,7 @@ def test_calibrate_sigma_safe_and_minimal(eps, q, rounds, delta):
 @given(eps=eps_st, sigma=st.floats(0.3, 20.0), rounds=rounds_st, delta=delta_st)
 def test_calibrate_q_safe_and_maximal(eps, sigma, rounds, delta):
     try:
-        q = calibrate_q_rdp(eps, delta, sigma, rounds)
+        q = calibrate_q_rdp(epsilon=eps, delta=delta, noise_multiplier=sigma, rounds=rounds)
     except ValueError:
         # no q ≥ 1e-12 works: then even q = 1e-12 must exceed the target, except in dp-accounting's
         # degenerate KL-shortcut corner (RDP ≲ δ² gives ε = 0), where we deliberately stay conservative
@@ -120,14 +120,16 @@ def test_calibrate_q_safe_and_maximal(eps, sigma, rounds, delta):
 def test_batched_calibration_is_the_scalar_one(groups, rounds, delta):
     """Groups calibrated together (as a plan does) get the scalar σ, safe and tight by dp-accounting."""
     eps, q = [e for e, _ in groups], [x for _, x in groups]
-    sigmas, spent = calibrate_sigmas_rdp(eps, delta, q, rounds)
+    sigmas, spent = calibrate_sigmas_rdp(epsilons=eps, delta=delta, q=q, rounds=rounds)
     for e, qm, sigma in zip(eps, q, sigmas):
-        assert sigma == pytest.approx(calibrate_sigma_rdp(e, delta, qm, rounds), rel=1e-6)
+        assert sigma == pytest.approx(calibrate_sigma_rdp(epsilon=e, delta=delta, q=qm, rounds=rounds), rel=1e-6)
         assert ref_eps(sigma, qm, rounds, delta) <= e
         if sigma * (1 - 1e-3) > 1e-3:
             assert ref_eps(sigma * (1 - 1e-3), qm, rounds, delta) > e
-    measured = [rdp_epsilon(s, x, rounds, delta) for s, x in zip(sigmas, q)]
-    assert rdp_epsilons(sigmas, q, rounds, delta).tolist() == pytest.approx(measured, rel=1e-13)
+    measured = [rdp_epsilon(noise_multiplier=s, q=x, rounds=rounds, delta=delta) for s, x in zip(sigmas, q)]
+    assert rdp_epsilons(noise_multipliers=sigmas, q=q, rounds=rounds, delta=delta).tolist() == pytest.approx(
+        measured, rel=1e-13
+    )
     assert spent.tolist() == pytest.approx(measured, rel=1e-13)  # evaluated with other groups: float rounding
 
 
@@ -137,25 +139,25 @@ def test_batched_calibration_is_the_scalar_one(groups, rounds, delta):
 )
 def test_calibrate_sigma_on_the_staircase(eps, delta, q, rounds):
     """Small q: ε(σ) is a staircase of per-order cliffs (integer orders) or set by one fractional order."""
-    sigma = calibrate_sigma_rdp(eps, delta, q, rounds)
+    sigma = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
     assert ref_eps(sigma, q, rounds, delta) <= eps < ref_eps(sigma * (1 - 1e-6), q, rounds, delta)
 
 
 def test_batch_edge_cases():
-    assert calibrate_sigmas_rdp([], 1e-5, [], 10)[0].size == 0
+    assert calibrate_sigmas_rdp(epsilons=[], delta=1e-5, q=[], rounds=10)[0].size == 0
     with pytest.raises(ValueError, match="sampling ratios"):
-        calibrate_sigmas_rdp([1.0, 2.0], 1e-5, [0.1], 10)
+        calibrate_sigmas_rdp(epsilons=[1.0, 2.0], delta=1e-5, q=[0.1], rounds=10)
     with pytest.raises(ValueError):
-        calibrate_sigmas_rdp([1.0, 0.0], 1e-5, [0.1, 0.1], 10)
-    assert rdp_epsilons([1.0, 2.0], [0.0, 0.1], 10, 1e-5)[0] == 0.0
+        calibrate_sigmas_rdp(epsilons=[1.0, 0.0], delta=1e-5, q=[0.1, 0.1], rounds=10)
+    assert rdp_epsilons(noise_multipliers=[1.0, 2.0], q=[0.0, 0.1], rounds=10, delta=1e-5)[0] == 0.0
 
 
 def test_calibrate_q_returns_one_when_q1_suffices():
-    assert calibrate_q_rdp(10.0, 1e-5, 5.0, 1) == 1.0
+    assert calibrate_q_rdp(epsilon=10.0, delta=1e-5, noise_multiplier=5.0, rounds=1) == 1.0
 
 
 def test_calibrate_sigma_q_one():
-    sigma = calibrate_sigma_rdp(1.0, 1e-5, 1.0, 10)
+    sigma = calibrate_sigma_rdp(epsilon=1.0, delta=1e-5, q=1.0, rounds=10)
     assert ref_eps(sigma, 1.0, 10, 1e-5) <= 1.0
     assert ref_eps(sigma * (1 - 1e-6), 1.0, 10, 1e-5) > 1.0
 
@@ -163,14 +165,14 @@ def test_calibrate_sigma_q_one():
 def test_calibrate_sigma_huge_epsilon_clamps_at_sigma_min():
     from hdp_planner.accounting.rdp import SIGMA_MIN
 
-    sigma = calibrate_sigma_rdp(1e6, 1e-3, 1e-4, 1)
+    sigma = calibrate_sigma_rdp(epsilon=1e6, delta=1e-3, q=1e-4, rounds=1)
     assert sigma == pytest.approx(SIGMA_MIN)
     assert ref_eps(sigma, 1e-4, 1, 1e-3) <= 1e6
 
 
 def test_inverse_consistency():
-    sigma = calibrate_sigma_rdp(2.0, 1e-5, 0.02, 500)
-    q = calibrate_q_rdp(2.0, 1e-5, sigma, 500)
+    sigma = calibrate_sigma_rdp(epsilon=2.0, delta=1e-5, q=0.02, rounds=500)
+    q = calibrate_q_rdp(epsilon=2.0, delta=1e-5, noise_multiplier=sigma, rounds=500)
     assert q == pytest.approx(0.02, rel=1e-5)
 
 
@@ -190,7 +192,7 @@ def test_inverse_consistency():
 )
 def test_calibrate_sigma_invalid(args):
     with pytest.raises(ValueError):
-        calibrate_sigma_rdp(*args)
+        calibrate_sigma_rdp(**dict(zip(("epsilon", "delta", "q", "rounds"), args)))
 
 
 @pytest.mark.parametrize(
@@ -199,31 +201,31 @@ def test_calibrate_sigma_invalid(args):
 )
 def test_calibrate_q_invalid(args):
     with pytest.raises(ValueError):
-        calibrate_q_rdp(*args)
+        calibrate_q_rdp(**dict(zip(("epsilon", "delta", "noise_multiplier", "rounds"), args)))
 
 
 def test_calibrate_q_unreachable():
     # the RDP→(ε, δ) conversion has a floor; below it only the KL branch (ε = 0) helps, which at σ = 0.1 and
     # δ = 1e-12 needs q²(e^100 − 1)·T < δ²: no q ≥ 1e-12
     with pytest.raises(ValueError, match="no sampling ratio"):
-        calibrate_q_rdp(1e-4, 1e-12, 0.1, 10)
+        calibrate_q_rdp(epsilon=1e-4, delta=1e-12, noise_multiplier=0.1, rounds=10)
 
 
 def test_calibrate_q_below_the_conversion_floor_reaches_the_kl_branch():
     # ε = 1e-4 is below the floor at δ = 1e-9, but a q with ε = 0 exists (T·q²(e^4 − 1) < δ²): it is found
-    q = calibrate_q_rdp(1e-4, 1e-9, 0.5, 10)
-    assert 1e-12 < q < 1e-9 and rdp_epsilon(0.5, q, 10, 1e-9) == 0.0
+    q = calibrate_q_rdp(epsilon=1e-4, delta=1e-9, noise_multiplier=0.5, rounds=10)
+    assert 1e-12 < q < 1e-9 and rdp_epsilon(noise_multiplier=0.5, q=q, rounds=10, delta=1e-9) == 0.0
 
 
 def test_rdp_epsilon_invalid():
     with pytest.raises(ValueError):
-        rdp_epsilon(-1.0, 0.1, 10, 1e-5)
+        rdp_epsilon(noise_multiplier=-1.0, q=0.1, rounds=10, delta=1e-5)
     with pytest.raises(ValueError):
-        rdp_epsilon(1.0, 1.1, 10, 1e-5)
+        rdp_epsilon(noise_multiplier=1.0, q=1.1, rounds=10, delta=1e-5)
     with pytest.raises(ValueError):
-        rdp_epsilon(1.0, 0.1, 0, 1e-5)
+        rdp_epsilon(noise_multiplier=1.0, q=0.1, rounds=0, delta=1e-5)
     with pytest.raises(ValueError):
-        rdp_epsilon(1.0, 0.1, 10, 0.0)
+        rdp_epsilon(noise_multiplier=1.0, q=0.1, rounds=10, delta=0.0)
 
 
 @pytest.mark.parametrize(
@@ -236,7 +238,7 @@ def test_rdp_curve_is_dp_accountings_at_every_order(sigma, q):
 
     with quiet_dp_accounting():
         reference = np.asarray(_compute_rdp_poisson_subsampled_gaussian(q, sigma, DEFAULT_RDP_ORDERS))
-    ours = rdp_curve(sigma, q)
+    ours = rdp_curve(noise_multiplier=sigma, q=q)
     assert np.array_equal(np.isinf(ours), np.isinf(reference))  # the same orders excluded (1000-term cap)
     finite = np.isfinite(reference)
     assert np.allclose(ours[finite], reference[finite], rtol=1e-12, atol=1e-15)

@@ -32,13 +32,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from hdp_planner.accounting.rdp import (
-    SIGMA_MIN,
-    _check_common,
-    _check_positive,
-    _check_q,
-    calibrate_sigma_rdp,
-    never_sampled_bound,
+from hdp_planner.accounting.rdp import SIGMA_MIN, calibrate_sigma_rdp, never_sampled_bound
+from hdp_planner.accounting.validation import (
+    check_delta,
+    check_epsilon,
+    check_noise_multiplier,
+    check_ratio,
+    check_rounds,
 )
 
 __all__ = [
@@ -149,17 +149,16 @@ def _pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, d
     return float(composed.get_epsilon_for_delta(delta))
 
 
-def pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float) -> float:
+def pld_epsilon(*, noise_multiplier: float, q: float, rounds: int, delta: float) -> float:
     """ε at ``delta`` of ``rounds`` Poisson-subsampled Gaussian steps per dp-accounting's PLDAccountant (default
     discretization). σ must be > 0, q in [0, 1] (q = 0 gives 0), rounds ≥ 1, delta in (0, 1]. Where
     1 − (1 − q)^T ≤ δ, ε is 0 for every σ (:func:`never_sampled_bound`); inf where the grid would exceed
     its limits (see :func:`_pld_epsilon`)."""
-    sigma = _check_positive("noise_multiplier", noise_multiplier)
-    rounds = _check_common(delta, rounds)
-    q = _check_q(q, allow_zero=True)
+    sigma, rounds, delta = check_noise_multiplier(noise_multiplier), check_rounds(rounds), check_delta(delta)
+    q = check_ratio(q, allow_zero=True)
     if never_sampled_bound(q, rounds) <= delta:
         return 0.0
-    return _pld_epsilon(sigma, q, rounds, float(delta), DEFAULT_VALUE_DISCRETIZATION)
+    return _pld_epsilon(sigma, q, rounds, delta, DEFAULT_VALUE_DISCRETIZATION)
 
 
 def discretization(epsilon: float, delta: float, rounds: int) -> float:
@@ -175,7 +174,7 @@ def discretization(epsilon: float, delta: float, rounds: int) -> float:
     return min(DEFAULT_VALUE_DISCRETIZATION, math.sqrt(0.1 * epsilon * spread / rounds))
 
 
-def calibrate_sigma_pld(epsilon: float, delta: float, q: float, rounds: int) -> float:
+def calibrate_sigma_pld(*, epsilon: float, delta: float, q: float, rounds: int) -> float:
     """Smallest σ (to ~1e-3 relative) whose PLD ε (dp-accounting's connect-the-dots PLD, discretization
     :func:`discretization` (ε)) is ≤ ``epsilon``, never above the RDP σ.
 
@@ -183,10 +182,7 @@ def calibrate_sigma_pld(epsilon: float, delta: float, q: float, rounds: int) -> 
     Guarantee: the returned σ is ``SIGMA_MIN`` in that case, the RDP σ, or was evaluated at the chosen discretization
     with ε ≤ epsilon·(1 − 1e-9). Raises ValueError on invalid input or where the RDP σ is not reachable.
     """
-    epsilon = _check_positive("epsilon", epsilon)
-    rounds = _check_common(delta, rounds)
-    q = _check_q(q)
-    delta = float(delta)
+    epsilon, rounds, delta, q = check_epsilon(epsilon), check_rounds(rounds), check_delta(delta), check_ratio(q)
     if never_sampled_bound(q, rounds) <= delta:
         return SIGMA_MIN
     sigma_rdp = calibrate_sigma_rdp(epsilon=epsilon, delta=delta, q=q, rounds=rounds)

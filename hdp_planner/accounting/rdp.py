@@ -31,12 +31,19 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
 from scipy import special
+
+from hdp_planner.accounting.validation import (
+    check_delta,
+    check_epsilon,
+    check_noise_multiplier,
+    check_ratio,
+    check_rounds,
+)
 
 __all__ = [
     "DEFAULT_RDP_ORDERS",
@@ -387,51 +394,16 @@ def conversion_constants(delta: float) -> np.ndarray:
 # ------------------------------------------------------------------------------------------- validation
 
 
-def _check_common(delta: float, rounds: int) -> int:
-    # δ = 1 is a vacuous but valid budget (one client: δ = 1/n^1.1 = 1); every σ meets it
-    if not (isinstance(delta, (int, float, np.floating)) and 0.0 < float(delta) <= 1.0):
-        raise ValueError(f"delta must be in (0, 1]; got {delta!r}")
-    try:
-        r = operator.index(rounds)
-    except TypeError:
-        if isinstance(rounds, float) and rounds.is_integer():
-            r = int(rounds)
-        else:
-            raise ValueError(f"rounds must be a positive integer; got {rounds!r}") from None
-    if r < 1:
-        raise ValueError(f"rounds must be a positive integer; got {rounds!r}")
-    return r
-
-
-Q_ROUNDING = 1e-12
-"""A sampling ratio up to this far above 1 is float rounding of 1 (e.g. Σ r_m / n = 1.0000000000000004): read as 1."""
-
-
-def _check_q(q: float, allow_zero: bool = False) -> float:
-    q = float(q)
-    lo_ok = q >= 0.0 if allow_zero else q > 0.0
-    if not (lo_ok and q <= 1.0 + Q_ROUNDING):
-        raise ValueError(f"sampling ratio q must be in {'[0' if allow_zero else '(0'}, 1]; got {q!r}")
-    return min(q, 1.0)
-
-
-def _check_positive(name: str, x: float) -> float:
-    x = float(x)
-    if not (x > 0.0 and math.isfinite(x)):
-        raise ValueError(f"{name} must be a positive finite number; got {x!r}")
-    return x
-
-
 # ------------------------------------------------------------------------------------------- accounting
 
 
 def rdp_epsilons(
-    noise_multipliers: Sequence[float] | np.ndarray, q: Sequence[float] | np.ndarray, rounds: int, delta: float
+    *, noise_multipliers: Sequence[float] | np.ndarray, q: Sequence[float] | np.ndarray, rounds: int, delta: float
 ) -> np.ndarray:
     """:func:`rdp_epsilon` for many groups sharing ``rounds`` and ``delta``, vectorised (σ > 0, q in [0, 1])."""
-    rounds = _check_common(delta, rounds)
-    sigma = np.array([_check_positive("noise_multiplier", s) for s in noise_multipliers], dtype=np.float64)
-    qs = np.array([_check_q(x, allow_zero=True) for x in q], dtype=np.float64)
+    rounds, delta = check_rounds(rounds), check_delta(delta)
+    sigma = np.array([check_noise_multiplier(s) for s in noise_multipliers], dtype=np.float64)
+    qs = np.array([check_ratio(x, allow_zero=True) for x in q], dtype=np.float64)
     if sigma.shape != qs.shape:
         raise ValueError(f"{sigma.size} noise multipliers for {qs.size} sampling ratios")
     out = np.zeros(qs.size)  # q = 0 reveals nothing: ε = 0, as dp-accounting
@@ -451,12 +423,12 @@ class _Curve(_Rounds):
 
 
 @functools.lru_cache(maxsize=4096)
-def rdp_curve(noise_multiplier: float, q: float) -> np.ndarray:
+def rdp_curve(*, noise_multiplier: float, q: float) -> np.ndarray:
     """RDP of one Poisson(q)-subsampled Gaussian(σ) round at every default order (inf: an order dp-accounting
     excludes), term for term dp-accounting's ``_compute_rdp_poisson_subsampled_gaussian``. Rényi DP composes by
     addition (Mironov 2017, Prop. 1): sum curves to account for rounds whose σ changes."""
-    sigma = np.array([_check_positive("noise_multiplier", noise_multiplier)])
-    q = _check_q(q)
+    sigma = np.array([check_noise_multiplier(noise_multiplier)])
+    q = check_ratio(q)
     out = np.empty(_ORDERS.size)
     out[_INT_IDX] = _int_rdp(np.array([[q]]), sigma[:, None], 1)[0][0]
     if q == 1.0:
@@ -469,7 +441,7 @@ def rdp_curve(noise_multiplier: float, q: float) -> np.ndarray:
     return out
 
 
-def rdp_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float) -> float:
+def rdp_epsilon(*, noise_multiplier: float, q: float, rounds: int, delta: float) -> float:
     """ε at ``delta`` of ``rounds`` Poisson-subsampled Gaussian steps, exactly as dp-accounting's RDP accountant.
 
     Args:
@@ -482,9 +454,9 @@ def rdp_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float) ->
     if not (sigma >= 0.0 and math.isfinite(sigma)):
         raise ValueError(f"noise_multiplier must be a finite number ≥ 0; got {noise_multiplier!r}")
     if sigma == 0.0:
-        _check_common(delta, rounds)
-        return 0.0 if _check_q(q, allow_zero=True) == 0.0 else math.inf
-    return float(rdp_epsilons([sigma], [q], rounds, delta)[0])
+        check_rounds(rounds), check_delta(delta)
+        return 0.0 if check_ratio(q, allow_zero=True) == 0.0 else math.inf
+    return float(rdp_epsilons(noise_multipliers=[sigma], q=[q], rounds=rounds, delta=delta)[0])
 
 
 # ------------------------------------------------------------------------------------------- calibration
@@ -728,15 +700,15 @@ def never_sampled_bound(q: float, rounds: int) -> float:
 
 
 def calibrate_sigmas_rdp(
-    epsilons: Sequence[float] | np.ndarray, delta: float, q: Sequence[float] | np.ndarray, rounds: int
+    *, epsilons: Sequence[float] | np.ndarray, delta: float, q: Sequence[float] | np.ndarray, rounds: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`calibrate_sigma_rdp` for many groups (ε_g, q_g) sharing ``delta`` and ``rounds``, solved together
     (every evaluation is vectorised over the groups still searching), and the ε each σ spends, as evaluated there
     (``rdp_epsilon`` of it, up to float rounding). Same guarantee per group."""
-    eps = np.array([_check_positive("epsilon", e) for e in epsilons], dtype=np.float64)
-    rounds = _check_common(delta, rounds)
+    eps = np.array([check_epsilon(e) for e in epsilons], dtype=np.float64)
+    rounds, delta = check_rounds(rounds), check_delta(delta)
     delta = float(delta)
-    qs = np.array([_check_q(x) for x in q], dtype=np.float64)
+    qs = np.array([check_ratio(x) for x in q], dtype=np.float64)
     if eps.shape != qs.shape:
         raise ValueError(f"{eps.size} epsilons for {qs.size} sampling ratios")
     if not eps.size:
@@ -765,26 +737,26 @@ def calibrate_sigmas_rdp(
     return np.exp(x), spent
 
 
-def calibrate_sigma_rdp(epsilon: float, delta: float, q: float, rounds: int) -> float:
+def calibrate_sigma_rdp(*, epsilon: float, delta: float, q: float, rounds: int) -> float:
     """Smallest noise multiplier σ (to ~2e-7 relative) whose RDP ε (dp-accounting) is ≤ ``epsilon``.
 
     The returned σ always satisfies ε(σ) ≤ epsilon (the upper end of the final bracket, solved against
     epsilon·(1 − 1e-9)). If even σ = SIGMA_MIN (1e-3) meets the target, SIGMA_MIN is returned. Raises
     ValueError on invalid input or if σ = SIGMA_MAX (1e12) does not suffice.
     """
-    return float(calibrate_sigmas_rdp([epsilon], delta, [q], rounds)[0][0])
+    return float(calibrate_sigmas_rdp(epsilons=[epsilon], delta=delta, q=[q], rounds=rounds)[0][0])
 
 
-def calibrate_q_rdp(epsilon: float, delta: float, noise_multiplier: float, rounds: int) -> float:
+def calibrate_q_rdp(*, epsilon: float, delta: float, noise_multiplier: float, rounds: int) -> float:
     """Largest sampling ratio q ∈ (0, 1] (to ~2e-7 relative) whose RDP ε (dp-accounting) is ≤ ``epsilon``.
 
     Returns 1.0 if q = 1 already meets the target; the returned q always satisfies the target (lower
     end of the final bracket, solved against epsilon·(1 − 1e-9)). Raises ValueError on invalid input
     or if no q ≥ 1e-12 meets the target.
     """
-    epsilon = _check_positive("epsilon", epsilon)
-    rounds = _check_common(delta, rounds)
-    sigma = np.array([_check_positive("noise_multiplier", noise_multiplier)])
+    epsilon = check_epsilon(epsilon)
+    rounds, delta = check_rounds(rounds), check_delta(delta)
+    sigma = np.array([check_noise_multiplier(noise_multiplier)])
     delta = float(delta)
     hi = -math.log(Q_MIN)  # in x = −log q, so that ε decreases in x
     guess = epsilon * sigma[0] / math.sqrt(2 * rounds * max(math.log(1 / delta), 1e-12))

@@ -14,32 +14,30 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hdp_planner.accounting.calibration import (
+from hdp_planner.accounting.calibration import quiet_dp_accounting
+from hdp_planner.accounting.rdp import DEFAULT_RDP_ORDERS, rdp_curve
+from hdp_planner.accounting.validation import (
     check_delta,
     check_epsilon,
+    check_noise_multiplier,
     check_ratio,
     check_rounds,
-    quiet_dp_accounting,
 )
-from hdp_planner.accounting.rdp import DEFAULT_RDP_ORDERS, rdp_curve
 
 _SAFETY = 1e-7
 """Calibrated σ are raised by this relative margin above the root, then checked: never over budget."""
 
 
-def schedule_epsilon(phases: Sequence[tuple[int, float]], q: float, delta: float) -> float:
+def schedule_epsilon(phases: Sequence[tuple[int, float]], *, q: float, delta: float) -> float:
     """ε at ``delta`` after the phases ``(rounds, σ)`` in turn, each round Poisson-sampled at rate ``q`` (RDP)."""
     from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
-    check_ratio("q", q)
-    check_delta(delta)
+    q, delta = check_ratio(q), check_delta(delta)
     total = np.zeros(len(DEFAULT_RDP_ORDERS))
     for rounds, sigma in phases:
         if rounds:
             check_rounds(rounds)
-            if not (sigma > 0 and math.isfinite(sigma)):
-                raise ValueError(f"noise multiplier must be positive and finite, got {sigma}")
-            total = total + rounds * rdp_curve(float(sigma), float(q))
+            total = total + rounds * rdp_curve(noise_multiplier=check_noise_multiplier(sigma), q=q)
     if not total.any():
         return 0.0
     with quiet_dp_accounting():
@@ -58,7 +56,7 @@ def truncate(phases: Sequence[tuple[int, float]], rounds: int) -> list[tuple[int
 
 
 def calibrate_schedule(
-    epsilon: float, delta: float, q: float, rounds: int, saving_rounds: int, saving_noise: float
+    *, epsilon: float, delta: float, q: float, rounds: int, saving_rounds: int, saving_noise: float
 ) -> tuple[float, float]:
     """(σ_save, σ_spend): the smallest σ_spend such that ``saving_rounds`` rounds at σ_save = ``saving_noise``·σ_spend,
     then the remaining rounds at σ_spend, spend at most ``epsilon`` over all ``rounds`` (RDP, exact composition)."""
@@ -71,7 +69,7 @@ def calibrate_schedule(
 
     def eps(x: float) -> float:
         s = math.exp(x)
-        return schedule_epsilon([(saving_rounds, saving_noise * s), (rounds - saving_rounds, s)], q, delta)
+        return schedule_epsilon([(saving_rounds, saving_noise * s), (rounds - saving_rounds, s)], q=q, delta=delta)
 
     def gap(x: float) -> float:  # decreasing in x = log σ_spend
         e = eps(x)
@@ -83,7 +81,7 @@ def calibrate_schedule(
 
     # start from the constant-σ answer, scaled as Σ_t 1/σ_t² (the small-q RDP of a Gaussian) would be; secant
     # steps on (log σ, log ε) converge in a few evaluations, bisection is the fallback
-    x0 = math.log(calibrate_sigma_rdp(epsilon, delta, q, rounds))
+    x0 = math.log(calibrate_sigma_rdp(epsilon=epsilon, delta=delta, q=q, rounds=rounds))
     x0 += 0.5 * math.log((saving_rounds / saving_noise**2 + rounds - saving_rounds) / rounds)
     try:
         found = root_scalar(gap, x0=x0, x1=x0 + 0.01, method="secant", xtol=1e-9)

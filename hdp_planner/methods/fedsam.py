@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from hdp_planner.accounting.calibration import GaussianRounds, calibrate_sigma, closed_form_sigma2, epsilon_spent
-from hdp_planner.methods.method import Method
+from hdp_planner.methods.method import Method, PersonalTraits
 
 PRIVACY_MODEL = "client-level (ε, δ)-DP, one ε for all clients (add/remove all records of one client)"
 ORDER_CONDITION = "Lemma 4's α bound"
@@ -94,12 +94,18 @@ def fedsam_noise(
     epsilon: float, delta: float, sample_rate: float = PAPER_RATE, rounds: int = PAPER_ROUNDS
 ) -> FedSamNoise:
     """Exact RDP σ and Theorem 2's closed-form σ for client-level (ε, δ)-DP, and the closed form's true ε."""
-    exact = calibrate_sigma(epsilon, delta, sample_rate, rounds)
-    closed = math.sqrt(closed_form_sigma2(epsilon, delta, sample_rate, rounds))
-    spent = epsilon_spent(GaussianRounds(closed, sample_rate, rounds), delta)
+    exact = calibrate_sigma(epsilon=epsilon, delta=delta, q=sample_rate, rounds=rounds)
+    closed = math.sqrt(closed_form_sigma2(epsilon=epsilon, delta=delta, q=sample_rate, rounds=rounds))
+    spent = epsilon_spent(GaussianRounds(closed, sample_rate, rounds), delta=delta)
     return FedSamNoise(epsilon, delta, sample_rate, rounds, exact, closed, spent)
 
 
 METHODS = tuple(  # the trainer's personal family, on the plan's DP-FedAvg noise row (one ε for every client)
-    Method(key, "DP-FedAvg", family="personal") for key in ("dp2-fedsam", "dp-fedsam", "centaur", "dp-fedavg-ft")
+    Method(key, "DP-FedAvg", family="personal", personal=traits)
+    for key, traits in (
+        ("dp2-fedsam", PersonalTraits(head=True, sam=True)),
+        ("dp-fedsam", PersonalTraits(sam=True)),
+        ("centaur", PersonalTraits(head=True)),
+        ("dp-fedavg-ft", PersonalTraits(fine_tune=True)),
+    )
 )

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.calibration import closed_form_sigma2
 from hdp_planner.methods.method import Method, RoundRules, all_close
 from hdp_planner.planning.grouping import Groups
@@ -100,7 +101,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
         op,
         method_noise(PLANNED_METHOD, eps, sizes, q_op, k_plus, config, noise_multiplier=op.noise_multiplier),
     )
-    if config.accountant == "closed-form":
+    if get_accountant(config.accountant).rule:
         notes.extend(_theorem1_shortfalls(methods, config))
     return Plan(config, methods, float(obj), float(uni), tuple(notes))
 
@@ -110,7 +111,7 @@ def _theorem1_shortfalls(methods: Sequence[MethodNoise], config: PlanConfig) -> 
     notes = []
     for m in methods[:3]:  # GDPFed+ shares GDPFed-op's σ
         for e, q, sigma in zip(m.epsilon, m.q, m.noise_multiplier):
-            theorem1 = closed_form_sigma2(e, config.delta, q, config.rounds)
+            theorem1 = closed_form_sigma2(epsilon=e, delta=config.delta, q=q, rounds=config.rounds)
             if sigma**2 > theorem1 * (1 + 1e-9):
                 notes.append(
                     f"{m.name}, ε={e:g}, q={q:.4g}: Theorem 1's σ²={theorem1:.4g} would overspend ε; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.calibration import calibrate_q
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.options import BaselineOptions
@@ -28,21 +29,27 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
     target = c.q * sum(sizes)
 
     def rates(sigma: float) -> list[float]:
-        return [calibrate_q(e, c.delta, sigma, c.rounds) for e in eps]
+        return [calibrate_q(epsilon=e, delta=c.delta, noise_multiplier=sigma, rounds=c.rounds) for e in eps]
 
     def excess(log_sigma: float) -> float:  # increasing: more noise admits larger q_m
         return sum(qm * s for qm, s in zip(rates(math.exp(log_sigma)), sizes)) / target - 1.0
 
     # the loosest group's σ at q gives every group q_m ≤ q, the strictest group's σ at q gives every q_m ≥ q
-    lo, hi = (math.log(calibrated_sigma(e, c.delta, c.q, c.rounds, "rdp")) for e in (max(eps), min(eps)))
+    lo, hi = (
+        math.log(calibrated_sigma(epsilon=e, delta=c.delta, q=c.q, rounds=c.rounds, accountant="rdp"))
+        for e in (max(eps), min(eps))
+    )
     sigma = math.exp(lo)
     if lo < hi and excess(lo) < 0:  # else q_m ≥ q at every σ: where 1 − (1 − q)^T ≤ δ, any σ meets ε_m
         sigma = math.exp(brentq(excess, lo, hi, xtol=1e-12, rtol=1e-10))
     q = tuple(rates(sigma))
-    if c.accountant == "pld":
-        sigma = max(calibrated_sigma(list(eps), c.delta, list(q), c.rounds, "pld"))
+    if get_accountant(c.accountant).refines:  # re-solve σ at the q_m the RDP search found
+        sigma = max(calibrated_sigma(epsilon=list(eps), delta=c.delta, q=list(q), rounds=c.rounds, accountant="pld"))
     r = [qm * s for qm, s in zip(q, sizes)]
-    spent = tuple(planned_epsilon(sigma, qm, c.rounds, c.delta, c.spending_accountant) for qm in q)
+    spent = tuple(
+        planned_epsilon(noise_multiplier=sigma, q=qm, rounds=c.rounds, delta=c.delta, accountant=c.spending_accountant)
+        for qm in q
+    )
     return derived_row(
         "IDP-FedAvg-Sample",
         gdp,

@@ -55,6 +55,41 @@ class RoundRules:
 
 
 @dataclass(frozen=True)
+class PersonalTraits:
+    """How a method of the DP²-FedSAM family trains (:mod:`hdp_planner_train.simulator.personal`).
+
+    ``head``: each client keeps a personal head that never leaves it (DP²-FedSAM, Centaur); ``sam``: local steps
+    are sharpness-aware, radius ``--rho`` (DP²-FedSAM, DP-FedSAM; else ρ = 0, plain SGD); ``fine_tune``: plain
+    DP-FedAvg rounds, each client fine-tuning a copy of the global model before its evaluation (DP-FedAvg-FT)."""
+
+    head: bool = False
+    sam: bool = False
+    fine_tune: bool = False
+
+    @property
+    def local_steps(self) -> bool:
+        """``--head-steps`` applies: head steps, or fine-tuning steps."""
+        return self.head or self.fine_tune
+
+    @property
+    def per_client_evaluation(self) -> bool:
+        """Each client is evaluated with its own model (its head, or its fine-tuned copy)."""
+        return self.head or self.fine_tune
+
+
+@dataclass(frozen=True)
+class SelectionTraits:
+    """How a method of the selection family picks clients (:mod:`hdp_planner_train.simulator.private_selection`).
+
+    ``optimised``: the selection probabilities solve Problem 1 (``--eta`` applies; else the unbiased p^u);
+    ``candidates``: power of choice, the K clients of highest reported loss among d candidates drawn from p, without
+    replacement (``--candidates`` applies; else K clients drawn from p with replacement)."""
+
+    optimised: bool = False
+    candidates: bool = False
+
+
+@dataclass(frozen=True)
 class Method:
     """One ``--method`` key.
 
@@ -67,7 +102,8 @@ class Method:
     given; ``in_all``: whether ``--methods all`` plans it for groups with these ε (None: always);
     ``note``: a note for the plan when the row is built (or None); ``check``: why a row departs from the method's
     own definition beyond its round rules, or None (``verify`` runs it in
-    :func:`hdp_planner.planfile.mechanism.row_problems`)."""
+    :func:`hdp_planner.planfile.mechanism.row_problems`). ``personal`` / ``selection``: how a method of that family
+    trains (required there, None elsewhere)."""
 
     key: str
     row: str
@@ -81,3 +117,11 @@ class Method:
     check: Callable[[Plan, MethodNoise], str | None] | None = None
     needs_model_dim: bool = False
     in_all: Callable[[tuple[float, ...]], bool] | None = None
+    personal: PersonalTraits | None = None
+    selection: SelectionTraits | None = None
+
+    def __post_init__(self) -> None:
+        if (self.family == "personal") != (self.personal is not None):
+            raise ValueError(f"method {self.key!r}: personal traits are for (and required by) the personal family")
+        if (self.family == "selection") != (self.selection is not None):
+            raise ValueError(f"method {self.key!r}: selection traits are for (and required by) the selection family")

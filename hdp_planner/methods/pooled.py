@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
+from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.calibration import Accountant
 from hdp_planner.methods.idp_fedavg import idp_fedavg_sample, idp_fedavg_scale
 from hdp_planner.methods.method import Method, RoundRules
@@ -122,7 +123,11 @@ def evaluate(
 ) -> PooledPoint:
     """The best shares α at rates ``q``, σ*_m calibrated with ``accountant`` (RDP inside the solver)."""
     qv, g = np.asarray(q, dtype=float), np.asarray(sizes, dtype=float)
-    sigma = np.asarray(calibrated_sigma(list(eps), config.delta, qv.tolist(), config.rounds, accountant))
+    sigma = np.asarray(
+        calibrated_sigma(
+            epsilon=list(eps), delta=config.delta, q=qv.tolist(), rounds=config.rounds, accountant=accountant
+        )
+    )
     r = qv * g
     lower = config.min_share * g / g.sum()
     weight = 0.0 if model_dim is None else 1.0 / model_dim
@@ -172,13 +177,17 @@ def pooled_row(plan: Plan, point: PooledPoint, model_dim: int | None, name: str 
     """The plan row of ``point``: σ*_m recalibrated with the plan's accountant at q, the shares re-optimised for
     those σ*_m, C_m = C·α_m·Σr/r_m, one pooled std s = max_m C_mσ*_m, effective σ_m = s/C_m ≥ σ*_m."""
     c, gdp = plan.config, plan.method("GDPFed")
-    final = point if c.accountant == "rdp" else evaluate(point.q, gdp.epsilon, gdp.size, c, model_dim, c.accountant)
+    acc = get_accountant(c.accountant)  # the search ran with RDP: any other calibration re-evaluates the point
+    final = evaluate(point.q, gdp.epsilon, gdp.size, c, model_dim, c.accountant) if acc.refines or acc.rule else point
     r = [qm * s for qm, s in zip(final.q, gdp.size)]
     clips = tuple(c.clip * a * sum(r) / rm for a, rm in zip(final.share, r))
     std = max(cm * s for cm, s in zip(clips, final.sigma))
     sigma = tuple(std / cm for cm in clips)
     weight = tuple(float(w) for w in pooled_weights(r))
-    spent = tuple(planned_epsilon(s, qm, c.rounds, c.delta, c.spending_accountant) for s, qm in zip(sigma, final.q))
+    spent = tuple(
+        planned_epsilon(noise_multiplier=s, q=qm, rounds=c.rounds, delta=c.delta, accountant=c.spending_accountant)
+        for s, qm in zip(sigma, final.q)
+    )
     ones = tuple(1.0 for _ in r)
     return derived_row(
         name, gdp, plan, q=final.q, noise_multiplier=sigma, k_ratio=ones, weight=weight, epsilon_spent=spent,
@@ -201,7 +210,9 @@ def recalibrated_lambda(plan: Plan, m: MethodNoise, accountant: Accountant) -> f
     if m.schedule is not None:
         return None
     c = plan.config
-    sigma = calibrated_sigma(list(m.epsilon), c.delta, list(m.q), c.rounds, accountant)
+    sigma = calibrated_sigma(
+        epsilon=list(m.epsilon), delta=c.delta, q=list(m.q), rounds=c.rounds, accountant=accountant
+    )
     clips = m.clips(c.clip)
     if m.pooled:
         std = max(cm * s for cm, s in zip(clips, sigma))

@@ -47,9 +47,17 @@ def row_rules(row: str) -> RoundRules | None:
     return next((m.rules for m in REGISTRY.values() if m.row == row and m.rules is not None), None)
 
 
+def planner(row: str) -> str:
+    """The key of the method that plans row ``row`` (declares its round rules); KeyError for an unknown row."""
+    key = next((k for k, m in REGISTRY.items() if m.row == row and m.rules is not None), None)
+    if key is None:
+        raise KeyError(row)
+    return key
+
+
 def rows() -> tuple[str, ...]:
     """Every plan row a registered method plans, in registry order."""
     return tuple(m.row for m in REGISTRY.values() if m.rules is not None)
 
 
-__all__ = ["MODULES", "REGISTRY", "Family", "Method", "RoundRules", "collect", "keys", "row_rules", "rows"]
+__all__ = ["MODULES", "REGISTRY", "Family", "Method", "RoundRules", "collect", "keys", "planner", "row_rules", "rows"]

@@ -59,12 +59,29 @@ from typing import Literal
 
 import numpy as np
 
-from hdp_planner.accounting.calibration import GaussianRounds, calibrate_sigma, check_delta, epsilon_spent
-from hdp_planner.methods.method import Method
+from hdp_planner.accounting.calibration import GaussianRounds, calibrate_sigma, epsilon_spent
+from hdp_planner.accounting.validation import check_delta
+from hdp_planner.methods.method import Method, SelectionTraits
 
 NoiseRule = Literal["paper", "exact"]
 Accountant = Literal["paper", "exact", "both"]
-ACCOUNTANTS: tuple[str, ...] = ("paper", "exact", "both")
+
+
+@dataclass(frozen=True)
+class NoiseReport:
+    """Which record-level noise multipliers ``select --accountant`` reports: the paper's rule, the exact RDP σ, or
+    both (then also the ε the paper's σ truly spends)."""
+
+    paper: bool
+    exact: bool
+
+
+NOISE_REPORTS: dict[str, NoiseReport] = {
+    "paper": NoiseReport(paper=True, exact=False),
+    "exact": NoiseReport(paper=False, exact=True),
+    "both": NoiseReport(paper=True, exact=True),
+}
+ACCOUNTANTS: tuple[str, ...] = tuple(NOISE_REPORTS)
 PRIVACY_MODEL = (
     "record-level (ε_k, δ)-DP for each client k on its own examples (add/remove one example); "
     "local DP-SGD with per-example clipping, clients selected with replacement"
@@ -196,7 +213,7 @@ def record_noise_multiplier(epsilon: float, delta: float, rate: float, steps: in
     """
     _check_count("steps", steps)
     if rule == "exact":
-        return calibrate_sigma(epsilon, delta, rate, steps)
+        return calibrate_sigma(epsilon=epsilon, delta=delta, q=rate, rounds=steps)
     if rule != "paper":
         raise ValueError(f"unknown noise rule {rule!r}; choose paper or exact")
     eps_p = float(inverse_subsampled_epsilon([epsilon], rate)[0])
@@ -338,6 +355,10 @@ class ClientNoise:
     multiplier_exact: tuple[float, ...] | None
     epsilon_of_paper: tuple[float, ...] | None
 
+    @property
+    def report(self) -> NoiseReport:
+        return NOISE_REPORTS[self.accountant]
+
     def sigma(self, rule: NoiseRule) -> np.ndarray:
         z = self.multiplier_paper if rule == "paper" else self.multiplier_exact
         if z is None:
@@ -353,18 +374,19 @@ class ClientNoise:
 
 def client_noise(problem: SelectionProblem, p: Sequence[float] | np.ndarray, accountant: Accountant) -> ClientNoise:
     """Per-client noise at selection probabilities ``p`` (Problem 1's optimum, or p^u for the baseline)."""
-    if accountant not in ACCOUNTANTS:
+    if accountant not in NOISE_REPORTS:
         raise ValueError(f"unknown accountant {accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
+    report = NOISE_REPORTS[accountant]
     counts = selection_counts(p, problem.rounds, problem.clients_per_round)
     steps = [int(c) * problem.local_steps for c in counts]
     rates = problem.rates.tolist()
     args = list(zip(problem.epsilon, rates, steps))
     paper = tuple(record_noise_multiplier(e, problem.delta, r, n, "paper") for e, r, n in args)
     exact = spent = None
-    if accountant != "paper":
+    if report.exact:
         exact = tuple(record_noise_multiplier(e, problem.delta, r, n, "exact") for e, r, n in args)
-    if accountant == "both":
-        spent = tuple(epsilon_spent(GaussianRounds(z, r, n), problem.delta) for z, (_, r, n) in zip(paper, args))
+    if report.paper and report.exact:
+        spent = tuple(epsilon_spent(GaussianRounds(z, r, n), delta=problem.delta) for z, (_, r, n) in zip(paper, args))
     return ClientNoise(
         problem, accountant, tuple(float(v) for v in p), tuple(int(c) for c in counts), paper, exact, spent
     )
@@ -437,5 +459,10 @@ def read_clients(path: str | os.PathLike[str]) -> tuple[list[str], tuple[float, 
 
 
 METHODS = tuple(  # the trainer's selection family: each client the ε of its group in the plan's GDPFed+ row
-    Method(key, "GDPFed+", family="selection") for key in ("privacy-aware", "unbiased", "power-of-choice")
+    Method(key, "GDPFed+", family="selection", selection=traits)
+    for key, traits in (
+        ("privacy-aware", SelectionTraits(optimised=True)),
+        ("unbiased", SelectionTraits()),
+        ("power-of-choice", SelectionTraits(candidates=True)),
+    )
 )

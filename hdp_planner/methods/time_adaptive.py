@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.schedule import calibrate_schedule, schedule_epsilon
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.options import BaselineOptions
@@ -19,12 +20,17 @@ def time_adaptive(plan: Plan, options: BaselineOptions) -> MethodNoise:
     """
     c, gdp = plan.config, plan.method("GDPFed")
     saving = c.rounds // 2 if options.saving_rounds is None else options.saving_rounds
-    pairs = [calibrate_schedule(e, c.delta, c.q, c.rounds, saving, options.saving_noise) for e in gdp.epsilon]
+    pairs = [
+        calibrate_schedule(
+            epsilon=e, delta=c.delta, q=c.q, rounds=c.rounds, saving_rounds=saving, saving_noise=options.saving_noise
+        )
+        for e in gdp.epsilon
+    ]
     phases = tuple(
         Phase(rounds, tuple(p[i] for p in pairs)) for i, rounds in enumerate((saving, c.rounds - saving)) if rounds
     )
     spent = tuple(
-        schedule_epsilon([(ph.rounds, ph.noise_multiplier[m]) for ph in phases], c.q, c.delta)
+        schedule_epsilon([(ph.rounds, ph.noise_multiplier[m]) for ph in phases], q=c.q, delta=c.delta)
         for m in range(len(gdp.size))
     )
     sigma = tuple(p[1] for p in pairs)
@@ -33,7 +39,7 @@ def time_adaptive(plan: Plan, options: BaselineOptions) -> MethodNoise:
 
 def rdp_note(plan: Plan, options: BaselineOptions) -> str | None:
     """The plan's note when its accountant is not RDP."""
-    if plan.config.spending_accountant == "rdp":
+    if not get_accountant(plan.config.spending_accountant).refines:
         return None
     return "Time-adaptive is calibrated and accounted with RDP (its schedule composes RDP curves)"
 

@@ -91,8 +91,10 @@ def mechanism_epsilon(mech: ExecutedMechanism, group: int, rounds: int, delta: f
     (:mod:`hdp_planner.accounting.schedule`), a constant σ with ``accountant`` (the plan's spending accountant)."""
     q = mech.q[group]
     if not mech.scheduled:
-        return epsilon_spent(GaussianRounds(mech.noise_multiplier[group], q, rounds), delta, accountant)
-    return schedule_epsilon(truncate(mech.group_phases(group), rounds), q, delta)
+        return epsilon_spent(
+            GaussianRounds(mech.noise_multiplier[group], q, rounds), delta=delta, accountant=accountant
+        )
+    return schedule_epsilon(truncate(mech.group_phases(group), rounds), q=q, delta=delta)
 
 
 def row_budgets(plan: Plan, method: MethodNoise) -> tuple[float, ...]:

@@ -12,16 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hdp_planner.accounting.calibration import (
-    CALIBRATIONS,
-    Accountant,
-    calibrate_sigma,
-    check_accountant,
-    check_delta,
-    check_ratio,
-    check_rounds,
-    closed_form_sigma2,
-)
+from hdp_planner.accounting.accountants import closed_form_sigma2, get_accountant
+from hdp_planner.accounting.calibration import CALIBRATIONS, Accountant, calibrate_sigma
+from hdp_planner.accounting.validation import check_delta, check_ratio, check_rounds
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.problem import (
     SIGMA_MODELS,
@@ -66,7 +59,7 @@ class PlanConfig:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"n must be a positive integer, got {self.n}")
         check_rounds(self.rounds)
-        check_ratio("q", self.q)
+        check_ratio(self.q)
         if self.delta is None:
             object.__setattr__(self, "delta", self.n**-1.1)
         check_delta(self.delta)
@@ -79,7 +72,7 @@ class PlanConfig:
         _positive("lr", self.lr)
         if isinstance(self.local_steps, bool) or not isinstance(self.local_steps, int) or self.local_steps < 1:
             raise ValueError(f"local steps must be a positive integer, got {self.local_steps}")
-        check_accountant(self.accountant)
+        get_accountant(self.accountant)  # a registered name
         if self.sigma_model not in SIGMA_MODELS:
             raise ValueError(f"sigma model must be one of {', '.join(SIGMA_MODELS)}, got {self.sigma_model!r}")
         if self.lambda_convention not in LAMBDA_CONVENTIONS:
@@ -90,7 +83,7 @@ class PlanConfig:
             if not (isinstance(k, (int, float)) and 0 < k <= 1):
                 raise ValueError(f"every sparsity k_m/d must lie in (0, 1], got {k}")
         for qm in self.fixed_q or ():
-            check_ratio("every fixed q_m", qm)
+            check_ratio(qm, name="every fixed q_m")
         f = self.min_share
         if isinstance(f, bool) or not (isinstance(f, (int, float)) and 0 <= f <= 1):
             raise ValueError(
@@ -105,7 +98,7 @@ class PlanConfig:
     @property
     def spending_accountant(self) -> Accountant:
         """The accountant that measures ε: a closed-form σ is measured exactly, with RDP."""
-        return "rdp" if self.accountant == "closed-form" else self.accountant
+        return get_accountant(self.accountant).spending  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -197,6 +190,19 @@ class Plan:
     recorded: Recommendation | None = field(default=None, compare=False)
     """The recommendation a plan file recorded (checked against :attr:`recommendation` by ``verify``)."""
 
+    def __repr__(self) -> str:
+        """A few lines: the budgets and the recommendation, then one line per row (the fields: ``dataclasses``)."""
+        c, g = self.config, self.groups
+        eps = ", ".join(f"{e:g}" for e in g.epsilon)
+        rows = "".join(
+            f"\n  {m.name}: Λ = {m.lambda_exact:.4g}, σ = ({', '.join(f'{s:.4g}' for s in m.noise_multiplier)})"
+            for m in self.methods
+        )
+        return (
+            f"Plan(ε = ({eps}), n = {c.n}, T = {c.rounds}, δ = {c.delta:.3g}, {c.accountant} accountant; "
+            f"recommended: {self.recommendation.method}){rows}"
+        )
+
     def method(self, name: str) -> MethodNoise:
         for m in self.methods:
             if m.name == name:
@@ -248,25 +254,29 @@ def rdp_sigmas(p: Plan) -> tuple[float, ...] | None:
     """For a PLD plan, the σ_m the RDP accountant gives each planned group at the same (ε_m, q_m): what the tighter
     PLD accountant saves (σ_m/σ_m,RDP); None for a plan of another accountant."""
     c, g = p.config, p.groups
-    if c.accountant != "pld":
+    if not get_accountant(c.accountant).refines:
         return None
-    return tuple(calibrate_sigma(e, c.delta, q, c.rounds, "rdp") for e, q in zip(g.epsilon, g.q))
+    return tuple(
+        calibrate_sigma(epsilon=e, delta=c.delta, q=q, rounds=c.rounds, accountant="rdp")
+        for e, q in zip(g.epsilon, g.q)
+    )
 
 
 def calibrated_sigma(
-    epsilon: float | Sequence[float], delta: float, q: float | Sequence[float], rounds: int, accountant: Accountant
+    *, epsilon: float | Sequence[float], delta: float, q: float | Sequence[float], rounds: int, accountant: Accountant
 ) -> float | list[float]:
     """σ for budget ε at rate q; for sequences ε_m, q_m, the list of σ_m, the groups not calibrated before
     solved together (one vectorised batch). Memoized with the ε each σ spends (accounting.CALIBRATIONS)."""
     if isinstance(epsilon, (int, float)):
-        return calibrated_sigma([epsilon], delta, [q], rounds, accountant)[0]
+        return calibrated_sigma(epsilon=[epsilon], delta=delta, q=[q], rounds=rounds, accountant=accountant)[0]
     sigma = CALIBRATIONS.sigmas(epsilon, delta, q, rounds, accountant)
-    if accountant == "closed-form":  # Theorem 1 under-noises at small q: never go below the exact RDP σ
-        sigma = [max(s, r) for s, r in zip(sigma, CALIBRATIONS.sigmas(epsilon, delta, q, rounds, "rdp"))]
+    acc = get_accountant(accountant)
+    if acc.rule:  # Theorem 1 under-noises at small q: never go below the exact σ of the accountant measuring it
+        sigma = [max(s, r) for s, r in zip(sigma, CALIBRATIONS.sigmas(epsilon, delta, q, rounds, acc.spending))]
     return sigma
 
 
-def planned_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+def planned_epsilon(*, noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
     """ε that ``rounds`` rounds at (σ, q) spend at ``delta`` (memoized with the calibrations)."""
     return CALIBRATIONS.spent(noise_multiplier, q, rounds, delta, accountant)
 
@@ -296,11 +306,16 @@ def method_noise(
 ) -> MethodNoise:
     """Calibrate σ_m (unless given), weigh the groups with ω_m, measure ε spent and Λ for one method."""
     sigma = noise_multiplier or calibrated_sigma(
-        list(epsilons), config.delta, list(q), config.rounds, config.accountant
+        epsilon=list(epsilons), delta=config.delta, q=list(q), rounds=config.rounds, accountant=config.accountant
     )
     r = [qm * s for qm, s in zip(q, sizes)]
     weight = aggregation_weights(r)
-    spent = [planned_epsilon(s, qm, config.rounds, config.delta, config.spending_accountant) for s, qm in zip(sigma, q)]
+    spent = [
+        planned_epsilon(
+            noise_multiplier=s, q=qm, rounds=config.rounds, delta=config.delta, accountant=config.spending_accountant
+        )
+        for s, qm in zip(sigma, q)
+    ]
     return MethodNoise(
         name=name,
         epsilon=tuple(float(e) for e in epsilons),
@@ -318,8 +333,16 @@ def method_noise(
 def sigma2_model(groups: Groups, config: PlanConfig):
     """σ_m²(q_m) inside Problem 1: Theorem 1's bound, or the RDP accountant (PLD is too slow in a loop)."""
     eps = np.asarray(groups.epsilons)
-    if config.sigma_model == "bound" or config.accountant == "closed-form":
-        return lambda q_vec: closed_form_sigma2(eps, config.delta, np.asarray(q_vec, dtype=float), config.rounds)
+    if config.sigma_model == "bound" or get_accountant(config.accountant).rule:
+        return lambda q_vec: closed_form_sigma2(
+            epsilon=eps, delta=config.delta, q=np.asarray(q_vec, dtype=float), rounds=config.rounds
+        )
     return lambda q_vec: np.square(
-        calibrated_sigma(eps.tolist(), config.delta, np.asarray(q_vec).tolist(), config.rounds, "rdp")
+        calibrated_sigma(
+            epsilon=eps.tolist(),
+            delta=config.delta,
+            q=np.asarray(q_vec).tolist(),
+            rounds=config.rounds,
+            accountant="rdp",
+        )
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.io.files import atomic_target
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import compare_noise
@@ -197,7 +198,7 @@ def _round_grid(rounds: int, points: int) -> np.ndarray:
 
 def _draw_spent(plt: Any, p: Plan, epsilon_of: Callable[[float, float, int], float]) -> Any:
     g, c = p.groups, p.config
-    points = MAX_CURVE_POINTS if c.spending_accountant == "rdp" else 15
+    points = 15 if get_accountant(c.spending_accountant).refines else MAX_CURVE_POINTS
     t = _round_grid(c.rounds, points)
     m_count = len(g.size)
     ncols = 1 if m_count <= 3 else 2
@@ -250,7 +251,7 @@ def _draw_sigma(
     ax.set_yscale("log")
     ax.set_xlabel(r"sampling ratio $q_m$ (fraction of the group per round)")
     ax.set_ylabel(r"noise multiplier $\sigma_m$ (noise std / $C$)")
-    acc = "closed form" if c.accountant == "closed-form" else c.accountant.upper()
+    acc = get_accountant(c.accountant).label
     ax.set_title(rf"Noise needed for each budget ($T$ = {c.rounds}, $\delta$ = {c.delta:.2g}, {acc})")
     fig.legend(frameon=False, loc="outside lower center", ncols=ncols, fontsize=8)
     return fig
@@ -270,13 +271,13 @@ def plot_plan(
     plt = pyplot()
 
     def spent(sigma: float, q: float, t: int) -> float:
-        return epsilon_spent(GaussianRounds(sigma, q, t), c.delta, c.spending_accountant)
+        return epsilon_spent(GaussianRounds(sigma, q, t), delta=c.delta, accountant=c.spending_accountant)
 
     def sigma_of(e: float, q: float) -> float:
-        return calibrate_sigma(e, c.delta, float(q), c.rounds, c.accountant)
+        return calibrate_sigma(epsilon=e, delta=c.delta, q=float(q), rounds=c.rounds, accountant=c.accountant)
 
     def bound_of(e: float, q: float) -> float:
-        return math.sqrt(closed_form_sigma2(e, c.delta, float(q), c.rounds))
+        return math.sqrt(closed_form_sigma2(epsilon=e, delta=c.delta, q=float(q), rounds=c.rounds))
 
     drawers = {
         "comparison": lambda: _draw_comparison(plt, p),
