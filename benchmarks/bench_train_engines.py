@@ -26,10 +26,11 @@ import time
 import torch
 from torch.nn.utils import parameters_to_vector
 
+from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.report.results import Result, Table, write_result
 from hdp_planner_train.simulator.engines import PRECISIONS, loop_deltas, vectorized_deltas
 from hdp_planner_train.simulator.models import make_model
-from hdp_planner_train.simulator.personal import HEAD_METHODS, client_update, client_updates_vectorized, head_mask
+from hdp_planner_train.simulator.personal import client_update, client_updates_vectorized, head_mask
 
 PERSONAL = ("dp2-fedsam", "dp-fedsam", "centaur")
 
@@ -57,7 +58,9 @@ def main() -> None:
     momentum = 0.9 if lstm else 0.0
     model = make_model(args.dataset, 96 if lstm else 10, args.model).to(dev)
     theta = parameters_to_vector(model.parameters()).detach()
-    head_steps = args.steps if args.method in HEAD_METHODS else 0
+    traits = REGISTRY[args.method].personal
+    head = traits is not None and traits.head
+    head_steps = args.steps if head else 0
     shape = (args.clients, args.steps + head_steps, batch)
     if lstm:
         xs = torch.randint(0, 96, (*shape, 80), device=dev)
@@ -72,9 +75,9 @@ def main() -> None:
     }
     if args.method in PERSONAL:
         mask = head_mask(model)
-        heads = theta[mask].unsqueeze(0).repeat(args.clients, 1) if args.method in HEAD_METHODS else None
+        heads = theta[mask].unsqueeze(0).repeat(args.clients, 1) if head else None
         rule = dict(head_steps=head_steps, lr=0.1, momentum=momentum, mask=mask, precision=precision)
-        rule["rho"] = 0.0 if args.method == "centaur" else 0.1
+        rule["rho"] = 0.1 if traits.sam else 0.0
 
         def loop() -> torch.Tensor:
             return torch.stack([

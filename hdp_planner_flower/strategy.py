@@ -42,13 +42,12 @@ from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
 from hdp_planner_train.rules.aggregate import (
+    GroupAggregator,
     GroupSpec,
     NoiseSource,
     RoundStats,
     SecureNoise,
-    clip_rows,
-    group_noise,
-    noisy_update,
+    noisy_sums,
 )
 from hdp_planner_train.rules.secagg import release, required_threshold, round_plan
 from hdp_planner_train.simulator.scaffold import RunLog, privacy_ledger
@@ -103,7 +102,7 @@ class HdpStrategy(Strategy):
         self.joined: list[int] = []
         self.arrays = ArrayRecord()
         self.stats = RoundStats([], 0, math.nan, math.nan)
-        self.public_history: list[torch.Tensor] = []
+        self.aggregator = GroupAggregator(spec)  # PFA's public history lives here between rounds
         self.log = RunLog(diagnostics=diagnostics)  # per-round joined counts, noise, times reveal who took part
         self.stopped: str | None = None
 
@@ -226,7 +225,7 @@ class HdpStrategy(Strategy):
                     ys[m] = release(totals[slot * width : (slot + 1) * width], plans[m])
         withheld = sum(y is None for y in ys)
         sums = [torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype) for y in ys]
-        update, measured, applied = noisy_update(sums, None, spec, self.noise_for(rnd), self.public_history)
+        update, measured, applied = self.aggregator.release(sums, None, self.noise_for(rnd))
         self.stats = RoundStats(list(self.joined), 0, measured, applied, withheld)
         if self.account is not None:
             self.account.release(rnd)
@@ -239,7 +238,7 @@ class HdpStrategy(Strategy):
         source = self.noise_for(server_round - 1)
         ys, noises, clipped = self.noisy_sums(rows, theta.numel(), server_round - 1, source)
         observe = self.auditor.observe if self.auditor is not None else None
-        update, measured, applied = noisy_update(ys, noises, self.spec, source, self.public_history, observe)
+        update, measured, applied = self.aggregator.release(ys, noises, source, observe)
         self.stats = RoundStats(list(self.joined), clipped, measured, applied)
         if self.account is not None:
             self.account.release(server_round - 1)  # charged before the round's model exists
@@ -276,23 +275,9 @@ class HdpStrategy(Strategy):
             group_of_row = np.concatenate([np.full(r.shape[0], m) for m, r in enumerate(ordered)]).astype(np.int64)
             deltas, group_of_row = self.auditor.insert(torch.cat(ordered), group_of_row, rnd)
             ordered = [deltas[torch.as_tensor(group_of_row == m)] for m in range(len(rows))]
-        if self.trust == "server":
-            clipped_rows = [clip_rows(r, c) for r, c in zip(ordered, spec.clips)]
-            clipped = sum(c for _, c in clipped_rows)
-            got = [r.shape[0] for r in ordered]
-            if spec.pooled:
-                total = torch.cat([r for r, _ in clipped_rows]).sum(0)
-                noise = self.group_noise(d, sum(got), spec.clips[0], sigma[0], source)
-                return [total + noise], [noise], clipped
-            noises = [self.group_noise(d, got[m], spec.clips[m], sigma[m], source) for m in range(len(rows))]
-            ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
-            return ys, noises, clipped
+        if self.trust == "server":  # the simulator's aggregator, on the CPU in float32
+            return noisy_sums([r.to(torch.float32) for r in ordered], spec, sigma, source)
         raise FlowerRunError("secagg rounds run through secure_round")
-
-    @staticmethod
-    def group_noise(d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource) -> torch.Tensor:
-        """The simulator's ``group_noise`` (``joined`` shares, N(0, C²σ²) in all) on the CPU in float32."""
-        return group_noise(d, joined, clip, noise_multiplier, source, "cpu", torch.float32)
 
     def start(
         self,

@@ -20,8 +20,8 @@ from hdp_planner.methods.baselines import (
     needing_model_dim,
     planned_with_all,
 )
-from hdp_planner.methods.method import Method, RoundRules
-from hdp_planner.methods.registry import REGISTRY, collect, keys, row_rules, rows
+from hdp_planner.methods.method import Method, RoundRules, SelectionTraits
+from hdp_planner.methods.registry import REGISTRY, collect, row_rules, rows
 from hdp_planner.planfile.document import plan_to_dict
 from hdp_planner.planning.plan import METHODS, derived_row
 from hdp_planner_cli import flower as flower_cli
@@ -104,11 +104,51 @@ def test_the_trainer_audit_and_flower_read_the_registry(full_plan):
     from hdp_planner_train.simulator.personal import PERSONAL_METHODS
     from hdp_planner_train.simulator.private_selection import SELECTION_METHODS
 
-    assert PERSONAL_METHODS == keys("personal") and SELECTION_METHODS == keys("selection")
-    assert METHOD_NAMES == {key: m.row for key, m in REGISTRY.items() if m.family != "selection"}
+    assert sorted((*METHOD_NAMES, *SELECTION_METHODS)) == sorted(REGISTRY)  # every key reaches one trainer
+    assert set(PERSONAL_METHODS) <= set(METHOD_NAMES)
     assert FLOWER_METHODS == tuple(key for key, m in REGISTRY.items() if m.flower)
     for key, m in REGISTRY.items():  # the declared flag is what the audit's own check concludes
         assert auditable(full_plan, key) == m.audit, key
+
+
+def test_family_traits_are_declared_where_they_belong():
+    with pytest.raises(ValueError, match="personal traits"):
+        Method("x", "DP-FedAvg", family="personal")
+    with pytest.raises(ValueError, match="selection traits"):
+        Method("x", "GDPFed+", selection=SelectionTraits())
+
+
+@pytest.mark.parametrize(
+    ("key", "option", "value", "refused"),
+    [
+        ("dp-fedsam", "rho", 0.2, False),
+        ("centaur", "rho", 0.2, True),  # a head, but plain SGD
+        ("centaur", "head_steps", 2, False),
+        ("dp-fedsam", "head_steps", 2, True),  # no head, no fine-tuning
+        ("dp-fedavg-ft", "head_steps", 2, False),
+        ("power-of-choice", "candidates", 8, False),
+        ("unbiased", "candidates", 8, True),
+        ("privacy-aware", "eta", 0.5, False),
+        ("power-of-choice", "eta", 0.5, True),
+    ],
+)
+def test_the_trainers_options_follow_the_declared_traits(key, option, value, refused):
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from hdp_planner_train.simulator.personal import check_options
+    from hdp_planner_train.simulator.private_selection import check_selection_options
+    from hdp_planner_train.simulator.scaffold import TrainError
+
+    names = ("rho", "head_steps", "candidates", "eta", "noise_rule", "per_round", "resume")
+    cfg = SimpleNamespace(method=key, **{n: None for n in names} | {option: value})
+    if refused:
+        with pytest.raises(TrainError, match=option.replace("_", "-")):
+            check_options(cfg)
+            check_selection_options(cfg)
+    else:
+        check_options(cfg)
+        check_selection_options(cfg)
 
 
 def _toy(plan_, options):

@@ -15,6 +15,7 @@ pytest.importorskip("cvxpy")
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
+from hdp_planner.methods.registry import REGISTRY  # noqa: E402
 from hdp_planner.methods.selection import record_noise_multiplier, solve_selection  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.rules.aggregate import SeededNoise  # noqa: E402
@@ -74,14 +75,14 @@ def aware_run(plan_path):
 
 def test_privacy_aware_p_is_problem_1s_optimum_and_positive(small_plan, digits):
     problem = selection_problem(small_plan, digits.clients, ROUNDS, 4, 16, 1e5)
-    p, sol = selection_probabilities(problem, "privacy-aware")
+    p, sol = selection_probabilities(problem, REGISTRY["privacy-aware"].selection)
     assert np.all(p > 0) and p.sum() == pytest.approx(1.0)
     np.testing.assert_allclose(p, solve_selection(problem).p, rtol=1e-9, atol=1e-12)
     assert sol.objective <= problem.objective(problem.unbiased) + 1e-9
     _, eps = client_groups(small_plan, N)  # clients take their plan group's ε, in group order
     assert problem.epsilon == tuple(eps) and eps[0] == 0.5 and eps[-1] == 3.0
     assert problem.num_samples == tuple(len(c) for c in digits.clients)
-    np.testing.assert_allclose(selection_probabilities(problem, "unbiased")[0], problem.unbiased)
+    np.testing.assert_allclose(selection_probabilities(problem, REGISTRY["unbiased"].selection)[0], problem.unbiased)
     # the strict group is selected less than unbiased, the loose one more
     g, _ = client_groups(small_plan, N)
     assert p[g == 0].sum() < problem.unbiased[g == 0].sum() and p[g == 2].sum() > problem.unbiased[g == 2].sum()

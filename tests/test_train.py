@@ -197,7 +197,7 @@ def test_time_adaptive_uses_each_phase_and_its_ledger_composes_them(digits_plan,
     c = digits_plan.config
     for g, entry in enumerate(m["epsilon_spent"]):  # 5 saving rounds, then 2 spending rounds
         phases = [(5, save.noise_multiplier[g]), (2, spend.noise_multiplier[g])]
-        assert entry["epsilon_spent"] == pytest.approx(schedule_epsilon(phases, c.q, c.delta), rel=1e-9)
+        assert entry["epsilon_spent"] == pytest.approx(schedule_epsilon(phases, q=c.q, delta=c.delta), rel=1e-9)
         assert entry["epsilon_spent"] < entry["epsilon_budget"]
 
 
@@ -471,3 +471,32 @@ def test_a_diverged_run_is_still_recorded(tmp_path):
     assert doc["diverged"] is True and doc["final_loss"] is None and doc["history"][0]["loss"] is None
     assert doc["noise"] == [None, 1.0] and doc["epsilon_spent"] == [{"epsilon_spent": 0.5}]
     assert (tmp_path / "metrics.csv").read_text().splitlines()[1] == "1,10.0000,nan"
+
+
+# ------------------------------------------------------------------ the Python API
+
+
+def test_train_from_python_returns_a_typed_result_equal_to_the_command_line(plan_file, tmp_path):
+    from hdp_planner_train import TrainResult, train
+
+    result = train(plan_file, method="gdpfed+", dataset="digits", rounds=2, noise="seeded", seed=3)
+    assert isinstance(result, TrainResult) and result.method == "gdpfed+" and result.rounds == 2
+    assert [h.round for h in result.history] == [1, 2] and result.final_accuracy == result.history[-1].accuracy
+    assert [g.group for g in result.epsilon_spent] == [1, 2, 3]
+    assert all(0 < g.epsilon_spent <= g.epsilon_budget for g in result.epsilon_spent)
+    assert len(repr(result)) < 1200 and "metrics" not in repr(result)  # the full record stays out of the repr
+    out = tmp_path / "cli"
+    args = ["train", str(plan_file), "--method", "gdpfed+", "--dataset", "digits", "--rounds", "2", "--seeded-noise"]
+    res = CliRunner().invoke(app, [*args, "--seed", "3", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "metrics.json").read_text())["final_accuracy"] == result.final_accuracy
+    unnoised = train(plan_file, method="p-fedavg", dataset="digits", rounds=1, noise="seeded")
+    assert all(g.epsilon_spent == float("inf") for g in unnoised.epsilon_spent)
+
+
+def test_train_refuses_an_unknown_option(plan_file):
+    from hdp_planner_train import train
+    from hdp_planner_train.simulator.scaffold import TrainError
+
+    with pytest.raises(TrainError, match=r"unknown training option.*roundz"):
+        train(plan_file, method="gdpfed+", dataset="digits", roundz=2)

@@ -324,15 +324,10 @@ def aggregate(
         update = sum((w * r.sum(0) for w, r in zip(spec.weight, rows)), torch.zeros_like(deltas[0:1].sum(0)))
         return update, RoundStats(joined, 0, 0.0, 0.0)
     assert source is not None, "a private method needs a noise source"
-    clipped_rows = [clip_rows(r, c) for r, c in zip(rows, spec.clips)]
-    clipped = sum(c for _, c in clipped_rows)
     sigma = spec.noise_at(rnd)
-    if spec.pooled:  # one pool: one draw of std C_mσ_m (equal for all m) shared by every joined client
-        total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else deltas.new_zeros(d)
-        noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], source, deltas.device, deltas.dtype)
-        update, measured, applied = noisy_update([total + noise], [noise], spec, source, observe=observe)
-        return update, RoundStats(joined, clipped, measured, applied)
-    if spec.secagg is not None:  # the exact integer pipeline; a group that cannot release contributes nothing
+    if spec.secagg is not None and not spec.pooled:  # the exact integer pipeline; a silent group contributes nothing
+        clipped_rows = [clip_rows(r, c) for r, c in zip(rows, spec.clips)]
+        clipped = sum(c for _, c in clipped_rows)
         ys, noises, silent = [], [], set()
         for m, (r, _) in enumerate(clipped_rows):
             bits, dropouts = round_sources(source.kind, getattr(source, "seed", None), rnd, m)
@@ -350,12 +345,59 @@ def aggregate(
             observe = skipping(observe, silent)
         update, measured, applied = noisy_update(ys, noises, spec, source, public_history, observe)
         return update, RoundStats(joined, clipped, measured, applied, withheld)
-    noises = [
-        group_noise(d, joined[m], spec.clips[m], sigma[m], source, deltas.device, deltas.dtype) for m in range(count)
-    ]
-    ys = [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)]
+    ys, noises, clipped = noisy_sums(rows, spec, sigma, source)
     update, measured, applied = noisy_update(ys, noises, spec, source, public_history, observe)
     return update, RoundStats(joined, clipped, measured, applied)
+
+
+class GroupAggregator:
+    """One method's server aggregation, written once for the simulator and Flower: clipping, noise, the audit's
+    observer, Top-k_m or PFA's projection, and the weights ω_m (:func:`aggregate`, :func:`noisy_sums`,
+    :func:`noisy_update`). It keeps PFA's state between rounds, the public group's latest noisy sums (checkpointed
+    as ``public_history``)."""
+
+    def __init__(self, spec: GroupSpec, public_history: Sequence[torch.Tensor] = ()):
+        self.spec = spec
+        self.public_history = list(public_history)
+
+    def round(
+        self,
+        deltas: torch.Tensor,
+        group_of_row: Sequence[int],
+        source: NoiseSource | None,
+        rnd: int,
+        observe: Observer | None = None,
+    ) -> tuple[torch.Tensor, RoundStats]:
+        """:func:`aggregate` of one round's client updates."""
+        return aggregate(deltas, group_of_row, self.spec, source, rnd, self.public_history, observe)
+
+    def release(
+        self,
+        ys: list[torch.Tensor],
+        noises: list[torch.Tensor] | None,
+        source: NoiseSource,
+        observe: Observer | None = None,
+    ) -> tuple[torch.Tensor, float, float]:
+        """:func:`noisy_update` of groups' noisy sums formed elsewhere (Flower's replies, secure aggregation)."""
+        return noisy_update(ys, noises, self.spec, source, self.public_history, observe)
+
+
+def noisy_sums(
+    rows: Sequence[torch.Tensor], spec: GroupSpec, sigma: Sequence[float], source: NoiseSource
+) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+    """Each group's y_m = Σ_{i∈m} clip(Δ_i) + N(0, C_m²σ_m²) (GDPFed Algorithm 1), or one pooled y of one draw of
+    std C_mσ_m (equal for all m) shared by every joined client; their noises; how many rows were clipped. ``rows``:
+    the (c_m, d) updates of each group, on one device and dtype. The simulator and Flower both aggregate here."""
+    clipped_rows = [clip_rows(r, c) for r, c in zip(rows, spec.clips)]
+    clipped = sum(c for _, c in clipped_rows)
+    joined = [int(r.shape[0]) for r in rows]
+    d, device, dtype = rows[0].shape[1], rows[0].device, rows[0].dtype
+    if spec.pooled:
+        total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else rows[0].new_zeros(d)
+        noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], source, device, dtype)
+        return [total + noise], [noise], clipped
+    noises = [group_noise(d, joined[m], spec.clips[m], sigma[m], source, device, dtype) for m in range(len(rows))]
+    return [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)], noises, clipped
 
 
 def skipping(observe: Observer, silent: set[int]) -> Observer:

@@ -43,16 +43,14 @@ from torch.func import functional_call, vmap
 from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner.methods.registry import keys
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, aggregate, noise_source, round_rows, sample_round
+from hdp_planner.methods.registry import REGISTRY, keys
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupAggregator, noise_source, round_rows, sample_round
 from hdp_planner_train.simulator.engines import autocast, batch_indices, evaluate, local_deltas, vectorized_train, widen
 from hdp_planner_train.simulator.models import head_module_name, make_model, split_head
 
 PERSONAL_METHODS = keys("personal")
-HEAD_METHODS = ("dp2-fedsam", "centaur")  # a personal head that never leaves the client
-SAM_METHODS = ("dp2-fedsam", "dp-fedsam")  # --rho applies
-LOCAL_STEP_METHODS = ("dp2-fedsam", "centaur", "dp-fedavg-ft")  # --head-steps applies (head steps / fine-tuning)
-PER_CLIENT_EVAL = ("dp2-fedsam", "centaur", "dp-fedavg-ft")
+SAM_METHODS = tuple(k for k in PERSONAL_METHODS if REGISTRY[k].personal.sam)  # --rho applies
+LOCAL_STEP_METHODS = tuple(k for k in PERSONAL_METHODS if REGISTRY[k].personal.local_steps)  # --head-steps applies
 DEFAULT_RHO = 0.1  # the DP²-FedSAM paper's §5: ρ = 0.1 for CIFAR-10 (best of 0.05, 0.1, 0.5, 1.0), 0.5 for FEMNIST
 PRIVACY_MODEL = "client-level (ε, δ)-DP, one ε"
 FINETUNE_STREAM = 3  # randomness stream of the fine-tuning batches (1: training batches)
@@ -366,13 +364,12 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     )
 
     method, c = cfg.method, plan.config
+    traits = REGISTRY[method].personal
     if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients
         raise TrainError(f"{method} runs the plan's DP-FedAvg row, which must be one group; it has {len(spec.sizes)}")
-    personal = method in HEAD_METHODS
-    rho = 0.0 if method == "centaur" else (DEFAULT_RHO if cfg.rho is None else float(cfg.rho))
+    personal = traits.head
+    rho = (DEFAULT_RHO if cfg.rho is None else float(cfg.rho)) if traits.sam else 0.0
     head_steps = c.local_steps if cfg.head_steps is None else int(cfg.head_steps)
-    if method == "dp-fedavg-ft":
-        rho = 0.0
     engine = cfg.engine
     out = Path(cfg.out) if cfg.out else None
     identity = run_identity(cfg, data, batch, momentum, rho=rho, head_steps=head_steps)
@@ -414,7 +411,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
             lr = c.lr * cfg.lr_decay**r
             sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
             ids, group_of_row = round_rows(sampled)
-            if method == "dp-fedavg-ft":  # plain DP-FedAvg training, on the configured engine
+            if traits.fine_tune:  # plain DP-FedAvg training, on the configured engine
                 idx = batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r)
                 idx = torch.as_tensor(idx, device=device)
                 vector_to_parameters(theta.clone(), model.parameters())
@@ -453,7 +450,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                         updates.append(delta)
                     rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
             gen = noise_source(kind, cfg.seed, r)
-            update, stats = aggregate(rows, group_of_row, spec, gen, r, [])  # each group at its executed σ_m
+            update, stats = GroupAggregator(spec).round(rows, group_of_row, gen, r)  # each group at its executed σ_m
             if account is not None:
                 account.release(r)  # charged before the round's model exists
             theta = theta.clone()
@@ -462,17 +459,17 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
             if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
                 entry: dict[str, Any] = {"round": r + 1}
                 vector_to_parameters(theta.clone(), model.parameters())
-                if method == "dp-fedavg-ft":
+                if traits.fine_tune:
                     entry["global_accuracy"], entry["global_loss"] = evaluate(model, x_test, y_test)
                 if personal:
                     client_scores, losses = evaluate_heads(model, theta, heads, x_test, y_test, dist)
-                elif method == "dp-fedavg-ft":
+                elif traits.fine_tune:
                     client_scores, losses = evaluate_finetuned(
                         model, theta, x_train, y_train, x_test, y_test, data.clients, dist, steps=head_steps,
                         batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.chunk,
                         precision=cfg.precision,
                     )  # fmt: skip
-                if method in PER_CLIENT_EVAL:
+                if traits.per_client_evaluation:
                     entry["accuracy"], entry["loss"] = float(np.mean(client_scores)), float(np.mean(losses))
                 else:
                     entry["accuracy"], entry["loss"] = evaluate(model, x_test, y_test)
@@ -493,8 +490,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
             "partition": _partition_name(cfg),
             "d_shared": d_shared,
             "d_head": int(mask.sum()) if personal else 0,
-            "head_steps": head_steps if method in LOCAL_STEP_METHODS else None,
-            "rho": rho if method in SAM_METHODS else None,
+            "head_steps": head_steps if traits.local_steps else None,
+            "rho": rho if traits.sam else None,
             "clip": spec.clip,
             "evaluation": (
                 "per client: mean over the n clients of Σ_c p_i(c)·acc_i(c) (p_i = client i's training label "
@@ -505,7 +502,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                     if not personal
                     else ""
                 )
-                if method in PER_CLIENT_EVAL
+                if traits.per_client_evaluation
                 else "global: the global model on the whole test split"
             ),
             "client_accuracy": None
@@ -523,7 +520,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
                 f"row (q = {mn.q[0]:.4g}, σ = {mn.noise_multiplier[0]:.4g}), {c.spending_accountant} accountant, for "
                 f"the {rounds} rounds run; covers the noisy {'body ' if personal else ''}updates sent to the server"
                 + ("; personal heads never leave the clients" if personal else "")
-                + ("; fine-tuned copies never leave the clients" if method == "dp-fedavg-ft" else "")
+                + ("; fine-tuned copies never leave the clients" if traits.fine_tune else "")
             ),
             "noise_lambda_note": None
             if kind == "secure"

@@ -41,13 +41,16 @@ from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.accounting.calibration import GaussianRounds, epsilon_spent
-from hdp_planner.methods.registry import keys
+from hdp_planner.methods.method import SelectionTraits
+from hdp_planner.methods.registry import REGISTRY, keys
 from hdp_planner.methods.selection import PRIVACY_MODEL, SelectionProblem, record_noise_multiplier, solve_selection
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.rules.aggregate import NoiseSource, clip_rows, noise_source, round_seed
 from hdp_planner_train.simulator.engines import evaluate, unflatten
 
 SELECTION_METHODS = keys("selection")
+CANDIDATE_METHODS = tuple(k for k in SELECTION_METHODS if REGISTRY[k].selection.candidates)  # --candidates applies
+OPTIMISED_METHODS = tuple(k for k in SELECTION_METHODS if REGISTRY[k].selection.optimised)  # --eta applies
 NOISE_RULES = ("exact", "paper")
 DEFAULT_ETA = 1e5  # SelectionProblem's default weight of the DP term
 ACCOUNTANT = "rdp: Poisson-subsampled Gaussian, add/remove-one example, composed over the client's steps"
@@ -87,10 +90,10 @@ def check_selection_options(cfg) -> None:
     for name, value in (("--noise-rule", cfg.noise_rule), ("--eta", cfg.eta), ("--clients-per-round", cfg.per_round)):
         if value is not None and not chosen:
             raise TrainError(f"{name} applies to {', '.join(SELECTION_METHODS)}, not {cfg.method}")
-    if cfg.candidates is not None and cfg.method != "power-of-choice":
-        raise TrainError(f"--candidates applies to power-of-choice, not {cfg.method}")
-    if cfg.eta is not None and cfg.method != "privacy-aware":
-        raise TrainError(f"--eta (Problem 1's weight) applies to privacy-aware, not {cfg.method}")
+    if cfg.candidates is not None and cfg.method not in CANDIDATE_METHODS:
+        raise TrainError(f"--candidates applies to {', '.join(CANDIDATE_METHODS)}, not {cfg.method}")
+    if cfg.eta is not None and cfg.method not in OPTIMISED_METHODS:
+        raise TrainError(f"--eta (Problem 1's weight) applies to {', '.join(OPTIMISED_METHODS)}, not {cfg.method}")
     if cfg.noise_rule is not None and cfg.noise_rule not in NOISE_RULES:
         raise TrainError(f"--noise-rule must be one of {', '.join(NOISE_RULES)}, got {cfg.noise_rule!r}")
     if cfg.eta is not None and not (math.isfinite(cfg.eta) and cfg.eta > 0):
@@ -129,14 +132,12 @@ def selection_problem(plan, clients: list[np.ndarray], rounds: int, per_round: i
     )
 
 
-def selection_probabilities(problem: SelectionProblem, method: str) -> tuple[np.ndarray, Any]:
-    """p of ``method``: Problem 1's optimum (privacy-aware, with its solution) or p^u (the baselines, None)."""
-    if method == "privacy-aware":
+def selection_probabilities(problem: SelectionProblem, traits: SelectionTraits) -> tuple[np.ndarray, Any]:
+    """p of a selection method: Problem 1's optimum (privacy-aware, with its solution) or p^u (the baselines, None)."""
+    if traits.optimised:
         sol = solve_selection(problem)
         return np.asarray(sol.p, dtype=float), sol
-    if method in ("unbiased", "power-of-choice"):
-        return problem.unbiased, None
-    raise ValueError(f"unknown selection method {method!r}")
+    return problem.unbiased, None
 
 
 def preselect(p: np.ndarray, rounds: int, per_round: int, seed: int) -> np.ndarray:
@@ -188,7 +189,7 @@ def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, delta: float) -> np
             continue
         key = (float(privacy.multiplier[k]), float(privacy.rates[k]), int(n))
         if key not in cache:
-            cache[key] = epsilon_spent(GaussianRounds(*key), delta)
+            cache[key] = epsilon_spent(GaussianRounds(*key), delta=delta)
         out[k] = cache[key]
     return out
 
@@ -317,21 +318,21 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         write_metrics,
     )
 
-    c, method, n = plan.config, cfg.method, data.n_clients
+    c, n, traits = plan.config, data.n_clients, REGISTRY[cfg.method].selection
     kind = noise_kind(cfg)  # secure: DP-SGD noise and record sampling from the OS's CSPRNG
     rule = cfg.noise_rule or "paper"
     per_round = int(cfg.per_round or max(1, round(c.q * n)))
-    d_cand = int(cfg.candidates or min(n, 2 * per_round)) if method == "power-of-choice" else None
+    d_cand = int(cfg.candidates or min(n, 2 * per_round)) if traits.candidates else None
     if d_cand is not None and not per_round <= d_cand <= n:
         raise TrainError(f"--candidates d must lie between K = {per_round} clients per round and n = {n}, got {d_cand}")
     eta = float(cfg.eta if cfg.eta is not None else DEFAULT_ETA)
     try:
         problem = selection_problem(plan, data.clients, rounds, per_round, batch, eta)
-        p, solution = selection_probabilities(problem, method)
+        p, solution = selection_probabilities(problem, traits)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     group, _ = client_groups(plan, n)
-    if method == "power-of-choice":
+    if traits.candidates:
         cand = candidate_sets(p, rounds, d_cand, cfg.seed)
         counts = np.bincount(cand.ravel(), minlength=n)
         chosen = None
@@ -431,7 +432,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
 
 def selection_metrics(cfg, plan, data, problem, solution, p, privacy, participations, spent) -> dict[str, Any]:
     """The method's settings, every client's noise and ε spent, and the per-group summary (min/max over clients)."""
-    c = plan.config
+    c, traits = plan.config, REGISTRY[cfg.method].selection
     z_ratio = np.divide(privacy.multiplier_paper, privacy.multiplier_exact, out=np.zeros(len(p)),
                         where=privacy.multiplier_exact > 0)  # fmt: skip
     clients = [
@@ -494,19 +495,19 @@ def selection_metrics(cfg, plan, data, problem, solution, p, privacy, participat
             f"RDP accountant for the steps each client ran; noise rule {privacy.rule}"
             + (
                 "; the loss reports that drive power-of-choice's selection are not privatized"
-                if cfg.method == "power-of-choice"
+                if traits.candidates
                 else ""
             )
         ),
         "selection": {
-            "eta": problem.eta if cfg.method == "privacy-aware" else None,
+            "eta": problem.eta if traits.optimised else None,
             "objective": solution.objective if solution is not None else problem.objective(p),
             "unbiased_objective": problem.objective(problem.unbiased),
             "kkt_residual": solution.kkt_residual if solution is not None else None,
-            "with_replacement": cfg.method != "power-of-choice",
+            "with_replacement": not traits.candidates,
             "noise_calibrated_for": (
                 "candidate rounds (upper bound on participations)"
-                if cfg.method == "power-of-choice"
+                if traits.candidates
                 else "realized selection counts (preselected from the seed)"
             ),
             "paper_over_exact_multiplier_median": float(np.median(z_ratio[z_ratio > 0])) if np.any(z_ratio) else None,

@@ -19,11 +19,12 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.ledger.runs import plan_clients
+from hdp_planner.methods.registry import REGISTRY, planner
 from hdp_planner.planfile.document import load_plan, read_document, verify
 from hdp_planner_train.rules.aggregate import (
     METHOD_NAMES,
+    GroupAggregator,
     GroupSpec,
-    aggregate,
     method_spec,
     noise_source,
     round_rows,
@@ -157,7 +158,8 @@ def validate_config(cfg: TrainConfig):
             f"re-plan with --n {data.n_clients} or train with --clients {plan.config.n}"
         )
     try:
-        spec = method_spec(plan, "gdpfed+" if cfg.method in SELECTION_METHODS else cfg.method)  # selection: ε per group
+        # a selection method: each client the ε of its group in its row, as the method planning that row executes it
+        spec = method_spec(plan, cfg.method if cfg.method in METHOD_NAMES else planner(REGISTRY[cfg.method].row))
     except ValueError as exc:
         raise TrainError(f"{cfg.plan}: {exc}") from None
     try:  # a plan made from per-client budgets runs only with the clients' own groups file
@@ -210,11 +212,11 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
 
     kind = noise_kind(cfg)
     log = RunLog(diagnostics=kind == "seeded")
-    public_history: list[torch.Tensor] = []  # PFA: the public group's latest noisy sums
+    aggregator = GroupAggregator(spec)
     if state is not None:
         theta = state["theta"].to(device)
         log = RunLog.from_state(state)
-        public_history = [t.to(device) for t in state["public_history"]]
+        aggregator = GroupAggregator(spec, [t.to(device) for t in state["public_history"]])
         torch.set_rng_state(state["torch_rng"])
         if auditor is not None:
             if "clients" not in state["audit"]:
@@ -256,7 +258,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
             gen = noise_source(kind, cfg.seed, r) if spec.private else None
             observe = auditor.observe if auditor is not None else None
-            update, stats = aggregate(deltas, group_of_row, spec, gen, r, public_history, observe=observe)
+            update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe)
             if auditor is not None:
                 stats = auditor.real_stats(stats)
             withheld += stats.withheld
@@ -273,7 +275,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             if out:
                 save_checkpoint(
                     out, identity, theta, log, plan, spec,
-                    public_history=[t.cpu() for t in public_history], torch_rng=torch.get_rng_state(),
+                    public_history=[t.cpu() for t in aggregator.public_history], torch_rng=torch.get_rng_state(),
                     numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
                     audit=auditor.state() if auditor is not None else None,
                     ledger_run=account.run_id if account is not None else None,
