@@ -81,8 +81,9 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.mods import TRUST_MODELS
 
     version = require_flwr()
-    if cfg.method not in FLOWER_METHODS:
-        raise ValueError(f"--method must be one of {', '.join(FLOWER_METHODS)} on Flower, got {cfg.method!r}")
+    if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
+        names = ", ".join(key for key, m in REGISTRY.items() if m.flower)
+        raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
     if cfg.trust not in TRUST_MODELS:
         raise ValueError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {cfg.trust!r}")
     if cfg.cpus_per_client <= 0:

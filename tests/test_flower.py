@@ -409,3 +409,44 @@ def test_cli_prints_no_per_round_diagnostics_by_default(plan_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert not seen["cfg"].diagnostics and not seen["cfg"].audit
     assert "Λ planned 0.001" in res.output and "joined" not in res.output and "median round" not in res.output
+
+
+def _toy_row(plan_, options):
+    """A new client-level method: GDPFed's row (every group at the plan's q, its own σ_m) under its own name."""
+    from hdp_planner.planning.plan import derived_row
+
+    return derived_row("Toy", plan_.method("GDPFed"), plan_)
+
+
+def test_a_new_method_is_one_entry_and_trains_in_the_simulator_and_on_flower(flower_plan, monkeypatch, tmp_path):
+    """Declared once (its plan row, round rules and builder); no trainer or Flower code names it."""
+    from hdp_planner.methods.method import Method, RoundRules
+    from hdp_planner.methods.registry import REGISTRY
+    from hdp_planner_train import train
+
+    toy = Method("toy", "Toy", rules=RoundRules("plan-q"), build=_toy_row, audit=True, flower=True)
+    monkeypatch.setitem(REGISTRY, "toy", toy)
+    toy_plan = add_baselines(flower_plan, ("Toy",))
+    path = tmp_path / "toy.json"
+    save_plan(toy_plan, path)
+    result = train(path, method="toy", dataset="digits", clients=N, rounds=2, noise="seeded", seed=SEED)
+    assert result.method == "toy" and result.rounds == 2
+    assert all(0 < g.epsilon_spent <= g.epsilon_budget for g in result.epsilon_spent)
+
+    sent: dict[int, torch.Tensor] = {}
+
+    def record(msg, ctx, call_next):
+        reply = call_next(msg, ctx)
+        sent[int(reply.content[HDP]["client-id"])] = flatten(reply.content[ARRAYS])
+        return reply
+
+    strategy, arrays, flower_result = run_strategy(
+        toy_plan, "toy", client_app(mods=[record]),
+        uniform=SeededUniform(SEED, 0), noise_for=lambda rnd: SeededNoise(SEED, rnd),
+    )  # fmt: skip
+    sampled = sample_round(strategy.spec, SEED, 0)
+    ids = np.concatenate(sampled)
+    group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)])
+    deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, flatten(arrays).numel())
+    update, _ = aggregate(deltas, group_of_row, strategy.spec, SeededNoise(SEED, 0), 0, [])
+    assert torch.equal(flatten(flower_result.arrays), flatten(arrays) + update)

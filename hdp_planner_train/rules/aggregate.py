@@ -33,7 +33,7 @@ Noise measurement (two numbers per round, both per coordinate, noise n_m of grou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -46,7 +46,24 @@ from hdp_planner.planning.plan import Phase, Plan, Projection
 from hdp_planner.rules.noise import SecureRandom, clip_factor, noise_share_std, poisson_sample, secure_normal
 from hdp_planner_train.rules.secagg import SecaggSpec, group_sum, round_sources
 
-METHOD_NAMES = {key: m.row for key, m in REGISTRY.items() if m.family != "selection"}
+
+class _TrainedRows(Mapping[str, str]):
+    """A live view of the method registry: a method registered later (one module, one entry) trains at once."""
+
+    def __getitem__(self, key: str) -> str:
+        m = REGISTRY[key]
+        if m.family == "selection":
+            raise KeyError(key)
+        return m.row
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, m in REGISTRY.items() if m.family != "selection")
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+METHOD_NAMES: Mapping[str, str] = _TrainedRows()
 """``--method`` key → the plan row it trains from, for the FedAvg and personal families (the method registry; p-fedavg:
 DP-FedAvg's sampling and weights without clipping or noise)."""
 
