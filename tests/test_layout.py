@@ -24,10 +24,10 @@ LAYERS = (
     "hdp_planner.audit",  # canary statistics (empirical ε)
     "hdp_planner.report",  # sweeps and figures (matplotlib)
     "hdp_planner",  # the public API (re-exports)
-    "hdp_planner_train",  # install hint only
     "hdp_planner_train.rules",  # the round rules in torch (simulator and Flower)
     "hdp_planner_train.audit",  # canaries in a run
     "hdp_planner_train.simulator",  # data, models, engines, trainers, compare
+    "hdp_planner_train",  # the Python API (train, TrainResult) and the install hint
     "hdp_planner_flower",  # the same rounds on Flower
     "hdp_planner_cli",  # hdp-plan: parse, call, render
 )

@@ -201,13 +201,13 @@ def test_per_client_evaluation_weights_class_accuracies_by_the_clients_labels():
 
 def test_dp2_fedsam_heads_never_leave_the_clients(plan_file, tmp_path, monkeypatch):
     seen = []
-    real = personal.aggregate
+    real = personal.GroupAggregator.round
 
-    def spy(rows, *args, **kwargs):
+    def spy(self, rows, *args, **kwargs):
         seen.append(rows.shape[1])
-        return real(rows, *args, **kwargs)
+        return real(self, rows, *args, **kwargs)
 
-    monkeypatch.setattr(personal, "aggregate", spy)
+    monkeypatch.setattr(personal.GroupAggregator, "round", spy)
     m = run(_cfg(plan_file, tmp_path / "a", method="dp2-fedsam"))
     model = make_model("digits")
     mask = head_mask(model)

@@ -353,13 +353,13 @@ def test_train_bf16_records_precision_and_aggregates_float32(tmp_path, monkeypat
     path = tmp_path / "plan.json"
     save_plan(base, path)
     seen = []
-    real = trainer_mod.aggregate
+    real = trainer_mod.GroupAggregator.round
 
-    def spy(deltas, *args, **kwargs):
+    def spy(self, deltas, *args, **kwargs):
         seen.append(deltas.dtype)
-        return real(deltas, *args, **kwargs)
+        return real(self, deltas, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_mod, "aggregate", spy)
+    monkeypatch.setattr(trainer_mod.GroupAggregator, "round", spy)
     common = dict(plan=str(path), dataset="digits", eval_every=3, progress=False, noise="seeded")
     runs = {}
     for precision in ("fp32", "bf16"):

@@ -29,10 +29,8 @@ accuracies stay local (accuracies are reported by the simulation only).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -351,14 +349,13 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     from hdp_planner_train.simulator.scaffold import (
         RunLog,
         TrainError,
-        _progress,
         base_metrics,
         device_arrays,
         ledger_run,
         noise_kind,
         resume_state,
-        round_description,
         run_identity,
+        run_rounds,
         save_checkpoint,
         write_metrics,
     )
@@ -401,85 +398,87 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     shared = ~mask if personal else torch.ones_like(mask)
     client_scores: np.ndarray | None = None
     account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
-    progress = _progress(cfg.progress)
-    task = progress.add_task("training", total=rounds, completed=log.next_round)
-    with progress, contextlib.ExitStack() as stack:
-        if account is not None:
-            stack.callback(account.finish)
-        for r in range(log.next_round, rounds):
-            t0 = time.perf_counter()
-            lr = c.lr * cfg.lr_decay**r
-            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
-            ids, group_of_row = round_rows(sampled)
-            if traits.fine_tune:  # plain DP-FedAvg training, on the configured engine
-                idx = batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r)
-                idx = torch.as_tensor(idx, device=device)
-                vector_to_parameters(theta.clone(), model.parameters())
-                rows = local_deltas(
-                    engine,
-                    model,
-                    theta,
-                    x_train[idx],
-                    y_train[idx],
-                    lr=lr,
-                    momentum=momentum,
-                    chunk=cfg.chunk,
-                    precision=cfg.precision,
+
+    def step(r: int, lr: float):
+        sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
+        ids, group_of_row = round_rows(sampled)
+        if traits.fine_tune:  # plain DP-FedAvg training, on the configured engine
+            idx = batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r)
+            idx = torch.as_tensor(idx, device=device)
+            vector_to_parameters(theta.clone(), model.parameters())
+            rows = local_deltas(
+                engine,
+                model,
+                theta,
+                x_train[idx],
+                y_train[idx],
+                lr=lr,
+                momentum=momentum,
+                chunk=cfg.chunk,
+                precision=cfg.precision,
+            )
+        else:
+            steps = c.local_steps + (head_steps if personal else 0)
+            idx = torch.as_tensor(batch_indices(data.clients, ids, steps, batch, cfg.seed, r), device=device)
+            local = dict(head_steps=head_steps, lr=lr, momentum=momentum, rho=rho, mask=mask)
+            local["precision"] = cfg.precision
+            if engine == "vectorized":
+                mine = None if heads is None else heads[torch.as_tensor(ids, device=device)]
+                rows, new_heads = client_updates_vectorized(
+                    model, theta, mine, x_train[idx], y_train[idx], chunk=cfg.chunk, **local
                 )
+                if heads is not None:
+                    heads[torch.as_tensor(ids, device=device)] = new_heads  # they stay on the clients
             else:
-                steps = c.local_steps + (head_steps if personal else 0)
-                idx = torch.as_tensor(batch_indices(data.clients, ids, steps, batch, cfg.seed, r), device=device)
-                local = dict(head_steps=head_steps, lr=lr, momentum=momentum, rho=rho, mask=mask)
-                local["precision"] = cfg.precision
-                if engine == "vectorized":
-                    mine = None if heads is None else heads[torch.as_tensor(ids, device=device)]
-                    rows, new_heads = client_updates_vectorized(
-                        model, theta, mine, x_train[idx], y_train[idx], chunk=cfg.chunk, **local
-                    )
+                updates = []
+                for row, cid in enumerate(ids):
+                    delta, new_head = client_update(
+                        scratch, theta, None if heads is None else heads[cid], x_train[idx[row]],
+                        y_train[idx[row]], **local,
+                    )  # fmt: skip
                     if heads is not None:
-                        heads[torch.as_tensor(ids, device=device)] = new_heads  # they stay on the clients
-                else:
-                    updates = []
-                    for row, cid in enumerate(ids):
-                        delta, new_head = client_update(
-                            scratch, theta, None if heads is None else heads[cid], x_train[idx[row]],
-                            y_train[idx[row]], **local,
-                        )  # fmt: skip
-                        if heads is not None:
-                            heads[cid] = new_head  # stays on the client
-                        updates.append(delta)
-                    rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
-            gen = noise_source(kind, cfg.seed, r)
-            update, stats = GroupAggregator(spec).round(rows, group_of_row, gen, r)  # each group at its executed σ_m
-            if account is not None:
-                account.release(r)  # charged before the round's model exists
+                        heads[cid] = new_head  # stays on the client
+                    updates.append(delta)
+                rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
+        gen = noise_source(kind, cfg.seed, r)
+        update, stats = GroupAggregator(spec).round(rows, group_of_row, gen, r)  # each group at its executed σ_m
+
+        def apply_update() -> None:
+            nonlocal theta
             theta = theta.clone()
             theta[shared] += update
-            log.record(stats, time.perf_counter() - t0)
-            if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
-                entry: dict[str, Any] = {"round": r + 1}
-                vector_to_parameters(theta.clone(), model.parameters())
-                if traits.fine_tune:
-                    entry["global_accuracy"], entry["global_loss"] = evaluate(model, x_test, y_test)
-                if personal:
-                    client_scores, losses = evaluate_heads(model, theta, heads, x_test, y_test, dist)
-                elif traits.fine_tune:
-                    client_scores, losses = evaluate_finetuned(
-                        model, theta, x_train, y_train, x_test, y_test, data.clients, dist, steps=head_steps,
-                        batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.chunk,
-                        precision=cfg.precision,
-                    )  # fmt: skip
-                if traits.per_client_evaluation:
-                    entry["accuracy"], entry["loss"] = float(np.mean(client_scores)), float(np.mean(losses))
-                else:
-                    entry["accuracy"], entry["loss"] = evaluate(model, x_test, y_test)
-                log.history.append(entry)
-                description = round_description(plan, spec, r + 1, rounds, entry["accuracy"], entry["loss"])
-                progress.update(task, description=description)
-            progress.update(task, completed=r + 1)
-            if out and not withheld:
-                save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu(),
-                                ledger_run=account.run_id if account is not None else None)  # fmt: skip
+
+        return stats, apply_update
+
+    def evaluate_round(r: int) -> dict[str, Any]:
+        nonlocal client_scores
+        entry: dict[str, Any] = {"round": r + 1}
+        vector_to_parameters(theta.clone(), model.parameters())
+        if traits.fine_tune:
+            entry["global_accuracy"], entry["global_loss"] = evaluate(model, x_test, y_test)
+        if personal:
+            client_scores, losses = evaluate_heads(model, theta, heads, x_test, y_test, dist)
+        elif traits.fine_tune:
+            client_scores, losses = evaluate_finetuned(
+                model, theta, x_train, y_train, x_test, y_test, data.clients, dist, steps=head_steps,
+                batch=batch, lr=entry_lr(r), momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.chunk,
+                precision=cfg.precision,
+            )  # fmt: skip
+        if traits.per_client_evaluation:
+            entry["accuracy"], entry["loss"] = float(np.mean(client_scores)), float(np.mean(losses))
+        else:
+            entry["accuracy"], entry["loss"] = evaluate(model, x_test, y_test)
+        return entry
+
+    def entry_lr(r: int) -> float:
+        return c.lr * cfg.lr_decay**r
+
+    def checkpoint() -> None:
+        save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu(),
+                        ledger_run=account.run_id if account is not None else None)  # fmt: skip
+
+    run_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=evaluate_round,
+               checkpoint=checkpoint if out and not withheld else None)  # fmt: skip
 
     mn = plan.method(METHOD_NAMES[method])
     d_shared = int(shared.sum())

@@ -12,6 +12,8 @@ import csv
 import hashlib
 import io
 import math
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -316,6 +318,50 @@ def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan,
         **extra,
     }
     checkpoint.save(out, state)
+
+
+Step = Callable[[int, float], tuple[Any, Callable[[], None]]]
+"""Round r at learning rate lr: train and aggregate; returns (its statistics, the function applying its update)."""
+
+
+def run_rounds(
+    cfg: TrainConfig,
+    plan,
+    spec,
+    rounds: int,
+    log: RunLog,
+    account,
+    *,
+    step: Step,
+    evaluate: Callable[[int], dict[str, Any]],
+    checkpoint: Callable[[], None] | None = None,
+) -> None:
+    """The rounds of a run, written once for every trainer: the ledger's reservation closed however the loop ends,
+    the learning rate lr·decay^r, each round timed and logged, evaluated after every ``--eval-every`` rounds and after
+    the last (``evaluate(r)`` returns the history entry: round, accuracy, loss, …), progress, and a checkpoint after
+    every round. The ledger is charged between a round's aggregation and its update: before the round's model
+    exists (:meth:`LedgerRun.release`)."""
+    lr0 = plan.config.lr
+    progress = _progress(cfg.progress)
+    task = progress.add_task("training", total=rounds, completed=log.next_round)
+    with progress, contextlib.ExitStack() as stack:
+        if account is not None:
+            stack.callback(account.finish)
+        for r in range(log.next_round, rounds):
+            t0 = time.perf_counter()
+            stats, apply_update = step(r, lr0 * cfg.lr_decay**r)
+            if account is not None:
+                account.release(r)
+            apply_update()
+            log.record(stats, time.perf_counter() - t0)
+            if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
+                entry = evaluate(r)
+                log.history.append(entry)
+                description = round_description(plan, spec, r + 1, rounds, entry["accuracy"], entry["loss"])
+                progress.update(task, description=description)
+            progress.update(task, completed=r + 1)
+            if checkpoint is not None:
+                checkpoint()
 
 
 def round_description(plan, spec, done: int, rounds: int, acc: float, loss: float) -> str:

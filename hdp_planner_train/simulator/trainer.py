@@ -9,8 +9,6 @@ measurements and the privacy ledger (rounds run per group); it also stores torch
 
 from __future__ import annotations
 
-import contextlib
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -43,15 +41,14 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     RunLog,
     TrainConfig,
     TrainError,
-    _progress,
     base_metrics,
     device_arrays,
     ledger_run,
     noise_kind,
     privacy_ledger,
     resume_state,
-    round_description,
     run_identity,
+    run_rounds,
     save_checkpoint,
     status,
     write_metrics,
@@ -229,57 +226,57 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     c = plan.config
     account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
     withheld = 0  # secure aggregation: group sums not released this run
-    progress = _progress(cfg.progress)
-    task = progress.add_task("training", total=rounds, completed=log.next_round)
-    with progress, contextlib.ExitStack() as stack:
-        if account is not None:
-            stack.callback(account.finish)
-        for r in range(log.next_round, rounds):
-            t0 = time.perf_counter()
-            lr = c.lr * cfg.lr_decay**r
-            extra = auditor.extra if auditor is not None else None
-            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure", extra=extra)
-            if auditor is not None:
-                sampled = auditor.take(sampled, spec.offsets, spec.sizes)
-            ids, group_of_row = round_rows(sampled)
-            idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
-            deltas = local_deltas(
-                cfg.engine,
-                model,
-                theta,
-                x_train[idx],
-                y_train[idx],
-                lr=lr,
-                momentum=momentum,
-                chunk=cfg.chunk,
-                precision=cfg.precision,
-            )
-            if auditor is not None:
-                deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-            gen = noise_source(kind, cfg.seed, r) if spec.private else None
-            observe = auditor.observe if auditor is not None else None
-            update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe)
-            if auditor is not None:
-                stats = auditor.real_stats(stats)
-            withheld += stats.withheld
-            if account is not None:
-                account.release(r)  # charged before the round's model exists
+
+    def step(r: int, lr: float):
+        nonlocal withheld
+        extra = auditor.extra if auditor is not None else None
+        sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure", extra=extra)
+        if auditor is not None:
+            sampled = auditor.take(sampled, spec.offsets, spec.sizes)
+        ids, group_of_row = round_rows(sampled)
+        idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
+        deltas = local_deltas(
+            cfg.engine,
+            model,
+            theta,
+            x_train[idx],
+            y_train[idx],
+            lr=lr,
+            momentum=momentum,
+            chunk=cfg.chunk,
+            precision=cfg.precision,
+        )
+        if auditor is not None:
+            deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
+        gen = noise_source(kind, cfg.seed, r) if spec.private else None
+        observe = auditor.observe if auditor is not None else None
+        update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe)
+        if auditor is not None:
+            stats = auditor.real_stats(stats)
+        withheld += stats.withheld
+
+        def apply_update() -> None:
+            nonlocal theta
             theta = theta + update
             vector_to_parameters(theta.clone(), model.parameters())
-            log.record(stats, time.perf_counter() - t0)
-            if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
-                acc, loss = evaluate(model, x_test, y_test)
-                log.history.append({"round": r + 1, "accuracy": acc, "loss": loss})
-                progress.update(task, description=round_description(plan, spec, r + 1, rounds, acc, loss))
-            progress.update(task, completed=r + 1)
-            if out:
-                save_checkpoint(
-                    out, identity, theta, log, plan, spec,
-                    public_history=[t.cpu() for t in aggregator.public_history], torch_rng=torch.get_rng_state(),
-                    numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
-                    audit=auditor.state() if auditor is not None else None,
-                    ledger_run=account.run_id if account is not None else None,
-                )  # fmt: skip
+
+        return stats, apply_update
+
+    def evaluate_round(r: int) -> dict[str, Any]:
+        acc, loss = evaluate(model, x_test, y_test)
+        return {"round": r + 1, "accuracy": acc, "loss": loss}
+
+    def checkpoint() -> None:
+        save_checkpoint(
+            out, identity, theta, log, plan, spec,
+            public_history=[t.cpu() for t in aggregator.public_history], torch_rng=torch.get_rng_state(),
+            numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
+            audit=auditor.state() if auditor is not None else None,
+            ledger_run=account.run_id if account is not None else None,
+        )  # fmt: skip
+
+    run_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=evaluate_round,
+               checkpoint=checkpoint if out else None)  # fmt: skip
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
     if spec.secagg is not None:
