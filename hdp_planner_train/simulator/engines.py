@@ -237,6 +237,32 @@ def local_deltas(engine: str, *args, **kwargs) -> torch.Tensor:
     raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
+def clients_deltas(
+    engine: str,
+    model: nn.Module,
+    theta: torch.Tensor,
+    clients: list[np.ndarray],
+    ids: np.ndarray,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    *,
+    steps: int,
+    batch: int,
+    seed: int,
+    rnd: int,
+    lr: float,
+    momentum: float,
+    chunk: int | None,
+    precision: str,
+) -> torch.Tensor:
+    """(K, d) updates Δ_i of the sampled clients ``ids`` after ``steps`` local SGD steps from θ, each on batches of
+    its own data drawn for round ``rnd`` (GDPFed Algorithm 2, lines 4-8)."""
+    idx = torch.as_tensor(batch_indices(clients, ids, steps, batch, seed, rnd), device=theta.device)
+    return local_deltas(
+        engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=chunk, precision=precision
+    )
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> tuple[float, float]:
     """(accuracy %, mean cross-entropy) on a test set."""

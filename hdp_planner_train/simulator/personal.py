@@ -43,7 +43,14 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.methods.registry import REGISTRY, keys
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupAggregator, noise_source, round_rows, sample_round
-from hdp_planner_train.simulator.engines import autocast, batch_indices, evaluate, local_deltas, vectorized_train, widen
+from hdp_planner_train.simulator.engines import (
+    autocast,
+    batch_indices,
+    clients_deltas,
+    evaluate,
+    vectorized_train,
+    widen,
+)
 from hdp_planner_train.simulator.models import head_module_name, make_model, split_head
 
 PERSONAL_METHODS = keys("personal")
@@ -403,20 +410,11 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
         ids, group_of_row = round_rows(sampled)
         if traits.fine_tune:  # plain DP-FedAvg training, on the configured engine
-            idx = batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r)
-            idx = torch.as_tensor(idx, device=device)
             vector_to_parameters(theta.clone(), model.parameters())
-            rows = local_deltas(
-                engine,
-                model,
-                theta,
-                x_train[idx],
-                y_train[idx],
-                lr=lr,
-                momentum=momentum,
-                chunk=cfg.chunk,
-                precision=cfg.precision,
-            )
+            rows = clients_deltas(
+                engine, model, theta, data.clients, ids, x_train, y_train, steps=c.local_steps, batch=batch,
+                seed=cfg.seed, rnd=r, lr=lr, momentum=momentum, chunk=cfg.chunk, precision=cfg.precision,
+            )  # fmt: skip
         else:
             steps = c.local_steps + (head_steps if personal else 0)
             idx = torch.as_tensor(batch_indices(data.clients, ids, steps, batch, cfg.seed, r), device=device)

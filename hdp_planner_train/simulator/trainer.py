@@ -30,7 +30,12 @@ from hdp_planner_train.rules.aggregate import (
 )
 from hdp_planner_train.rules.secagg import planned_groups
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
-from hdp_planner_train.simulator.engines import ENGINES, PRECISIONS, batch_indices, evaluate, local_deltas
+from hdp_planner_train.simulator.engines import (
+    ENGINES,
+    PRECISIONS,
+    clients_deltas,
+    evaluate,
+)
 from hdp_planner_train.simulator.models import MODELS, make_model, model_dim, model_name
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
@@ -234,18 +239,10 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         if auditor is not None:
             sampled = auditor.take(sampled, spec.offsets, spec.sizes)
         ids, group_of_row = round_rows(sampled)
-        idx = torch.as_tensor(batch_indices(data.clients, ids, c.local_steps, batch, cfg.seed, r), device=device)
-        deltas = local_deltas(
-            cfg.engine,
-            model,
-            theta,
-            x_train[idx],
-            y_train[idx],
-            lr=lr,
-            momentum=momentum,
-            chunk=cfg.chunk,
-            precision=cfg.precision,
-        )
+        deltas = clients_deltas(
+            cfg.engine, model, theta, data.clients, ids, x_train, y_train, steps=c.local_steps, batch=batch,
+            seed=cfg.seed, rnd=r, lr=lr, momentum=momentum, chunk=cfg.chunk, precision=cfg.precision,
+        )  # fmt: skip
         if auditor is not None:
             deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
         gen = noise_source(kind, cfg.seed, r) if spec.private else None
