@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from hdp_planner.methods.method import SelectionTraits
 from hdp_planner.methods.registry import REGISTRY, keys
 from hdp_planner.methods.selection import PRIVACY_MODEL, SelectionProblem, record_noise_multiplier, solve_selection
 from hdp_planner.rules.noise import SecureRandom
-from hdp_planner_train.rules.aggregate import NoiseSource, clip_rows, noise_source, round_seed
+from hdp_planner_train.rules.aggregate import NoiseSource, RoundStats, clip_rows, noise_source, round_seed
 from hdp_planner_train.simulator.engines import evaluate, unflatten
 
 SELECTION_METHODS = keys("selection")
@@ -311,10 +310,11 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     from hdp_planner_train.simulator.scaffold import (
         SECURE_NOTE,
         SEEDED_NOTE,
+        RunLog,
         TrainError,
-        _progress,
         device_arrays,
         noise_kind,
+        run_rounds,
         write_metrics,
     )
 
@@ -351,44 +351,50 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     sigma = privacy.sigma(c.clip)
     coef2 = float(np.sum(noise_coefficients(c.local_steps, momentum) ** 2))
     participations = np.zeros(n, dtype=np.int64)
-    history, seconds, lam_measured, lam_planned, selected_log = [], [], [], [], []
-    progress = _progress(cfg.progress)
-    task = progress.add_task("training", total=rounds)
-    with progress:
-        for r in range(rounds):
-            t0 = time.perf_counter()
-            lr = c.lr * cfg.lr_decay**r
-            if chosen is None:
-                losses = client_losses(model, theta, x_train, y_train, data.clients, cand[r])
-                ids = power_of_choice(losses, cand[r], per_round)
-            else:
-                ids = chosen[r]
-            rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 1))
-            gen = noise_source(kind, cfg.seed, r)
-            total = torch.zeros_like(theta)
-            noise_total = torch.zeros_like(theta)
-            for k in ids:
-                k = int(k)
-                own = torch.as_tensor(data.clients[k], device=device)
-                batches = poisson_batches(rng, len(own), float(privacy.rates[k]), c.local_steps)
-                delta, noise = dp_sgd_client(
-                    grad_fn, theta, x_train[own], y_train[own], batches, c.clip, float(privacy.multiplier[k]),
-                    float(privacy.rates[k] * privacy.sizes[k]), lr, momentum, gen,
-                )  # fmt: skip
-                total += delta
-                noise_total += noise
-            participations += np.bincount(ids, minlength=n)
+    lam_planned, selected_log = [], []
+    log = RunLog(diagnostics=kind == "seeded")  # per-round noise and times: simulations only
+
+    def step(r: int, lr: float):
+        if chosen is None:
+            losses = client_losses(model, theta, x_train, y_train, data.clients, cand[r])
+            ids = power_of_choice(losses, cand[r], per_round)
+        else:
+            ids = chosen[r]
+        rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 1))
+        gen = noise_source(kind, cfg.seed, r)
+        total = torch.zeros_like(theta)
+        noise_total = torch.zeros_like(theta)
+        for k in ids:
+            k = int(k)
+            own = torch.as_tensor(data.clients[k], device=device)
+            batches = poisson_batches(rng, len(own), float(privacy.rates[k]), c.local_steps)
+            delta, noise = dp_sgd_client(
+                grad_fn, theta, x_train[own], y_train[own], batches, c.clip, float(privacy.multiplier[k]),
+                float(privacy.rates[k] * privacy.sizes[k]), lr, momentum, gen,
+            )  # fmt: skip
+            total += delta
+            noise_total += noise
+        participations[:] += np.bincount(ids, minlength=n)
+        measured = float(torch.sum((noise_total / len(ids)).double() ** 2)) / theta.numel()
+        lam_planned.append(lr**2 * coef2 * float(np.sum(sigma[ids] ** 2)) / len(ids) ** 2)
+        selected_log.append(ids.tolist())
+
+        def apply_update() -> None:
+            nonlocal theta
             theta = theta + total / len(ids)
             vector_to_parameters(theta.clone(), model.parameters())
-            seconds.append(time.perf_counter() - t0)
-            lam_measured.append(float(torch.sum((noise_total / len(ids)).double() ** 2)) / theta.numel())
-            lam_planned.append(lr**2 * coef2 * float(np.sum(sigma[ids] ** 2)) / len(ids) ** 2)
-            selected_log.append(ids.tolist())
-            if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
-                acc, loss = evaluate(model, x_test, y_test)
-                history.append({"round": r + 1, "accuracy": acc, "loss": loss})
-                progress.update(task, description=f"round {r + 1}/{rounds} acc {acc:.2f}% loss {loss:.3f}")
-            progress.update(task, completed=r + 1)
+
+        return RoundStats([len(ids)], 0, measured, measured), apply_update
+
+    def evaluate_round(r: int) -> dict[str, Any]:
+        acc, loss = evaluate(model, x_test, y_test)
+        return {"round": r + 1, "accuracy": acc, "loss": loss}
+
+    def describe(done: int, entry: dict[str, Any]) -> str:
+        return f"round {done}/{rounds} acc {entry['accuracy']:.2f}% loss {entry['loss']:.3f}"
+
+    run_rounds(cfg, plan, None, rounds, log, None, step=step, evaluate=evaluate_round, describe=describe)
+    history = log.history
 
     spent = check_budgets(privacy, participations * c.local_steps, float(c.delta), rule)
     metrics = selection_metrics(cfg, plan, data, problem, solution, p, privacy, participations, spent)
@@ -419,9 +425,9 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     if kind == "seeded":  # simulation diagnostics: the noise actually drawn and the round times
         metrics.update(
             {
-                "noise_lambda_measured": float(np.mean(lam_measured)),
-                "round_seconds": seconds,
-                "round_seconds_median": float(np.median(seconds)),
+                "noise_lambda_measured": float(np.mean(log.lambda_measured)),
+                "round_seconds": log.round_seconds,
+                "round_seconds_median": float(np.median(log.round_seconds)),
             }
         )
     if out:

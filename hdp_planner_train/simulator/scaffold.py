@@ -335,12 +335,13 @@ def run_rounds(
     step: Step,
     evaluate: Callable[[int], dict[str, Any]],
     checkpoint: Callable[[], None] | None = None,
+    describe: Callable[[int, dict[str, Any]], str] | None = None,
 ) -> None:
     """The rounds of a run, written once for every trainer: the ledger's reservation closed however the loop ends,
     the learning rate lr·decay^r, each round timed and logged, evaluated after every ``--eval-every`` rounds and after
-    the last (``evaluate(r)`` returns the history entry: round, accuracy, loss, …), progress, and a checkpoint after
-    every round. The ledger is charged between a round's aggregation and its update: before the round's model
-    exists (:meth:`LedgerRun.release`)."""
+    the last (``evaluate(r)`` returns the history entry: round, accuracy, loss, …), progress (``describe(done,
+    entry)``, by default the ε each group has spent), and a checkpoint after every round. The ledger is charged
+    between a round's aggregation and its update, before the round's model exists (:meth:`LedgerRun.release`)."""
     lr0 = plan.config.lr
     progress = _progress(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
@@ -357,7 +358,10 @@ def run_rounds(
             if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
                 entry = evaluate(r)
                 log.history.append(entry)
-                description = round_description(plan, spec, r + 1, rounds, entry["accuracy"], entry["loss"])
+                if describe is None:
+                    description = round_description(plan, spec, r + 1, rounds, entry["accuracy"], entry["loss"])
+                else:
+                    description = describe(r + 1, entry)
                 progress.update(task, description=description)
             progress.update(task, completed=r + 1)
             if checkpoint is not None:
