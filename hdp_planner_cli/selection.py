@@ -111,7 +111,7 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
 
 
 def save_selection_figure(problem: SelectionProblem, p: tuple[float, ...], path: str) -> Path:
-    """003 Fig. 3: each client at (dataset size, ε), coloured by its selection probability; Problem 1's p
+    """Fig. 3 (selection paper): each client at (dataset size, ε), coloured by its selection probability; Problem 1's p
     beside the unbiased p^u on one colour scale (red: rarely, blue: often selected)."""
     from hdp_planner.report.plots import pyplot, save_figure
 
@@ -146,7 +146,7 @@ def render_selection(ids: list[str], sol: SelectionSolution, noise: ClientNoise,
     paper, exact = noise.report.paper, noise.report.exact
     table = Table(
         box=box.SIMPLE_HEAD,
-        title=f"Privacy-aware selection (003 Problem 1): {pr.count} clients, η={pr.eta:g}, K={pr.clients_per_round}, "
+        title=f"Privacy-aware selection (Problem 1): {pr.count} clients, η={pr.eta:g}, K={pr.clients_per_round}, "
         f"T^g={pr.rounds}, T^l={pr.local_steps}, δ={pr.delta:g}, C={pr.clip:g}",
     )
     columns = ["client", "ε_k", "|M_k|", "r_k", "p^u_k", "p_k", "p/p^u", "T_k"]
@@ -235,7 +235,9 @@ def select_cmd(
     output: Annotated[
         str | None, typer.Option("--output", "-o", help="Write per-client p and σ to this .csv or .json file.")
     ] = None,
-    plot: Annotated[str | None, typer.Option("--plot", help="Scatter like 003 Fig. 3 (.png/.svg/.pdf).")] = None,
+    plot: Annotated[
+        str | None, typer.Option("--plot", help="Scatter like Fig. 3 of the paper (.png/.svg/.pdf).")
+    ] = None,
 ) -> None:
     """Privacy-aware client selection: Problem 1's probabilities p (cvxpy) and each client's σ_k,
     calibrated for a high-probability bound T_k on its draws with replacement. Each client's data size |M_k| is

@@ -81,11 +81,11 @@ def train(
     ] = None,
     iid_share: Annotated[
         float | None,
-        typer.Option("--iid-share", help="Paper 003's non-IID mix: share s in [0, 1] IID, the rest label-sorted."),
+        typer.Option("--iid-share", help="The selection paper's mix: share s in [0, 1] IID, the rest label-sorted."),
     ] = None,
     noise_rule: Annotated[
         str | None,
-        typer.Option("--noise-rule", help="Selection methods: paper (003 eqs. 6-7) | exact (RDP) [paper]."),
+        typer.Option("--noise-rule", help="Selection methods: paper (its eqs. 6-7) | exact (RDP) [paper]."),
     ] = None,
     eta: Annotated[float | None, typer.Option("--eta", help="privacy-aware: Problem 1's weight η [1e5].")] = None,
     per_round: Annotated[

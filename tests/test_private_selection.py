@@ -1,4 +1,4 @@
-"""Paper 003's privacy-aware client selection in the trainer (hdp_planner_train.simulator.private_selection) and the
+"""Privacy-aware client selection in the trainer (hdp_planner_train.simulator.private_selection) and the
 non-IID mix partition: selection probabilities, sampling with replacement, record-level DP-SGD, metrics."""
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def test_optimum_satisfies_kkt_full_participation_and_matches_an_independent_sol
     np.testing.assert_allclose(p, ref, rtol=0, atol=1e-5 * ref.max())  # the interior point stops ~5e-8 from kinks
     assert sol.objective <= problem.objective(ref) * (1 + 1e-7)
     assert sol.objective < sol.unbiased_objective  # η = 1e5 is far above η*: selection moves away from p^u
-    # larger budgets and larger datasets are selected more often (003 Fig. 3)
+    # larger budgets and larger datasets are selected more often (the selection paper's Fig. 3)
     strict, loose = np.asarray(problem.epsilon) < 2, np.asarray(problem.epsilon) > 5
     assert p[loose].min() > np.median(p[strict])
     assert np.corrcoef(np.asarray(problem.num_samples)[loose], p[loose])[0, 1] > 0.9

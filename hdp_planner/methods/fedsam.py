@@ -1,11 +1,11 @@
 """DP²-FedSAM's noise (the DP²-FedSAM paper): **client-level (ε, δ)-DP with one ε for every client**.
 
-Neighbouring datasets add or remove all records of one client (002, Definition 1). Each round samples clients
+Neighbouring datasets add or remove all records of one client (Definition 1). Each round samples clients
 at rate r, every sampled client clips its update to C and adds N(0, C²σ²/(rN)) so that the sum over the rN
 sampled clients carries N(0, C²σ²) at sensitivity C (Algorithm 2, Lemma 6): σ is the noise multiplier of a
 subsampled Gaussian mechanism composed over T rounds.
 
-- **Closed form** (002, Theorem 2, eq. 26): σ² ≥ 7r²T(ε + 2 log(1/δ))/ε², derived from Lemma 4's RDP bound
+- **Closed form** (Theorem 2, eq. 26): σ² ≥ 7r²T(ε + 2 log(1/δ))/ε², derived from Lemma 4's RDP bound
   3.5r²α/σ², which Lemma 4 states only for σ² ≥ 0.7 and α ≤ 1 + (2/3)σ² log(1/(rα(1 + σ²))), at
   α = 1 + 2 log(1/δ)/ε, and for ε < 2 log(1/δ). It is GDPFed Theorem 1's bound
   (:func:`hdp_planner.accounting.calibration.closed_form_sigma2`).
@@ -13,7 +13,7 @@ subsampled Gaussian mechanism composed over T rounds.
   add/remove-one-client neighbours, T rounds. The paper samples a fixed number rN of clients without
   replacement (Algorithm 2, line 2); the exact σ holds for Poisson sampling, which a trainer must use.
 
-Paper settings (002, Section 5.1): r = 0.05, T = 200, δ = 1/N, N = 500 (FEMNIST, CIFAR-10 (500, 5)) or
+The paper's settings (Section 5.1): r = 0.05, T = 200, δ = 1/N, N = 500 (FEMNIST, CIFAR-10 (500, 5)) or
 1000 (CIFAR-10), ε ∈ {1, 2} (Tables 2-3).
 """
 

@@ -1,7 +1,7 @@
 """Privacy-aware client selection under heterogeneous record-level budgets (the selection paper, Xu, Zhang and Huang,
 "Tackling privacy heterogeneity in differentially private federated learning").
 
-**Privacy model: record-level (ε_k, δ)-DP for each client k on its own data** (003, Definition 1): every selected
+**Privacy model: record-level (ε_k, δ)-DP for each client k on its own data** (Definition 1): every selected
 client runs DP-SGD locally (Algorithm 1, lines 12-17: sample a batch, clip each example's gradient to C,
 average, add N(0, σ_k²I)). Clients are selected *with replacement*, N^select = K per round with probabilities
 p (Section III-C 2); a client drawn twice in a round trains twice, as two virtual clients with independent
@@ -103,7 +103,7 @@ def _check_positive(name: str, value: float) -> None:
 
 @dataclass(frozen=True)
 class SelectionProblem:
-    """The inputs of 003's Problem 1 and noise rule. Defaults are the paper's where it states them: δ = 10⁻⁵,
+    """The inputs of the paper's Problem 1 and noise rule. Defaults are the paper's where it states them: δ = 10⁻⁵,
     K = N^select = 10 clients per round (Section VI-C), r = 0.1 for every client (Fig. 3; ``batch_size`` B gives
     r_k = min(1, B/|M_k|) instead, B = 128 in Tables III-IV). The paper states neither T^g, T^l, C nor η; ours
     are T^g = 100, T^l = 5, C = 1 and η = 10⁵ (about 200 η* on ``examples/clients.csv``, where p/p^u then spans

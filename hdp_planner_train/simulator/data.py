@@ -314,7 +314,7 @@ def pathological_partition(
 def mixed_split(
     labels: np.ndarray, n_clients: int, iid_share: float, rng: np.random.Generator, shards_per_client: int = 2
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Paper 003's non-IID mix (§VI-A, after McMahan et al. 2017): a share ``iid_share`` (s/100) of the training set,
+    """The selection paper's non-IID mix (§VI-A, after McMahan et al. 2017): a share ``iid_share`` (s/100) of the data,
     drawn at random, is dealt IID in equal parts; the rest is sorted by label, cut into ``shards_per_client``·N
     near-equal contiguous shards, and every client gets that many shards at random. Returns (IID part, label-sorted
     part) of every client's indices; every sample is used exactly once."""

@@ -1,4 +1,4 @@
-"""Paper 003's privacy-aware client selection in the trainer, with its two baselines (``hdp-plan train --method``).
+"""Privacy-aware client selection in the trainer, with its paper's two baselines (``hdp-plan train --method``).
 
 **Privacy model**: record-level (ε_k, δ)-DP for every client k on its own examples (add/remove one example), the
 model of :mod:`hdp_planner.methods.selection`. Each client takes the ε of its plan group (clients join the plan's
