@@ -145,7 +145,7 @@ def bench_sigma_rdp(settings, repeat: int, rounds_ref: int) -> list[float]:
             lambda eps=eps, delta=delta, q=q, rounds=rounds: dpa.calibrate_dp_mechanism(
                 RdpAccountant, lambda s: dp_event(s, q, rounds), eps, delta
             ),
-            functools.partial(calibrate_sigma_rdp, eps, delta, q, rounds),
+            functools.partial(calibrate_sigma_rdp, epsilon=eps, delta=delta, q=q, rounds=rounds),
             rounds_ref,
             repeat,
         )
@@ -175,7 +175,7 @@ def bench_q_rdp(settings, repeat: int, rounds_ref: int) -> list[float]:
                 bracket_interval=ExplicitBracketInterval(1e-12, 1.0),
                 tol=1e-9,
             ),
-            functools.partial(calibrate_q_rdp, eps, delta, sigma, rounds),
+            functools.partial(calibrate_q_rdp, epsilon=eps, delta=delta, noise_multiplier=sigma, rounds=rounds),
             rounds_ref,
             repeat,
         )

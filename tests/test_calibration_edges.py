@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hdp_planner import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
 from hdp_planner.accounting.calibration import GaussianRounds as Rounds
 from hdp_planner.accounting.calibration import dp_event, reference_kl_refuted
-from hdp_planner.accounting.pld import discretization, never_sampled_bound, pld_epsilon
+from hdp_planner.accounting.pld import discretization, grid_interval, never_sampled_bound, pld_epsilon
 from hdp_planner.accounting.rdp import SIGMA_MIN, calibrate_sigma_rdp, kl_certifies_zero, low_order_rdp_bounds
 
 
@@ -313,12 +313,25 @@ def test_time_adaptive_schedule_crosses_the_kl_branch():
 
 @pytest.mark.slow
 def test_pld_with_huge_grids_stays_bounded():
-    """ε = 0.0039, δ = 1.4e-10, q = 4.6e-7, T = 83,888: the root (σ ≈ 0.7) needs per-round grids of ~10⁶ points
-    composed 83,888 times (minutes each); those report ε = ∞, so the answer is a larger σ, found in seconds, still
-    far below RDP's (9.3e5, in its KL corner)."""
+    """ε = 0.0039, δ = 1.4e-10, q = 4.6e-7, T = 83,888: the root (σ ≈ 0.7) needs per-round grids of ~10⁶ points at the
+    fine interval, composed 83,888 times (minutes each); there the grid is built on a coarser interval that fits the
+    limit (a valid, looser bound), found in seconds, far below RDP's σ (6.9e5, in its KL corner)."""
     eps, delta, q, rounds = 0.003930732937190243, 1.442061786546179e-10, 4.622704949059539e-07, 83888
     t = time.perf_counter()
     sigma = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld")
     assert time.perf_counter() - t < 60
-    assert 0.6 < sigma < 2.0
-    assert pld_eps(sigma, q, rounds, delta, discretization(eps, delta, rounds)) <= eps
+    assert 0.69 < sigma < 0.72
+    v = grid_interval(sigma, q, rounds, discretization(eps, delta, rounds))
+    assert v is not None and v > discretization(eps, delta, rounds)  # coarser than the fine interval
+    assert pld_eps(sigma, q, rounds, delta, v) <= eps  # dp-accounting's own PLD on that grid
+
+
+def test_a_grid_too_fine_for_the_limit_is_built_coarser():
+    from hdp_planner.accounting.pld import COARSER_STEPS, MAX_POINTS, MAX_WORK
+
+    v = discretization(0.0039, 1.4e-10, 83888)
+    assert grid_interval(2.0, 4.6e-7, 83888, v) == v  # fits: the fine interval itself
+    coarser = grid_interval(0.71, 4.6e-7, 83888, v)
+    assert coarser is not None and v < coarser <= v * 2**COARSER_STEPS
+    assert grid_interval(0.05, 0.5, 83888, 1e-9) is None  # beyond every allowed interval: ε is reported as ∞
+    assert min(MAX_POINTS, MAX_WORK / 83888**0.5) < 1e5

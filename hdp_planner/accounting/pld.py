@@ -51,6 +51,7 @@ __all__ = [
 
 DEFAULT_VALUE_DISCRETIZATION = 1e-4  # dp-accounting PLDAccountant's default
 MAX_POINTS = 4_000_000  # one round's PLD on more grid points than this is not built (ε reported as inf),
+COARSER_STEPS = 10  # where a round's grid is too large, intervals up to 2^10 times coarser are tried before inf
 MAX_WORK = 20_000_000  # nor on more than this / √T (composing T rounds costs about that much more; the paper's
 # settings need < 1.5e6)
 _COARSE = 2e-3  # discretizations of the root search and of the Richardson extrapolation for the default 1e-4
@@ -108,7 +109,32 @@ def _loss_class() -> type:
     return _GaussianLoss
 
 
-def _pld(noise_multiplier: float, q: float, discretization: float, max_points: float):
+def _points(noise_multiplier: float, q: float, discretization: float) -> int:
+    """Grid points of one round's distribution at this interval (the larger of its two adjacencies)."""
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
+
+    most = 0
+    for adjacency in (AdjacencyType.REMOVE,) if q == 1.0 else (AdjacencyType.REMOVE, AdjacencyType.ADD):
+        bounds = _loss_class()(noise_multiplier, sampling_prob=q, adjacency_type=adjacency).connect_dots_bounds()
+        most = max(
+            most, math.ceil(bounds.epsilon_upper / discretization) - math.floor(bounds.epsilon_lower / discretization)
+        )
+    return most
+
+
+def grid_interval(noise_multiplier: float, q: float, rounds: int, discretization: float) -> float | None:
+    """The interval one round's distribution is built on: ``discretization``, or where that grid would have more than
+    min(MAX_POINTS, MAX_WORK/√T) points, the first of 2v, 4v, … (at most 2^COARSER_STEPS·v) within the limit; None if
+    none is. Pessimistic connect-the-dots bounds ε at every interval, so a coarser grid is a valid, looser bound."""
+    limit = min(MAX_POINTS, MAX_WORK / math.sqrt(rounds))
+    for step in range(COARSER_STEPS + 1):
+        v = discretization * 2.0**step
+        if _points(noise_multiplier, q, v) < limit:
+            return v
+    return None
+
+
+def _pld(noise_multiplier: float, q: float, discretization: float):
     """One round's privacy loss distribution, as ``from_gaussian_mechanism(σ, sampling_prob=q,
     value_discretization_interval=v)`` builds it (pessimistic connect-the-dots, mass truncation e^-50)."""
     from dp_accounting.pld import pld_pmf
@@ -120,8 +146,6 @@ def _pld(noise_multiplier: float, q: float, discretization: float, max_points: f
         bounds = loss.connect_dots_bounds()
         lower = math.floor(bounds.epsilon_lower / discretization)
         upper = math.ceil(bounds.epsilon_upper / discretization)
-        if upper - lower >= max_points:
-            raise _GridTooLarge
         deltas = loss.get_delta_for_epsilon(np.arange(lower, upper + 1) * discretization)
         return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(discretization, lower, upper, deltas)
 
@@ -129,23 +153,17 @@ def _pld(noise_multiplier: float, q: float, discretization: float, max_points: f
     return PrivacyLossDistribution(remove) if q == 1.0 else PrivacyLossDistribution(remove, pmf(AdjacencyType.ADD))
 
 
-class _GridTooLarge(Exception):
-    """One round's PLD would have more grid points than allowed."""
-
-
 @lru_cache(maxsize=256)
 def _pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, discretization: float) -> float:
-    """ε of ``rounds`` rounds at ``delta``, composed as ``PLDAccountant`` does (from the identity); inf where one
-    round's PLD would exceed min(MAX_POINTS, MAX_WORK/√T) grid points (bounded memory and time; inf is a valid,
-    uninformative bound)."""
+    """ε of ``rounds`` rounds at ``delta``, composed as ``PLDAccountant`` does (from the identity), on the grid of
+    :func:`grid_interval` (bounded memory and time); inf where no interval fits (a valid, uninformative bound)."""
     from dp_accounting.pld import privacy_loss_distribution
 
-    try:
-        single = _pld(noise_multiplier, q, discretization, min(MAX_POINTS, MAX_WORK / math.sqrt(rounds)))
-        single = single.self_compose(rounds)
-    except _GridTooLarge:
+    v = grid_interval(noise_multiplier, q, rounds, discretization)
+    if v is None:
         return math.inf
-    composed = privacy_loss_distribution.identity(value_discretization_interval=discretization).compose(single)
+    single = _pld(noise_multiplier, q, v).self_compose(rounds)
+    composed = privacy_loss_distribution.identity(value_discretization_interval=v).compose(single)
     return float(composed.get_epsilon_for_delta(delta))
 
 
