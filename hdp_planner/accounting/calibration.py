@@ -79,9 +79,10 @@ def dp_event(noise_multiplier: float, q: float, rounds: int):
 def epsilon_spent(event: GaussianRounds, *, delta: float, accountant: Accountant = "rdp") -> float:
     """ε of ``event`` at ``delta`` (a rule's σ measured by its spending accountant); 0 where 1 − (1 − q)^T ≤ δ: the
     mechanism is then (0, δ)-DP whatever σ (:func:`rdp.never_sampled_bound`)."""
-    acc = get_accountant(accountant)
-    q = np.array([min(event.q, 1.0)])
-    return float(acc.epsilons(np.array([event.noise_multiplier]), q, rounds=event.rounds, delta=check_delta(delta))[0])
+    spent = epsilons_spent(
+        noise_multipliers=[event.noise_multiplier], q=[event.q], rounds=event.rounds, delta=delta, accountant=accountant
+    )
+    return float(spent[0])
 
 
 def calibrate_sigma(*, epsilon: float, delta: float, q: float, rounds: int, accountant: Accountant = "rdp") -> float:
@@ -135,10 +136,10 @@ class CalibrationMemo:
                 self.clear()
             acc = get_accountant(accountant)
             eps, qs = check_groups([k[0] for k in missing], [k[2] for k in missing])
-            # the ε each σ spends where the calibration measured it (a rule's σ is measured at whatever σ is used)
-            sigma, spent = acc.calibrate_sigmas(
-                epsilons=eps, delta=check_delta(delta), q=qs, rounds=check_rounds(rounds)
-            )
+            delta, rounds = check_delta(delta), check_rounds(rounds)
+            sigma, spent = acc.calibrate_sigmas(epsilons=eps, delta=delta, q=qs, rounds=rounds)
+            if spent is None and not acc.rule:  # measured now; a rule's σ is measured at whatever σ is used
+                spent = acc.epsilons(sigma, qs, rounds=rounds, delta=delta)
             self._sigma.update(zip(missing, sigma.tolist()))
             if spent is not None:
                 self._spent.update(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -109,48 +110,51 @@ def _loss_class() -> type:
     return _GaussianLoss
 
 
-def _points(noise_multiplier: float, q: float, discretization: float) -> int:
-    """Grid points of one round's distribution at this interval (the larger of its two adjacencies)."""
+def _losses(noise_multiplier: float, q: float) -> list[tuple[Any, Any]]:
+    """One round's privacy losses, REMOVE then (where q < 1) ADD adjacency, each with its connect-the-dots bounds
+    (they do not depend on the interval)."""
     from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
 
-    most = 0
+    out = []
     for adjacency in (AdjacencyType.REMOVE,) if q == 1.0 else (AdjacencyType.REMOVE, AdjacencyType.ADD):
-        bounds = _loss_class()(noise_multiplier, sampling_prob=q, adjacency_type=adjacency).connect_dots_bounds()
-        most = max(
-            most, math.ceil(bounds.epsilon_upper / discretization) - math.floor(bounds.epsilon_lower / discretization)
-        )
-    return most
+        loss = _loss_class()(noise_multiplier, sampling_prob=q, adjacency_type=adjacency)
+        out.append((loss, loss.connect_dots_bounds()))
+    return out
+
+
+def _extent(bounds, discretization: float) -> tuple[int, int]:
+    """The first and last grid index of the loss range at this interval."""
+    return math.floor(bounds.epsilon_lower / discretization), math.ceil(bounds.epsilon_upper / discretization)
+
+
+def _fitting_interval(losses: list[tuple[Any, Any]], rounds: int, discretization: float) -> float | None:
+    limit = min(MAX_POINTS, MAX_WORK / math.sqrt(rounds))
+    for step in range(COARSER_STEPS + 1):
+        v = discretization * 2.0**step
+        if max(upper - lower for lower, upper in (_extent(bounds, v) for _, bounds in losses)) < limit:
+            return v
+    return None
 
 
 def grid_interval(noise_multiplier: float, q: float, rounds: int, discretization: float) -> float | None:
     """The interval one round's distribution is built on: ``discretization``, or where that grid would have more than
     min(MAX_POINTS, MAX_WORK/√T) points, the first of 2v, 4v, … (at most 2^COARSER_STEPS·v) within the limit; None if
     none is. Pessimistic connect-the-dots bounds ε at every interval, so a coarser grid is a valid, looser bound."""
-    limit = min(MAX_POINTS, MAX_WORK / math.sqrt(rounds))
-    for step in range(COARSER_STEPS + 1):
-        v = discretization * 2.0**step
-        if _points(noise_multiplier, q, v) < limit:
-            return v
-    return None
+    return _fitting_interval(_losses(noise_multiplier, q), rounds, discretization)
 
 
-def _pld(noise_multiplier: float, q: float, discretization: float):
+def _pld(losses: list[tuple[Any, Any]], discretization: float):
     """One round's privacy loss distribution, as ``from_gaussian_mechanism(σ, sampling_prob=q,
     value_discretization_interval=v)`` builds it (pessimistic connect-the-dots, mass truncation e^-50)."""
     from dp_accounting.pld import pld_pmf
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
-    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
 
-    def pmf(adjacency):
-        loss = _loss_class()(noise_multiplier, sampling_prob=q, adjacency_type=adjacency)
-        bounds = loss.connect_dots_bounds()
-        lower = math.floor(bounds.epsilon_lower / discretization)
-        upper = math.ceil(bounds.epsilon_upper / discretization)
+    def pmf(loss, bounds):
+        lower, upper = _extent(bounds, discretization)
         deltas = loss.get_delta_for_epsilon(np.arange(lower, upper + 1) * discretization)
         return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(discretization, lower, upper, deltas)
 
-    remove = pmf(AdjacencyType.REMOVE)
-    return PrivacyLossDistribution(remove) if q == 1.0 else PrivacyLossDistribution(remove, pmf(AdjacencyType.ADD))
+    return PrivacyLossDistribution(*(pmf(loss, bounds) for loss, bounds in losses))
 
 
 @lru_cache(maxsize=256)
@@ -159,10 +163,11 @@ def _pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, d
     :func:`grid_interval` (bounded memory and time); inf where no interval fits (a valid, uninformative bound)."""
     from dp_accounting.pld import privacy_loss_distribution
 
-    v = grid_interval(noise_multiplier, q, rounds, discretization)
+    losses = _losses(noise_multiplier, q)
+    v = _fitting_interval(losses, rounds, discretization)
     if v is None:
         return math.inf
-    single = _pld(noise_multiplier, q, v).self_compose(rounds)
+    single = _pld(losses, v).self_compose(rounds)
     composed = privacy_loss_distribution.identity(value_discretization_interval=v).compose(single)
     return float(composed.get_epsilon_for_delta(delta))
 

@@ -79,6 +79,7 @@ _MAX_ITERATIONS = 40  # then _bisect finishes (the secant steps can stall at the
 _MAX_NEWTON = 30
 _CONVERGED = 3e-5  # a Newton or secant step this small leaves an error ≲ 100·step² < 0.4·_XTOL
 _SQRT2 = 2**0.5
+_KL_MARGIN = 1e-6  # relative margin of a closed-form RDP bound under the KL threshold (kl_certifies_zero)
 
 _ORDERS = np.array(DEFAULT_RDP_ORDERS, dtype=np.float64)
 _IS_INT = np.array([float(a).is_integer() for a in DEFAULT_RDP_ORDERS])
@@ -344,7 +345,7 @@ class _Rounds:
         """Where some order α ∈ (1, 2] certifies ε = 0 in closed form (:func:`kl_certifies_zero` for many groups),
         and which: returns the mask and, per row, the column of the certifying order."""
         rdp = self.rounds * low_order_rdp_bounds(self.q[groups, None], sigma[:, None])[1]
-        return rdp.min(axis=1) * (1 + 1e-6) < self.kl, rdp.argmin(axis=1)
+        return rdp.min(axis=1) * (1 + _KL_MARGIN) < self.kl, rdp.argmin(axis=1)
 
     def int_terms(self, groups: np.ndarray) -> np.ndarray:
         """:func:`_int_base` of these groups' q (computed once for all groups)."""
@@ -383,7 +384,7 @@ def kl_certifies_zero(events: Sequence[tuple[float, float, int]], delta: float) 
     :func:`low_order_rdp_bounds`: the summed upper bound of some order α ∈ (1, 2] is below :func:`kl_threshold` with a
     relative margin of 1e-6 (KL ≤ the Rényi divergence of every order α > 1)."""
     total = sum(rounds * low_order_rdp_bounds(np.array(q), np.array(sigma))[1] for sigma, q, rounds in events)
-    return bool(np.min(total) * (1 + 1e-6) < kl_threshold(delta))
+    return bool(np.min(total) * (1 + _KL_MARGIN) < kl_threshold(delta))
 
 
 def conversion_constants(delta: float) -> np.ndarray:
