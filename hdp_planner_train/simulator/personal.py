@@ -448,7 +448,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
 
         return stats, apply_update
 
-    def evaluate_round(r: int) -> dict[str, Any]:
+    def evaluate_round(r: int, lr: float) -> dict[str, Any]:
         nonlocal client_scores
         entry: dict[str, Any] = {"round": r + 1}
         vector_to_parameters(theta.clone(), model.parameters())
@@ -459,7 +459,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         elif traits.fine_tune:
             client_scores, losses = evaluate_finetuned(
                 model, theta, x_train, y_train, x_test, y_test, data.clients, dist, steps=head_steps,
-                batch=batch, lr=entry_lr(r), momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.chunk,
+                batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.chunk,
                 precision=cfg.precision,
             )  # fmt: skip
         if traits.per_client_evaluation:
@@ -467,9 +467,6 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         else:
             entry["accuracy"], entry["loss"] = evaluate(model, x_test, y_test)
         return entry
-
-    def entry_lr(r: int) -> float:
-        return c.lr * cfg.lr_decay**r
 
     def checkpoint() -> None:
         save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu(),

@@ -45,7 +45,7 @@ from hdp_planner.methods.registry import REGISTRY, keys
 from hdp_planner.methods.selection import PRIVACY_MODEL, SelectionProblem, record_noise_multiplier, solve_selection
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.rules.aggregate import NoiseSource, RoundStats, clip_rows, noise_source, round_seed
-from hdp_planner_train.simulator.engines import evaluate, unflatten
+from hdp_planner_train.simulator.engines import unflatten
 
 SELECTION_METHODS = keys("selection")
 CANDIDATE_METHODS = tuple(k for k in SELECTION_METHODS if REGISTRY[k].selection.candidates)  # --candidates applies
@@ -313,6 +313,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         RunLog,
         TrainError,
         device_arrays,
+        global_evaluation,
         noise_kind,
         run_rounds,
         write_metrics,
@@ -386,14 +387,20 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
 
         return RoundStats([len(ids)], 0, measured, measured), apply_update
 
-    def evaluate_round(r: int) -> dict[str, Any]:
-        acc, loss = evaluate(model, x_test, y_test)
-        return {"round": r + 1, "accuracy": acc, "loss": loss}
-
     def describe(done: int, entry: dict[str, Any]) -> str:
         return f"round {done}/{rounds} acc {entry['accuracy']:.2f}% loss {entry['loss']:.3f}"
 
-    run_rounds(cfg, plan, None, rounds, log, None, step=step, evaluate=evaluate_round, describe=describe)
+    run_rounds(
+        cfg,
+        plan,
+        None,
+        rounds,
+        log,
+        None,
+        step=step,
+        evaluate=global_evaluation(model, x_test, y_test),
+        describe=describe,
+    )
     history = log.history
 
     spent = check_budgets(privacy, participations * c.local_steps, float(c.delta), rule)

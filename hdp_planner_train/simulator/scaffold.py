@@ -320,6 +320,17 @@ def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan,
     checkpoint.save(out, state)
 
 
+def global_evaluation(model, x_test: torch.Tensor, y_test: torch.Tensor) -> Callable[[int, float], dict[str, Any]]:
+    """:func:`run_rounds`' ``evaluate`` for a global model: its accuracy and loss on the test split."""
+    from hdp_planner_train.simulator.engines import evaluate
+
+    def entry(r: int, lr: float) -> dict[str, Any]:
+        acc, loss = evaluate(model, x_test, y_test)
+        return {"round": r + 1, "accuracy": acc, "loss": loss}
+
+    return entry
+
+
 Step = Callable[[int, float], tuple[Any, Callable[[], None]]]
 """Round r at learning rate lr: train and aggregate; returns (its statistics, the function applying its update)."""
 
@@ -333,13 +344,13 @@ def run_rounds(
     account,
     *,
     step: Step,
-    evaluate: Callable[[int], dict[str, Any]],
+    evaluate: Callable[[int, float], dict[str, Any]],
     checkpoint: Callable[[], None] | None = None,
     describe: Callable[[int, dict[str, Any]], str] | None = None,
 ) -> None:
     """The rounds of a run, written once for every trainer: the ledger's reservation closed however the loop ends,
     the learning rate lr·decay^r, each round timed and logged, evaluated after every ``--eval-every`` rounds and after
-    the last (``evaluate(r)`` returns the history entry: round, accuracy, loss, …), progress (``describe(done,
+    the last (``evaluate(r, lr)`` returns the history entry: round, accuracy, loss, …), progress (``describe(done,
     entry)``, by default the ε each group has spent), and a checkpoint after every round. The ledger is charged
     between a round's aggregation and its update, before the round's model exists (:meth:`LedgerRun.release`)."""
     lr0 = plan.config.lr
@@ -350,13 +361,14 @@ def run_rounds(
             stack.callback(account.finish)
         for r in range(log.next_round, rounds):
             t0 = time.perf_counter()
-            stats, apply_update = step(r, lr0 * cfg.lr_decay**r)
+            lr = lr0 * cfg.lr_decay**r
+            stats, apply_update = step(r, lr)
             if account is not None:
                 account.release(r)
             apply_update()
             log.record(stats, time.perf_counter() - t0)
             if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
-                entry = evaluate(r)
+                entry = evaluate(r, lr)
                 log.history.append(entry)
                 if describe is None:
                     description = round_description(plan, spec, r + 1, rounds, entry["accuracy"], entry["loss"])

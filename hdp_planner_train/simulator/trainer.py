@@ -48,6 +48,7 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     TrainError,
     base_metrics,
     device_arrays,
+    global_evaluation,
     ledger_run,
     noise_kind,
     privacy_ledger,
@@ -259,10 +260,6 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
 
         return stats, apply_update
 
-    def evaluate_round(r: int) -> dict[str, Any]:
-        acc, loss = evaluate(model, x_test, y_test)
-        return {"round": r + 1, "accuracy": acc, "loss": loss}
-
     def checkpoint() -> None:
         save_checkpoint(
             out, identity, theta, log, plan, spec,
@@ -272,7 +269,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             ledger_run=account.run_id if account is not None else None,
         )  # fmt: skip
 
-    run_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=evaluate_round,
+    run_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=global_evaluation(model, x_test, y_test),
                checkpoint=checkpoint if out else None)  # fmt: skip
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
