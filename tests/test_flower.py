@@ -110,9 +110,9 @@ class SeededUniform:
         return self.rng.random(size)
 
 
-@pytest.mark.parametrize("method", FLOWER_METHODS)
-def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, method):
-    """One Flower round (server trust) = aggregate() on the updates the clients sent, with the same noise stream."""
+def flower_round_and_simulator(flower_plan, method):
+    """One seeded Flower round (server trust) and aggregate() on the updates its clients sent, with the same noise
+    stream: (strategy, the clients that sent, the Flower round's θ, the simulator's θ, the simulator's stats)."""
     sent: dict[int, torch.Tensor] = {}
 
     def record(msg, ctx, call_next):
@@ -126,12 +126,20 @@ def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, meth
     )  # fmt: skip
     spec = strategy.spec
     sampled = sample_round(spec, SEED, 0)
-    assert sorted(sent) == sorted(np.concatenate(sampled).tolist())  # the simulator's clients for this stream
     ids = np.concatenate(sampled)
     group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)])
     deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, flatten(arrays).numel())
     update, stats = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), 0, [])
-    assert torch.equal(flatten(result.arrays), flatten(arrays) + update)
+    return strategy, sorted(sent), flatten(result.arrays), flatten(arrays) + update, stats
+
+
+@pytest.mark.parametrize("method", FLOWER_METHODS)
+def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, method):
+    """One Flower round (server trust) = aggregate() on the updates the clients sent, with the same noise stream."""
+    strategy, sent, flower_theta, simulator_theta, stats = flower_round_and_simulator(flower_plan, method)
+    sampled = sample_round(strategy.spec, SEED, 0)
+    assert sent == sorted(np.concatenate(sampled).tolist())  # the simulator's clients for this stream
+    assert torch.equal(flower_theta, simulator_theta)
     assert stats.joined == strategy.log.joined[0]
     assert stats.lambda_measured == pytest.approx(strategy.log.lambda_measured[0], rel=1e-12)
 
@@ -433,20 +441,5 @@ def test_a_new_method_is_one_entry_and_trains_in_the_simulator_and_on_flower(flo
     assert result.method == "toy" and result.rounds == 2
     assert all(0 < g.epsilon_spent <= g.epsilon_budget for g in result.epsilon_spent)
 
-    sent: dict[int, torch.Tensor] = {}
-
-    def record(msg, ctx, call_next):
-        reply = call_next(msg, ctx)
-        sent[int(reply.content[HDP]["client-id"])] = flatten(reply.content[ARRAYS])
-        return reply
-
-    strategy, arrays, flower_result = run_strategy(
-        toy_plan, "toy", client_app(mods=[record]),
-        uniform=SeededUniform(SEED, 0), noise_for=lambda rnd: SeededNoise(SEED, rnd),
-    )  # fmt: skip
-    sampled = sample_round(strategy.spec, SEED, 0)
-    ids = np.concatenate(sampled)
-    group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)])
-    deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, flatten(arrays).numel())
-    update, _ = aggregate(deltas, group_of_row, strategy.spec, SeededNoise(SEED, 0), 0, [])
-    assert torch.equal(flatten(flower_result.arrays), flatten(arrays) + update)
+    _, _, flower_theta, simulator_theta, _ = flower_round_and_simulator(toy_plan, "toy")
+    assert torch.equal(flower_theta, simulator_theta)
