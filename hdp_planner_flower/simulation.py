@@ -126,10 +126,8 @@ def serve(p: Prepared, grid, progress=print):
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.simulator.scaffold import round_description
 
-    def on_round(rnd: int, stats, seconds: float, res) -> None:
-        acc, loss = float(res["accuracy"]), float(res["loss"])
-        strategy.log.history.append({"round": rnd, "accuracy": acc, "loss": loss})
-        line = round_description(p.plan, p.spec, rnd, p.rounds, acc, loss)
+    def on_round(rnd: int, entry, stats, seconds: float) -> None:
+        line = round_description(p.plan, p.spec, rnd, p.rounds, entry["accuracy"], entry["loss"])
         if p.cfg.diagnostics:  # who joined and how long it took reveal participation: simulation only
             line += f" joined {'/'.join(str(j) for j in stats.joined)} ({seconds:.2f} s)"
         progress(line)

@@ -41,6 +41,7 @@ from hdp_planner_flower.membership import FlowerRunError, default_groups
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
+from hdp_planner_train.rounds.loop import Report, RunLog, Schedule, run_rounds
 from hdp_planner_train.rules.aggregate import (
     GroupAggregator,
     GroupSpec,
@@ -50,7 +51,7 @@ from hdp_planner_train.rules.aggregate import (
     noisy_sums,
 )
 from hdp_planner_train.rules.secagg import release, required_threshold, round_plan
-from hdp_planner_train.simulator.scaffold import RunLog, privacy_ledger
+from hdp_planner_train.simulator.scaffold import privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
 """Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""
@@ -71,7 +72,7 @@ class HdpStrategy(Strategy):
         trust: str = "server",
         noise_for: NoiseFor = secure_source,
         uniform=None,
-        on_round: Callable[[int, RoundStats, float, MetricRecord | None], None] | None = None,
+        on_round: Report | None = None,
         account=None,
         diagnostics: bool = False,
         auditor=None,
@@ -227,8 +228,6 @@ class HdpStrategy(Strategy):
         sums = [torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype) for y in ys]
         update, measured, applied = self.aggregator.release(sums, None, self.noise_for(rnd))
         self.stats = RoundStats(list(self.joined), 0, measured, applied, withheld)
-        if self.account is not None:
-            self.account.release(rnd)
         return unflatten(arrays, theta + update), MetricRecord({"joined": sum(self.joined), "withheld": withheld})
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord, MetricRecord]:
@@ -240,8 +239,6 @@ class HdpStrategy(Strategy):
         observe = self.auditor.observe if self.auditor is not None else None
         update, measured, applied = self.aggregator.release(ys, noises, source, observe)
         self.stats = RoundStats(list(self.joined), clipped, measured, applied)
-        if self.account is not None:
-            self.account.release(server_round - 1)  # charged before the round's model exists
         return unflatten(self.arrays, theta + update), MetricRecord({"joined": sum(self.joined), "failed": failed})
 
     def group_rows(self, replies: Iterable[Message]) -> tuple[list[dict[int, torch.Tensor]], int]:
@@ -289,36 +286,45 @@ class HdpStrategy(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
     ) -> Result:
-        """Enrol the nodes, then run rounds while every group's ε allows one more (central evaluation only)."""
+        """Enrol the nodes, then drive the simulator's round loop
+        (:func:`hdp_planner_train.rounds.loop.run_rounds`): one Flower round per step, the ledger released before its
+        model exists, central evaluation after every round, and a stop before any round that a group's ε cannot
+        afford."""
+        result = Result()
+        result.arrays = initial_arrays
+        train_config = ConfigRecord() if train_config is None else train_config
+
+        def step(r: int, lr: float) -> tuple[RoundStats, Callable[[], None]]:
+            rnd = r + 1  # Flower counts rounds from 1; each client decays its own learning rate by the round
+            if self.trust == "secagg":
+                arrays, metrics = self.secure_round(grid, rnd, result.arrays, train_config, timeout)
+            else:
+                messages = self.configure_train(rnd, result.arrays, train_config, grid)
+                arrays, metrics = self.aggregate_train(rnd, grid.send_and_receive(messages, timeout=timeout))
+
+            def apply_update() -> None:
+                result.arrays = arrays
+                result.train_metrics_clientapp[rnd] = metrics
+
+            return self.stats, apply_update
+
+        def evaluate(r: int, lr: float) -> dict[str, float] | None:
+            res = evaluate_fn(r + 1, result.arrays) if evaluate_fn else None
+            if res is None:
+                return None
+            result.evaluate_metrics_serverapp[r + 1] = res
+            return {"round": r + 1, "accuracy": float(res["accuracy"]), "loss": float(res["loss"])}
+
+        def stop(r: int) -> str | None:
+            return None if self.affordable(r + 1) else f"stopped before round {r + 1}: a group would exceed its ε"
+
         try:
-            return self._rounds(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_fn)
+            self.enroll(grid, timeout)
+            self.stopped = run_rounds(Schedule(num_rounds), self.log, step=step, evaluate=evaluate,
+                                      account=self.account, report=self.on_round, stop=stop)  # fmt: skip
         finally:
             if self.account is not None:
                 self.account.finish()
-
-    def _rounds(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_fn) -> Result:
-        self.enroll(grid, timeout)
-        result, arrays = Result(), initial_arrays
-        train_config = ConfigRecord() if train_config is None else train_config
-        for rnd in range(1, num_rounds + 1):
-            if not self.affordable(rnd):
-                self.stopped = f"stopped before round {rnd}: a group would exceed its ε"
-                break
-            t0 = time.perf_counter()
-            if self.trust == "secagg":
-                arrays, metrics = self.secure_round(grid, rnd, arrays, train_config, timeout)
-            else:
-                replies = grid.send_and_receive(self.configure_train(rnd, arrays, train_config, grid), timeout=timeout)
-                arrays, metrics = self.aggregate_train(rnd, replies)
-            seconds = time.perf_counter() - t0
-            self.log.record(self.stats, seconds)  # kept only with diagnostics
-            result.arrays = arrays
-            result.train_metrics_clientapp[rnd] = metrics
-            res = evaluate_fn(rnd, arrays) if evaluate_fn else None
-            if res is not None:
-                result.evaluate_metrics_serverapp[rnd] = res
-            if self.on_round:
-                self.on_round(rnd, self.stats, seconds, res)
         return result
 
     def configure_evaluate(

@@ -353,8 +353,8 @@ def check_options(cfg) -> None:
 def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
     """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS`; same metrics, plus the privacy
     model."""
+    from hdp_planner_train.rounds.loop import RunLog
     from hdp_planner_train.simulator.scaffold import (
-        RunLog,
         TrainError,
         base_metrics,
         device_arrays,
@@ -362,8 +362,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         noise_kind,
         resume_state,
         run_identity,
-        run_rounds,
         save_checkpoint,
+        train_rounds,
         write_metrics,
     )
 
@@ -472,7 +472,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu(),
                         ledger_run=account.run_id if account is not None else None)  # fmt: skip
 
-    run_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=evaluate_round,
+    train_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=evaluate_round,
                checkpoint=checkpoint if out and not withheld else None)  # fmt: skip
 
     mn = plan.method(METHOD_NAMES[method])

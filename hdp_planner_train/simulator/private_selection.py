@@ -306,16 +306,16 @@ def power_of_choice(losses: np.ndarray, candidates: np.ndarray, per_round: int) 
 def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, device: torch.device) -> dict[str, Any]:
     """:func:`hdp_planner_train.simulator.trainer.run` for :data:`SELECTION_METHODS`; metrics.json adds the privacy
     model, the selection probabilities and every client's noise and ε spent."""
+    from hdp_planner_train.rounds.loop import RunLog
     from hdp_planner_train.simulator.models import make_model, model_name
     from hdp_planner_train.simulator.scaffold import (
         SECURE_NOTE,
         SEEDED_NOTE,
-        RunLog,
         TrainError,
         device_arrays,
         global_evaluation,
         noise_kind,
-        run_rounds,
+        train_rounds,
         write_metrics,
     )
 
@@ -390,7 +390,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     def describe(done: int, entry: dict[str, Any]) -> str:
         return f"round {done}/{rounds} acc {entry['accuracy']:.2f}% loss {entry['loss']:.3f}"
 
-    run_rounds(
+    train_rounds(
         cfg,
         plan,
         None,

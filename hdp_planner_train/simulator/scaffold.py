@@ -12,9 +12,8 @@ import csv
 import hashlib
 import io
 import math
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from hdp_planner.ledger.runs import default_ledger, plan_clients, plan_digest, r
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
 from hdp_planner.planfile.document import read_document
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
+from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_rounds
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
@@ -193,6 +193,7 @@ class LedgerRun:
 
     def __init__(self, book: Ledger, run_id: str, start: int) -> None:
         self.book, self.run_id, self.start = book, run_id, start
+        self.finished = False
 
     def release(self, rnd: int) -> None:
         try:
@@ -201,6 +202,10 @@ class LedgerRun:
             raise TrainError(f"stopped before round {rnd + 1} was released: {exc}") from None
 
     def finish(self) -> None:
+        """Give the unreleased rounds back (once; later calls do nothing)."""
+        if self.finished:
+            return
+        self.finished = True
         with contextlib.suppress(LedgerError):  # a ledger that went away keeps the reservation: safe
             self.book.finish(self.run_id)
 
@@ -264,49 +269,6 @@ def device_arrays(data, device: torch.device) -> tuple[torch.Tensor, torch.Tenso
     return tuple(torch.as_tensor(a, device=device) for a in (data.x_train, data.y_train, data.x_test, data.y_test))
 
 
-@dataclass
-class RunLog:
-    """What a run records round by round; checkpointed as is and summarized into the metrics."""
-
-    next_round: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
-    lambda_measured: list[float] = field(default_factory=list)
-    lambda_applied: list[float] = field(default_factory=list)
-    round_seconds: list[float] = field(default_factory=list)
-    joined: list[list[int]] = field(default_factory=list)
-    diagnostics: bool = True  # seeded (simulation) runs only: per-round noise, joined counts and times reveal
-    # who took part, so a secure run records none of them
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> RunLog:
-        return cls(**{f.name: state[f.name] for f in fields(cls)})
-
-    def record(self, stats, seconds: float) -> None:
-        """One round done: its aggregation statistics and wall time (kept only with ``diagnostics``)."""
-        self.next_round += 1
-        if not self.diagnostics:
-            return
-        self.round_seconds.append(seconds)
-        self.lambda_measured.append(stats.lambda_measured)
-        self.lambda_applied.append(stats.lambda_applied)
-        self.joined.append(stats.joined)
-
-    def summary(self) -> dict[str, Any]:
-        last = self.history[-1] if self.history else {}
-        head = {"final_accuracy": last.get("accuracy"), "final_loss": last.get("loss"), "history": self.history}
-        if not self.diagnostics:
-            return head
-        return {
-            **head,
-            "simulation_diagnostics": "seeded run: per-round noise, joined counts and times (reveal who took part)",
-            "noise_lambda_measured": float(np.mean(self.lambda_measured)) if self.lambda_measured else 0.0,
-            "noise_lambda_applied": float(np.mean(self.lambda_applied)) if self.lambda_applied else 0.0,
-            "joined_per_round_mean": np.mean(self.joined, axis=0).tolist() if self.joined else [],
-            "round_seconds": self.round_seconds,
-            "round_seconds_median": float(np.median(self.round_seconds)) if self.round_seconds else 0.0,
-        }
-
-
 def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan, spec, **extra: Any) -> None:
     """Write θ, the run log, the privacy ledger and ``extra`` as the run's authenticated checkpoint
     (:mod:`.checkpoint`)."""
@@ -331,11 +293,7 @@ def global_evaluation(model, x_test: torch.Tensor, y_test: torch.Tensor) -> Call
     return entry
 
 
-Step = Callable[[int, float], tuple[Any, Callable[[], None]]]
-"""Round r at learning rate lr: train and aggregate; returns (its statistics, the function applying its update)."""
-
-
-def run_rounds(
+def train_rounds(
     cfg: TrainConfig,
     plan,
     spec,
@@ -344,40 +302,28 @@ def run_rounds(
     account,
     *,
     step: Step,
-    evaluate: Callable[[int, float], dict[str, Any]],
+    evaluate: Evaluate,
     checkpoint: Callable[[], None] | None = None,
     describe: Callable[[int, dict[str, Any]], str] | None = None,
 ) -> None:
-    """The rounds of a run, written once for every trainer: the ledger's reservation closed however the loop ends,
-    the learning rate lr·decay^r, each round timed and logged, evaluated after every ``--eval-every`` rounds and after
-    the last (``evaluate(r, lr)`` returns the history entry: round, accuracy, loss, …), progress (``describe(done,
-    entry)``, by default the ε each group has spent), and a checkpoint after every round. The ledger is charged
-    between a round's aggregation and its update, before the round's model exists (:meth:`LedgerRun.release`)."""
-    lr0 = plan.config.lr
+    """A simulator run's rounds: :func:`~hdp_planner_train.rounds.loop.run_rounds` on the schedule of ``cfg``
+    (lr·decay^r, ``--eval-every``) with a progress bar whose line is ``describe(done, entry)``, by default the ε each
+    group has spent (:func:`round_description`)."""
+    schedule = Schedule(rounds, plan.config.lr, cfg.lr_decay, cfg.eval_every)
     progress = _progress(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
-    with progress, contextlib.ExitStack() as stack:
-        if account is not None:
-            stack.callback(account.finish)
-        for r in range(log.next_round, rounds):
-            t0 = time.perf_counter()
-            lr = lr0 * cfg.lr_decay**r
-            stats, apply_update = step(r, lr)
-            if account is not None:
-                account.release(r)
-            apply_update()
-            log.record(stats, time.perf_counter() - t0)
-            if (r + 1) % cfg.eval_every == 0 or r + 1 == rounds:
-                entry = evaluate(r, lr)
-                log.history.append(entry)
-                if describe is None:
-                    description = round_description(plan, spec, r + 1, rounds, entry["accuracy"], entry["loss"])
-                else:
-                    description = describe(r + 1, entry)
-                progress.update(task, description=description)
-            progress.update(task, completed=r + 1)
-            if checkpoint is not None:
-                checkpoint()
+
+    def report(done: int, entry: dict[str, Any] | None, stats, seconds: float) -> None:
+        if entry is not None:
+            if describe is None:
+                description = round_description(plan, spec, done, rounds, entry["accuracy"], entry["loss"])
+            else:
+                description = describe(done, entry)
+            progress.update(task, description=description)
+        progress.update(task, completed=done)
+
+    with progress:
+        run_rounds(schedule, log, step=step, evaluate=evaluate, account=account, report=report, checkpoint=checkpoint)
 
 
 def round_description(plan, spec, done: int, rounds: int, acc: float, loss: float) -> str:

@@ -19,6 +19,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from hdp_planner.ledger.runs import plan_clients
 from hdp_planner.methods.registry import REGISTRY, planner
 from hdp_planner.planfile.document import load_plan, read_document, verify
+from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import (
     METHOD_NAMES,
     GroupAggregator,
@@ -43,7 +44,6 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     CHECKPOINT,
     SECURE_NOTE,
     SEEDED_NOTE,
-    RunLog,
     TrainConfig,
     TrainError,
     base_metrics,
@@ -54,9 +54,9 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     privacy_ledger,
     resume_state,
     run_identity,
-    run_rounds,
     save_checkpoint,
     status,
+    train_rounds,
     write_metrics,
 )
 
@@ -269,7 +269,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             ledger_run=account.run_id if account is not None else None,
         )  # fmt: skip
 
-    run_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=global_evaluation(model, x_test, y_test),
+    train_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=global_evaluation(model, x_test, y_test),
                checkpoint=checkpoint if out else None)  # fmt: skip
 
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)

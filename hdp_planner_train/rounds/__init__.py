@@ -1,0 +1,1 @@
+"""The round loop with hooks, driven by the simulator's trainers and the Flower strategy alike."""
