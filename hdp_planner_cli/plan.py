@@ -110,7 +110,8 @@ def render_plan(p: Plan, console: Console) -> None:
             *extra,
         )
     console.print(table)
-    base = p.method("DP-FedAvg").lam
+    baseline = p.method("DP-FedAvg")
+    base = baseline.lam
     population = "/".join(f"{100 * x:.2g}" for x in p.population_share) + "%"
     noise = Table(
         box=box.SIMPLE_HEAD,
@@ -130,7 +131,7 @@ def render_plan(p: Plan, console: Console) -> None:
             "/".join(f"{100 * q:.2g}" for q in m.q) + "%",
             sigma2,
             f"{m.lam:.4g}",
-            "—" if m.name == "DP-FedAvg" else compare_noise(m.lam, base),
+            "—" if m is baseline else compare_noise(m.lam, base),
             "/".join(f"{x:.2g}" for x in clients),
             "/".join(f"{100 * a:.2g}" for a in share) + ("%" if p.meets_min_share(m) else "% ✗"),
         )

@@ -55,17 +55,15 @@ def test_lambda_exact_matches_simulated_update():
 def test_paper_lambda_weights_sum_to_one_over_groups(r):
     ones = [1.0] * len(r)
     # with σ = 1 and k = 1, Λ/C² is Σ w_m: 1 for GDPFed's 1/M weights, 1/M for the r²-weights
-    assert lambda_paper("GDPFed", r, ones, ones, 1.0) == pytest.approx(1.0)
-    assert lambda_paper("GDPFed-op", r, ones, ones, 1.0) == pytest.approx(1.0 / len(r))
+    assert lambda_paper("uniform", r, ones, ones, 1.0) == pytest.approx(1.0)
+    assert lambda_paper("participation", r, ones, ones, 1.0) == pytest.approx(1.0 / len(r))
 
 
 def test_paper_lambda_reproduces_table5_from_table5_sigma():
     # FMNIST, C = 1.5, Table 5 σ² at Table 1's q (inputs are the paper's; this checks the convention only)
     r = [0.0069 * 2000, 0.0189 * 2000, 0.0342 * 2000]
     s = np.sqrt([1.42, 0.87, 0.70])
-    assert lambda_paper("GDPFed-op", r, s, [1, 1, 1], 1.5) == pytest.approx(0.57, abs=0.005)
-    assert lambda_paper("GDPFed+", r, s, [0.7, 0.8, 0.9], 1.5) == pytest.approx(0.49, abs=0.005)
-    assert lambda_paper("GDPFed", r, np.sqrt([2.26, 0.90, 0.53]), [1, 1, 1], 1.5) == pytest.approx(2.77, abs=0.005)
-    assert lambda_paper("DP-FedAvg", [120], [np.sqrt(2.26)], [1], 1.5) == pytest.approx(
-        5.09, abs=0.01
-    )  # 2.26 is rounded
+    assert lambda_paper("participation", r, s, [1, 1, 1], 1.5) == pytest.approx(0.57, abs=0.005)
+    assert lambda_paper("participation", r, s, [0.7, 0.8, 0.9], 1.5) == pytest.approx(0.49, abs=0.005)
+    assert lambda_paper("uniform", r, np.sqrt([2.26, 0.90, 0.53]), [1, 1, 1], 1.5) == pytest.approx(2.77, abs=0.005)
+    assert lambda_paper("uniform", [120], [np.sqrt(2.26)], [1], 1.5) == pytest.approx(5.09, abs=0.01)  # 2.26 is rounded

@@ -16,6 +16,7 @@ from scipy import stats
 from hdp_planner import PlanFileError, load_plan, plan, plan_to_dict, verify
 from hdp_planner.accounting.calibration import quiet_dp_accounting
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
+from hdp_planner.methods.registry import row_paper_weights
 from hdp_planner.rules.noise import (
     aggregation_weights,
     lambda_exact,
@@ -271,7 +272,7 @@ def repair(doc: dict) -> None:
         plus = doc["noise"]["GDPFed+"]
         plus["lambda"] = lambda_for(
             doc["config"]["lambda_convention"],
-            "GDPFed+",
+            row_paper_weights("GDPFed+"),
             plus["expected_clients"],
             plus["weight"],
             plus["noise_multiplier"],
@@ -282,7 +283,7 @@ def repair(doc: dict) -> None:
             e = doc["noise"][name]
             e["lambda"] = lambda_for(
                 doc["config"]["lambda_convention"],
-                name,
+                row_paper_weights(name),
                 e["expected_clients"],
                 e["weight"],
                 e["noise_multiplier"],

@@ -79,7 +79,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
                 )
 
     ones = [1.0] * m
-    op = method_noise("GDPFed-op", eps, sizes, q_op, ones, config)
+    op = _row(OP, eps, sizes, q_op, ones, config)
     if config.sparsity is not None:
         k_plus = list(config.sparsity)
     else:
@@ -96,14 +96,19 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
                 "so GDPFed+ is GDPFed-op here to within 0.1% of Λ; give --sparsity to sparsify anyway"
             )
     methods = (
-        method_noise("DP-FedAvg", [min(eps)], [groups.n], [config.q], [1.0], config),
-        method_noise("GDPFed", eps, sizes, uniform, ones, config),
+        _row(DP_FEDAVG, [min(eps)], [groups.n], [config.q], [1.0], config),
+        _row(GDPFED, eps, sizes, uniform, ones, config),
         op,
-        method_noise(PLANNED_METHOD, eps, sizes, q_op, k_plus, config, noise_multiplier=op.noise_multiplier),
+        _row(PLUS, eps, sizes, q_op, k_plus, config, noise_multiplier=op.noise_multiplier),
     )
     if get_accountant(config.accountant).rule:
         notes.extend(_theorem1_shortfalls(methods, config))
     return Plan(config, methods, float(obj), float(uni), tuple(notes))
+
+
+def _row(method: Method, *args, **kwargs) -> MethodNoise:
+    """``method``'s row (its name and Table 5 weights) by :func:`~hdp_planner.planning.plan.method_noise`."""
+    return method_noise(method.row, *args, paper_weights=method.paper_weights, **kwargs)
 
 
 def _theorem1_shortfalls(methods: Sequence[MethodNoise], config: PlanConfig) -> list[str]:
@@ -136,10 +141,17 @@ def plus_check(p: Plan, m: MethodNoise) -> str | None:
 
 
 TOP_K = RoundRules("per-group-q", top_k=True)  # GDPFed-op's rounds, Top-k_m of each group's noisy sum
+DP_FEDAVG = Method("dp-fedavg", "DP-FedAvg", rules=RoundRules("plan-q", groups="one"), audit=True, flower=True,
+                   paper_weights="uniform")  # fmt: skip
+GDPFED = Method("gdpfed", "GDPFed", rules=RoundRules("plan-q"), audit=True, flower=True, paper_weights="uniform")
+OP = Method("gdpfed-op", "GDPFed-op", rules=RoundRules("per-group-q"), audit=True, flower=True, check=op_check,
+            paper_weights="participation")  # fmt: skip
+PLUS = Method("gdpfed+", PLANNED_METHOD, rules=TOP_K, audit=True, flower=True, check=plus_check,
+              paper_weights="participation")  # fmt: skip
 METHODS = (
     Method("p-fedavg", "DP-FedAvg", private=False),  # trains from DP-FedAvg's row without noise
-    Method("dp-fedavg", "DP-FedAvg", rules=RoundRules("plan-q", groups="one"), audit=True, flower=True),
-    Method("gdpfed", "GDPFed", rules=RoundRules("plan-q"), audit=True, flower=True),
-    Method("gdpfed-op", "GDPFed-op", rules=RoundRules("per-group-q"), audit=True, flower=True, check=op_check),
-    Method("gdpfed+", "GDPFed+", rules=TOP_K, audit=True, flower=True, check=plus_check),
+    DP_FEDAVG,
+    GDPFED,
+    OP,
+    PLUS,
 )

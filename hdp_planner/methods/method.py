@@ -11,6 +11,7 @@ from typing import Literal
 
 from hdp_planner.methods.options import BaselineOptions
 from hdp_planner.planning.plan import MethodNoise, Plan
+from hdp_planner.rules.noise import PaperWeights
 
 REL_TOL = 1e-6
 """Relative tolerance of a row's checks against its definition (plan files round-trip to ~1e-12)."""
@@ -103,7 +104,8 @@ class Method:
     ``note``: a note for the plan when the row is built (or None); ``check``: why a row departs from the method's
     own definition beyond its round rules, or None (``verify`` runs it in
     :func:`hdp_planner.planfile.mechanism.row_problems`). ``personal`` / ``selection``: how a method of that family
-    trains (required there, None elsewhere)."""
+    trains (required there, None elsewhere). ``paper_weights``: the row's weights in GDPFed Table 5's Λ (``solve
+    --lambda-convention paper``; None: Λ is exact for the row)."""
 
     key: str
     row: str
@@ -119,6 +121,7 @@ class Method:
     in_all: Callable[[tuple[float, ...]], bool] | None = None
     personal: PersonalTraits | None = None
     selection: SelectionTraits | None = None
+    paper_weights: PaperWeights | None = None
 
     def __post_init__(self) -> None:
         if (self.family == "personal") != (self.personal is not None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hdp_planner.methods import fedsam, gdpfed, idp_fedavg, pfa, pooled, selection, time_adaptive
 from hdp_planner.methods.method import Family, Method, RoundRules
+from hdp_planner.rules.noise import PaperWeights
 
 MODULES = (gdpfed, pfa, idp_fedavg, time_adaptive, pooled, fedsam, selection)
 """The method modules, in the order their keys are listed."""
@@ -47,6 +48,11 @@ def row_rules(row: str) -> RoundRules | None:
     return next((m.rules for m in REGISTRY.values() if m.row == row and m.rules is not None), None)
 
 
+def row_paper_weights(row: str) -> PaperWeights | None:
+    """Row ``row``'s weights in GDPFed Table 5's Λ (declared by the method that plans it), or None."""
+    return next((m.paper_weights for m in REGISTRY.values() if m.row == row and m.rules is not None), None)
+
+
 def planner(row: str) -> str:
     """The key of the method that plans row ``row`` (declares its round rules); KeyError for an unknown row."""
     key = next((k for k, m in REGISTRY.items() if m.row == row and m.rules is not None), None)
@@ -60,4 +66,16 @@ def rows() -> tuple[str, ...]:
     return tuple(m.row for m in REGISTRY.values() if m.rules is not None)
 
 
-__all__ = ["MODULES", "REGISTRY", "Family", "Method", "RoundRules", "collect", "keys", "planner", "row_rules", "rows"]
+__all__ = [
+    "MODULES",
+    "REGISTRY",
+    "Family",
+    "Method",
+    "RoundRules",
+    "collect",
+    "keys",
+    "planner",
+    "row_paper_weights",
+    "row_rules",
+    "rows",
+]

@@ -26,7 +26,7 @@ import numpy as np
 
 from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.options import SUBSPACES
-from hdp_planner.methods.registry import row_rules, rows
+from hdp_planner.methods.registry import row_paper_weights, row_rules, rows
 from hdp_planner.planfile.mechanism import (
     executed_mechanism,
     mechanism_epsilon,
@@ -321,7 +321,7 @@ def _method_from_dict(name: str, entry: Mapping[str, Any], config: PlanConfig) -
     )
     _check_rules(method, where, config)
     clips, rms = method.clips(config.clip), method.rms_noise_multiplier(config.rounds)
-    lam = lambda_for(config.lambda_convention, name, r, w, rms, k, clips, method.pooled)
+    lam = lambda_for(config.lambda_convention, row_paper_weights(name), r, w, rms, k, clips, method.pooled)
     lam_exact = lambda_exact(w, rms, k, clips, method.pooled)
     for key, value in (("lambda", lam), ("lambda_exact", lam_exact)):
         stored = _field(entry, key, where, _is_number, "a number")

@@ -21,7 +21,14 @@ from hdp_planner.planning.problem import (
     Coefficients,
     SigmaModel,
 )
-from hdp_planner.rules.noise import LAMBDA_CONVENTIONS, LambdaConvention, aggregation_weights, lambda_exact, lambda_for
+from hdp_planner.rules.noise import (
+    LAMBDA_CONVENTIONS,
+    LambdaConvention,
+    PaperWeights,
+    aggregation_weights,
+    lambda_exact,
+    lambda_for,
+)
 
 METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
 PLANNED_METHOD = "GDPFed+"
@@ -303,8 +310,10 @@ def method_noise(
     k_ratio: Sequence[float],
     config: PlanConfig,
     noise_multiplier: Sequence[float] | None = None,
+    paper_weights: PaperWeights | None = None,
 ) -> MethodNoise:
-    """Calibrate σ_m (unless given), weigh the groups with ω_m, measure ε spent and Λ for one method."""
+    """Calibrate σ_m (unless given), weigh the groups with ω_m, measure ε spent and Λ for one method (``paper_weights``:
+    the row's weights in GDPFed Table 5's Λ, for ``lambda_convention="paper"``)."""
     sigma = noise_multiplier or calibrated_sigma(
         epsilon=list(epsilons), delta=config.delta, q=list(q), rounds=config.rounds, accountant=config.accountant
     )
@@ -325,7 +334,7 @@ def method_noise(
         k_ratio=tuple(float(k) for k in k_ratio),
         weight=tuple(float(w) for w in weight),
         epsilon_spent=tuple(float(e) for e in spent),
-        lam=lambda_for(config.lambda_convention, name, r, weight, sigma, k_ratio, config.clip),
+        lam=lambda_for(config.lambda_convention, paper_weights, r, weight, sigma, k_ratio, config.clip),
         lambda_exact=lambda_exact(weight, sigma, k_ratio, config.clip),
     )
 

@@ -34,8 +34,9 @@ import numpy as np
 
 LambdaConvention = Literal["exact", "paper"]
 LAMBDA_CONVENTIONS: tuple[str, ...] = ("exact", "paper")
-PAPER_METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
-"""The methods of GDPFed Table 5, for which the ``paper`` convention of Λ is defined."""
+PaperWeights = Literal["uniform", "participation"]
+"""GDPFed Table 3/5's weights w_m in its Λ: 1/M (DP-FedAvg, GDPFed), or r_m²/(M·Σ_j r_j²) (GDPFed-op, GDPFed+).
+A method row declares its own (:attr:`hdp_planner.methods.method.Method.paper_weights`); the baselines have none."""
 
 
 def poisson_sample(rng: np.random.Generator | SecureRandom, size: int, q: float) -> np.ndarray:
@@ -120,20 +121,20 @@ def lambda_exact(
 
 
 def lambda_paper(
-    method: str,
+    weights: PaperWeights,
     expected_clients: Sequence[float],
     noise_multiplier: Sequence[float],
     k_ratio: Sequence[float],
     clip: float,
 ) -> float:
-    """GDPFed Table 3/5's Λ = C²Σ_m w_m(k_m/d)σ_m², with the table's own w_m per method.
+    """GDPFed Table 3/5's Λ = C²Σ_m w_m(k_m/d)σ_m², with the table's own w_m (:data:`PaperWeights`).
 
-    DP-FedAvg: w = 1 (one group); GDPFed: w_m = 1/M; GDPFed-op and GDPFed+: w_m = r_m²/(M·Σ_j r_j²).
+    ``uniform``: w_m = 1/M (DP-FedAvg's one group: w = 1); ``participation``: w_m = r_m²/(M·Σ_j r_j²).
     A reporting convention of the paper (the weights are not one aggregator's), kept for comparison.
     """
     r, s, k = (np.asarray(x, dtype=float) for x in (expected_clients, noise_multiplier, k_ratio))
     m = len(r)
-    if method in ("DP-FedAvg", "GDPFed"):
+    if weights == "uniform":
         w = np.full(m, 1.0 / m)
     else:
         w = r**2 / (m * np.sum(r**2))
@@ -142,7 +143,7 @@ def lambda_paper(
 
 def lambda_for(
     convention: LambdaConvention,
-    method: str,
+    paper_weights: PaperWeights | None,
     expected_clients: Sequence[float],
     weight: Sequence[float],
     noise_multiplier: Sequence[float],
@@ -150,9 +151,9 @@ def lambda_for(
     clip: float | Sequence[float],
     pooled: bool = False,
 ) -> float:
-    """Λ of a method under the named convention; Table 5 has no convention for the baselines: exact for them."""
-    if convention == "paper" and method in PAPER_METHODS:
-        return lambda_paper(method, expected_clients, noise_multiplier, k_ratio, float(clip))  # type: ignore[arg-type]
+    """Λ of a method row under the named convention; a row without Table 5 weights (the baselines) is exact."""
+    if convention == "paper" and paper_weights is not None:
+        return lambda_paper(paper_weights, expected_clients, noise_multiplier, k_ratio, float(clip))  # type: ignore[arg-type]
     return lambda_exact(weight, noise_multiplier, k_ratio, clip, pooled)
 
 
