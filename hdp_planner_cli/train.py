@@ -149,6 +149,7 @@ def train(
         _fail(f"hdp-plan train needs PyTorch: {TORCH_HINT}")
     if (plot or resume) and not out:
         _fail("--plot and --resume need --out DIR")
+    from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
     from hdp_planner_train.simulator.trainer import SEEDED_NOTE, TrainConfig, run
 
     cfg = TrainConfig(
@@ -173,13 +174,9 @@ def train(
         overwrite=overwrite,
         progress=_out.is_terminal,
         shards=shards,
-        rho=rho,
-        head_steps=head_steps,
+        personal=PersonalOptions(rho=rho, head_steps=head_steps),
         iid_share=iid_share,
-        noise_rule=noise_rule,
-        eta=eta,
-        per_round=per_round,
-        candidates=candidates,
+        selection=SelectionOptions(noise_rule=noise_rule, eta=eta, per_round=per_round, candidates=candidates),
         audit=audit,
         audit_canaries=audit_canaries,
         noise=None if secure_noise is None else ("secure" if secure_noise else "seeded"),

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GroupSpending", "RoundResult", "TrainResult", "train"]
+__all__ = ["GroupSpending", "RoundResult", "TrainResult", "train", "train_config"]
 
 
 @dataclass(frozen=True)
@@ -84,13 +84,24 @@ def train(
 ) -> TrainResult:
     """Train ``method`` of the plan file ``plan`` on ``dataset``; ``options`` are
     :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` fields (``rounds``, ``clients``, ``seed``, ``out``,
-    ``noise``, ``trust``, …). Raises :class:`~hdp_planner_train.simulator.scaffold.TrainError` on bad input, with the
-    one-line message the command line prints."""
-    from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
+    ``noise``, ``trust``, …) or a family's own options, by name (``rho=0.05``) or whole
+    (``personal=PersonalOptions(rho=0.05)``, :mod:`~hdp_planner_train.simulator.options`). Raises
+    :class:`~hdp_planner_train.simulator.scaffold.TrainError` on bad input, with the one-line message the command
+    line prints."""
     from hdp_planner_train.simulator.trainer import run
 
+    options.setdefault("progress", False)
+    return TrainResult.from_metrics(run(train_config(plan, method=method, dataset=dataset, **options)))
+
+
+def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any):
+    """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs: ``options`` as there
+    (a family's options by name gathered into its dataclass); unknown names are refused."""
+    from hdp_planner_train.simulator.options import gather_family_options
+    from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
+
+    options = gather_family_options(options)
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TrainConfig)})
     if unknown:
         raise TrainError(f"unknown training option(s): {', '.join(unknown)}")
-    options.setdefault("progress", False)
-    return TrainResult.from_metrics(run(TrainConfig(plan=os.fspath(plan), method=method, dataset=dataset, **options)))
+    return TrainConfig(plan=os.fspath(plan), method=method, dataset=dataset, **options)

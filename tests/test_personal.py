@@ -14,6 +14,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import load_plan, plan, save_plan  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
+from hdp_planner_train.api import train_config  # noqa: E402
 from hdp_planner_train.rules.aggregate import method_spec  # noqa: E402
 from hdp_planner_train.simulator import personal  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
@@ -55,7 +56,7 @@ def _cfg(plan_file, out, **kw) -> TrainConfig:
         plan=str(plan_file), dataset="digits", shards=2, out=str(out), progress=False, eval_every=2, noise="seeded"
     )  # simulations: reproducible noise
     base.update(kw)
-    return TrainConfig(**base)
+    return train_config(**base)
 
 
 def _ckpt(out):

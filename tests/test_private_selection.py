@@ -18,6 +18,7 @@ from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.methods.registry import REGISTRY  # noqa: E402
 from hdp_planner.methods.selection import record_noise_multiplier, solve_selection  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
+from hdp_planner_train.api import train_config  # noqa: E402
 from hdp_planner_train.rules.aggregate import SeededNoise  # noqa: E402
 from hdp_planner_train.simulator.data import DataError, load_federated, mixed_partition, mixed_split  # noqa: E402
 from hdp_planner_train.simulator.models import make_model  # noqa: E402
@@ -37,7 +38,7 @@ from hdp_planner_train.simulator.private_selection import (  # noqa: E402
     selection_probabilities,
     selection_problem,
 )
-from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run  # noqa: E402
+from hdp_planner_train.simulator.trainer import TrainError, run  # noqa: E402
 
 N = 20  # digits clients: about 72 examples each
 ROUNDS = 3
@@ -62,7 +63,7 @@ def digits():
 
 def _cfg(plan_path, method, **kw):
     base = dict(dataset="digits", clients=N, rounds=ROUNDS, batch_size=16, progress=False, per_round=4)
-    return TrainConfig(plan=str(plan_path), method=method, **{**base, **kw})
+    return train_config(plan_path, method=method, **{**base, **kw})
 
 
 @pytest.fixture(scope="module")

@@ -500,3 +500,31 @@ def test_train_refuses_an_unknown_option(plan_file):
 
     with pytest.raises(TrainError, match=r"unknown training option.*roundz"):
         train(plan_file, method="gdpfed+", dataset="digits", roundz=2)
+
+
+def test_a_family_option_goes_into_its_family_dataclass(plan_file):
+    """``rho=…`` by name and ``personal=PersonalOptions(…)`` whole give one config; the repr names what was set."""
+    from hdp_planner_train.api import train_config
+    from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
+
+    by_name = train_config(plan_file, method="dp2-fedsam", dataset="digits", rho=0.05, rounds=2)
+    whole = train_config(plan_file, method="dp2-fedsam", dataset="digits", rounds=2,
+                         personal=PersonalOptions(rho=0.05))  # fmt: skip
+    assert by_name == whole and by_name.personal == PersonalOptions(rho=0.05, head_steps=None)
+    assert by_name.selection == SelectionOptions()
+    merged = train_config(plan_file, method="dp2-fedsam", head_steps=3, personal=PersonalOptions(rho=0.05))
+    assert merged.personal == PersonalOptions(rho=0.05, head_steps=3)
+    assert repr(by_name) == (
+        f"TrainConfig(plan={str(plan_file)!r}, method='dp2-fedsam', dataset='digits', rounds=2, "
+        "personal=PersonalOptions(rho=0.05, head_steps=None))"
+    )
+
+
+def test_a_family_option_is_refused_for_another_family(plan_file):
+    from hdp_planner_train import train
+    from hdp_planner_train.simulator.scaffold import TrainError
+
+    with pytest.raises(TrainError, match=r"--rho \(SAM radius\) applies to dp2-fedsam and dp-fedsam, not gdpfed\+"):
+        train(plan_file, method="gdpfed+", dataset="digits", rho=0.1, rounds=1, noise="seeded")
+    with pytest.raises(TrainError, match=r"--eta .* not gdpfed\+"):
+        train(plan_file, method="gdpfed+", dataset="digits", eta=2.0, rounds=1, noise="seeded")

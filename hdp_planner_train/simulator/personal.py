@@ -338,16 +338,17 @@ def check_options(cfg) -> None:
     """Refuse --rho / --head-steps where the method does not use them, and bad values."""
     from hdp_planner_train.simulator.scaffold import TrainError
 
-    if cfg.rho is not None:
+    opts = cfg.personal
+    if opts.rho is not None:
         if cfg.method not in SAM_METHODS:
             raise TrainError(f"--rho (SAM radius) applies to {' and '.join(SAM_METHODS)}, not {cfg.method}")
-        if not (cfg.rho >= 0 and math.isfinite(cfg.rho)):
-            raise TrainError(f"--rho must be ≥ 0, got {cfg.rho}")
-    if cfg.head_steps is not None:
+        if not (opts.rho >= 0 and math.isfinite(opts.rho)):
+            raise TrainError(f"--rho must be ≥ 0, got {opts.rho}")
+    if opts.head_steps is not None:
         if cfg.method not in LOCAL_STEP_METHODS:
             raise TrainError(f"--head-steps applies to {', '.join(LOCAL_STEP_METHODS)}, not {cfg.method}")
-        if cfg.head_steps < 0:
-            raise TrainError(f"--head-steps must be ≥ 0, got {cfg.head_steps}")
+        if opts.head_steps < 0:
+            raise TrainError(f"--head-steps must be ≥ 0, got {opts.head_steps}")
 
 
 def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
@@ -372,8 +373,9 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients
         raise TrainError(f"{method} runs the plan's DP-FedAvg row, which must be one group; it has {len(spec.sizes)}")
     personal = traits.head
-    rho = (DEFAULT_RHO if cfg.rho is None else float(cfg.rho)) if traits.sam else 0.0
-    head_steps = c.local_steps if cfg.head_steps is None else int(cfg.head_steps)
+    opts = cfg.personal
+    rho = (DEFAULT_RHO if opts.rho is None else float(opts.rho)) if traits.sam else 0.0
+    head_steps = c.local_steps if opts.head_steps is None else int(opts.head_steps)
     engine = cfg.engine
     out = Path(cfg.out) if cfg.out else None
     identity = run_identity(cfg, data, batch, momentum, rho=rho, head_steps=head_steps)

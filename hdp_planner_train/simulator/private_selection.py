@@ -85,22 +85,23 @@ def check_selection_options(cfg) -> None:
     """Refuse the selection options where the method does not use them, and bad values (one line each)."""
     from hdp_planner_train.simulator.scaffold import TrainError
 
-    chosen = cfg.method in SELECTION_METHODS
-    for name, value in (("--noise-rule", cfg.noise_rule), ("--eta", cfg.eta), ("--clients-per-round", cfg.per_round)):
+    chosen, opts = cfg.method in SELECTION_METHODS, cfg.selection
+    given = (("--noise-rule", opts.noise_rule), ("--eta", opts.eta), ("--clients-per-round", opts.per_round))
+    for name, value in given:
         if value is not None and not chosen:
             raise TrainError(f"{name} applies to {', '.join(SELECTION_METHODS)}, not {cfg.method}")
-    if cfg.candidates is not None and cfg.method not in CANDIDATE_METHODS:
+    if opts.candidates is not None and cfg.method not in CANDIDATE_METHODS:
         raise TrainError(f"--candidates applies to {', '.join(CANDIDATE_METHODS)}, not {cfg.method}")
-    if cfg.eta is not None and cfg.method not in OPTIMISED_METHODS:
+    if opts.eta is not None and cfg.method not in OPTIMISED_METHODS:
         raise TrainError(f"--eta (Problem 1's weight) applies to {', '.join(OPTIMISED_METHODS)}, not {cfg.method}")
-    if cfg.noise_rule is not None and cfg.noise_rule not in NOISE_RULES:
-        raise TrainError(f"--noise-rule must be one of {', '.join(NOISE_RULES)}, got {cfg.noise_rule!r}")
-    if cfg.eta is not None and not (math.isfinite(cfg.eta) and cfg.eta > 0):
-        raise TrainError(f"--eta must be positive, got {cfg.eta}")
-    if cfg.per_round is not None and cfg.per_round < 1:
-        raise TrainError(f"--clients-per-round must be ≥ 1, got {cfg.per_round}")
-    if cfg.candidates is not None and cfg.candidates < 1:
-        raise TrainError(f"--candidates must be ≥ 1, got {cfg.candidates}")
+    if opts.noise_rule is not None and opts.noise_rule not in NOISE_RULES:
+        raise TrainError(f"--noise-rule must be one of {', '.join(NOISE_RULES)}, got {opts.noise_rule!r}")
+    if opts.eta is not None and not (math.isfinite(opts.eta) and opts.eta > 0):
+        raise TrainError(f"--eta must be positive, got {opts.eta}")
+    if opts.per_round is not None and opts.per_round < 1:
+        raise TrainError(f"--clients-per-round must be ≥ 1, got {opts.per_round}")
+    if opts.candidates is not None and opts.candidates < 1:
+        raise TrainError(f"--candidates must be ≥ 1, got {opts.candidates}")
     if chosen and cfg.resume:
         raise TrainError(f"--resume is not supported for {cfg.method} (its noise is calibrated for the whole run)")
 
@@ -321,12 +322,13 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
 
     c, n, traits = plan.config, data.n_clients, REGISTRY[cfg.method].selection
     kind = noise_kind(cfg)  # secure: DP-SGD noise and record sampling from the OS's CSPRNG
-    rule = cfg.noise_rule or "paper"
-    per_round = int(cfg.per_round or max(1, round(c.q * n)))
-    d_cand = int(cfg.candidates or min(n, 2 * per_round)) if traits.candidates else None
+    opts = cfg.selection
+    rule = opts.noise_rule or "paper"
+    per_round = int(opts.per_round or max(1, round(c.q * n)))
+    d_cand = int(opts.candidates or min(n, 2 * per_round)) if traits.candidates else None
     if d_cand is not None and not per_round <= d_cand <= n:
         raise TrainError(f"--candidates d must lie between K = {per_round} clients per round and n = {n}, got {d_cand}")
-    eta = float(cfg.eta if cfg.eta is not None else DEFAULT_ETA)
+    eta = float(opts.eta if opts.eta is not None else DEFAULT_ETA)
     try:
         problem = selection_problem(plan, data.clients, rounds, per_round, batch, eta)
         p, solution = selection_probabilities(problem, traits)

@@ -13,7 +13,7 @@ import hashlib
 import io
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
 from hdp_planner_train.simulator.models import model_name
+from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
 
 class TrainError(ValueError):
@@ -60,15 +61,9 @@ class TrainConfig:
     chunk: int | None = None
     precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS); updates stay float32
     shards: int | None = None  # pathological non-IID: S classes per client
-    rho: float | None = None  # SAM radius (dp2-fedsam, dp-fedsam)
-    head_steps: int | None = None  # τ_h (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
     iid_share: float | None = (
         None  # the selection paper's non-IID mix: this share of the data IID, the rest label-sorted
     )
-    noise_rule: str | None = None  # privacy-aware, unbiased, power-of-choice: paper (default) | exact
-    eta: float | None = None  # privacy-aware: Problem 1's weight η
-    per_round: int | None = None  # selection methods: clients drawn per round K (default round(q·n))
-    candidates: int | None = None  # power-of-choice: candidates d (default 2K)
     audit: bool = False  # insert canary clients and report an empirical ε per group (hdp_planner.audit)
     audit_canaries: int | None = None  # canaries per group, in and out together (default min(2000, ⌊d/M⌋))
     noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
@@ -79,6 +74,19 @@ class TrainConfig:
     ledger: str | None = "auto"  # privacy ledger URL/file; auto: the default ledger for secure runs, none for seeded
     federation: str = "simulation"  # whose clients the ledger charges
     groups: str | None = None  # hdp-plan assign's file: the clients the ledger charges, each with its own budget
+    personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
+    selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
+
+    def __repr__(self) -> str:
+        """The settings that differ from their defaults (the plan, method and dataset always)."""
+        always = ("plan", "method", "dataset")
+
+        def default(f: Field) -> Any:
+            return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if f.name in always or getattr(self, f.name) != default(f)]  # fmt: skip
+        return f"TrainConfig({', '.join(shown)})"
 
 
 SEEDED_NOTE = (
