@@ -28,7 +28,7 @@ from hdp_planner.methods.selection import (
 )
 from hdp_planner_cli.app import app
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clients.csv"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clients.csv"
 runner = CliRunner()
 
 
@@ -311,6 +311,6 @@ def test_select_and_fedsam_noise_leave_cvxpy_out_of_start_up():
 
 def test_select_refuses_a_delta_that_publishes_an_example():
     """δ ≥ 1/|M_k| admits a mechanism that releases one of client k's examples in the clear."""
-    clients = Path(__file__).resolve().parents[1] / "examples" / "clients.csv"
+    clients = Path(__file__).resolve().parents[2] / "examples" / "clients.csv"
     result = runner.invoke(app, ["select", str(clients), "--delta", "0.5"])
     assert result.exit_code == 2 and "not below 1/|M_k|" in result.output and "Traceback" not in result.output

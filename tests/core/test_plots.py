@@ -16,7 +16,7 @@ from hdp_planner_cli.app import app
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "figure2.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "figure2.py"
 
 
 @pytest.fixture(scope="module")

@@ -254,7 +254,7 @@ def test_bench_vs_pfl_without_pfl_says_how_to_set_it_up(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_vs_pfl.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_vs_pfl.py"
     done = subprocess.run(
         [sys.executable, str(script), "--pfl-python", str(tmp_path / "no-python")], capture_output=True, text=True
     )

@@ -43,7 +43,7 @@ from hdp_planner_train.simulator.models import make_model  # noqa: E402
 N = 30  # virtual clients
 ROUNDS = 4  # the plan's T
 SEED = 3
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
