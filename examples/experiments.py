@@ -258,8 +258,8 @@ EXPERIMENTS: dict[str, Experiment] = {
         notes=(
             "Both rows run the same integer pipeline (the share mod's client_message, modular sum, release); on Flower "
             "the clients' messages are summed in the clear instead of through SecAgg+, whose masks cancel exactly "
-            "(the sums are equal bit for bit: tests/flower/test_flower_secagg.py). With SecAgg+ a round of this plan takes "
-            "about two minutes in one process (bench_flower_secagg), too long for 50-round runs here.",
+            "(the sums are equal bit for bit: tests/flower/test_flower_secagg.py). With SecAgg+ a round of this plan "
+            "takes about two minutes in one process (bench_flower_secagg), too long for 50-round runs here.",
             "The simulator's noise is seeded, Flower's comes from the OS; the sampling and local batches differ too, "
             "so single seeds differ by chance.",
             "The same plan under a trusted server is the gdpfed+ row of table2_fmnist: secure aggregation's noise is "

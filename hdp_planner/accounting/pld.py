@@ -54,7 +54,11 @@ DEFAULT_VALUE_DISCRETIZATION = 1e-4  # dp-accounting PLDAccountant's default
 MAX_POINTS = 4_000_000  # one round's PLD on more grid points than this is not built (ε reported as inf),
 COARSER_STEPS = 10  # where a round's grid is too large, intervals up to 2^10 times coarser are tried before inf
 MAX_WORK = 20_000_000  # nor on more than this / √T (composing T rounds costs about that much more; the paper's
-# settings need < 1.5e6)
+# settings need < 1.5e6), unless composing it is measured to fit MAX_COMPOSED (below)
+MAX_COMPOSED = 2_000_000  # where MAX_WORK binds, a finer grid is still used while composing it T times takes an FFT of
+# at most this many points (dp-accounting's Chernoff truncation of the composition). scipy keeps a plan for each of
+# the last 16 lengths it transformed (about 23 bytes a point), so this also bounds that cache (< 0.8 GB)
+_TAIL_MASS = 1e-15  # dp-accounting's tail mass truncation of a self-composition (DensePLDPmf.self_compose)
 _COARSE = 2e-3  # discretizations of the root search and of the Richardson extrapolation for the default 1e-4
 _COARSER = 4e-3
 _ACCEPT = 1e-3  # a σ meeting the target with log ε this close to it is returned (≈ 7e-4 relative in σ)
@@ -127,34 +131,67 @@ def _extent(bounds, discretization: float) -> tuple[int, int]:
     return math.floor(bounds.epsilon_lower / discretization), math.ceil(bounds.epsilon_upper / discretization)
 
 
-def _fitting_interval(losses: list[tuple[Any, Any]], rounds: int, discretization: float) -> float | None:
+def _points(losses: list[tuple[Any, Any]], v: float) -> int:
+    """One round's grid points at interval ``v`` (the larger of the two adjacencies)."""
+    return max(upper - lower for lower, upper in (_extent(bounds, v) for _, bounds in losses))
+
+
+def _composed_points(pmfs: list[Any], rounds: int) -> int:
+    """The FFT length of composing one round's PMFs ``rounds`` times, as dp-accounting's ``self_convolve`` truncates
+    it (Chernoff bounds on the built grid)."""
+    from dp_accounting.pld import common
+
+    sizes = []
+    for pmf in pmfs:
+        probs = pmf._probs  # dp-accounting's dense PMF, as its own self_compose reads it
+        lower, upper = common.compute_self_convolve_bounds(probs, rounds, _TAIL_MASS)
+        sizes.append(max(upper - lower + 1, len(probs)))
+    return max(sizes)
+
+
+def _grid(losses: list[tuple[Any, Any]], rounds: int, discretization: float) -> tuple[float, list[Any] | None] | None:
+    """(the interval of :func:`grid_interval`, its PMFs where the search built them, else None), or None."""
     limit = min(MAX_POINTS, MAX_WORK / math.sqrt(rounds))
     for step in range(COARSER_STEPS + 1):
         v = discretization * 2.0**step
-        if max(upper - lower for lower, upper in (_extent(bounds, v) for _, bounds in losses)) < limit:
-            return v
+        if _points(losses, v) >= limit:
+            continue
+        if step == 0:
+            return v, None
+        pmfs = _pmfs(losses, v)
+        size = _composed_points(pmfs, rounds)
+        # halving v at least doubles the composition (its loss range does not shrink): skip a build that cannot fit
+        while step > 0 and 2 * size <= MAX_COMPOSED and _points(losses, v / 2) < MAX_POINTS:
+            finer = _pmfs(losses, v / 2)
+            finer_size = _composed_points(finer, rounds)
+            if finer_size > MAX_COMPOSED:
+                break
+            v, step, pmfs, size = v / 2, step - 1, finer, finer_size
+        return v, pmfs
     return None
 
 
+@lru_cache(maxsize=256)
 def grid_interval(noise_multiplier: float, q: float, rounds: int, discretization: float) -> float | None:
     """The interval one round's distribution is built on: ``discretization``, or where that grid would have more than
-    min(MAX_POINTS, MAX_WORK/√T) points, the first of 2v, 4v, … (at most 2^COARSER_STEPS·v) within the limit; None if
-    none is. Pessimistic connect-the-dots bounds ε at every interval, so a coarser grid is a valid, looser bound."""
-    return _fitting_interval(_losses(noise_multiplier, q), rounds, discretization)
+    min(MAX_POINTS, MAX_WORK/√T) points, the first of 2v, 4v, … (at most 2^COARSER_STEPS·v) within the limit, then
+    halved toward ``discretization`` while composing it T times is measured to fit MAX_COMPOSED; None if none is.
+    Pessimistic connect-the-dots bounds ε at every interval, so a coarser grid is a valid, looser bound."""
+    grid = _grid(_losses(noise_multiplier, q), rounds, discretization)
+    return None if grid is None else grid[0]
 
 
-def _pld(losses: list[tuple[Any, Any]], discretization: float):
-    """One round's privacy loss distribution, as ``from_gaussian_mechanism(σ, sampling_prob=q,
-    value_discretization_interval=v)`` builds it (pessimistic connect-the-dots, mass truncation e^-50)."""
+def _pmfs(losses: list[tuple[Any, Any]], discretization: float) -> list[Any]:
+    """One round's PMFs (REMOVE, then ADD) as ``from_gaussian_mechanism(σ, sampling_prob=q,
+    value_discretization_interval=v)`` builds them (pessimistic connect-the-dots, mass truncation e^-50)."""
     from dp_accounting.pld import pld_pmf
-    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
     def pmf(loss, bounds):
         lower, upper = _extent(bounds, discretization)
         deltas = loss.get_delta_for_epsilon(np.arange(lower, upper + 1) * discretization)
         return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(discretization, lower, upper, deltas)
 
-    return PrivacyLossDistribution(*(pmf(loss, bounds) for loss, bounds in losses))
+    return [pmf(loss, bounds) for loss, bounds in losses]
 
 
 @lru_cache(maxsize=256)
@@ -162,12 +199,14 @@ def _pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, d
     """ε of ``rounds`` rounds at ``delta``, composed as ``PLDAccountant`` does (from the identity), on the grid of
     :func:`grid_interval` (bounded memory and time); inf where no interval fits (a valid, uninformative bound)."""
     from dp_accounting.pld import privacy_loss_distribution
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
     losses = _losses(noise_multiplier, q)
-    v = _fitting_interval(losses, rounds, discretization)
-    if v is None:
+    grid = _grid(losses, rounds, discretization)
+    if grid is None:
         return math.inf
-    single = _pld(losses, v).self_compose(rounds)
+    v, pmfs = grid
+    single = PrivacyLossDistribution(*(pmfs or _pmfs(losses, v))).self_compose(rounds)
     composed = privacy_loss_distribution.identity(value_discretization_interval=v).compose(single)
     return float(composed.get_epsilon_for_delta(delta))
 
