@@ -48,6 +48,7 @@ __all__ = [
     "discretization",
     "never_sampled_bound",
     "pld_epsilon",
+    "roundoff_mass",
 ]
 
 DEFAULT_VALUE_DISCRETIZATION = 1e-4  # dp-accounting PLDAccountant's default
@@ -59,6 +60,8 @@ MAX_COMPOSED = 2_000_000  # where MAX_WORK binds, a finer grid is still used whi
 # at most this many points (dp-accounting's Chernoff truncation of the composition). scipy keeps a plan for each of
 # the last 16 lengths it transformed (about 23 bytes a point), so this also bounds that cache (< 0.8 GB)
 _TAIL_MASS = 1e-15  # dp-accounting's tail mass truncation of a self-composition (DensePLDPmf.self_compose)
+ROUNDOFF_SHARE = 1e-3  # FFT round-off r of a composition (its negative probability mass) moves δ(ε) by about 2r
+# either way; where 2r exceeds this share of δ, ε is taken at δ − 2r (below it, the pessimistic grid's slack covers it)
 _COARSE = 2e-3  # discretizations of the root search and of the Richardson extrapolation for the default 1e-4
 _COARSER = 4e-3
 _ACCEPT = 1e-3  # a σ meeting the target with log ε this close to it is returned (≈ 7e-4 relative in σ)
@@ -194,28 +197,61 @@ def _pmfs(losses: list[tuple[Any, Any]], discretization: float) -> list[Any]:
     return [pmf(loss, bounds) for loss, bounds in losses]
 
 
-@lru_cache(maxsize=256)
-def _pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, discretization: float) -> float:
-    """ε of ``rounds`` rounds at ``delta``, composed as ``PLDAccountant`` does (from the identity), on the grid of
-    :func:`grid_interval` (bounded memory and time); inf where no interval fits (a valid, uninformative bound)."""
-    from dp_accounting.pld import privacy_loss_distribution
-    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+def _roundoff(parts: list[Any]) -> float:
+    """The largest negative probability mass among composed PMFs: what the FFT's round-off left below zero (a sparse
+    PMF is composed by convolving its few points directly: none)."""
+    from dp_accounting.pld import pld_pmf
 
+    dense = [part._probs for part in parts if isinstance(part, pld_pmf.DensePLDPmf)]
+    return max((float(-np.minimum(probs, 0.0).sum()) for probs in dense), default=0.0)
+
+
+def roundoff_mass(*, noise_multiplier: float, q: float, rounds: int, discretization: float) -> float:
+    """The FFT round-off of the ``rounds``-fold composition that :func:`pld_epsilon` evaluates at ``discretization``
+    (its negative probability mass; inf where no grid fits). :func:`pld_epsilon` takes ε at δ less twice this where
+    that is more than ``ROUNDOFF_SHARE·δ``, and reports ε = inf where twice this exceeds δ/2 (the calibration then
+    keeps the RDP σ)."""
+    composed = _composed(noise_multiplier, q, rounds, discretization)
+    return math.inf if composed is None else _roundoff(composed[1])
+
+
+def _composed(noise_multiplier: float, q: float, rounds: int, discretization: float) -> tuple[float, list[Any]] | None:
+    """(the grid's interval, the ``rounds``-fold composition of each of one round's PMFs, as
+    ``PrivacyLossDistribution.self_compose`` composes them), or None where no grid fits."""
     losses = _losses(noise_multiplier, q)
     grid = _grid(losses, rounds, discretization)
     if grid is None:
-        return math.inf
+        return None
     v, pmfs = grid
-    single = PrivacyLossDistribution(*(pmfs or _pmfs(losses, v))).self_compose(rounds)
-    composed = privacy_loss_distribution.identity(value_discretization_interval=v).compose(single)
-    return float(composed.get_epsilon_for_delta(delta))
+    return v, [pmf.self_compose(rounds, _TAIL_MASS) for pmf in (pmfs or _pmfs(losses, v))]
+
+
+@lru_cache(maxsize=256)
+def _pld_epsilon(noise_multiplier: float, q: float, rounds: int, delta: float, discretization: float) -> float:
+    """ε of ``rounds`` rounds at ``delta``, composed as ``PLDAccountant`` does (from the identity), on the grid of
+    :func:`grid_interval` (bounded memory and time); inf (a valid, uninformative bound) where no interval fits.
+    The FFT's round-off r (:func:`_roundoff`) moves δ(ε) by about 2r either way: beyond ``ROUNDOFF_SHARE·δ`` the ε is
+    taken at δ − 2r, and where 2r exceeds δ/2 it is inf."""
+    from dp_accounting.pld import privacy_loss_distribution
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
+    composed = _composed(noise_multiplier, q, rounds, discretization)
+    if composed is None:
+        return math.inf
+    v, parts = composed
+    slack = 2 * _roundoff(parts)  # the round-off moves δ(ε) by about this much, either way
+    if slack > delta / 2:
+        return math.inf
+    target = delta - slack if slack > ROUNDOFF_SHARE * delta else delta
+    total = privacy_loss_distribution.identity(value_discretization_interval=v).compose(PrivacyLossDistribution(*parts))
+    return float(total.get_epsilon_for_delta(target))
 
 
 def pld_epsilon(*, noise_multiplier: float, q: float, rounds: int, delta: float) -> float:
     """ε at ``delta`` of ``rounds`` Poisson-subsampled Gaussian steps per dp-accounting's PLDAccountant (default
     discretization). σ must be > 0, q in [0, 1] (q = 0 gives 0), rounds ≥ 1, delta in (0, 1]. Where
     1 − (1 − q)^T ≤ δ, ε is 0 for every σ (:func:`never_sampled_bound`); inf where the grid would exceed
-    its limits (see :func:`_pld_epsilon`)."""
+    its limits or the composition's FFT round-off exceeds δ/4 (see :func:`_pld_epsilon`)."""
     sigma, rounds, delta = check_noise_multiplier(noise_multiplier), check_rounds(rounds), check_delta(delta)
     q = check_ratio(q, allow_zero=True)
     if never_sampled_bound(q, rounds) <= delta:
