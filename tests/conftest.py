@@ -1,12 +1,22 @@
-"""Shared fixtures: paper settings and small plans."""
+"""Shared fixtures: paper settings and small plans; hypothesis's profile.
+
+Property tests draw the same examples on every run (``repeatable``, the default), so a run that passed here passes
+on CI; ``HYPOTHESIS_PROFILE=explore python -m pytest`` draws new ones each run (and keeps failures in
+``.hypothesis/``, to be added as ``@example``).
+"""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from hypothesis import settings
 
 from hdp_planner import plan
+
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(autouse=True, scope="session")
