@@ -43,22 +43,29 @@ def keys(family: Family) -> tuple[str, ...]:
     return tuple(key for key, m in REGISTRY.items() if m.family == family)
 
 
+def _planning_method(row: str) -> Method | None:
+    """The method that plans row ``row`` (declares its round rules), or None for an unknown row."""
+    return next((m for m in REGISTRY.values() if m.row == row and m.rules is not None), None)
+
+
 def row_rules(row: str) -> RoundRules | None:
     """The round rules of plan row ``row`` (declared by the method that plans it), or None for an unknown row."""
-    return next((m.rules for m in REGISTRY.values() if m.row == row and m.rules is not None), None)
+    m = _planning_method(row)
+    return None if m is None else m.rules
 
 
 def row_paper_weights(row: str) -> PaperWeights | None:
     """Row ``row``'s weights in GDPFed Table 5's Λ (declared by the method that plans it), or None."""
-    return next((m.paper_weights for m in REGISTRY.values() if m.row == row and m.rules is not None), None)
+    m = _planning_method(row)
+    return None if m is None else m.paper_weights
 
 
 def planner(row: str) -> str:
     """The key of the method that plans row ``row`` (declares its round rules); KeyError for an unknown row."""
-    key = next((k for k, m in REGISTRY.items() if m.row == row and m.rules is not None), None)
-    if key is None:
+    m = _planning_method(row)
+    if m is None:
         raise KeyError(row)
-    return key
+    return m.key
 
 
 def rows() -> tuple[str, ...]:

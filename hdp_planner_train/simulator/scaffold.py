@@ -320,14 +320,14 @@ def train_rounds(
     schedule = Schedule(rounds, plan.config.lr, cfg.lr_decay, cfg.eval_every)
     progress = _progress(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
+    if describe is None:
+
+        def describe(done: int, entry: dict[str, Any]) -> str:
+            return round_description(plan, spec, done, rounds, entry["accuracy"], entry["loss"])
 
     def report(done: int, entry: dict[str, Any] | None, stats, seconds: float) -> None:
         if entry is not None:
-            if describe is None:
-                description = round_description(plan, spec, done, rounds, entry["accuracy"], entry["loss"])
-            else:
-                description = describe(done, entry)
-            progress.update(task, description=description)
+            progress.update(task, description=describe(done, entry))
         progress.update(task, completed=done)
 
     with progress:

@@ -28,6 +28,14 @@ from hdp_planner.accounting.pld import (
 )
 from hdp_planner.accounting.rdp import SIGMA_MIN, calibrate_sigma_rdp, kl_certifies_zero, low_order_rdp_bounds
 
+EDGES = {
+    "eps": st.floats(-2.5, math.log10(50)).map(lambda x: 10**x),
+    "delta": st.floats(-12.0, -3.0).map(lambda x: 10**x),
+    "q": st.floats(-7.0, 0.0).map(lambda x: 10**x),
+    "rounds": st.integers(1, 100_000),
+}
+"""The budgets the calibration must handle: ε 0.003-50, δ 1e-12-1e-3, q 1e-7-1, T 1-1e5 (log-uniform)."""
+
 
 def _quiet() -> None:
     logging.getLogger().setLevel(logging.ERROR)  # dp-accounting's "failed to converge … Excluding this order"
@@ -95,12 +103,7 @@ def test_discretization_is_the_default_on_the_papers_settings():
 
 @pytest.mark.slow
 @settings(max_examples=6, deadline=None)
-@given(
-    eps=st.floats(-2.5, math.log10(50)).map(lambda x: 10**x),
-    delta=st.floats(-12.0, -3.0).map(lambda x: 10**x),
-    q=st.floats(-7.0, 0.0).map(lambda x: 10**x),
-    rounds=st.integers(1, 100_000),
-)
+@given(**EDGES)
 def test_pld_sweep_against_dp_accounting_at_a_fine_discretization(eps, delta, q, rounds):
     try:
         sigma_rdp = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
@@ -183,12 +186,7 @@ def test_low_order_rdp_bounds_bracket_the_exact_rdp(q, sigma):
 
 
 @settings(max_examples=4, deadline=None)
-@given(
-    eps=st.floats(-2.5, math.log10(50)).map(lambda x: 10**x),
-    delta=st.floats(-12.0, -3.0).map(lambda x: 10**x),
-    q=st.floats(-7.0, 0.0).map(lambda x: 10**x),
-    rounds=st.integers(1, 100_000),
-)
+@given(**EDGES)
 def test_rdp_sigma_meets_the_budget_or_is_refused_in_one_line(eps, delta, q, rounds):
     try:
         sigma = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
@@ -200,12 +198,7 @@ def test_rdp_sigma_meets_the_budget_or_is_refused_in_one_line(eps, delta, q, rou
 
 @pytest.mark.slow
 @settings(max_examples=10, deadline=None)
-@given(
-    eps=st.floats(-2.5, math.log10(50)).map(lambda x: 10**x),
-    delta=st.floats(-12.0, -3.0).map(lambda x: 10**x),
-    q=st.floats(-7.0, 0.0).map(lambda x: 10**x),
-    rounds=st.integers(1, 100_000),
-)
+@given(**EDGES)
 def test_rdp_sweep_against_calibrate_dp_mechanism(eps, delta, q, rounds):
     """Within 1% of dp-accounting, except below it where the closed-form bound certifies ε = 0 (its fractional
     orders over-estimate) and above it where its own ε = 0 is refuted (float noise)."""
