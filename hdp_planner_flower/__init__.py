@@ -4,6 +4,10 @@ Importing this package imports neither flwr nor torch; its modules do: :mod:`.st
 :mod:`.mods` (the client-side mod), :mod:`.records` (records ↔ flat vectors), :mod:`.app` (the ClientApp, initial
 model and central evaluation for the trainer's datasets) and :mod:`.simulation` (the ServerApp's work, the
 ``hdp-plan flower`` command, the ``flwr run`` ServerApp). Install with the ``flower`` extra.
+
+The API: :class:`HdpStrategy` (the server side of a plan), :func:`hdp_mod` (the client mod that clips to the plan)
+and :func:`share_mod` (the client's noise share under SecAgg+), :class:`FlowerConfig` and :func:`run_flower` (a
+plan on Flower's simulation engine from Python), each loaded from its module on first use.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import import_module
+from typing import Any
 
 FLOWER_HINT = "pip install torch==2.13.0 && pip install -e '.[train,flower]'"
 
@@ -57,4 +63,31 @@ def require_flwr() -> str:
     return str(flwr.__version__)
 
 
-__all__ = ["FLOWER_HINT", "OFFLINE_ENV", "offline_env", "offline_environment", "require_flwr"]
+_LAZY = {
+    "FlowerConfig": "hdp_planner_flower.simulation",
+    "HdpStrategy": "hdp_planner_flower.strategy",
+    "hdp_mod": "hdp_planner_flower.mods",
+    "run_flower": "hdp_planner_flower.simulation",
+    "share_mod": "hdp_planner_flower.secagg_mod",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names that import flwr and torch, loaded when first asked for (PEP 562)."""
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "FLOWER_HINT",
+    "OFFLINE_ENV",
+    "FlowerConfig",
+    "HdpStrategy",
+    "hdp_mod",
+    "offline_env",
+    "offline_environment",
+    "require_flwr",
+    "run_flower",
+    "share_mod",
+]
