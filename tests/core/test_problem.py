@@ -86,11 +86,12 @@ def test_remark3_k_ratio_and_clamp():
     assert not clamped[0] and clamped[1] and k[1] == pytest.approx(0.01)
 
 
-def test_objective_without_sparsification_is_mu4_over_qn_plus_noise_term():
-    r, s2 = np.array([10.0, 30.0]), np.array([1.0, 2.0])
-    w = reweighting(r)
-    expected = COEF.mu4 * w.sum() + COEF.mu5 * np.sum(w**2 * s2 / r**2)
-    assert objective(r, s2, COEF, np.ones(2)) == pytest.approx(expected)
+@given(st.lists(st.floats(0.5, 500), min_size=1, max_size=6))
+def test_sampling_term_depends_only_on_the_expected_clients(r):
+    """Without noise and sparsification, Problem 1's objective is μ4/(qn) whatever the split of the qn = Σ r_m
+    expected clients among the groups: the reweighting ω_m sums to 1/(qn)."""
+    r = np.asarray(r)
+    assert objective(r, np.zeros_like(r), COEF, np.ones_like(r)) == pytest.approx(COEF.mu4 / r.sum(), rel=1e-12)
 
 
 @given(
