@@ -8,6 +8,7 @@ torch or flwr import them inside the command, so ``hdp-plan solve`` runs without
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Annotated
 
 import click
@@ -116,4 +117,11 @@ def _root(
 
 
 def main() -> None:
-    app()
+    """Run ``hdp-plan``; an OSError no command caught ends in one line naming the file and the reason, status 2."""
+    try:
+        app()
+    except OSError as exc:
+        from hdp_planner_cli.console import error_line, print_error
+
+        print_error(error_line(exc))
+        sys.exit(2)

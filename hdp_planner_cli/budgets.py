@@ -137,7 +137,7 @@ def sweep(
     for m in range(result.count):
         table.add_column(f"σ²_{m + 1}", justify="right")
     for name in METHODS:
-        table.add_column(f"Λ {name}", justify="right")
+        table.add_column(f"Λ\n{name}", justify="right")
     for v, qs, s2, lam in zip(result.values, result.q, result.sigma2, result.lam):
         table.add_row(f"{v:g}", *(f"{100 * x:.3f}%" for x in qs), *(f"{x:.4g}" for x in s2), *(f"{x:.4g}" for x in lam))
     out.print(table)
