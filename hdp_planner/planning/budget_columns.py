@@ -1,0 +1,215 @@
+"""Per-client budgets as columns: the client ids as rows of sort keys, the budgets as codes into their values.
+
+Ten million clients fit in a few hundred megabytes this way (a Python string per id would take gigabytes): a CSV
+file is parsed by numpy a block of lines at a time (:func:`read_plain_csv`), the prefix every id shares is kept
+once, and the digest a plan records of its budgets (:meth:`BudgetColumns.digest`) is computed over blocks of
+sorted lines: the same SHA-256 as :func:`hdp_planner.planning.budgets.budgets_digest` of the same ids and budgets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+BLOCK_BYTES = 1 << 22
+"""Bytes of a CSV file parsed at a time (whole lines)."""
+DIGEST_BLOCK = 1 << 18
+"""Clients whose digest lines are built at a time."""
+NEWLINE, COMMA = ord("\n"), ord(",")
+SPACE = np.zeros(256, bool)
+SPACE[list(b" \t\r")] = True
+"""What ``str.strip`` would take from around an ASCII id (such ids are read row by row)."""
+OTHER = np.zeros(256, bool)
+OTHER[[0, ord('"'), *range(0x80, 0x100)]] = True
+"""Bytes a plain file never holds: NUL, quotes (a quoted field) and non-ASCII text (read row by row)."""
+
+
+@dataclass(frozen=True, eq=False)
+class BudgetColumns:
+    """The clients of a budgets file in file order: their ids as ``prefix`` (shared by all) followed by the bytes
+    in ``keys`` (UTF-8, NUL-padded, as native unsigned 8-byte words read big-endian: one row per client, so that
+    the rows sort as the ids do), their budgets as ``values[codes]`` (the distinct budgets, ascending, and each
+    client's index into them) and the optional ``delta`` column."""
+
+    keys: np.ndarray
+    values: np.ndarray
+    codes: np.ndarray
+    delta: np.ndarray | None = None
+    prefix: bytes = b""
+
+    @classmethod
+    def from_lists(cls, ids: list[str], epsilon: np.ndarray, delta: list[float] | None = None) -> BudgetColumns:
+        encoded = np.array([i.encode() for i in ids], dtype=bytes) if ids else np.zeros(0, dtype="S8")
+        values, codes = np.unique(np.asarray(epsilon, dtype=float), return_inverse=True)
+        return cls(sort_keys(encoded), values, codes, None if delta is None else np.asarray(delta, float))
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @property
+    def epsilon(self) -> np.ndarray:
+        """Every client's budget, in file order (8 bytes a client)."""
+        return self.values[self.codes]
+
+    @property
+    def counts(self) -> np.ndarray:
+        """How many clients hold each of :attr:`values`."""
+        return np.bincount(self.codes, minlength=len(self.values))
+
+    def ids(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """The ids of ``rows`` after the prefix, as NUL-padded bytes."""
+        keys = self.keys[rows]
+        return keys.astype(">u8").view(f"S{8 * keys.shape[1]}").ravel()
+
+    def id_list(self) -> list[str]:
+        """The ids as strings (one Python object per client: for small files)."""
+        return [(self.prefix + i).decode() for i in self.ids().tolist()]
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """The clients' positions sorted by id, in the order of Python's ``sorted`` on the id strings (UTF-8 bytes
+        sort as code points, and the prefix is common)."""
+        if self.keys.shape[1] == 1:
+            return np.argsort(self.keys[:, 0])
+        return np.lexsort(self.keys.T[::-1])
+
+    def duplicate(self) -> bool:
+        """Whether two clients share an id."""
+        parts = (self.order[a : a + DIGEST_BLOCK + 1] for a in range(0, len(self), DIGEST_BLOCK))
+        return any(np.any(np.all(self.keys[p[1:]] == self.keys[p[:-1]], axis=1)) for p in parts)
+
+    def digest(self) -> str:
+        """SHA-256 of the ``client_id,repr(ε)`` lines sorted by id, joined by newlines (as ``budgets_digest``)."""
+        texts = np.array([repr(float(v)).encode() for v in self.values], dtype=bytes)
+        sha = hashlib.sha256()
+        order = self.order
+        for start in range(0, len(order), DIGEST_BLOCK):
+            part = order[start : start + DIGEST_BLOCK]
+            ends = np.strings.add(b",", np.strings.add(texts[self.codes[part]], b"\n"))
+            lines = np.strings.add(np.strings.add(self.prefix, self.ids(part)), ends)
+            raw = np.frombuffer(lines.tobytes(), dtype=np.uint8)
+            raw = raw[raw != 0]  # the padding of the fixed width
+            sha.update(raw[:-1].tobytes() if start + DIGEST_BLOCK >= len(order) else raw.tobytes())
+        return sha.hexdigest()
+
+
+def sort_keys(ids: np.ndarray, words: int | None = None) -> np.ndarray:
+    """Fixed-width bytes ``ids`` as rows of ``words`` (default: as few as hold them) native 8-byte words that
+    compare as the bytes do."""
+    words = words or max(-(-ids.dtype.itemsize // 8), 1)
+    return ids.astype(f"S{8 * words}").view(">u8").reshape(len(ids), words).astype(np.uint64)
+
+
+def read_plain_csv(path: str | os.PathLike[str]) -> BudgetColumns | None:
+    """The columns of a plain ``client_id,epsilon[,delta]`` CSV file, parsed by numpy a block of lines at a time:
+    a first pass finds the number of clients, the ids' width and common prefix and the distinct budgets, a second
+    fills arrays of that size (ids and 2-byte codes into the budgets). None for any other file (quotes, other
+    columns, non-ASCII text, a BOM, blank or short lines, spaces around an id, a budget that numpy cannot parse or
+    that is not positive and finite), which the row-by-row reader then reads with its line-exact messages."""
+    with open(path, "rb") as fh:
+        names = [h.strip().lower() for h in fh.readline().decode("ascii", errors="replace").split(",")]
+        if names not in (["client_id", "epsilon"], ["client_id", "epsilon", "delta"]):
+            return None
+        columns, body = len(names), fh.tell()
+        count, width, prefix, distinct = 0, 0, None, []
+        for raw in _blocks(fh):
+            parsed = _parse_block(raw, columns, 0)
+            if parsed is None or not (np.all(np.isfinite(parsed[1])) and np.all(parsed[1] > 0)):
+                return None
+            ids = parsed[0]
+            if prefix is None:
+                prefix = ids[0]
+            prefix = prefix[: _shared(ids, prefix)]
+            count, width = count + len(ids), max(width, ids.dtype.itemsize)
+            distinct.append(np.unique(parsed[1]))
+        if prefix is None:
+            return None
+        values = np.unique(np.concatenate(distinct))
+        words = max(-(-(width - len(prefix)) // 8), 1)
+        keys = np.empty((count, words), np.uint64)
+        codes = np.empty(count, np.uint16 if len(values) <= 1 << 16 else np.int64)
+        delta = np.empty(count) if columns == 3 else None
+        fh.seek(body)
+        at = 0
+        for raw in _blocks(fh):
+            parsed = _parse_block(raw, columns, len(prefix))
+            if parsed is None:
+                return None
+            k = len(parsed[1])
+            keys[at : at + k], codes[at : at + k] = sort_keys(parsed[0], words), np.searchsorted(values, parsed[1])
+            if delta is not None:
+                delta[at : at + k] = parsed[2]
+            at += k
+    return BudgetColumns(keys, values, codes, delta, prefix)
+
+
+def _blocks(fh) -> Iterator[np.ndarray]:
+    """The rest of ``fh`` as byte arrays of whole lines, about :data:`BLOCK_BYTES` each."""
+    tail = b""
+    while block := fh.read(BLOCK_BYTES):
+        data = tail + block
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield np.frombuffer(data[:cut], dtype=np.uint8)
+        tail = data[cut:]
+    if tail:
+        yield np.frombuffer(tail, dtype=np.uint8)
+
+
+def _shared(ids: np.ndarray, prefix: bytes) -> int:
+    """How many leading bytes of ``prefix`` every id of ``ids`` begins with."""
+    grid = ids.view(np.uint8).reshape(len(ids), ids.dtype.itemsize)
+    for j, byte in enumerate(prefix[: grid.shape[1]]):
+        if np.any(grid[:, j] != byte):
+            return j
+    return min(len(prefix), grid.shape[1])
+
+
+def _lines(raw: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(line starts, line ends, field separators per line) of a block whose every line has ``columns`` fields of
+    plain ASCII text and a non-empty id without spaces around it; None otherwise."""
+    if OTHER[raw].any():
+        return None
+    ends = np.flatnonzero(raw == NEWLINE)
+    if len(ends) == 0 or ends[-1] != len(raw) - 1:
+        ends = np.append(ends, len(raw))
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    commas = np.flatnonzero(raw == COMMA)
+    if len(commas) != (columns - 1) * len(starts):
+        return None
+    commas = commas.reshape(len(starts), columns - 1)
+    if not (np.all(commas[:, 0] > starts) and np.all(commas[:, -1] < ends)):
+        return None  # an empty id, or a separator on another line: a line with too few or too many fields
+    if SPACE[raw[starts]].any() or SPACE[raw[commas[:, 0] - 1]].any():
+        return None
+    return starts, ends, commas
+
+
+def _parse_block(raw: np.ndarray, columns: int, skip: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """The ids after their first ``skip`` bytes, the budgets and the deltas of a block (None: not plain)."""
+    lines = _lines(raw, columns)
+    if lines is None:
+        return None
+    starts, ends, commas = lines
+    bounds = np.column_stack([starts + skip, commas + 1]), np.column_stack([commas, ends])
+    fields = [_field(raw, bounds[0][:, k], bounds[1][:, k]) for k in range(columns)]
+    try:  # numpy skips spaces, tabs and carriage returns around a number, as float() does
+        eps = fields[1].astype(float)
+        delta = fields[2].astype(float) if columns == 3 else None
+    except ValueError:
+        return None
+    return fields[0], eps, delta
+
+
+def _field(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The bytes from ``starts`` to ``ends`` of every line as a fixed-width, NUL-padded bytes array."""
+    width = max(int((ends - starts).max(initial=0)), 1)
+    windows = np.lib.stride_tricks.sliding_window_view(np.concatenate((raw, np.zeros(width, np.uint8))), width)
+    grid = windows[starts]
+    grid[np.arange(width)[None, :] >= (ends - starts)[:, None]] = 0
+    return grid.view(f"S{width}").ravel()
