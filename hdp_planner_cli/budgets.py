@@ -32,7 +32,7 @@ from hdp_planner.planning.budgets import (
 )
 from hdp_planner.planning.plan import METHODS, PlanConfig
 from hdp_planner.report.sweep import parse_range, parse_values, sweep_plan
-from hdp_planner_cli.console import err, one_line_errors, out
+from hdp_planner_cli.console import err, one_line_errors, out, pct
 from hdp_planner_cli.options import (
     AccountantOpt,
     CliError,
@@ -139,7 +139,7 @@ def sweep(
     for name in METHODS:
         table.add_column(f"Λ\n{name}", justify="right")
     for v, qs, s2, lam in zip(result.values, result.q, result.sigma2, result.lam):
-        table.add_row(f"{v:g}", *(f"{100 * x:.3f}%" for x in qs), *(f"{x:.4g}" for x in s2), *(f"{x:.4g}" for x in lam))
+        table.add_row(f"{v:g}", *(f"{pct(x, 4)}%" for x in qs), *(f"{x:.4g}" for x in s2), *(f"{x:.4g}" for x in lam))
     out.print(table)
     if csv_path:
         write_text_atomic(csv_path, result.to_csv())

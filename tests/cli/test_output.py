@@ -69,6 +69,19 @@ def test_verify_and_sweep_fit_80_columns(narrow, tmp_path):
     assert sum(row[:1] == ["0.6"] for row in cells) == 2  # the varied value leads both parts of the split table
 
 
+def test_compare_summary_fits_80_columns(narrow, capsys):
+    from hdp_planner_cli.train import render_summary
+
+    row = {"rounds": 50, "paper_rounds": 50, "trust": "secagg", "seeds": 3, "accuracy_mean": 71.234,
+           "accuracy_std": 0.512, "epsilon_spent": [0.5, 1.5, 3.0], "lambda_measured": 1.172e-4,
+           "lambda_planned": 1.171e-4, "wall_seconds_mean": 812.0}  # fmt: skip
+    methods = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+", "IDP-FedAvg-Sample")
+    summary = [dict(row, method=name, paper=71.88 if name == "DP-FedAvg" else None) for name in methods]
+    console.out.print(render_summary("fmnist", 3, summary))
+    cells = assert_fits(capsys.readouterr().out)
+    assert all(any(row[:1] == [name] for row in cells) for name in methods)
+
+
 def test_a_wide_table_is_split_with_its_key_column_and_every_cell_kept():
     table = Table(title="wide")
     for i in range(12):
