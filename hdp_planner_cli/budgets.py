@@ -62,6 +62,7 @@ def _progress() -> Progress:
         TimeElapsedColumn(),
         console=err,
         transient=True,
+        disable=not err.is_terminal,  # logs and pipes get the result lines only
     )
 
 

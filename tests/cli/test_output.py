@@ -159,6 +159,16 @@ def test_an_unwritable_output_is_one_line():
     assert result.stderr.startswith("error: cannot write /sys/plan.json: ")
 
 
+def test_an_unwritable_figure_folder_is_one_line(tmp_path):
+    plan = str(tmp_path / "plan.json")
+    run(*SOLVE, "-o", plan)
+    (tmp_path / "file").write_text("")
+    folder = tmp_path / "file" / "figures"
+    result = runner.invoke(app, ["plot", plan, "--out", str(folder)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"error: {folder}: a part of the path is not a directory"]
+
+
 def test_an_os_error_no_command_caught_is_one_line(monkeypatch, capsys):
     def broken() -> None:
         raise OSError(30, "Read-only file system", "runs/out")
