@@ -107,8 +107,8 @@ def sort_keys(ids: np.ndarray, words: int | None = None) -> np.ndarray:
 
 def read_plain_csv(path: str | os.PathLike[str]) -> BudgetColumns | None:
     """The columns of a plain ``client_id,epsilon[,delta]`` CSV file, parsed by numpy a block of lines at a time:
-    a first pass finds the number of clients, the ids' width and common prefix and the distinct budgets, a second
-    fills arrays of that size (ids and 2-byte codes into the budgets). None for any other file (quotes, other
+    a first pass reads the budgets (as codes into their distinct values) and finds the number of clients and the
+    ids' width and common prefix, a second fills the ids' sort keys. None for any other file (quotes, other
     columns, non-ASCII text, a BOM, blank or short lines, spaces around an id, a budget that numpy cannot parse or
     that is not positive and finite), which the row-by-row reader then reads with its line-exact messages."""
     with open(path, "rb") as fh:
@@ -116,35 +116,38 @@ def read_plain_csv(path: str | os.PathLike[str]) -> BudgetColumns | None:
         if names not in (["client_id", "epsilon"], ["client_id", "epsilon", "delta"]):
             return None
         columns, body = len(names), fh.tell()
-        count, width, prefix, distinct = 0, 0, None, []
+        width, prefix, blocks = 0, None, []
         for raw in _blocks(fh):
-            parsed = _parse_block(raw, columns, 0)
-            if parsed is None or not (np.all(np.isfinite(parsed[1])) and np.all(parsed[1] > 0)):
+            lines = _lines(raw, columns)
+            numbers = None if lines is None else _numbers(raw, *lines)
+            if numbers is None:
                 return None
-            ids = parsed[0]
+            starts, lengths = lines[0], lines[2][:, 0] - lines[0]
             if prefix is None:
-                prefix = ids[0]
-            prefix = prefix[: _shared(ids, prefix)]
-            count, width = count + len(ids), max(width, ids.dtype.itemsize)
-            distinct.append(np.unique(parsed[1]))
+                prefix = raw[starts[0] : starts[0] + lengths[0]].tobytes()
+            prefix = prefix[: _shared(raw, starts, prefix[: int(lengths.min())])]
+            width = max(width, int(lengths.max()))
+            block_values, block_codes = np.unique(numbers[0], return_inverse=True)
+            blocks.append((block_values, block_codes.astype(np.min_scalar_type(len(block_values))), numbers[1]))
         if prefix is None:
             return None
-        values = np.unique(np.concatenate(distinct))
+        values = np.unique(np.concatenate([b[0] for b in blocks]))
+        count = sum(len(b[1]) for b in blocks)
+        codes = np.empty(count, np.uint16 if len(values) <= 1 << 16 else np.int64)
+        delta = np.concatenate([b[2] for b in blocks]) if columns == 3 else None
+        at = 0
+        for block_values, block_codes, _ in blocks:
+            codes[at : at + len(block_codes)] = np.searchsorted(values, block_values)[block_codes]
+            at += len(block_codes)
+        del blocks
         words = max(-(-(width - len(prefix)) // 8), 1)
         keys = np.empty((count, words), np.uint64)
-        codes = np.empty(count, np.uint16 if len(values) <= 1 << 16 else np.int64)
-        delta = np.empty(count) if columns == 3 else None
         fh.seek(body)
         at = 0
         for raw in _blocks(fh):
-            parsed = _parse_block(raw, columns, len(prefix))
-            if parsed is None:
-                return None
-            k = len(parsed[1])
-            keys[at : at + k], codes[at : at + k] = sort_keys(parsed[0], words), np.searchsorted(values, parsed[1])
-            if delta is not None:
-                delta[at : at + k] = parsed[2]
-            at += k
+            starts, _, commas = _lines(raw, columns)  # type: ignore[misc]  # the first pass read these lines
+            keys[at : at + len(starts)] = sort_keys(_field(raw, starts + len(prefix), commas[:, 0]), words)
+            at += len(starts)
     return BudgetColumns(keys, values, codes, delta, prefix)
 
 
@@ -161,13 +164,12 @@ def _blocks(fh) -> Iterator[np.ndarray]:
         yield np.frombuffer(tail, dtype=np.uint8)
 
 
-def _shared(ids: np.ndarray, prefix: bytes) -> int:
-    """How many leading bytes of ``prefix`` every id of ``ids`` begins with."""
-    grid = ids.view(np.uint8).reshape(len(ids), ids.dtype.itemsize)
-    for j, byte in enumerate(prefix[: grid.shape[1]]):
-        if np.any(grid[:, j] != byte):
+def _shared(raw: np.ndarray, starts: np.ndarray, prefix: bytes) -> int:
+    """How many leading bytes of ``prefix`` every line starting at ``starts`` begins with."""
+    for j, byte in enumerate(prefix):
+        if np.any(raw[starts + j] != byte):
             return j
-    return min(len(prefix), grid.shape[1])
+    return len(prefix)
 
 
 def _lines(raw: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -190,20 +192,18 @@ def _lines(raw: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return starts, ends, commas
 
 
-def _parse_block(raw: np.ndarray, columns: int, skip: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
-    """The ids after their first ``skip`` bytes, the budgets and the deltas of a block (None: not plain)."""
-    lines = _lines(raw, columns)
-    if lines is None:
-        return None
-    starts, ends, commas = lines
-    bounds = np.column_stack([starts + skip, commas + 1]), np.column_stack([commas, ends])
-    fields = [_field(raw, bounds[0][:, k], bounds[1][:, k]) for k in range(columns)]
+def _numbers(
+    raw: np.ndarray, starts: np.ndarray, ends: np.ndarray, commas: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The budgets and the deltas (None without that column) of a block's lines; None if a budget is not a
+    positive finite number or a field is not a number."""
+    last = commas.shape[1] == 1
     try:  # numpy skips spaces, tabs and carriage returns around a number, as float() does
-        eps = fields[1].astype(float)
-        delta = fields[2].astype(float) if columns == 3 else None
+        eps = _field(raw, commas[:, 0] + 1, ends if last else commas[:, 1]).astype(float)
+        delta = None if last else _field(raw, commas[:, 1] + 1, ends).astype(float)
     except ValueError:
         return None
-    return fields[0], eps, delta
+    return (eps, delta) if np.all(np.isfinite(eps)) and np.all(eps > 0) else None
 
 
 def _field(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
