@@ -58,8 +58,10 @@ class BudgetColumns:
 
     @property
     def counts(self) -> np.ndarray:
-        """How many clients hold each of :attr:`values`."""
-        return np.bincount(self.codes, minlength=len(self.values))
+        """How many clients hold each of :attr:`values` (counted a block at a time: bincount widens its input)."""
+        blocks = range(0, len(self), DIGEST_BLOCK)
+        return sum((np.bincount(self.codes[a : a + DIGEST_BLOCK], minlength=len(self.values)) for a in blocks),
+                   np.zeros(len(self.values), np.int64))  # fmt: skip
 
     def ids(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """The ids of ``rows`` after the prefix, as NUL-padded bytes."""
