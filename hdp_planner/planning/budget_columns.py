@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-BLOCK_BYTES = 1 << 22
+BLOCK_BYTES = 1 << 21
 """Bytes of a CSV file parsed at a time (whole lines)."""
 DIGEST_BLOCK = 1 << 18
 """Clients whose digest lines are built at a time."""
