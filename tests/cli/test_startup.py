@@ -44,7 +44,7 @@ def test_solve_and_verify_load_neither_ledger_nor_training(tmp_path):
 
 
 def test_the_watch_sees_a_loaded_module():
-    assert loaded(["ledger", "--help"], watch=TRAINING) == ["hdp_planner.ledger", "sqlalchemy"]
+    assert {"hdp_planner.ledger", "sqlalchemy"} <= set(loaded(["ledger", "--help"], watch=TRAINING))
 
 
 def test_the_version_is_the_package_version():
