@@ -24,9 +24,11 @@ NEWLINE, COMMA = ord("\n"), ord(",")
 SPACE = np.zeros(256, bool)
 SPACE[list(b" \t\r")] = True
 """What ``str.strip`` would take from around an ASCII id (such ids are read row by row)."""
-OTHER = np.zeros(256, bool)
-OTHER[[0, ord('"'), *range(0x80, 0x100)]] = True
-"""Bytes a plain file never holds: NUL, quotes (a quoted field) and non-ASCII text (read row by row)."""
+OTHER = np.ones(256, bool)
+OTHER[[ord("\t"), ord("\n"), ord("\r"), *range(0x20, 0x7F)]] = False
+OTHER[ord('"')] = True
+"""Bytes a plain file never holds: control characters but tab, newline and carriage return (``str.strip`` takes
+some of them from around an id), quotes (a quoted field) and non-ASCII text: such files are read row by row."""
 
 
 @dataclass(frozen=True, eq=False)

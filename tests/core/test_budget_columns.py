@@ -22,6 +22,7 @@ FILES = {
     "blank line": "client_id,epsilon\na,0.5\n\nb,1\n",
     "other column order": "epsilon,client_id\n0.5,a\n1,b\n",
     "underscore number": "client_id,epsilon\na,1_0\nb,2\n",
+    "form feed": "client_id,epsilon\n\x0ca,0.5\nb,1\n",
 }
 
 
@@ -43,7 +44,7 @@ def test_plain_files_take_the_columnar_path(tmp_path):
         path = tmp_path / f"{name}.csv"
         path.write_text(FILES[name], newline="")
         assert read_plain_csv(path) is not None, name
-    for name in ("quoted", "unicode", "bom", "blank line", "other column order"):
+    for name in ("quoted", "unicode", "bom", "blank line", "other column order", "form feed"):
         path = tmp_path / f"{name}.csv"
         path.write_bytes(FILES[name].encode())
         assert read_plain_csv(path) is None, name
