@@ -25,14 +25,14 @@ from hdp_planner.planning.budgets import (
     Grouping,
     assign_to_groups,
     budgets_digest,
-    groups_from_budgets,
+    groups_from_histogram,
+    load_budget_columns,
     load_budgets,
-    load_budgets_with_delta,
     parse_group_count,
 )
 from hdp_planner.planning.plan import METHODS, PlanConfig
 from hdp_planner.report.sweep import parse_range, parse_values, sweep_plan
-from hdp_planner_cli.console import err, one_line_errors, out
+from hdp_planner_cli.console import err, one_line_errors, out, pct
 from hdp_planner_cli.options import (
     AccountantOpt,
     CliError,
@@ -62,6 +62,7 @@ def _progress() -> Progress:
         TimeElapsedColumn(),
         console=err,
         transient=True,
+        disable=not err.is_terminal,  # logs and pipes get the result lines only
     )
 
 
@@ -137,9 +138,9 @@ def sweep(
     for m in range(result.count):
         table.add_column(f"σ²_{m + 1}", justify="right")
     for name in METHODS:
-        table.add_column(f"Λ {name}", justify="right")
+        table.add_column(f"Λ\n{name}", justify="right")
     for v, qs, s2, lam in zip(result.values, result.q, result.sigma2, result.lam):
-        table.add_row(f"{v:g}", *(f"{100 * x:.3f}%" for x in qs), *(f"{x:.4g}" for x in s2), *(f"{x:.4g}" for x in lam))
+        table.add_row(f"{v:g}", *(f"{pct(x, 4)}%" for x in qs), *(f"{x:.4g}" for x in s2), *(f"{x:.4g}" for x in lam))
     out.print(table)
     if csv_path:
         write_text_atomic(csv_path, result.to_csv())
@@ -209,15 +210,17 @@ def group_budgets(
     if grouping not in GROUPINGS:
         raise CliError(f"--grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
     count = parse_group_count(group_count)
-    ids, budget, file_delta = load_budgets_with_delta(budgets)
-    if n is not None and n != len(ids):
-        raise CliError(f"--n {n} but {budgets} lists {len(ids)} clients")
-    config = build_config(len(ids), *config_options)
+    columns = load_budget_columns(budgets)
+    file_delta = None if columns.delta is None else float(columns.delta.min())
+    if n is not None and n != len(columns):
+        raise CliError(f"--n {n} but {budgets} lists {len(columns)} clients")
+    config = build_config(len(columns), *config_options)
     if file_delta is not None and config.delta > file_delta:
         if config_options[2] is not None:  # --delta given
             raise CliError(f"--delta {config.delta:g} exceeds the smallest client delta in {budgets} ({file_delta:g})")
         config = dataclasses.replace(config, delta=file_delta)  # the default δ = 1/n^1.1, lowered to every client's
-    return groups_from_budgets(budget, count, grouping, config), config, budgets_digest(ids, budget)
+    grouped = groups_from_histogram(columns.values, columns.counts, count, grouping, config)
+    return grouped, config, columns.digest()
 
 
 @one_line_errors

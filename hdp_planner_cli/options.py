@@ -5,8 +5,10 @@ Imports nothing of the CLI: every command module imports its option types from h
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
+import click
 import typer
 
 from hdp_planner.io.inputs import parse_floats, parse_ints
@@ -19,9 +21,27 @@ class CliError(Exception):
     """An error the user can fix: printed as one line, exit status 2."""
 
 
+class WholeNumber(click.ParamType):
+    """An integer, also written in scientific notation (``--n 1e8``); ``1.5`` is refused as not whole."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            number = Decimal(str(value).strip())
+        except InvalidOperation:
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        if not number.is_finite() or number != number.to_integral_value():
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        return int(number)
+
+
+N_HELP = "Total number of clients n (1e6 reads as 1000000)."
 # Options of `solve`, defined once and shared by every command that plans (names are a contract).
 Eps = Annotated[str, typer.Option("--eps", help="Privacy budget ε of each group, comma-separated: 0.5,1.5,3.0.")]
-N = Annotated[int, typer.Option("--n", help="Total number of clients n.")]
+N = Annotated[int, typer.Option("--n", help=N_HELP, click_type=WholeNumber())]
 Sizes = Annotated[str | None, typer.Option("--sizes", help="Clients per group, comma-separated [even split of n].")]
 Rounds = Annotated[int, typer.Option("--rounds", "-T", help="Training rounds T.")]
 Q = Annotated[float, typer.Option("--q", help="Global expected participation ratio q (Σ r_m = qn).")]

@@ -23,8 +23,9 @@ from hdp_planner.planfile.trust import recommended, secagg_rows, trust_to_dict, 
 from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
 from hdp_planner_cli.budgets import group_budgets, render_grouping
-from hdp_planner_cli.console import err, one_line_errors, out
+from hdp_planner_cli.console import err, fit_table, labelled, one_line_errors, out, pct
 from hdp_planner_cli.options import (
+    N_HELP,
     AccountantOpt,
     Bits,
     CliError,
@@ -49,6 +50,7 @@ from hdp_planner_cli.options import (
     Sizes,
     Sparsity,
     Survivors,
+    WholeNumber,
     build_baselines,
     build_request,
     check_group_count,
@@ -89,8 +91,8 @@ def render_plan(p: Plan, console: Console) -> None:
         f"accountant={c.accountant}",
     )
     rdp = rdp_sigmas(p)  # PLD plans: how much noise PLD saves over RDP at the same (ε_m, q_m)
-    columns = ["group", "ε_m", "|G_m|", "q_m", "r_m", "σ_m", "σ_m²", "k_m/d", "ω_m", "ε spent"]
-    for col in columns + (["σ_m by RDP", "PLD saves"] if rdp else []):
+    columns = ["group", "ε_m", "|G_m|", "q_m", "r_m", "σ_m", "σ_m²", "k_m/d", "ω_m", "ε\nspent"]
+    for col in columns + (["σ_m\nby RDP", "PLD\nsaves"] if rdp else []):
         table.add_column(col, justify="right")
     for i in range(len(g.size)):
         extra = []
@@ -100,7 +102,7 @@ def render_plan(p: Plan, console: Console) -> None:
             str(i + 1),
             _fmt(g.epsilon[i]),
             str(g.size[i]),
-            f"{100 * g.q[i]:.3f}%",
+            pct(g.q[i], 4) + "%",
             _fmt(g.expected_clients[i]),
             _fmt(g.noise_multiplier[i]),
             _fmt(g.sigma2[i]),
@@ -112,12 +114,12 @@ def render_plan(p: Plan, console: Console) -> None:
     console.print(table)
     baseline = p.method("DP-FedAvg")
     base = baseline.lam
-    population = "/".join(f"{100 * x:.2g}" for x in p.population_share) + "%"
+    population = "/".join(pct(x) for x in p.population_share) + "%"
     noise = Table(
         box=box.SIMPLE_HEAD,
         title=f"Noise Λ ({c.lambda_convention} convention) and representation (population share {population})",
     )
-    columns = ["method", "q_m", "σ_m²", "Λ", "against DP-FedAvg", "clients/round r_m", "weight share α_m"]
+    columns = ["method", "q_m", "σ_m²", "Λ", "against\nDP-FedAvg", "clients/round\nr_m", "weight share\nα_m"]
     for col in columns:
         noise.add_column(col, justify="right", no_wrap=col == "method")
     for m in p.methods:
@@ -128,18 +130,18 @@ def render_plan(p: Plan, console: Console) -> None:
         clients, share = p.representation(m)
         noise.add_row(
             m.name,
-            "/".join(f"{100 * q:.2g}" for q in m.q) + "%",
+            "/".join(pct(q) for q in m.q) + "%",
             sigma2,
             f"{m.lam:.4g}",
             "—" if m is baseline else compare_noise(m.lam, base),
             "/".join(f"{x:.2g}" for x in clients),
-            "/".join(f"{100 * a:.2g}" for a in share) + ("%" if p.meets_min_share(m) else "% ✗"),
+            "/".join(pct(a) for a in share) + ("%" if p.meets_min_share(m) else "% ✗"),
         )
     console.print(noise)
     if c.min_share > 0:
         console.print(f"✗: some group's weight share is below {c.min_share:g}·|G_m|/n (--min-share)", highlight=False)
     for m in p.methods[len(METHODS) :]:
-        console.print(f"[cyan]{m.name}:[/] {describe_baseline(m, c)}", highlight=False)
+        console.print(labelled(f"{m.name}:", "cyan", describe_baseline(m, c)))
     gain = 1 - p.objective / p.uniform_objective
     console.print(
         f"Problem 1 (GDPFed's bound on the training error, σ model {c.sigma_model}): the chosen q_m lower it by "
@@ -148,7 +150,7 @@ def render_plan(p: Plan, console: Console) -> None:
         highlight=False,
     )
     for note in p.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+        console.print(labelled("note:", "yellow", note))
 
 
 def pld_saving_line(p: Plan) -> str | None:
@@ -174,22 +176,22 @@ def render_trust(p: Plan, trust: TrustModel, rows, console: Console) -> None:
         title=f"under secure aggregation: b={trust.bits} bits, survivors F={trust.survivors:g}, colluders "
         f"k={trust.colluders}, participations K={k}, d={trust.model_dim}",
     )
-    for col in ("method", "group", "ε budget", "σ (trusted server)", "z (secagg)", "effective σ",
-                "ε third parties", f"ε server (K={k})", "Λ secagg", "price of distrust"):  # fmt: skip
+    for col in ("method", "group", "ε\nbudget", "σ trusted\nserver", "z\nsecagg", "effective\nσ",
+                "ε third\nparties", f"ε server\n(K={k})", "Λ\nsecagg", "price of\ndistrust"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in rows:
         m = p.method(r.name)
-        if r.groups is None:
-            table.add_row(r.name, "—", "", "", "", "", "", "", "", r.note)
-            continue
-        for i, g in enumerate(r.groups):
+        for i, g in enumerate(r.groups or ()):
             first = i == 0
             table.add_row(
                 r.name if first else "", str(i + 1), _fmt(m.epsilon[i]), _fmt(m.noise_multiplier[i]),
                 _fmt(g.noise_multiplier), _fmt(g.effective_noise_multiplier), _fmt(g.epsilon_third_parties),
                 _fmt(g.epsilon_server), _fmt(r.lambda_secagg) if first else "", f"{r.price:.2f}x" if first else "",
             )  # fmt: skip
-    console.print(table)
+    console.print(*fit_table(console, table, keys=2))
+    for r in rows:
+        if r.groups is None:
+            console.print(labelled(f"{r.name}:", "cyan", r.note))
 
 
 def recommendation_line(p: Plan) -> str:
@@ -207,7 +209,7 @@ def recommendation_line(p: Plan) -> str:
 @one_line_errors
 def solve(
     eps: Annotated[str | None, typer.Option("--eps", help="Privacy budget ε of each group: 0.5,1.5,3.0.")] = None,
-    n: Annotated[int | None, typer.Option("--n", help="Total number of clients n.")] = None,
+    n: Annotated[int | None, typer.Option("--n", help=N_HELP, click_type=WholeNumber())] = None,
     sizes: Sizes = None,
     rounds: Rounds = 50,
     q: Q = 0.02,
@@ -329,6 +331,16 @@ def solve(
             out.print(line, highlight=False, soft_wrap=True)
 
 
+def spent_of_budget(spent: float, budget: float) -> str:
+    """ "spent ≤ budget" with as many digits of ``spent`` (4 to 12) as make the comparison true as printed; a spent ε
+    above the budget by less than verify's tolerance (a relative 1e-9) reads "= budget (to 9 digits)"."""
+    limit = f"{budget:.12g}"
+    if spent > budget:
+        return f"= {limit} (to 9 digits)"
+    text = next(t for t in (f"{spent:.{d}g}" for d in range(4, 18)) if float(t) <= budget)
+    return f"{text} ≤ {limit}"
+
+
 @one_line_errors
 def verify_cmd(
     plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
@@ -343,6 +355,6 @@ def verify_cmd(
         raise typer.Exit(1)
     g = p.groups
     for m in p.methods:
-        spent = ", ".join(f"{s:.4g}≤{e:g}" for s, e in zip(m.epsilon_spent, m.epsilon))
-        out.print(f"[green]OK[/] {m.name}: ε spent {spent}", highlight=False)
+        spent = ", ".join(spent_of_budget(s, e) for s, e in zip(m.epsilon_spent, m.epsilon))
+        out.print(labelled("OK", "green", f"{m.name}: ε spent {spent}"))
     out.print(f"{plan_file}: all {len(g.size)} groups within budget ({p.config.spending_accountant} accountant)")

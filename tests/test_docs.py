@@ -55,6 +55,15 @@ def run_env() -> dict[str, str]:
     return env
 
 
+NEEDS_TORCH = re.compile(r"hdp-plan\s+(train|compare|flower)\b|hdp_planner_(train|flower)")
+
+
+def torch_guard(code: str) -> None:
+    """Skip examples that train when torch is not installed, as every other torch test does."""
+    if NEEDS_TORCH.search(code):
+        pytest.importorskip("torch")
+
+
 PYTHON_PAGES = [p for p in PAGES if blocks(p, "python")]
 BASH_PAGES = [p for p in PAGES if blocks(p, "bash")]
 
@@ -67,6 +76,7 @@ def test_every_page_is_checked_somewhere() -> None:
 
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
 def test_python_examples_run(page: Path, workdir: Path) -> None:
+    torch_guard("\n".join(blocks(page, "python")))
     namespace: dict[str, object] = {"__name__": "__docs__"}
     for number, code in enumerate(blocks(page, "python"), 1):
         exec(compile(code, f"{page_id(page)} python block {number}", "exec"), namespace)
@@ -74,6 +84,7 @@ def test_python_examples_run(page: Path, workdir: Path) -> None:
 
 @pytest.mark.parametrize("page", BASH_PAGES, ids=page_id)
 def test_command_examples_run(page: Path, workdir: Path) -> None:
+    torch_guard("\n".join(blocks(page, "bash")))
     for block in blocks(page, "bash"):
         for line in commands(block):
             command = re.sub(r"(^|[;&|]\s*)hdp-plan\b", rf"\1{sys.executable} -m hdp_planner", line)

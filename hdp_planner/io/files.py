@@ -22,16 +22,28 @@ def _mode(path: Path) -> int:
     return 0o666 & ~mask
 
 
+REASONS = {
+    errno.EISDIR: "it is a directory",
+    errno.ENOENT: "no such file or directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space left on the device",
+    errno.EEXIST: "it already exists",
+    errno.ENOTDIR: "a part of the path is not a directory",
+    errno.ENAMETOOLONG: "the name is too long",
+}
+"""What an OSError's number means, in words (others: the system's own message)."""
+
+
+def os_reason(exc: OSError) -> str:
+    """Why an OSError happened, in words, without ``[Errno N]`` or a file name."""
+    return REASONS.get(exc.errno or 0) or (exc.strerror or str(exc) or type(exc).__name__).lower()
+
+
 def os_message(exc: OSError, path: str | os.PathLike[str]) -> str:
     """One line for a failed write of ``path``: what went wrong in words, never a temporary file's name."""
-    reason = {
-        errno.EISDIR: "it is a directory",
-        errno.ENOENT: "no file can be created in its directory",
-        errno.EACCES: "permission denied",
-        errno.EPERM: "permission denied",
-        errno.EROFS: "the file system is read-only",
-        errno.ENOSPC: "no space left on the device",
-    }.get(exc.errno or 0, (exc.strerror or type(exc).__name__).lower())
+    reason = "no file can be created in its directory" if exc.errno == errno.ENOENT else os_reason(exc)
     return f"cannot write {path}: {reason}"
 
 

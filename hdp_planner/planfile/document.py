@@ -232,9 +232,9 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     for name in (*METHODS, *(b for b in rows() if b in noise and b not in METHODS)):
         entry = _field(noise, name, "noise", lambda v: isinstance(v, dict), "an object")
         methods.append(_method_from_dict(name, entry, config))
-    for m in methods[1:]:
-        if m.epsilon != methods[1].epsilon or m.size != methods[1].size:
-            raise PlanFileError(f"noise.{m.name}: groups (ε, size) differ from noise.{methods[1].name}")
+    edited = _edited_row(methods[1:])
+    if edited:
+        raise PlanFileError(edited)
     groups = _field(doc, "groups", "plan", _is_list_of(lambda v: isinstance(v, dict)), "a non-empty list")
     planned = methods[METHODS.index(PLANNED_METHOD)]
     if len(groups) != len(planned.size):
@@ -242,8 +242,10 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     for i, row in enumerate(groups):
         for key in GROUP_KEYS:
             value = _field(row, key, f"group {i + 1}", _is_number, "a number")
-            if not math.isclose(value, getattr(planned, key)[i], rel_tol=REL_TOL):
-                raise PlanFileError(f"group {i + 1}: {key} = {value} differs from noise.{PLANNED_METHOD}")
+            solved = getattr(planned, key)[i]
+            if not math.isclose(value, solved, rel_tol=REL_TOL):
+                raise PlanFileError(f"groups[{i}].{key} was edited ({value:.6g}; the plan was solved for {solved:.6g} "
+                                    f"in noise.{PLANNED_METHOD}): re-run hdp-plan solve")  # fmt: skip
     eps = planned.epsilon
     if any(a > b for a, b in itertools.pairwise(eps)):
         raise PlanFileError(
@@ -264,6 +266,25 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     if problems:  # a row that is not its method cannot be accounted as that method
         raise PlanFileError(f"noise.{problems[0]}")
     return plan
+
+
+def _edited_row(methods: list[MethodNoise]) -> str | None:
+    """The message naming a group's ε or size that one row changed while the other rows agree (a hand edit), or
+    the first row whose groups differ from the first's; None when every row has the same groups."""
+    first = methods[0]
+    if all(m.epsilon == first.epsilon and m.size == first.size for m in methods):
+        return None
+    if all(len(m.size) == len(first.size) for m in methods):
+        for key in ("epsilon", "size"):
+            for i in range(len(first.size)):
+                values = [getattr(m, key)[i] for m in methods]
+                common = max(set(values), key=values.count)
+                odd = [m for m, v in zip(methods, values) if v != common]
+                if len(odd) == 1 and values.count(common) > 1:
+                    return (f"noise.{odd[0].name}.{key}[{i}] was edited ({getattr(odd[0], key)[i]:.6g}; the other rows "
+                            f"were solved for {common:.6g}): re-run hdp-plan solve")  # fmt: skip
+    odd = next(m for m in methods if m.epsilon != first.epsilon or m.size != first.size)
+    return f"noise.{odd.name}: groups (ε, size) differ from noise.{first.name}: re-run hdp-plan solve"
 
 
 def _tuple_or_none(v: list[float] | None) -> tuple[float, ...] | None:

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from hdp_planner.planning.budget_columns import BudgetColumns, read_plain_csv
 from hdp_planner.planning.grouping import Groups
 
 if TYPE_CHECKING:
@@ -212,9 +213,36 @@ def load_budgets(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray]:
 def load_budgets_with_delta(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray, float | None]:
     """:func:`load_budgets`, and the smallest δ_i of an optional ``delta`` column (JSON: key) or None: a plan made
     from the file must use δ ≤ every client's δ_i."""
+    ids, eps, deltas = _read_checked(_existing(path))
+    return ids, eps, None if deltas is None else min(deltas)
+
+
+def load_budget_columns(path: str | os.PathLike[str]) -> BudgetColumns:
+    """:func:`load_budgets_with_delta` as columns, for millions of clients: a plain CSV file is parsed by numpy a
+    block at a time (:func:`~hdp_planner.planning.budget_columns.read_plain_csv`); any other file, or one that
+    fails a check, is read row by row, with the same checks and messages."""
+    path = _existing(path)
+    columns = None if path.suffix.lower() == ".json" else read_plain_csv(path)
+    if columns is not None and _valid(columns):
+        return columns
+    return BudgetColumns.from_lists(*_read_checked(path))
+
+
+def _valid(columns: BudgetColumns) -> bool:
+    values, delta = columns.values, columns.delta
+    if not (np.all(np.isfinite(values)) and np.all(values > 0)):
+        return False
+    return (delta is None or bool(np.all((delta > 0) & (delta < 1)))) and not columns.duplicate()
+
+
+def _existing(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if not path.is_file():
         raise BudgetError(f"budgets file {path} not found")
+    return path
+
+
+def _read_checked(path: Path) -> tuple[list[str], np.ndarray, list[float] | None]:
     try:
         ids, eps, deltas = _read_json(path) if path.suffix.lower() == ".json" else _read_csv(path)
     except UnicodeDecodeError:
@@ -223,7 +251,7 @@ def load_budgets_with_delta(path: str | os.PathLike[str]) -> tuple[list[str], np
         raise BudgetError(f"{path}: no clients (the file lists no budgets)")
     _check_ids(ids, str(path))
     _check_eps(eps, str(path), ids)
-    return ids, eps, None if deltas is None else min(deltas)
+    return ids, eps, deltas
 
 
 def budgets_digest(ids: Sequence[str], epsilons: Sequence[float]) -> str:

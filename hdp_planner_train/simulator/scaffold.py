@@ -318,7 +318,7 @@ def train_rounds(
     (lr·decay^r, ``--eval-every``) with a progress bar whose line is ``describe(done, entry)``, by default the ε each
     group has spent (:func:`round_description`)."""
     schedule = Schedule(rounds, plan.config.lr, cfg.lr_decay, cfg.eval_every)
-    progress = _progress(cfg.progress)
+    progress = progress_bar(cfg.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
     if describe is None:
 
@@ -372,7 +372,9 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
     }
 
 
-def _progress(enabled: bool):
+def progress_bar(enabled: bool, console=None):
+    """The rounds' progress: the description (round, accuracy, loss, ε spent) on a line of its own, the bar, the
+    rounds done, the time elapsed and the time left below it, so that an 80-column terminal cuts none of them."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -381,14 +383,22 @@ def _progress(enabled: bool):
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
 
-    return Progress(
-        TextColumn("[bold]{task.description}"),
+    class StackedProgress(Progress):
+        def get_renderables(self):
+            for task in self.tasks:
+                if task.visible:
+                    yield Text(task.description, style="bold", overflow="fold")
+            yield self.make_tasks_table(self.tasks)
+
+    return StackedProgress(
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
+        console=console,
         disable=not enabled,
         transient=False,
     )

@@ -63,7 +63,7 @@ def test_verify_rejects_under_noised_group_even_if_file_is_consistent(plan_path)
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda d: d["groups"][0].update(q=0.5), "differs"),
+        (lambda d: d["groups"][0].update(q=0.5), "was edited"),
         (lambda d: d["noise"]["GDPFed"]["sigma2"].__setitem__(0, 0.1), "inconsistent"),
         (lambda d: d["noise"]["GDPFed"].update({"lambda": 1.0}), "lambda"),
         (lambda d: d["config"].update(q=1.5), "q"),
@@ -72,7 +72,7 @@ def test_verify_rejects_under_noised_group_even_if_file_is_consistent(plan_path)
         (lambda d: d["noise"]["GDPFed"]["epsilon"].__setitem__(0, 0.0), "impossible"),
         (lambda d: d["noise"].pop("GDPFed+"), "missing"),
         (lambda d: d["config"].update(rounds="fifty"), "rounds"),
-        (lambda d: d["noise"]["GDPFed"]["epsilon"].__setitem__(2, 9.0), "differ"),
+        (lambda d: d["noise"]["GDPFed"]["epsilon"].__setitem__(2, 9.0), "was edited"),
     ],
 )
 def test_inconsistent_files_are_rejected(plan_path, edit, message):
