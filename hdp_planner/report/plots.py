@@ -84,6 +84,13 @@ def pyplot() -> Any:
     return plt
 
 
+def round_ticks(ax: Any) -> None:
+    """Ticks at whole rounds only on ``ax``'s x axis (a run of a few rounds would otherwise show round 1.25)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Save ``fig`` to ``path`` (format from the suffix) through a temporary file and a rename."""
     path = Path(path)
@@ -214,6 +221,7 @@ def _draw_spent(plt: Any, p: Plan, epsilon_of: Callable[[float, float, int], flo
         ax.axhline(g.epsilon[m], color=color, ls="--", lw=1, alpha=0.8)
     ax.plot([], [], color="gray", ls="--", lw=1, label=r"budget $\varepsilon_m$ of the group")
     ax.set_xlim(1, c.rounds)
+    round_ticks(ax)
     ax.set_xlabel("training round $t$")
     ax.set_ylabel(rf"$\varepsilon$ spent after $t$ rounds ($\delta$ = {c.delta:.2g})")
     ax.set_title(f"Privacy spent per group ({c.spending_accountant.upper()} accountant)")
