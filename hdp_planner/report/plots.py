@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hdp_planner.accounting.accountants import get_accountant
-from hdp_planner.io.files import atomic_target
+from hdp_planner.io.files import atomic_target, os_message
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import compare_noise
 
@@ -274,7 +275,12 @@ def plot_plan(
     if fmt not in FORMATS:
         raise ValueError(f"figure format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # every figure's folder checked before the first is computed
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ValueError(os_message(exc, out)) from None
     c = p.config
     plt = pyplot()
 

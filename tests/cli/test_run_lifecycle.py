@@ -244,3 +244,15 @@ def test_convergence_panels_tick_whole_rounds():
     assert not all(float(t).is_integer() for t in plain.get_xticks())  # matplotlib's default: 1.25, 1.5, …
     assert all(float(t).is_integer() for t in ticked.get_xticks())
     plt.close(fig)
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs a folder no one can write into (Linux /proc)")
+def test_an_unwritable_plot_folder_fails_before_any_figure(digits_plan, monkeypatch):
+    """A folder that exists but takes no file (as a read-only one, even for root): refused before drawing."""
+    from hdp_planner.report import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_draw_comparison", lambda *args: drawn.append(1))
+    result = runner.invoke(app, ["plot", str(digits_plan), "--out", "/proc/self"])
+    _one_line_error(result, "cannot write /proc/self")
+    assert drawn == []
