@@ -256,3 +256,12 @@ def test_an_unwritable_plot_folder_fails_before_any_figure(digits_plan, monkeypa
     result = runner.invoke(app, ["plot", str(digits_plan), "--out", "/proc/self"])
     _one_line_error(result, "cannot write /proc/self")
     assert drawn == []
+
+
+def test_secagg_counts_its_sample_against_the_grids_nodes():
+    """SecAgg+ logs "sampled c clients (out of N)": N is the grid's node count, not the empty legacy client manager."""
+    pytest.importorskip("flwr")
+    from hdp_planner_flower.local import InProcessGrid
+    from hdp_planner_flower.secagg_workflow import GridNodes
+
+    assert GridNodes(InProcessGrid(None, 7)).num_available() == 7
