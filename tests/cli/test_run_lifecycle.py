@@ -265,3 +265,28 @@ def test_secagg_counts_its_sample_against_the_grids_nodes():
     from hdp_planner_flower.secagg_workflow import GridNodes
 
     assert GridNodes(InProcessGrid(None, 7)).num_available() == 7
+
+
+@pytest.mark.parametrize(
+    ("settings", "charged"),
+    [
+        ({}, False),  # public digits, the simulator's clients
+        ({"dataset": "fmnist"}, False),
+        ({"dataset": "shakespeare"}, False),
+        ({"data_dir": "my-data"}, True),  # a user's own files, whatever the dataset's name
+        ({"dataset": "cifar10", "data_dir": "cifar"}, True),
+        ({"groups": "groups.csv"}, True),  # a user's own clients
+        ({"federation": "hospital"}, True),
+        ({"ledger": "mine.sqlite"}, True),  # explicit
+        ({"ledger": "mine.sqlite", "noise": "seeded"}, True),
+        ({"noise": "seeded", "federation": "hospital"}, False),  # a seeded simulation is never released
+        ({"ledger": "none", "federation": "hospital"}, False),
+    ],
+)
+def test_which_runs_the_ledger_charges(settings, charged, monkeypatch):
+    from hdp_planner_train.simulator.scaffold import TrainConfig, ledger_target, noise_kind
+
+    monkeypatch.setenv("HDP_PLANNER_LEDGER", "default.sqlite")
+    cfg = TrainConfig(plan="plan.json", dataset=settings.pop("dataset", "digits"), out="run", **settings)
+    target, why = ledger_target(cfg, noise_kind(cfg) == "secure")
+    assert (target is not None) == charged and why.startswith("charged" if charged else "not charged")
