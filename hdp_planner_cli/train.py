@@ -136,7 +136,8 @@ def train(
         typer.Option(
             "--ledger",
             help="Privacy ledger charged round by round: an SQLAlchemy URL or SQLite file, none, or auto (the "
-            "default ledger, $HDP_PLANNER_LEDGER or the user's, for secure runs; none for seeded ones).",
+            "default ledger, $HDP_PLANNER_LEDGER or the user's, for secure runs on a user's --data-dir, --groups or "
+            "--federation; none for seeded runs and for simulations of the bundled public datasets).",
         ),
     ] = "auto",
     federation: Annotated[

@@ -74,7 +74,7 @@ class TrainConfig:
     trust: str | None = None  # server | secagg (the exact integer pipeline of secure aggregation); None: the plan's
     override_trust: bool = False  # allow --trust server on a plan solved for secure aggregation
     dropout: float = 0.0  # secagg: probability that a sampled client drops out before the sum (simulated)
-    ledger: str | None = "auto"  # privacy ledger URL/file; auto: the default ledger for secure runs, none for seeded
+    ledger: str | None = "auto"  # privacy ledger URL/file, none, or auto (ledger_target: who is charged by default)
     federation: str = "simulation"  # whose clients the ledger charges
     groups: str | None = None  # hdp-plan assign's file: the clients the ledger charges, each with its own budget
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options

@@ -68,11 +68,17 @@ def test_a_refused_run_leaves_no_empty_out_folder(digits_plan, tmp_path):
 # ------------------------------------------------------------------ outputs checked before round 1
 
 
-def test_an_unwritable_train_out_fails_before_round_1_and_charges_nothing(digits_plan, tmp_path):
+UNWRITABLE = ["{tmp}/file/run"] + (["/proc/self"] if Path("/proc/self").is_dir() else [])
+"""A folder that cannot be made (its parent is a file) and, on Linux, one that exists and takes no file, as a
+read-only folder (even for root)."""
+
+
+@pytest.mark.parametrize("target", UNWRITABLE)
+def test_an_unwritable_train_out_fails_before_round_1_and_charges_nothing(digits_plan, tmp_path, target):
     (tmp_path / "file").write_text("not a folder")
     ledger = tmp_path / "l.sqlite"
     result = runner.invoke(app, ["train", str(digits_plan), "--dataset", "digits", "--ledger", str(ledger),
-                                 "--out", str(tmp_path / "file" / "run")])  # fmt: skip
+                                 "--out", target.format(tmp=tmp_path)])  # fmt: skip
     _one_line_error(result, "cannot write")
     assert "Errno" not in result.output and "round 1/" not in result.output
     assert _spending(ledger, "simulation") == []
@@ -86,7 +92,8 @@ def test_an_unwritable_compare_out_fails_before_round_1(tmp_path):
     assert "note: seeded" not in result.output
 
 
-def test_an_unwritable_flower_out_fails_before_training_and_charges_nothing(digits_plan, tmp_path):
+@pytest.mark.parametrize("target", UNWRITABLE)
+def test_an_unwritable_flower_out_fails_before_training_and_charges_nothing(digits_plan, tmp_path, target):
     pytest.importorskip("flwr")
     from hdp_planner_flower.simulation import FlowerConfig, run_flower
 
@@ -94,7 +101,7 @@ def test_an_unwritable_flower_out_fails_before_training_and_charges_nothing(digi
     ledger = tmp_path / "l.sqlite"
     lines: list[str] = []
     cfg = FlowerConfig(plan=str(digits_plan), dataset="digits", rounds=1, in_process=True, ledger=str(ledger),
-                       out=str(tmp_path / "file" / "run"))  # fmt: skip
+                       out=target.format(tmp=tmp_path))  # fmt: skip
     with pytest.raises(ValueError, match="cannot write"):
         run_flower(cfg, progress=lines.append)
     assert lines == [] and _spending(ledger, "flower") == []
