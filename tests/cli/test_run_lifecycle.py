@@ -297,3 +297,41 @@ def test_which_runs_the_ledger_charges(settings, charged, monkeypatch):
     cfg = TrainConfig(plan="plan.json", dataset=settings.pop("dataset", "digits"), out="run", **settings)
     target, why = ledger_target(cfg, noise_kind(cfg) == "secure")
     assert (target is not None) == charged and why.startswith("charged" if charged else "not charged")
+
+
+@pytest.mark.slow  # two real processes of a 20-round grid: about a minute
+def test_compare_stopped_by_a_real_sigint_resumes_to_the_uninterrupted_result(tmp_path):
+    """SIGINT to a real ``hdp-plan compare`` while its second run trains: exit status 130 and one line on stderr;
+    ``--resume`` reuses the first run and continues the second from its checkpoint to the result of an uninterrupted
+    grid (seeded noise: bit for bit)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def grid(out: Path) -> list[str]:
+        return [sys.executable, "-m", "hdp_planner", "compare", "--dataset", "digits", "--methods", "dp-fedavg,gdpfed+",
+                "--seeds", "1", "--rounds", "20", "--eps", "1,2,4", "--out", str(out)]  # fmt: skip
+
+    env = dict(os.environ, MPLBACKEND="Agg")
+    whole = subprocess.run(grid(tmp_path / "whole"), capture_output=True, text=True, env=env, timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(grid(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not (out / "gdpfed+" / "seed0" / "checkpoint.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert err.strip() == "interrupted after 1 of 2 runs; run the same command with --resume to continue"
+    resumed = subprocess.run([*grid(out), "--resume"], capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.count("(reused)") == 1
+
+    def histories(folder: Path) -> list:
+        return [r["history"] for r in json.loads((folder / "results.json").read_text())["runs"]]
+
+    assert histories(out) == histories(tmp_path / "whole")
