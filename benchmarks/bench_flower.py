@@ -218,6 +218,7 @@ def main() -> None:
                     "--engine",
                     args.engine,
                     "--seeded-noise",  # a benchmark, not a release: keep the per-round times (diagnostics)
+                    "--overwrite",  # without --resume every run is measured again
                     "--out",
                     str(out / f"train-{tag}"),
                 ],

@@ -8,7 +8,7 @@ import typer
 
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import result_out as _out
-from hdp_planner_cli.options import DatasetOpt, GroupsFile
+from hdp_planner_cli.options import DatasetOpt, GroupsFile, OverrideTrust
 
 
 def flower(
@@ -32,14 +32,15 @@ def flower(
         int, typer.Option("--seed", help="Data partition, initial model, local batches (never the noise).")
     ] = 0,
     trust: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--trust",
             help="server: clients send clipped updates, the server sees them and adds the noise | secagg: Flower's "
             "SecAgg+ per group, clients add distributed discrete Gaussian shares; the server sees masked vectors and "
-            "each group's noisy sum (needs a plan solved with --trust secagg)",
+            "each group's noisy sum (needs a plan solved with --trust secagg) [the plan's]",
         ),
-    ] = "server",
+    ] = None,
+    override_trust: OverrideTrust = False,
     groups: GroupsFile = None,
     cpus_per_client: Annotated[float, typer.Option("--cpus-per-client", help="Ray CPUs per virtual node.")] = 1.0,
     out: Annotated[str | None, typer.Option("--out", help="Folder for metrics.json/.csv.")] = None,
@@ -101,7 +102,8 @@ def flower(
     from hdp_planner_flower.simulation import FlowerConfig, run_flower
 
     cfg = FlowerConfig(plan=plan_file, method=method, dataset=dataset, data_dir=data_dir, clients=clients,
-                       dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, groups=groups, out=out,
+                       dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, override_trust=override_trust,
+                       groups=groups, out=out,
                        cpus_per_client=cpus_per_client, diagnostics=diagnostics, audit=audit,
                        audit_canaries=audit_canaries, ledger=ledger, federation=federation,
                        node_state=node_state, in_process=in_process, masks=not no_masks)  # fmt: skip

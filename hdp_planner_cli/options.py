@@ -183,6 +183,9 @@ GroupsFile = Annotated[
         "per-client budgets; the ledger charges these clients).",
     ),
 ]
+OverrideTrust = Annotated[
+    bool, typer.Option("--override-trust", help="Allow --trust server on a plan solved for --trust secagg.")
+]
 # Options shared by train and compare (names are a contract).
 DatasetOpt = Annotated[str, typer.Option("--dataset", help="fmnist | digits | cifar10 | svhn | shakespeare")]
 ModelOpt = Annotated[

@@ -18,6 +18,7 @@ from hdp_planner_cli.options import (
     DatasetOpt,
     GroupsFile,
     ModelOpt,
+    OverrideTrust,
     Participations,
     Survivors,
     build_baselines,
@@ -119,13 +120,14 @@ def train(
         ),
     ] = None,
     trust: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--trust",
             help="server, or secagg: each group's sum through the exact integer pipeline of secure aggregation "
-            "(distributed discrete Gaussian shares; needs a plan solved with --trust secagg).",
+            "(distributed discrete Gaussian shares; needs a plan solved with --trust secagg) [the plan's].",
         ),
-    ] = "server",
+    ] = None,
+    override_trust: OverrideTrust = False,
     dropout: Annotated[
         float, typer.Option("--dropout", help="secagg: probability that a sampled client drops out (simulated).")
     ] = 0.0,
@@ -134,7 +136,8 @@ def train(
         typer.Option(
             "--ledger",
             help="Privacy ledger charged round by round: an SQLAlchemy URL or SQLite file, none, or auto (the "
-            "default ledger, $HDP_PLANNER_LEDGER or the user's, for secure runs; none for seeded ones).",
+            "default ledger, $HDP_PLANNER_LEDGER or the user's, for secure runs on a user's --data-dir, --groups or "
+            "--federation; none for seeded runs and for simulations of the bundled public datasets).",
         ),
     ] = "auto",
     federation: Annotated[
@@ -186,6 +189,7 @@ def train(
         federation=federation,
         groups=groups,
         trust=trust,
+        override_trust=override_trust,
         dropout=dropout,
     )
     try:
@@ -211,6 +215,8 @@ def train(
     )
     if metrics.get("noise_source") == "seeded":
         _err.print(f"note: {SEEDED_NOTE}", highlight=False, soft_wrap=True)
+    elif "ledger" in metrics:
+        _out.print(f"privacy ledger {metrics['ledger']}", highlight=False, markup=False)
     if "group_accuracy" in metrics:
         accs = ", ".join(f"{a:.2f}%" for a in metrics["group_accuracy"])
         _out.print(f"accuracy on each group's classes: {accs}", highlight=False)
@@ -270,8 +276,17 @@ def compare(
     engine: Annotated[str, typer.Option("--engine", help="vectorized | loop")] = "vectorized",
     precision: Annotated[str, typer.Option("--precision", help="fp32 | bf16 (the local forward pass only)")] = "fp32",
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
-    eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every this many rounds.")] = 5,
-    resume: Annotated[bool, typer.Option("--resume", help="Reuse the runs already finished in --out.")] = False,
+    eval_every: Annotated[
+        int | None,
+        typer.Option("--eval-every", help="Evaluate every this many rounds, and after the last [T/10, at most 5]."),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="Continue the grid in --out: reuse finished runs, resume an interrupted one."),
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the grid already in --out (its runs and results).")
+    ] = False,
     audit: Annotated[
         bool, typer.Option("--audit", help="Canaries in every noised run: empirical ε per group beside the plan's.")
     ] = False,
@@ -318,7 +333,10 @@ def compare(
     from hdp_planner_train.simulator.data import load_federated
     from hdp_planner_train.simulator.engines import PRECISIONS
     from hdp_planner_train.simulator.models import model_dim, model_name
+    from hdp_planner_train.simulator.scaffold import output_folder
 
+    done: list[str] = []  # the runs finished (or reused) so far, for an interrupted grid's message
+    total = 0
     try:
         if dataset not in PAPER_SETTINGS:
             raise ValueError(f"--dataset must be one of {', '.join(PAPER_SETTINGS)}, got {dataset!r}")
@@ -331,6 +349,7 @@ def compare(
         if dropout and trust != "secagg":
             raise ValueError("--dropout needs --trust secagg")
         chosen = check_methods(methods.split(","))
+        total = seeds * len(chosen)
         model_name(dataset, model)
         paper = PAPER_SETTINGS[dataset]
         data = load_federated(
@@ -339,8 +358,8 @@ def compare(
         d = model_dim(dataset, data.num_classes, model) if trust == "secagg" else None
         trust_model = TrustModel(kind=trust, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
                                  participations=participations, model_dim=d)  # fmt: skip
-        cfg = CompareConfig(dataset, chosen, seeds, out, data_dir, dirichlet, engine, device, eval_every, resume,
-                            shards, audit, model, precision, trust_model, dropout, ledger)  # fmt: skip
+        if resume and overwrite:
+            raise ValueError("--resume continues the grid in --out, --overwrite replaces it: choose one")
         groups, config = build_request(
             eps or ",".join(f"{e:g}" for e in paper["eps"]),
             data.n_clients if n is None else n,
@@ -360,15 +379,28 @@ def compare(
         _, options = build_baselines(None, None, pfa_dim, pfa_window, pfa_subspace, saving_rounds, saving_noise)
         if data.n_clients != config.n:
             raise ValueError(f"--n {config.n} but the {dataset} partition has {data.n_clients} clients")
-        plan_path = prepare_plan(cfg, groups, config, options, data.num_classes)
-        _out.print(f"note: {SIMULATION}", highlight=False)
-        rows = run_grid(cfg, plan_path, lambda line: _out.print(line, highlight=False))
+        every = max(1, min(5, config.rounds // 10)) if eval_every is None else eval_every
+        cfg = CompareConfig(dataset, chosen, seeds, out, data_dir, dirichlet, engine, device, every, resume,
+                            shards, audit, model, precision, trust_model, dropout, ledger, overwrite)  # fmt: skip
+
+        def report(line: str) -> None:
+            done.append(line)
+            _out.print(line, highlight=False)
+
+        with output_folder(out):
+            plan_path = prepare_plan(cfg, groups, config, options, data.num_classes)
+            _out.print(f"note: {SIMULATION}", highlight=False)
+            rows = run_grid(cfg, plan_path, report)
+            summary = summarize(dataset, cfg.methods, rows)
+            paths = write_results(cfg, rows, summary)
     except (ValueError, OSError, KeyError) as exc:
         _fail(str(exc) or type(exc).__name__)
         return
+    except KeyboardInterrupt:
+        _err.print(f"interrupted after {len(done)} of {total} runs; run the same command with --resume to continue",
+                   highlight=False, markup=False)  # fmt: skip
+        raise typer.Exit(130) from None
 
-    summary = summarize(dataset, cfg.methods, rows)
-    paths = write_results(cfg, rows, summary)
     console.print(render_summary(dataset, seeds, summary))
     for path in paths:
         console.print(f"written: {path}", highlight=False)

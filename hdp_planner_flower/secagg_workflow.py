@@ -30,6 +30,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.app.message_type import MessageType
 from flwr.common import FitIns, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
+from flwr.server.client_manager import SimpleClientManager
 from flwr.server.compat import LegacyContext
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.strategy import Strategy
@@ -70,6 +71,17 @@ class SampledNodes(Strategy):
         return None
 
 
+class GridNodes(SimpleClientManager):
+    """The client manager SecAgg+ logs its sample against ("sampled c clients (out of N)"): the grid's N nodes."""
+
+    def __init__(self, grid) -> None:
+        super().__init__()
+        self.grid = grid
+
+    def num_available(self) -> int:
+        return len(list(self.grid.get_node_ids()))
+
+
 class SecAggPlus(SecAggPlusWorkflow):
     """Flower's ``SecAggPlusWorkflow``, after the share-keys stage knowing only the nodes that shared their keys."""
 
@@ -99,7 +111,7 @@ def run_secaggplus(
     context = Context(run_id=grid.run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config={})
     context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({Key.CURRENT_ROUND: server_round})
     context.state.array_records[MAIN_PARAMS_RECORD] = arrays
-    workflow(grid, LegacyContext(context, strategy=sampled))
+    workflow(grid, LegacyContext(context, strategy=sampled, client_manager=GridNodes(grid)))
     return sampled.result
 
 

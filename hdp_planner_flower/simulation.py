@@ -13,7 +13,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ class FlowerConfig:
     dirichlet: float | None = None
     rounds: int | None = None
     seed: int = 0
-    trust: str = "server"
+    trust: str | None = None  # server | secagg; None: the plan's trust model
     groups: str | None = None  # hdp-plan assign's CSV (client_id, …, group)
     out: str | None = None
     cpus_per_client: float = 1.0
@@ -55,6 +55,7 @@ class FlowerConfig:
     node_state: str | None = None  # secagg: where simulated nodes keep participation counts (None: a temporary folder)
     in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
     masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)
+    override_trust: bool = False  # allow trust server on a plan solved for secure aggregation
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.mods import TRUST_MODELS
 
     version = require_flwr()
+    from hdp_planner_train.simulator.trainer import TrainConfig, plan_trust, validate_config
+
+    cfg = replace(cfg, trust=cfg.trust or plan_trust(cfg.plan))  # the plan's trust model unless one is asked for
     if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
         names = ", ".join(key for key, m in REGISTRY.items() if m.flower)
         raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
@@ -96,21 +100,18 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.aggregate import METHOD_NAMES
-    from hdp_planner_train.simulator.trainer import TrainConfig, validate_config
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
                      groups=cfg.groups,
                      dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop",
                      audit=cfg.audit, audit_canaries=cfg.audit_canaries, ledger=cfg.ledger,
-                     federation=cfg.federation, trust=cfg.trust)  # fmt: skip
+                     federation=cfg.federation, trust=cfg.trust, override_trust=cfg.override_trust)  # fmt: skip
     if cfg.audit and cfg.trust != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
     plan, data, spec, rounds, batch, momentum = validate_config(tc)
     doc = read_document(cfg.plan)
     clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.groups)  # refuses a default mapping
     groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, budgets_digest_of(doc)) if cfg.groups else None
-    if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
-        raise ValueError(f"--out {cfg.out} is not a directory")
     settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,
                             batch, momentum, plan.config.lr, tc.lr_decay)  # fmt: skip
     from hdp_planner_flower.pin import file_sha256
@@ -158,7 +159,7 @@ def serve(p: Prepared, grid, progress=print):
 
 def finish(p: Prepared, strategy) -> dict[str, Any]:
     """The trainer's metrics of the run (``base_metrics``) plus the runtime's; written to ``--out`` if given."""
-    from hdp_planner_train.simulator.scaffold import base_metrics, write_metrics
+    from hdp_planner_train.simulator.scaffold import base_metrics, ledger_target, write_metrics
 
     log, spec = strategy.log, p.spec
     metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),
@@ -175,6 +176,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
             "trust_note": TRUST_NOTES[p.cfg.trust],
             "noise_source": "secure",
             "noise_note": "SecureNoise and SecureRandom (the OS CSPRNG): no seed is written",
+            "ledger": ledger_target(p.train, secure=True)[1],
             "stopped": strategy.stopped,
             **({"secagg": flower_secagg_metrics(p, log.next_round)} if spec.secagg is not None else {}),
             "clip": spec.clip,
@@ -200,7 +202,14 @@ def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
 
 
 def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
+    from hdp_planner_train.simulator.scaffold import output_folder
+
     p = prepare(cfg)
+    with output_folder(cfg.out):  # checked before any node starts or the ledger is charged
+        return _serve_flower(cfg, p, progress)
+
+
+def _serve_flower(cfg: FlowerConfig, p: Prepared, progress) -> dict[str, Any]:
     from flwr.serverapp import ServerApp
 
     from hdp_planner_flower.app import client_app
@@ -218,7 +227,7 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
     try:
         with node_state(cfg) as state_dir:
             pin = None
-            if cfg.trust == "secagg":
+            if p.cfg.trust == "secagg":
                 from hdp_planner_flower.pin import Pin
 
                 pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
@@ -250,15 +259,19 @@ def run_config_server_app():
 
     @app.main()
     def main(grid, context) -> None:
+        logging.getLogger("flwr").setLevel(logging.INFO)  # SecAgg+'s per-stage DEBUG lines: not for users
         rc = context.run_config
         text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out")}
         cfg = FlowerConfig(plan=str(rc["plan"]), method=str(rc.get("method", "gdpfed+")),
                            dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
                            clients=int(rc.get("clients", 0)) or None, rounds=int(rc.get("rounds", 0)) or None,
-                           seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "server")), groups=text["groups"],
+                           seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "")) or None, groups=text["groups"],
                            out=text["out"])  # fmt: skip
+        from hdp_planner_train.simulator.scaffold import output_folder
+
         p = prepare(cfg)
-        metrics = finish(p, serve(p, grid))
+        with output_folder(cfg.out):  # checked before round 1 and before the ledger is charged
+            metrics = finish(p, serve(p, grid))
         print(f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds"
               + (f"; metrics written to {cfg.out}/metrics.json" if cfg.out else ""))  # fmt: skip
 

@@ -94,11 +94,46 @@ def test_command_examples_run(page: Path, workdir: Path) -> None:
             assert done.returncode == 0, f"{page_id(page)}: `{line}` exited {done.returncode}: {done.stderr[-800:]}"
 
 
+def test_every_page_runs_twice_in_a_row_on_a_fresh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every page's ```bash commands, in order, on a fresh machine and then again on the machine that ran them: a
+    fresh home (the default privacy ledger included), one folder per page, each page run twice. The commands run in
+    this process (``hdp-plan`` through its Typer app), which saves a process start per command."""
+    import importlib.util
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from hdp_planner_cli.app import app
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.delenv("HDP_PLANNER_LEDGER", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    runner = CliRunner()
+    torch = importlib.util.find_spec("torch") is not None
+    for page in BASH_PAGES:
+        if not torch and any(re.search(r"hdp-plan\s+(train|compare|flower)\b", b) for b in blocks(page, "bash")):
+            continue  # a page that trains needs the train extra
+        folder = tmp_path / page_id(page).replace("/", "-")
+        folder.mkdir()
+        (folder / "examples").symlink_to(ROOT / "examples")
+        monkeypatch.chdir(folder)
+        for attempt in ("first", "second"):
+            for block in blocks(page, "bash"):
+                for line in commands(block):
+                    words = shlex.split(line, comments=True)
+                    assert words[0] == "hdp-plan", f"{page_id(page)}: `{line}` is not an hdp-plan command"
+                    done = runner.invoke(app, words[1:])
+                    assert done.exit_code == 0, f"{page_id(page)}, {attempt} time: `{line}`: {done.output[-800:]}"
+
+
 def test_no_shown_command_uses_an_unknown_subcommand() -> None:
     """Commands shown but not run (```shell) still name real ``hdp-plan`` subcommands."""
-    from hdp_planner_cli.app import COMMANDS
+    from hdp_planner_cli.app import COMMANDS, app
 
-    known = {name for name, *_ in COMMANDS}
+    known = {name for name, *_ in COMMANDS} | {group.name for group in app.registered_groups}  # hdp-plan ledger …
     for page in PAGES:
         for block in blocks(page, "shell"):
             for line in commands(block):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hdp_planner.accounting.accountants import get_accountant
-from hdp_planner.io.files import atomic_target
+from hdp_planner.io.files import atomic_target, os_message
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import compare_noise
 
@@ -82,6 +83,13 @@ def pyplot() -> Any:
         }
     )
     return plt
+
+
+def round_ticks(ax: Any) -> None:
+    """Ticks at whole rounds only on ``ax``'s x axis (a run of a few rounds would otherwise show round 1.25)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
@@ -214,6 +222,7 @@ def _draw_spent(plt: Any, p: Plan, epsilon_of: Callable[[float, float, int], flo
         ax.axhline(g.epsilon[m], color=color, ls="--", lw=1, alpha=0.8)
     ax.plot([], [], color="gray", ls="--", lw=1, label=r"budget $\varepsilon_m$ of the group")
     ax.set_xlim(1, c.rounds)
+    round_ticks(ax)
     ax.set_xlabel("training round $t$")
     ax.set_ylabel(rf"$\varepsilon$ spent after $t$ rounds ($\delta$ = {c.delta:.2g})")
     ax.set_title(f"Privacy spent per group ({c.spending_accountant.upper()} accountant)")
@@ -266,7 +275,12 @@ def plot_plan(
     if fmt not in FORMATS:
         raise ValueError(f"figure format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # every figure's folder checked before the first is computed
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ValueError(os_message(exc, out)) from None
     c = p.config
     plt = pyplot()
 

@@ -81,6 +81,7 @@ class CompareConfig:
     trust: TrustModel = dataclasses.field(default_factory=TrustModel)  # secagg: noised methods by the integer pipeline
     dropout: float = 0.0  # secagg: probability that a sampled client drops out (simulated)
     ledger: str | None = None  # privacy ledger URL: every run charged to the same clients; None: off (a simulation)
+    overwrite: bool = False  # replace the grid already in ``out`` (runs, plan, results)
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -120,11 +121,32 @@ def prepare_plan(
             raise ValueError(f"{unplanned[0]} has no distributed form under --trust secagg")
     if problems:
         raise ValueError(f"internal check failed, no plan written: {problems[0]}")
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "plan.json"
+    check_grid_folder(cfg, doc)
+    path = Path(cfg.out) / "plan.json"
     write_json_atomic(path, doc)
     return path
+
+
+def check_grid_folder(cfg: CompareConfig, doc: dict[str, Any]) -> None:
+    """Refuse an ``out`` folder that already holds a grid unless ``overwrite`` replaces it, or ``resume`` continues it
+    under the same plan (``doc``): a rerun would otherwise silently replace finished results."""
+    out = Path(cfg.out)
+    held = out / "plan.json"
+    if cfg.overwrite or not (held.is_file() or (out / "results.json").is_file()):
+        return
+    if not cfg.resume:
+        raise ValueError(f"{out} holds a compare grid: continue it with --resume, or replace it with --overwrite")
+    try:
+        same = _without_versions(json.loads(held.read_text())) == _without_versions(doc)
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        raise ValueError(f"--resume: {held} was made with other settings: replace the grid with --overwrite, or "
+                         "choose another --out")  # fmt: skip
+
+
+def _without_versions(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "versions"}
 
 
 def secure_form(plan, doc: dict[str, Any], method: str) -> bool | None:
@@ -144,6 +166,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
     from hdp_planner.planfile.document import load_plan, read_document
     from hdp_planner_train.audit.canaries import auditable
     from hdp_planner_train.simulator.models import model_name
+    from hdp_planner_train.simulator.scaffold import CHECKPOINT, FINISHED
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     plan = load_plan(plan_path)
@@ -168,6 +191,8 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     rows.append(row)
                     report(f"[{len(rows)}/{total}] {method} seed {seed}: {row['final_accuracy']:.2f}% (reused)")
                     continue
+            # --resume continues an interrupted run from its checkpoint and retrains one made with other settings
+            unfinished = cfg.resume and (folder / CHECKPOINT).is_file() and not (folder / FINISHED).is_file()
             t0 = time.perf_counter()
             metrics = run(
                 TrainConfig(
@@ -190,6 +215,8 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     trust="secagg" if secure else "server",
                     dropout=cfg.dropout if secure else 0.0,
                     ledger=cfg.ledger,
+                    resume=unfinished,
+                    overwrite=not unfinished and (cfg.overwrite or cfg.resume),
                 )
             )
             row = {
@@ -301,7 +328,7 @@ def plot_comparison(
     dataset: str, rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], path: Path
 ) -> Path:
     """Test accuracy against rounds (mean ± std over seeds) and final accuracy per method beside the paper's."""
-    from hdp_planner.report.plots import pyplot, save_figure
+    from hdp_planner.report.plots import pyplot, round_ticks, save_figure
 
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
@@ -317,7 +344,7 @@ def plot_comparison(
         seeds = summary[0]["seeds"]
         ax1.set_xlabel("communication round")
         ax1.set_xlim(0, max(s["rounds"] for s in summary) + 1)
-        ax1.xaxis.get_major_locator().set_params(integer=True)
+        round_ticks(ax1)
         ax1.set_ylabel("test accuracy (%)")
         ax1.set_title(f"{dataset}: convergence " + ("(mean ± std over seeds)" if seeds > 1 else "(one seed)"))
         ax1.legend(frameon=False, fontsize=8)

@@ -12,7 +12,9 @@ import csv
 import hashlib
 import io
 import math
-from collections.abc import Callable
+import os
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hdp_planner.io.files import write_json_atomic, write_text_atomic
-from hdp_planner.ledger.runs import default_ledger, plan_clients, plan_digest, round_costs
+from hdp_planner.io.files import os_message, write_json_atomic, write_text_atomic
+from hdp_planner.ledger.runs import DEFAULT_LEDGER_ENV, default_ledger, plan_clients, plan_digest, round_costs
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
 from hdp_planner.planfile.document import read_document
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
@@ -69,9 +71,10 @@ class TrainConfig:
     noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
     model: str | None = None  # models.MODELS name; None: the dataset's default (models.DEFAULT_MODEL)
     group_classes: str | None = None  # group-skewed labels: "0,1,2,3/4,5,6/7,8,9", the classes of each plan group
-    trust: str = "server"  # server | secagg: the exact integer pipeline of secure aggregation (the plan's trust object)
+    trust: str | None = None  # server | secagg (the exact integer pipeline of secure aggregation); None: the plan's
+    override_trust: bool = False  # allow --trust server on a plan solved for secure aggregation
     dropout: float = 0.0  # secagg: probability that a sampled client drops out before the sum (simulated)
-    ledger: str | None = "auto"  # privacy ledger URL/file; auto: the default ledger for secure runs, none for seeded
+    ledger: str | None = "auto"  # privacy ledger URL/file, none, or auto (ledger_target: who is charged by default)
     federation: str = "simulation"  # whose clients the ledger charges
     groups: str | None = None  # hdp-plan assign's file: the clients the ledger charges, each with its own budget
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
@@ -146,6 +149,41 @@ def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
     return ledger
 
 
+PUBLIC_DATASETS = ("digits", "fmnist", "shakespeare")
+"""Datasets the simulator reads from public copies installed on the machine when no ``--data-dir`` is given
+(scikit-learn's digits, the ``dataset-fashion-mnist`` package, the ``shakespeare`` package's plays): their clients
+are a split of public data, not people."""
+
+SIMULATED_FEDERATION = "simulation"
+"""The federation of the simulator's own clients 0..n−1 (``--federation``'s default)."""
+
+
+def ledger_target(cfg: TrainConfig, secure: bool) -> tuple[str | None, str]:
+    """The ledger a run charges (a URL or SQLite file, or None) and one line saying which and why.
+
+    ``--ledger auto`` charges the default ledger for secure runs, except a simulation of public data: a dataset of
+    :data:`PUBLIC_DATASETS` read from its installed copy, split into the simulated federation's clients, without
+    ``--groups``. Its clients are not people, so no lifetime budget is spent (the run still reports its ε).
+    A user's own data (``--data-dir``, ``--groups``), another ``--federation`` or an explicit ``--ledger`` charges."""
+    target = cfg.ledger
+    if target in (None, "", "none"):
+        return None, "not charged: --ledger none"
+    if target != "auto":
+        return target, f"charged: federation {cfg.federation}"
+    if not secure:
+        return None, "not charged: seeded noise, a simulation whose model is never released"
+    public = cfg.dataset in PUBLIC_DATASETS and cfg.data_dir is None and cfg.groups is None
+    if public and cfg.federation == SIMULATED_FEDERATION:
+        return None, (
+            f"not charged: {cfg.dataset} is public data split into simulated clients, not people, so no lifetime "
+            "budget is spent (--ledger PATH charges one; --data-dir, --groups or --federation charge the default)"
+        )
+    target = default_ledger()
+    if target in ("", "none"):  # $HDP_PLANNER_LEDGER=none: no default ledger
+        return None, f"not charged: ${DEFAULT_LEDGER_ENV}=none"
+    return target, f"charged: the default ledger, federation {cfg.federation}"
+
+
 def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: Any) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: the plan's hash and every setting that changes the run."""
     return {
@@ -166,6 +204,53 @@ def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: A
         "noise_source": noise_kind(cfg),  # a seeded checkpoint never continues as a secure run, nor back
         **extra,
     }
+
+
+FINISHED = "metrics.json"
+"""The file a finished run leaves in its ``--out`` folder."""
+
+
+def check_finished(cfg: TrainConfig) -> None:
+    """Refuse an ``--out`` folder that holds a finished run (its metrics.json) unless ``--overwrite`` replaces it or
+    ``--resume`` continues it: a rerun would silently replace its results."""
+    if cfg.out and (Path(cfg.out) / FINISHED).is_file() and not (cfg.overwrite or cfg.resume):
+        raise TrainError(f"{cfg.out} holds a finished run ({FINISHED}): choose another --out, or replace it with "
+                         "--overwrite")  # fmt: skip
+
+
+@contextlib.contextmanager
+def output_folder(out: str | os.PathLike[str] | None) -> Iterator[Path | None]:
+    """The run's ``--out`` folder, created and checked writable before round 1 (a probe file written and removed),
+    so that a folder the run cannot write fails before any training and any charge to the ledger. If the run fails
+    or is interrupted before it writes anything there, the folders created for it are removed again."""
+    if not out:
+        yield None
+        return
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise TrainError(f"--out {out} is not a directory")
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        _remove_empty(created)
+        raise TrainError(os_message(exc, folder)) from None
+    try:
+        yield folder
+    except BaseException:
+        _remove_empty(created)
+        raise
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty."""
+    for path in folders:
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dict[str, Any] | None:
@@ -222,16 +307,13 @@ def ledger_run(
     cfg: TrainConfig, plan, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
     supersedes: str | None = None,
 ) -> LedgerRun | None:  # fmt: skip
-    """Open the run's account in the ledger (``cfg.ledger``; ``auto``: the default ledger when the noise is secure,
-    none for seeded simulations), refusing the run before round 1 if a client would exceed its lifetime budget.
+    """Open the run's account in the ledger (:func:`ledger_target`), refusing the run before round 1 if a client
+    would exceed its lifetime budget.
     ``clients``: (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
     ``cfg.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``)."""
-    target = cfg.ledger
     secure = noise_kind(cfg) == "secure" if secure is None else secure
-    if not spec.private or target in (None, "", "none") or (target == "auto" and not secure):
-        return None
-    target = default_ledger() if target == "auto" else target
-    if target in ("", "none"):  # $HDP_PLANNER_LEDGER=none: no default ledger
+    target = ledger_target(cfg, secure)[0]
+    if not spec.private or target is None:
         return None
     row = METHOD_NAMES[spec.method]
     if clients is None:
@@ -368,6 +450,7 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
         "noise_source": noise_kind(cfg),
         "noise_note": SEEDED_NOTE if noise_kind(cfg) == "seeded" else SECURE_NOTE,
         "noise_lambda_planned": planned_lambda(plan, spec),
+        "ledger": ledger_target(cfg, noise_kind(cfg) == "secure")[1] if spec.private else "not charged: no noise",
         **log.summary(),
     }
 
@@ -446,6 +529,8 @@ def plot_history(metrics: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from hdp_planner.report.plots import round_ticks
+
     rounds = [h["round"] for h in metrics["history"]]
     audit = metrics.get("audit")
     fig, axes = plt.subplots(1, 3 if audit else 2, figsize=(15 if audit else 10, 4))
@@ -456,6 +541,8 @@ def plot_history(metrics: dict[str, Any], path: Path) -> None:
     a2.plot(rounds, [h["loss"] for h in metrics["history"]], marker="o", ms=3, color="C1")
     a2.set_xlabel("communication round")
     a2.set_ylabel("test loss (cross-entropy)")
+    for ax in (a1, a2):
+        round_ticks(ax)
     if audit:
         plot_audit(axes[2], audit["groups"])
     fig.suptitle(f"{metrics['method']} on {metrics['dataset']} (seed {metrics['seed']})")

@@ -47,10 +47,12 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, p
     TrainConfig,
     TrainError,
     base_metrics,
+    check_finished,
     device_arrays,
     global_evaluation,
     ledger_run,
     noise_kind,
+    output_folder,
     privacy_ledger,
     resume_state,
     run_identity,
@@ -75,7 +77,8 @@ def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
     """The method's groups under the plan's ``secagg`` trust object (verified, :func:`~hdp_planner_train.rules.secagg.
     planned_groups`) and the simulated dropout rate."""
     if cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
-        raise TrainError(f"{cfg.method} has no distributed form under --trust secagg")
+        raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
+                         "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
     if not 0 <= cfg.dropout < 1:
         raise TrainError(f"--dropout must lie in [0, 1), got {cfg.dropout}")
     try:
@@ -103,6 +106,30 @@ def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> 
     if withheld is not None:  # which group-rounds released nothing depends on who took part: simulations only
         doc["group_rounds_withheld"] = withheld
     return doc
+
+
+def plan_trust(plan_file: str) -> str:
+    """The trust model a plan file was solved for: ``secagg`` when it holds a secure-aggregation trust object."""
+    from hdp_planner.planfile.trust import trust_from_dict
+
+    return trust_from_dict(read_document(plan_file)).kind
+
+
+def run_trust(cfg: TrainConfig, spec: GroupSpec) -> str:
+    """The trust model the run follows: ``cfg.trust``, by default the plan's (:func:`plan_trust`; a method without
+    noise runs as the trusted-server reference). ``--trust server`` on a plan solved for secure aggregation would
+    show the server every clipped update it was planned never to see: refused unless ``cfg.override_trust``."""
+    if cfg.trust not in (None, "server", "secagg"):
+        raise TrainError(f"--trust must be server or secagg, got {cfg.trust!r}")
+    planned = plan_trust(cfg.plan)
+    if cfg.trust is None:
+        return planned if spec.private else "server"
+    if cfg.trust == "server" and planned == "secagg" and spec.private and not cfg.override_trust:
+        raise TrainError(
+            f"{cfg.plan} was solved for a server that is not trusted (--trust secagg): --trust server would show "
+            "the server every clipped update; add --override-trust to run it so"
+        )
+    return cfg.trust
 
 
 def validate_config(cfg: TrainConfig):
@@ -169,9 +196,7 @@ def validate_config(cfg: TrainConfig):
         plan_clients(plan, METHOD_NAMES[spec.method], read_document(cfg.plan), cfg.groups)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    if cfg.trust not in ("server", "secagg"):
-        raise TrainError(f"--trust must be server or secagg, got {cfg.trust!r}")
-    if cfg.trust == "secagg":
+    if run_trust(cfg, spec) == "secagg":
         spec = secagg_spec(cfg, plan, spec)
     if cfg.audit:
         from hdp_planner_train.audit.canaries import check_auditable
@@ -184,13 +209,21 @@ def validate_config(cfg: TrainConfig):
 
 
 def run(cfg: TrainConfig) -> dict[str, Any]:
-    """Train ``cfg.method`` on ``cfg.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to ``cfg.out``."""
+    """Train ``cfg.method`` on ``cfg.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to ``cfg.out``,
+    which is checked before round 1 (:func:`output_folder`) and never holds a finished run unless ``cfg.overwrite``."""
     plan, data, spec, rounds, batch, momentum = validate_config(cfg)
     device = _device(cfg.device)
-    if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
-        return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
-    if cfg.method in SELECTION_METHODS:  # the selection paper: record-level DP-SGD, clients selected with replacement
-        return run_selection(cfg, plan, data, rounds, batch, momentum, device)
+    check_finished(cfg)
+    with output_folder(cfg.out):
+        if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
+            return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
+        if cfg.method in SELECTION_METHODS:  # the selection paper: record-level DP-SGD, with replacement
+            return run_selection(cfg, plan, data, rounds, batch, momentum, device)
+        return run_fedavg(cfg, plan, data, spec, rounds, batch, momentum, device)
+
+
+def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch: int, momentum: float, device):
+    """The FedAvg family's run (GDPFed Algorithm 2): :func:`run` once the configuration is checked."""
     out = Path(cfg.out) if cfg.out else None
     identity = run_identity(cfg, data, batch, momentum, audit=(cfg.audit_canaries or "default") if cfg.audit else None)
     state = resume_state(cfg, identity, rounds)
@@ -226,8 +259,6 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
                 raise TrainError(f"{out}: the checkpoint holds an earlier audit's state; rerun with --overwrite")
             auditor.load_state(state["audit"])
     vector_to_parameters(theta.clone(), model.parameters())
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
 
     c = plan.config
     account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
@@ -275,6 +306,9 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
     if spec.secagg is not None:
         metrics["trust"] = secagg_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
+    else:
+        planned = plan_trust(cfg.plan)
+        metrics["trust"] = {"kind": "server", **({"plan_trust": planned} if planned != "server" else {})}
     if cfg.group_classes is not None:  # accuracy on each privacy group's own classes
         classes = parse_group_classes(cfg.group_classes, len(plan.groups.size), data.num_classes)  # DP-FedAvg: 1 group
         metrics["group_classes"] = [list(c) for c in classes]
