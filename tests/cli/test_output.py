@@ -166,7 +166,7 @@ def test_an_unwritable_figure_folder_is_one_line(tmp_path):
     folder = tmp_path / "file" / "figures"
     result = runner.invoke(app, ["plot", plan, "--out", str(folder)])
     assert result.exit_code == 2
-    assert result.stderr.splitlines() == [f"error: {folder}: a part of the path is not a directory"]
+    assert result.stderr.splitlines() == [f"error: cannot write {folder}: a part of the path is not a directory"]
 
 
 def test_an_os_error_no_command_caught_is_one_line(monkeypatch, capsys):
