@@ -126,9 +126,14 @@ class CalibrationMemo:
         self._sigma: dict[tuple[float, float, float, int, str], float] = {}
         self._spent: dict[tuple[float, float, int, float, str], float] = {}
 
+    def __len__(self) -> int:
+        """The calibrated σ held."""
+        return len(self._sigma)
+
     def sigmas(
-        self, epsilons: Sequence[float], delta: float, q: Sequence[float], rounds: int, accountant: Accountant
+        self, *, epsilons: Sequence[float], delta: float, q: Sequence[float], rounds: int, accountant: Accountant
     ) -> list[float]:
+        """σ per group (ε_m, q_m), as :func:`calibrate_sigmas`; keyword-only, as every numerical argument here."""
         keys = [(float(e), float(delta), float(qm), rounds, accountant) for e, qm in zip(epsilons, q, strict=True)]
         missing = list(dict.fromkeys(k for k in keys if k not in self._sigma))
         if missing:
@@ -148,7 +153,8 @@ class CalibrationMemo:
                 )
         return [self._sigma[k] for k in keys]
 
-    def spent(self, noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+    def spent(self, *, noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+        """ε that ``rounds`` rounds at (σ, q) spend at ``delta``, as :func:`epsilon_spent`."""
         key = (float(noise_multiplier), float(q), rounds, float(delta), accountant)
         if key not in self._spent:
             if len(self._spent) >= self.limit:

@@ -24,6 +24,8 @@ import math
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
+from hdp_planner.accounting.search import smallest_meeting
+
 ORDERS = np.arange(2, 257, dtype=np.float64)
 """Integer orders α = 2..256 (Theorem 6 of Zhu and Wang holds at integer orders)."""
 
@@ -91,19 +93,16 @@ def epsilon_server(*, noise_multiplier: float, participations: int, delta: float
 
 @functools.lru_cache(maxsize=4096)
 def calibrate_noise_multiplier(*, epsilon: float, delta: float, q: float, rounds: int, tau_d: float = 0.0) -> float:
-    """The smallest z (to a relative 1e-9, rounded up) whose third-party ε is at most ``epsilon``."""
+    """The smallest z (to a relative 1e-9, rounded up) whose third-party ε is at most ``epsilon``
+    (:func:`~hdp_planner.accounting.search.smallest_meeting` on log z)."""
     if epsilon <= 0 or not 0 < delta < 1 or not 0 < q <= 1 or rounds < 1:
         raise ValueError("need epsilon > 0, delta in (0, 1), q in (0, 1] and rounds ≥ 1")
 
-    def spent(z: float) -> float:
-        return epsilon_third_parties(noise_multiplier=z, q=q, rounds=rounds, delta=delta, tau_d=tau_d)
+    def gap(x: float) -> float:  # log ε − log target at z = e^x, non-increasing in x
+        spent = epsilon_third_parties(noise_multiplier=math.exp(x), q=q, rounds=rounds, delta=delta, tau_d=tau_d)
+        return math.log(spent / epsilon) if spent > 0 else -math.inf
 
-    lo, hi = 1e-3, 1.0
-    while spent(hi) > epsilon:
-        lo, hi = hi, hi * 2
-        if hi > 1e8:
-            raise ValueError(f"epsilon={epsilon:g} is not reachable with a noise multiplier ≤ 1e8")
-    while hi / lo > 1 + 1e-9:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if spent(mid) <= epsilon else (mid, hi)
-    return hi
+    found = smallest_meeting(gap, lo=math.log(1e-3), hi=math.log(1e8), start=0.0, xtol=1e-9)
+    if not math.isfinite(found.x):
+        raise ValueError(f"epsilon={epsilon:g} is not reachable with a noise multiplier ≤ 1e8")
+    return math.exp(found.x)
