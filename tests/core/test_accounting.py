@@ -149,10 +149,10 @@ def test_every_calibration_validates_rounds_alike(fn):
 
 
 def test_the_registry_names_its_accountants_and_refuses_others():
-    assert accountant_names() == ("rdp", "pld", "closed-form")
+    assert accountant_names() == ("rdp", "pld", "ddg", "closed-form")
     assert get_accountant("closed-form").rule and get_accountant("closed-form").spending == "rdp"
     assert get_accountant("pld").refines and not get_accountant("rdp").refines
-    with pytest.raises(ValueError, match="unknown accountant 'moments'; choose one of rdp, pld, closed-form"):
+    with pytest.raises(ValueError, match="unknown accountant 'moments'; choose one of rdp, pld, ddg, closed-form"):
         get_accountant("moments")
     with pytest.raises(ValueError, match="already registered"):
         register_accountant(get_accountant("rdp"))
@@ -174,6 +174,9 @@ class _Doubled:
     def calibrate_sigmas(self, epsilons, *, delta, q, rounds):
         sigma, _ = get_accountant("rdp").calibrate_sigmas(epsilons, delta=delta, q=q, rounds=rounds)
         return 2 * sigma, None
+
+    def compose(self, events, *, delta):
+        return get_accountant("rdp").compose(events, delta=delta)
 
     def reference(self):
         return get_accountant("rdp").reference()
