@@ -10,11 +10,17 @@ z = √(honest·σ²_share)/Δ₂ the effective noise multiplier.
   τ = 10·Σ_{k=1}^{honest−1} exp(−2π²σ²_share·k/(k+1)) (:func:`tau`).
 - Third parties, who see only released models (Poisson sampling at q hidden from them): the general upper bound
   for Poisson-subsampled RDP of Zhu and Wang, "Poisson Subsampled Rényi Differential Privacy" (ICML 2019),
-  Theorem 6, at integer orders, composed over the T rounds.
+  Theorem 6, at integer orders, composed over the T rounds. At a fractional order α the subsampled release's RDP
+  is at most the unsampled one (joint quasi-convexity, van Erven and Harremoës 2014, Theorem 13) and at most the
+  bound at ⌈α⌉ (Rényi divergence does not decrease with its order, ibid., Theorem 3).
 - The server (it draws the sample and sees who sends a vector, so sampling does not amplify): the unsampled bound
-  composed over the at most K rounds a client takes part in.
+  composed over the at most K rounds a client takes part in, at every order of :data:`ORDERS` (Proposition 14
+  holds for every real α ≥ 1).
 RDP is converted to (ε, δ) with Canonne, Kamath and Steinke (2020), Proposition 12 (the conversion dp-accounting
-uses): ε = min_α RDP(α) + log(1 − 1/α) − (log δ + log α)/(α − 1).
+uses): ε = min_α RDP(α) + log(1 − 1/α) − (log δ + log α)/(α − 1), over :data:`ORDERS`: every integer from 2 to
+1024, integers 5% apart up to 16384, and 480 fractional orders, 1 + 10⁻³ … 1024 spaced by 2.9% in α − 1, so that
+the best real order of the unsampled bound is within a fraction of a percent in ε (docs/concepts/calibration.md,
+"The distributed accountant").
 """
 
 from __future__ import annotations
@@ -23,12 +29,21 @@ import functools
 import math
 
 import numpy as np
-from scipy.special import gammaln, logsumexp
+from scipy.special import gammaln
 
 from hdp_planner.accounting.search import smallest_meeting
 
-ORDERS = np.arange(2, 257, dtype=np.float64)
-"""Integer orders α = 2..256 (Theorem 6 of Zhu and Wang holds at integer orders)."""
+DENSE_ORDER = 1024
+MAX_ORDER = 16384
+_FRACTIONAL = 1 + np.geomspace(1e-3, DENSE_ORDER - 1, 480)
+_SPARSE = np.unique(np.round(DENSE_ORDER * 1.05 ** np.arange(1, 200)))
+ORDERS = np.union1d(
+    np.concatenate([np.arange(2, DENSE_ORDER + 1), _SPARSE[_SPARSE <= MAX_ORDER]]).astype(np.float64),
+    _FRACTIONAL[_FRACTIONAL % 1 != 0],
+)
+"""The orders of every bound here, ascending: every integer from 2 to 1024 and integers 5% apart up to 16384
+(Theorem 6 of Zhu and Wang holds at integer orders), and fractional orders from 1.001 to 1024 (the unsampled bound,
+and the server's, hold at every real order)."""
 
 
 def tau(share_sigma2: float, honest: int) -> float:
@@ -48,30 +63,68 @@ def _log_binom(n: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 
 def poisson_subsampled_rdp(orders: np.ndarray, rdp: np.ndarray, q: float) -> np.ndarray:
-    """Zhu and Wang (2019), Theorem 6: for integer α ≥ 2 and a mechanism with RDP ε(·),
+    """RDP of the Poisson(q)-subsampled mechanism at ``orders`` (ascending) from the mechanism's RDP ``rdp`` there.
+
+    At integer α ≥ 2, Zhu and Wang (2019), Theorem 6:
     ε'(α) ≤ log{(1−q)^{α−1}(αq − q + 1) + C(α,2)q²(1−q)^{α−2}e^{ε(2)}
     + 3·Σ_{ℓ=3}^{α} C(α,ℓ)(1−q)^{α−ℓ}q^ℓ e^{(ℓ−1)ε(ℓ)}}/(α − 1),
-    and never more than ε(α) itself: the subsampled mechanism's two output distributions are mixtures, with the
-    same weights, of pairs each at Rényi divergence at most ε(α), and Rényi divergence is jointly quasi-convex (van
-    Erven and Harremoës 2014, Theorem 13); the generic bound can exceed ε(α) at large q.
-    ``rdp[i]`` is ε at ``orders[i]``, which must be 2, 3, … consecutively."""
-    if not np.array_equal(orders, np.arange(2, 2 + orders.size)):
-        raise ValueError("orders must be the consecutive integers 2, 3, …")
+    with ε(ℓ), where ℓ is not among ``orders``, bounded by ε at the next integer order given (Rényi divergence does
+    not decrease with its order: van Erven and Harremoës 2014, Theorem 3; the bound grows with every ε(ℓ)), and
+    never more than ε(α) itself: the subsampled mechanism's two output distributions are mixtures, with the
+    same weights, of pairs each at Rényi divergence at most ε(α), and Rényi divergence is jointly quasi-convex (ibid.,
+    Theorem 13); the generic bound can exceed ε(α) at large q. At a fractional α, the smaller of ε(α) (the same
+    argument) and the bound at the next integer order (Theorem 3). The integer orders must include 2."""
+    orders, rdp = np.asarray(orders, dtype=np.float64), np.asarray(rdp, dtype=np.float64)
+    integer = orders % 1 == 0
+    whole = orders[integer]
+    if (orders <= 1).any() or (np.diff(orders) <= 0).any() or not whole.size or whole[0] != 2:
+        raise ValueError("orders must be ascending and above 1, with 2 among them")
     if q >= 1:
-        return np.array(rdp, dtype=np.float64)
+        return rdp.copy()
     if q <= 0:
         return np.zeros(orders.size)
+    amplified = np.minimum(_zhu_wang(tuple(whole.astype(np.int64).tolist()), rdp[integer], q), rdp[integer])
+    out = rdp.copy()
+    out[integer] = amplified
+    frac = np.flatnonzero(~integer)
+    above = np.searchsorted(whole, orders[frac])  # the next integer order
+    inside = above < whole.size
+    out[frac[inside]] = np.minimum(rdp[frac[inside]], amplified[above[inside]])
+    return out
+
+
+def _zhu_wang(orders: tuple[int, ...], rdp: np.ndarray, q: float) -> np.ndarray:
+    """Theorem 6 of Zhu and Wang at the integer ``orders`` (ascending, from 2), ``rdp`` the mechanism's RDP there:
+    every order's sum over ℓ = 3 … α at once, as one segmented log-sum-exp over the (α, ℓ) pairs."""
+    n = len(orders)
     lq, l1q = math.log(q), math.log1p(-q)
-    alpha = orders.astype(np.float64)[:, None]
-    ell = np.arange(3, int(orders[-1]) + 1, dtype=np.float64)[None, :]
-    eps_ell = np.asarray(rdp, dtype=np.float64)[(ell[0] - 2).astype(int)][None, :]  # ε(ℓ) at ℓ = 3, …
-    with np.errstate(invalid="ignore"):
-        third = math.log(3) + _log_binom(alpha, ell) + (alpha - ell) * l1q + ell * lq + (ell - 1) * eps_ell
-    third = np.where(ell <= alpha, third, -np.inf)  # only ℓ ≤ α
-    first = (alpha[:, 0] - 1) * l1q + np.log1p(q * (alpha[:, 0] - 1))
-    second = _log_binom(alpha[:, 0], np.float64(2)) + 2 * lq + (alpha[:, 0] - 2) * l1q + rdp[0]
-    total = logsumexp(np.column_stack([first, second, third]), axis=1)
-    return np.minimum(np.maximum(total, 0.0) / (alpha[:, 0] - 1), rdp)
+    alpha = np.asarray(orders, dtype=np.float64)
+    log_binom, a, ell, at, starts, sizes = _pairs(orders)
+    third = log_binom + (a - ell) * l1q + ell * lq + (ell - 1) * rdp[at] + math.log(3)
+    first = (alpha - 1) * l1q + np.log1p(q * (alpha - 1))
+    second = _log_binom(alpha, np.float64(2)) + 2 * lq + (alpha - 2) * l1q + rdp[0]
+    m = np.maximum(first, second)
+    m[1:] = np.maximum(m[1:], np.maximum.reduceat(third, starts))
+    rest = np.zeros(n)
+    rest[1:] = np.add.reduceat(np.exp(third - np.repeat(m[1:], sizes)), starts)
+    total = m + np.log(np.exp(first - m) + np.exp(second - m) + rest)
+    return np.maximum(total, 0.0) / (alpha - 1)
+
+
+@functools.lru_cache(maxsize=4)
+def _pairs(orders: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """For the pairs (α, ℓ), α among ``orders`` above 2 and ℓ = 3 … α, flattened by α: log C(α, ℓ), α, ℓ, the
+    position among ``orders`` of the first order ≥ ℓ, where each α's pairs start, and how many it has."""
+    alpha = np.asarray(orders[1:], dtype=np.int64)
+    sizes = alpha - 2
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    a = np.repeat(alpha, sizes).astype(np.float64)
+    ell = np.arange(a.size) - np.repeat(starts, sizes) + 3.0
+    at = np.searchsorted(np.asarray(orders, dtype=np.float64), ell)
+    tables = (_log_binom(a, ell), a, ell, at, starts, sizes)
+    for t in tables:
+        t.setflags(write=False)
+    return tables
 
 
 def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
