@@ -242,7 +242,7 @@ class DistributedAccountant:
         return sigma, self.epsilons(sigma, qs, rounds=rounds, delta=delta)
 
     def compose(self, events: Sequence[Event], *, delta: float) -> float:
-        """Σ T·RDP of each event's amplified release (:func:`ddg.poisson_subsampled_rdp`), converted once."""
+        """Σ T·RDP of each event's amplified release (:func:`ddg.amplified_release_rdp`), converted once."""
         return float(self._measure(events, delta, together=True)[0])
 
     def _measure(self, events: Sequence[Event], delta: float, together: bool = False) -> np.ndarray:
@@ -254,14 +254,14 @@ class DistributedAccountant:
             live = [(s, q, t) for s, q, t in group if q > 0]
             if not live or _never_sampled(live, delta):
                 continue
-            total = sum(t * self._curve(s, q) for s, q, t in live)
-            out[i] = ddg.epsilon_from_rdp(ddg.ORDERS, total, delta)
+            out[i] = ddg.epsilon_of(
+                lambda orders, live=live: sum(t * self._curve(orders, s, q) for s, q, t in live), delta
+            )
         return out
 
-    def _curve(self, noise_multiplier: float, q: float) -> np.ndarray:
-        """One amplified release's RDP at every order of :data:`ddg.ORDERS`."""
-        release = ddg.release_rdp(ddg.ORDERS, noise_multiplier=noise_multiplier, tau_d=self.tau_d)
-        return ddg.poisson_subsampled_rdp(ddg.ORDERS, release, q)
+    def _curve(self, orders: np.ndarray, noise_multiplier: float, q: float) -> np.ndarray:
+        """One amplified release's RDP at ``orders`` (:func:`ddg.amplified_release_rdp`)."""
+        return ddg.amplified_release_rdp(orders, noise_multiplier=noise_multiplier, tau_d=self.tau_d, q=q)
 
     def reference(self) -> object:
         """dp-accounting's RDP accountant at this accountant's orders: the exact RDP of the sampled Gaussian there."""

@@ -5,8 +5,10 @@ for the code of secure aggregation."""
 
 from hdp_planner.accounting.ddg import (
     ORDERS,
+    amplified_release_rdp,
     calibrate_noise_multiplier,
     epsilon_from_rdp,
+    epsilon_of,
     epsilon_server,
     epsilon_third_parties,
     poisson_subsampled_rdp,
@@ -16,8 +18,10 @@ from hdp_planner.accounting.ddg import (
 
 __all__ = [
     "ORDERS",
+    "amplified_release_rdp",
     "calibrate_noise_multiplier",
     "epsilon_from_rdp",
+    "epsilon_of",
     "epsilon_server",
     "epsilon_third_parties",
     "poisson_subsampled_rdp",

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import optimize, special
 
@@ -44,16 +44,22 @@ def convert(alpha, rdp, delta):
 
 
 def reference_third_parties(z, q, rounds, delta, tau_d, top=ddg.MAX_ORDER):
-    """The smallest ε over the integer orders of :data:`INTEGERS` up to ``top`` (Zhu-Wang with ε(ℓ) exact at every
-    ℓ, capped by the unsampled bound) and a dense grid of fractional orders (the unsampled bound, or Zhu-Wang at
-    the next integer order)."""
+    """The smallest ε over the integer orders of :data:`INTEGERS` up to ``top`` and every integer between the best
+    one's neighbours (Zhu-Wang with ε(ℓ) exact at every ℓ, capped by the unsampled bound) and a dense grid of
+    fractional orders (the unsampled bound, or Zhu-Wang at the next integer order)."""
     eps = lambda a: release(a, z, tau_d)  # noqa: E731
     ints = INTEGERS[INTEGERS <= top]
     zw = np.array([min(subsampled(int(a), q, eps), eps(a)) if q < 1 else eps(a) for a in ints])
     frac = DENSE_FRACTIONAL[DENSE_FRACTIONAL % 1 != 0]
     above = np.searchsorted(ints, frac)
     frac_rdp = np.where(above < ints.size, np.minimum(eps(frac), zw[np.minimum(above, ints.size - 1)]), eps(frac))
-    best = min(convert(ints, rounds * zw, delta).min(), convert(frac, rounds * frac_rdp, delta).min())
+    at_ints = convert(ints, rounds * zw, delta)
+    k = int(np.argmin(at_ints))  # then every integer order between its neighbours
+    window = np.arange(ints[max(k - 1, 0)] + 1, ints[min(k + 1, ints.size - 1)])
+    near = [min(subsampled(int(a), q, eps), eps(a)) if q < 1 else eps(a) for a in window]
+    best = min(
+        at_ints.min(), convert(frac, rounds * frac_rdp, delta).min(), *convert(window, rounds * np.array(near), delta)
+    )
     return max(float(best), 0.0)
 
 
@@ -74,6 +80,8 @@ taus = st.sampled_from([0.0, 1e-6, 1e-3])
 
 @settings(max_examples=8, deadline=None)
 @given(z=zs, q=qs, rounds=st.integers(1, 2000), delta=deltas, tau_d=taus)
+@example(z=85.2, q=0.1, rounds=10, delta=1e-5, tau_d=0.0)  # the best order lies above 1024
+@example(z=11.0, q=0.0078125, rounds=1, delta=1e-3, tau_d=0.0)  # just below a cliff between two orders 5% apart
 def test_third_party_epsilon_is_the_tightest_bound_within_one_percent(z, q, rounds, delta, tau_d):
     ours = ddg.epsilon_third_parties(noise_multiplier=z, q=q, rounds=rounds, delta=delta, tau_d=tau_d)
     reference = reference_third_parties(z, q, rounds, delta, tau_d)
