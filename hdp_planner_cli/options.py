@@ -56,7 +56,7 @@ FixedQ = Annotated[
     str | None, typer.Option("--fixed-q", help="Evaluate these per-group q_m instead of solving Problem 1.")
 ]
 AccountantOpt = Annotated[
-    str, typer.Option("--accountant", help="Calibration of the final σ_m: rdp | pld | closed-form (Theorem 1).")
+    str, typer.Option("--accountant", help="Calibration of the final σ_m: rdp | pld | ddg | closed-form (Theorem 1).")
 ]
 SigmaModelOpt = Annotated[
     str,

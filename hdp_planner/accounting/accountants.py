@@ -1,10 +1,14 @@
 """The accountants, behind one protocol and one registry (as Opacus looks its accountants up by name).
 
 An accountant measures a :class:`~hdp_planner.accounting.calibration.GaussianRounds` event (ε at δ) and calibrates
-σ for it, for many groups (σ_m, q_m) sharing δ and T at once. Three are registered:
+σ for it, for many groups (σ_m, q_m) sharing δ and T at once, and composes rounds of several kinds (events
+(σ, q, T), as dp-accounting keeps events apart from accountants). Four are registered:
 
 - ``rdp``: Rényi DP, dp-accounting's ``RdpAccountant`` reproduced in vectorised numpy (:mod:`.rdp`);
 - ``pld``: privacy loss distributions, dp-accounting's ``PLDAccountant`` (:mod:`.pld`): tighter, slower;
+- ``ddg``: the distributed discrete Gaussian under secure aggregation (:mod:`.ddg`): σ is read as its effective
+  noise multiplier z, Poisson subsampling amplified by Zhu and Wang's bound, which holds for every mechanism (at
+  τ·d' = 0, the continuous Gaussian's limit, a valid bound for the Gaussian rows too);
 - ``closed-form``: GDPFed Theorem 1, σ² ≥ 7q²T(ε + 2 log(1/δ))/ε². A calibration *rule*, not an accountant: what its σ
   spends is measured with ``rdp``.
 
@@ -15,16 +19,20 @@ Callers never compare names: they ask an accountant what it is (:attr:`~PrivacyA
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
 
-from hdp_planner.accounting import pld, rdp
+from hdp_planner.accounting import ddg, pld, rdp
+from hdp_planner.accounting.events import Event, dp_event
 
 __all__ = [
     "REGISTRY",
     "ClosedFormRule",
+    "DistributedAccountant",
+    "Event",
     "PldAccountant",
     "PrivacyAccountant",
     "RdpAccountant",
@@ -63,6 +71,10 @@ class PrivacyAccountant(Protocol):
         calibration measured it (None otherwise)."""
         ...
 
+    def compose(self, events: Sequence[Event], *, delta: float) -> float:
+        """ε at ``delta`` of all ``events`` in turn (rounds of several kinds, one client's whole history)."""
+        ...
+
     def reference(self) -> object:
         """dp-accounting's counterpart (the slow reference this accountant is tested against)."""
         ...
@@ -98,6 +110,13 @@ def _idle(q: np.ndarray, rounds: int, delta: float) -> np.ndarray:
     return np.array([rdp.never_sampled_bound(min(float(qm), 1.0), rounds) <= delta for qm in q], dtype=bool)
 
 
+def _never_sampled(events: Sequence[Event], delta: float) -> bool:
+    """Whether a client is in none of the events' samples but with probability ≤ δ: 1 − Π(1 − q)^T ≤ δ, then the
+    composition is (0, δ)-DP whatever its noise (the proof of :func:`_idle`, with independent samples)."""
+    log_never = sum(rounds * math.log1p(-min(q, 1.0)) if q < 1 else -math.inf for _, q, rounds in events)
+    return -math.expm1(log_never) <= delta
+
+
 @dataclass(frozen=True)
 class RdpAccountant:
     name: ClassVar[str] = "rdp"
@@ -109,6 +128,18 @@ class RdpAccountant:
     def epsilons(self, noise_multipliers: np.ndarray, q: np.ndarray, *, rounds: int, delta: float) -> np.ndarray:
         eps = rdp.rdp_epsilons(noise_multipliers=noise_multipliers, q=q, rounds=rounds, delta=delta)
         return np.where(_idle(q, rounds, delta), 0.0, eps)
+
+    def compose(self, events: Sequence[Event], *, delta: float) -> float:
+        """Rényi DP adds up over rounds (Mironov 2017, Prop. 1): Σ T·RDP_α(q, σ) at the default orders
+        (:func:`rdp.rdp_curve`), converted once as dp-accounting's ``RdpAccountant`` does; 0 where no client is
+        sampled but with probability ≤ δ, or where the closed-form bound of orders 1.1 … 2 certifies it."""
+        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+        live = [(s, q, t) for s, q, t in events if q > 0]
+        if not live or _never_sampled(live, delta) or rdp.kl_certifies_zero(live, delta):
+            return 0.0
+        total = sum(t * rdp.rdp_curve(noise_multiplier=s, q=q) for s, q, t in live)
+        return float(compute_epsilon(rdp.DEFAULT_RDP_ORDERS, total, delta)[0])
 
     def reference(self) -> object:
         from dp_accounting.rdp import RdpAccountant as Reference
@@ -157,10 +188,86 @@ class PldAccountant:
         )
         return sigma, None
 
+    def compose(self, events: Sequence[Event], *, delta: float) -> float:
+        """dp-accounting's ``PLDAccountant`` (default discretization) over the events in turn; 0 where no client is
+        sampled but with probability ≤ δ."""
+        live = [(s, q, t) for s, q, t in events if q > 0]
+        if not live or _never_sampled(live, delta):
+            return 0.0
+        accountant = self.reference()
+        for s, q, t in live:
+            accountant.compose(dp_event(s, q, t))
+        return float(accountant.get_epsilon(delta))
+
     def reference(self) -> object:
         from dp_accounting.pld import PLDAccountant as Reference
 
         return Reference()
+
+
+@dataclass(frozen=True)
+class DistributedAccountant:
+    """The distributed discrete Gaussian sum against third parties (:mod:`.ddg`): σ is the effective noise
+    multiplier z, each release's RDP α/(2z²) + ``tau_d`` (Kairouz, Liu and Steinke 2021, Proposition 14)
+    amplified by Poisson subsampling (Zhu and Wang 2019). The registered instance has ``tau_d`` = 0: the continuous
+    Gaussian's RDP, through a bound valid for every mechanism, so its ε is never below ``rdp``'s at the same orders."""
+
+    name: ClassVar[str] = "ddg"
+    label: ClassVar[str] = "DDG"
+    rule: ClassVar[bool] = False
+    refines: ClassVar[bool] = False
+    spending: ClassVar[str] = "ddg"
+    tau_d: float = 0.0
+    """τ·d' of Proposition 14 for the shares' variance and count (:func:`ddg.tau` times the padded dimension)."""
+
+    def epsilons(self, noise_multipliers: np.ndarray, q: np.ndarray, *, rounds: int, delta: float) -> np.ndarray:
+        return self._measure([(float(s), float(qm), rounds) for s, qm in zip(noise_multipliers, q, strict=True)], delta)
+
+    def calibrate_sigmas(
+        self, epsilons: np.ndarray, *, delta: float, q: np.ndarray, rounds: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One search per group (:func:`ddg.calibrate_noise_multiplier`); idle groups get σ = ``SIGMA_MIN``."""
+        qs = np.asarray(q, dtype=np.float64)
+        idle = _idle(qs, rounds, delta)
+        sigma = np.array(
+            [
+                rdp.SIGMA_MIN
+                if skip
+                else ddg.calibrate_noise_multiplier(
+                    epsilon=float(e), delta=delta, q=float(qm), rounds=rounds, tau_d=self.tau_d
+                )
+                for e, qm, skip in zip(epsilons, qs, idle, strict=True)
+            ]
+        )
+        return sigma, self.epsilons(sigma, qs, rounds=rounds, delta=delta)
+
+    def compose(self, events: Sequence[Event], *, delta: float) -> float:
+        """Σ T·RDP of each event's amplified release (:func:`ddg.amplified_release_rdp`), converted once."""
+        return float(self._measure(events, delta, together=True)[0])
+
+    def _measure(self, events: Sequence[Event], delta: float, together: bool = False) -> np.ndarray:
+        """ε of each event alone, or (``together``) of their composition; 0 where no client is sampled but with
+        probability ≤ δ."""
+        groups = [list(events)] if together else [[event] for event in events]
+        out = np.zeros(len(groups))
+        for i, group in enumerate(groups):
+            live = [(s, q, t) for s, q, t in group if q > 0]
+            if not live or _never_sampled(live, delta):
+                continue
+            out[i] = ddg.epsilon_of(
+                lambda orders, live=live: sum(t * self._curve(orders, s, q) for s, q, t in live), delta
+            )
+        return out
+
+    def _curve(self, orders: np.ndarray, noise_multiplier: float, q: float) -> np.ndarray:
+        """One amplified release's RDP at ``orders`` (:func:`ddg.amplified_release_rdp`)."""
+        return ddg.amplified_release_rdp(orders, noise_multiplier=noise_multiplier, tau_d=self.tau_d, q=q)
+
+    def reference(self) -> object:
+        """dp-accounting's RDP accountant at this accountant's orders: the exact RDP of the sampled Gaussian there."""
+        from dp_accounting.rdp import RdpAccountant as Reference
+
+        return Reference(orders=[float(a) for a in ddg.ORDERS])
 
 
 def closed_form_sigma2(*, epsilon: ArrayOrFloat, delta: float, q: ArrayOrFloat, rounds: int) -> ArrayOrFloat:
@@ -185,9 +292,12 @@ class ClosedFormRule:
         eps, qs = np.asarray(epsilons, dtype=np.float64), np.asarray(q, dtype=np.float64)
         return np.sqrt(closed_form_sigma2(epsilon=eps, delta=delta, q=qs, rounds=rounds)), None
 
+    def compose(self, events: Sequence[Event], *, delta: float) -> float:
+        return get_accountant(self.spending).compose(events, delta=delta)
+
     def reference(self) -> object:
         return get_accountant(self.spending).reference()
 
 
-for _accountant in (RdpAccountant(), PldAccountant(), ClosedFormRule()):
+for _accountant in (RdpAccountant(), PldAccountant(), DistributedAccountant(), ClosedFormRule()):
     register_accountant(_accountant)

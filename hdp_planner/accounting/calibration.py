@@ -19,6 +19,7 @@ import numpy as np
 
 from hdp_planner.accounting import rdp
 from hdp_planner.accounting.accountants import accountant_names, closed_form_sigma2, get_accountant
+from hdp_planner.accounting.events import dp_event
 from hdp_planner.accounting.validation import (
     check_delta,
     check_epsilon,
@@ -28,7 +29,7 @@ from hdp_planner.accounting.validation import (
     check_rounds,
 )
 
-Accountant = Literal["rdp", "pld", "closed-form"]
+Accountant = Literal["rdp", "pld", "ddg", "closed-form"]
 """The name of a registered accountant (:func:`~hdp_planner.accounting.accountants.get_accountant`)."""
 
 __all__ = [
@@ -66,14 +67,6 @@ class GaussianRounds:
     def dp_event(self):
         """The same mechanism as a dp-accounting event (the reference description)."""
         return dp_event(self.noise_multiplier, self.q, self.rounds)
-
-
-def dp_event(noise_multiplier: float, q: float, rounds: int):
-    """``rounds`` Poisson(q)-sampled Gaussian(σ) steps as a dp-accounting event, unvalidated (dp-accounting's
-    own calibration probes σ = 0); :class:`GaussianRounds` is the validated description."""
-    import dp_accounting as dpa
-
-    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(noise_multiplier)), rounds)
 
 
 def epsilon_spent(event: GaussianRounds, *, delta: float, accountant: Accountant = "rdp") -> float:
@@ -126,9 +119,14 @@ class CalibrationMemo:
         self._sigma: dict[tuple[float, float, float, int, str], float] = {}
         self._spent: dict[tuple[float, float, int, float, str], float] = {}
 
+    def __len__(self) -> int:
+        """The calibrated σ held."""
+        return len(self._sigma)
+
     def sigmas(
-        self, epsilons: Sequence[float], delta: float, q: Sequence[float], rounds: int, accountant: Accountant
+        self, *, epsilons: Sequence[float], delta: float, q: Sequence[float], rounds: int, accountant: Accountant
     ) -> list[float]:
+        """σ per group (ε_m, q_m), as :func:`calibrate_sigmas`; keyword-only, as every numerical argument here."""
         keys = [(float(e), float(delta), float(qm), rounds, accountant) for e, qm in zip(epsilons, q, strict=True)]
         missing = list(dict.fromkeys(k for k in keys if k not in self._sigma))
         if missing:
@@ -148,7 +146,8 @@ class CalibrationMemo:
                 )
         return [self._sigma[k] for k in keys]
 
-    def spent(self, noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+    def spent(self, *, noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
+        """ε that ``rounds`` rounds at (σ, q) spend at ``delta``, as :func:`epsilon_spent`."""
         key = (float(noise_multiplier), float(q), rounds, float(delta), accountant)
         if key not in self._spent:
             if len(self._spent) >= self.limit:

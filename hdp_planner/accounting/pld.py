@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from hdp_planner.accounting.rdp import SIGMA_MIN, calibrate_sigma_rdp, never_sampled_bound
+from hdp_planner.accounting.search import smallest_meeting
 from hdp_planner.accounting.validation import (
     check_delta,
     check_epsilon,
@@ -315,26 +316,28 @@ def calibrate_sigma_pld(*, epsilon: float, delta: float, q: float, rounds: int) 
 
 def _refine(gap, x: float, slope: float, x_max: float) -> float:
     """The smallest evaluated x with gap(x) ≤ 0 once a point with gap in [−_ACCEPT, 0] is found (or the bracket
-    is narrower than _XTOL): secant steps on the fine discretization, just above the root from a point short of
-    the target and at gap = −_ACCEPT/2 from one far below it, bisection when a step leaves the bracket; x_max (the
-    RDP σ) if no evaluated point meets the target within 20 evaluations."""
-    lo, hi = -math.inf, x_max  # largest x failing, smallest x meeting the target (x_max: by RDP)
-    x_prev = f_prev = math.nan
-    for _ in range(20):
-        f = gap(x)
-        if f <= 0:
-            hi = min(hi, x)
-            if f >= -_ACCEPT:
-                return x
-        else:
-            lo = max(lo, x)
-        if hi - lo <= _XTOL:
-            return hi
+    is narrower than _XTOL): :func:`~hdp_planner.accounting.search.smallest_meeting` below x_max (the RDP σ, known
+    to meet the target), with this search's own steps: secant steps on the fine discretization, just above the root
+    from a point short of the target and at gap = −_ACCEPT/2 from one far below it; x_max if no evaluated point
+    meets the target within 20 evaluations."""
+    last = [math.nan, math.nan, slope]  # the previous point, its gap, and the secant slope
+
+    def propose(x: float, f: float, a: float, b: float) -> float:
+        x_prev, f_prev, slope = last
         if math.isfinite(s := (f - f_prev) / (x - x_prev)) and s < 0 and abs(f) < 50:
             slope = s
-        x_prev, f_prev = x, f
+        last[:] = x, f, slope
         # short of the target: raise σ by the measured shortfall and a margin; far above it: aim inside the window
-        x += max(-f / slope, 0.0) + _MARGIN if f > 0 else -(f + 0.5 * _ACCEPT) / slope
-        if not lo < x < hi:
-            x = 0.5 * (lo + hi) if math.isfinite(lo) else hi - 1.0
-    return hi
+        return x + (max(-f / slope, 0.0) + _MARGIN if f > 0 else -(f + 0.5 * _ACCEPT) / slope)
+
+    return smallest_meeting(
+        gap,
+        lo=-math.inf,
+        hi=x_max,
+        start=x,
+        xtol=_XTOL,
+        accept=_ACCEPT,
+        hi_meets=True,
+        max_evaluations=20,
+        propose=propose,
+    ).x

@@ -37,6 +37,7 @@ from typing import Literal
 import numpy as np
 from scipy import special
 
+from hdp_planner.accounting.search import smallest_meeting
 from hdp_planner.accounting.validation import (
     check_delta,
     check_epsilon,
@@ -676,22 +677,25 @@ def _bisect(
     epsilon_at: _Epsilon, target: np.ndarray, groups: np.ndarray, lo: float, hi: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """The smallest x ∈ [lo, hi] (to within _XTOL) with ε(x) ≤ target for these groups (inf if none), and ε there,
-    by bisection: slower than :func:`_bracket` (~28 evaluations) but blind to the shape of ε, only to its
-    monotonicity, so it also crosses the jumps to ε = 0 of the KL branch that the secant steps can stall on."""
-    n = groups.size
-    eps_hi = epsilon_at(np.full(n, hi), groups)[0]
-    eps_lo = epsilon_at(np.full(n, lo), groups)[0]
-    a, b, eps_b = np.full(n, lo), np.full(n, hi), eps_hi
-    live = np.flatnonzero((eps_hi <= target) & (eps_lo > target))
-    while live.size:
-        mid = 0.5 * (a[live] + b[live])
-        eps = epsilon_at(mid, groups[live])[0]
-        ok = eps <= target[live]
-        a[live[~ok]] = mid[~ok]
-        b[live[ok]], eps_b[live[ok]] = mid[ok], eps[ok]
-        live = live[b[live] - a[live] > _XTOL]
-    out = np.where(eps_hi <= target, np.where(eps_lo <= target, lo, b), np.inf)
-    return out, np.where(eps_lo <= target, eps_lo, eps_b)
+    by the generic search (:func:`~hdp_planner.accounting.search.smallest_meeting`), one group at a time: slower
+    than :func:`_bracket` but blind to the shape of ε, only to its monotonicity, so it also crosses the jumps to
+    ε = 0 of the KL branch that the secant steps can stall on."""
+    x, eps = np.full(groups.size, np.inf), np.full(groups.size, np.nan)
+    for i in range(groups.size):
+        seen: dict[float, float] = {}  # ε at each point evaluated
+        found = smallest_meeting(
+            functools.partial(_log_gap, epsilon_at, groups[i : i + 1], float(target[i]), seen),
+            lo=lo, hi=hi, start=0.5 * (lo + hi), xtol=_XTOL, max_evaluations=200,
+        )  # fmt: skip
+        if math.isfinite(found.x):
+            x[i], eps[i] = found.x, seen[found.x]
+    return x, eps
+
+
+def _log_gap(epsilon_at: _Epsilon, group: np.ndarray, goal: float, seen: dict[float, float], x: float) -> float:
+    """log ε(x) − log goal for one group (−inf where ε = 0), ε recorded in ``seen``."""
+    seen[x] = e = float(epsilon_at(np.array([x]), group)[0][0])
+    return math.log(e / goal) if e > 0 else -math.inf
 
 
 def never_sampled_bound(q: float, rounds: int) -> float:

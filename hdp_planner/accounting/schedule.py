@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from hdp_planner.accounting.calibration import quiet_dp_accounting
-from hdp_planner.accounting.rdp import DEFAULT_RDP_ORDERS, rdp_curve
+from hdp_planner.accounting.rdp import DEFAULT_RDP_ORDERS, SIGMA_MAX, SIGMA_MIN, calibrate_sigma_rdp, rdp_curve
+from hdp_planner.accounting.search import smallest_meeting
 from hdp_planner.accounting.validation import (
     check_delta,
     check_epsilon,
@@ -23,9 +24,6 @@ from hdp_planner.accounting.validation import (
     check_ratio,
     check_rounds,
 )
-
-_SAFETY = 1e-7
-"""Calibrated σ are raised by this relative margin above the root, then checked: never over budget."""
 
 
 def schedule_epsilon(phases: Sequence[tuple[int, float]], *, q: float, delta: float) -> float:
@@ -59,7 +57,8 @@ def calibrate_schedule(
     *, epsilon: float, delta: float, q: float, rounds: int, saving_rounds: int, saving_noise: float
 ) -> tuple[float, float]:
     """(σ_save, σ_spend): the smallest σ_spend such that ``saving_rounds`` rounds at σ_save = ``saving_noise``·σ_spend,
-    then the remaining rounds at σ_spend, spend at most ``epsilon`` over all ``rounds`` (RDP, exact composition)."""
+    then the remaining rounds at σ_spend, spend at most ``epsilon`` over all ``rounds`` (RDP, exact composition), to a
+    relative 1e-9 (:func:`~hdp_planner.accounting.search.smallest_meeting` on log σ_spend)."""
     check_epsilon(epsilon)
     check_rounds(rounds)
     if not (isinstance(saving_rounds, int) and 0 <= saving_rounds < rounds):
@@ -67,42 +66,19 @@ def calibrate_schedule(
     if not (math.isfinite(saving_noise) and saving_noise >= 1):
         raise ValueError(f"saving noise ratio must be ≥ 1 (more noise while saving), got {saving_noise}")
 
-    def eps(x: float) -> float:
+    def gap(x: float) -> float:  # log ε − log target at σ_spend = e^x, non-increasing in x
         s = math.exp(x)
-        return schedule_epsilon([(saving_rounds, saving_noise * s), (rounds - saving_rounds, s)], q=q, delta=delta)
+        e = schedule_epsilon([(saving_rounds, saving_noise * s), (rounds - saving_rounds, s)], q=q, delta=delta)
+        return math.log(e / epsilon) if e > 0 else -math.inf
 
-    def gap(x: float) -> float:  # decreasing in x = log σ_spend
-        e = eps(x)
-        return math.log(max(e, 1e-300)) - math.log(epsilon)
-
-    from scipy.optimize import root_scalar
-
-    from hdp_planner.accounting.rdp import SIGMA_MAX, calibrate_sigma_rdp
-
-    # start from the constant-σ answer, scaled as Σ_t 1/σ_t² (the small-q RDP of a Gaussian) would be; secant
-    # steps on (log σ, log ε) converge in a few evaluations, bisection is the fallback
+    # start from the constant-σ answer, scaled as Σ_t 1/σ_t² (the small-q RDP of a Gaussian) would be
     x0 = math.log(calibrate_sigma_rdp(epsilon=epsilon, delta=delta, q=q, rounds=rounds))
     x0 += 0.5 * math.log((saving_rounds / saving_noise**2 + rounds - saving_rounds) / rounds)
-    try:
-        found = root_scalar(gap, x0=x0, x1=x0 + 0.01, method="secant", xtol=1e-9)
-        converged = found.converged and math.isfinite(found.root)
-    except (OverflowError, ValueError):  # a step across the KL branch's jump to ε = 0 (tiny q) overflows σ
-        converged = False
-    if converged:
-        x = found.root
-    else:  # bracket and bisect: ε(σ) only needs to be monotone
-        lo, hi = x0 - 1.0, x0 + 1.0
-        while gap(lo) <= 0:  # RDP grows without bound as σ → 0
-            lo -= 1.0
-        while gap(hi) > 0:
-            if hi > math.log(SIGMA_MAX):
-                raise ValueError(
-                    f"epsilon={epsilon} is not reachable by the time-adaptive schedule with noise_multiplier ≤ "
-                    f"{SIGMA_MAX:g} (delta={delta}, q={q}, rounds={rounds})"
-                )
-            hi += 1.0
-        x = root_scalar(gap, bracket=(lo, hi), method="brentq", xtol=1e-10).root
-    sigma = math.exp(x) * (1 + _SAFETY)
-    while eps(math.log(sigma)) > epsilon:  # never over budget
-        sigma *= 1 + _SAFETY
+    found = smallest_meeting(gap, lo=math.log(SIGMA_MIN), hi=math.log(SIGMA_MAX), start=x0, xtol=1e-9, step=0.05)
+    if not math.isfinite(found.x):
+        raise ValueError(
+            f"epsilon={epsilon} is not reachable by the time-adaptive schedule with noise_multiplier ≤ "
+            f"{SIGMA_MAX:g} (delta={delta}, q={q}, rounds={rounds})"
+        )
+    sigma = math.exp(found.x)
     return saving_noise * sigma, sigma

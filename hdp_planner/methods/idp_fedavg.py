@@ -7,6 +7,7 @@ import math
 
 from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.calibration import calibrate_q
+from hdp_planner.accounting.search import smallest_meeting
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.options import BaselineOptions
 from hdp_planner.planning.plan import MethodNoise, Plan, calibrated_sigma, derived_row, planned_epsilon
@@ -18,12 +19,11 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
 
     One pool with one shared σ: group m joins at the largest q_m at which σ meets ε_m over T rounds, and σ is
     set so that Σ_m q_m|G_m| = qn, the expected participants of DP-FedAvg (IDP-SGD's ``get_sample_rates``,
-    here solved to 1e-10 instead of its 0.1% bisection). The pool's sum carries one N(0, C²σ²) and is averaged
-    over the qn expected participants. The q_m are found with RDP; with ``--accountant pld`` σ is then the
-    largest PLD σ the groups need at their q_m, so every row is calibrated by the same accountant.
+    here solved to 1e-11 in log σ, at or just above the root, instead of its 0.1% bisection). The pool's sum
+    carries one N(0, C²σ²) and is averaged over the qn expected participants. The q_m are found with RDP; with
+    ``--accountant pld`` σ is then the largest PLD σ the groups need at their q_m, so every row is calibrated by
+    the same accountant.
     """
-    from scipy.optimize import brentq
-
     c, gdp = plan.config, plan.method("GDPFed")
     eps, sizes = gdp.epsilon, gdp.size
     target = c.q * sum(sizes)
@@ -31,8 +31,8 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
     def rates(sigma: float) -> list[float]:
         return [calibrate_q(epsilon=e, delta=c.delta, noise_multiplier=sigma, rounds=c.rounds) for e in eps]
 
-    def excess(log_sigma: float) -> float:  # increasing: more noise admits larger q_m
-        return sum(qm * s for qm, s in zip(rates(math.exp(log_sigma)), sizes)) / target - 1.0
+    def shortfall(log_sigma: float) -> float:  # non-increasing: more noise admits larger q_m
+        return 1.0 - sum(qm * s for qm, s in zip(rates(math.exp(log_sigma)), sizes)) / target
 
     # the loosest group's σ at q gives every group q_m ≤ q, the strictest group's σ at q gives every q_m ≥ q
     lo, hi = (
@@ -40,8 +40,8 @@ def idp_fedavg_sample(plan: Plan, options: BaselineOptions) -> MethodNoise:
         for e in (max(eps), min(eps))
     )
     sigma = math.exp(lo)
-    if lo < hi and excess(lo) < 0:  # else q_m ≥ q at every σ: where 1 − (1 − q)^T ≤ δ, any σ meets ε_m
-        sigma = math.exp(brentq(excess, lo, hi, xtol=1e-12, rtol=1e-10))
+    if lo < hi and shortfall(lo) > 0:  # else q_m ≥ q at every σ: where 1 − (1 − q)^T ≤ δ, any σ meets ε_m
+        sigma = math.exp(smallest_meeting(shortfall, lo=lo, hi=hi, start=lo, xtol=1e-11, hi_meets=True).x)
     q = tuple(rates(sigma))
     if get_accountant(c.accountant).refines:  # re-solve σ at the q_m the RDP search found
         sigma = max(calibrated_sigma(epsilon=list(eps), delta=c.delta, q=list(q), rounds=c.rounds, accountant="pld"))

@@ -276,16 +276,17 @@ def calibrated_sigma(
     solved together (one vectorised batch). Memoized with the ε each σ spends (accounting.CALIBRATIONS)."""
     if isinstance(epsilon, (int, float)):
         return calibrated_sigma(epsilon=[epsilon], delta=delta, q=[q], rounds=rounds, accountant=accountant)[0]
-    sigma = CALIBRATIONS.sigmas(epsilon, delta, q, rounds, accountant)
+    sigma = CALIBRATIONS.sigmas(epsilons=epsilon, delta=delta, q=q, rounds=rounds, accountant=accountant)
     acc = get_accountant(accountant)
     if acc.rule:  # Theorem 1 under-noises at small q: never go below the exact σ of the accountant measuring it
-        sigma = [max(s, r) for s, r in zip(sigma, CALIBRATIONS.sigmas(epsilon, delta, q, rounds, acc.spending))]
+        spending = CALIBRATIONS.sigmas(epsilons=epsilon, delta=delta, q=q, rounds=rounds, accountant=acc.spending)
+        sigma = [max(s, r) for s, r in zip(sigma, spending)]
     return sigma
 
 
 def planned_epsilon(*, noise_multiplier: float, q: float, rounds: int, delta: float, accountant: Accountant) -> float:
     """ε that ``rounds`` rounds at (σ, q) spend at ``delta`` (memoized with the calibrations)."""
-    return CALIBRATIONS.spent(noise_multiplier, q, rounds, delta, accountant)
+    return CALIBRATIONS.spent(noise_multiplier=noise_multiplier, q=q, rounds=rounds, delta=delta, accountant=accountant)
 
 
 def clear_caches() -> None:

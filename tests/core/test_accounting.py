@@ -112,14 +112,16 @@ def test_memo_calibrates_only_new_groups_and_records_their_spending(monkeypatch)
     real = rdp.calibrate_sigmas_rdp
     monkeypatch.setattr(rdp, "calibrate_sigmas_rdp", lambda **kw: calls.append(list(kw["epsilons"])) or real(**kw))
     memo = CalibrationMemo(limit=3)
-    first = memo.sigmas([0.5, 1.5], 1e-5, [0.02, 0.02], 50, "rdp")
-    again = memo.sigmas([1.5, 0.5, 3.0], 1e-5, [0.02, 0.02, 0.02], 50, "rdp")
+    first = memo.sigmas(epsilons=[0.5, 1.5], delta=1e-5, q=[0.02, 0.02], rounds=50, accountant="rdp")
+    again = memo.sigmas(epsilons=[1.5, 0.5, 3.0], delta=1e-5, q=[0.02, 0.02, 0.02], rounds=50, accountant="rdp")
     assert calls == [[0.5, 1.5], [3.0]] and again[:2] == first[::-1]
-    spent = memo.spent(first[0], 0.02, 50, 1e-5, "rdp")
+    spent = memo.spent(noise_multiplier=first[0], q=0.02, rounds=50, delta=1e-5, accountant="rdp")
     assert spent == pytest.approx(epsilon_spent(GaussianRounds(first[0], 0.02, 50), delta=1e-5), rel=1e-13)
     assert spent <= 0.5
-    memo.sigmas([4.0], 1e-5, [0.02], 50, "rdp")  # over the limit: starts afresh
-    assert len(memo._sigma) == 1
+    memo.sigmas(epsilons=[4.0], delta=1e-5, q=[0.02], rounds=50, accountant="rdp")  # over the limit: starts afresh
+    assert len(memo) == 1
+    with pytest.raises(TypeError, match="positional"):  # δ and q cannot be swapped unnoticed
+        memo.sigmas([0.5], 0.02, [1e-5], 50, "rdp")
 
 
 # ------------------------------------------------------------------------- one protocol, one registry, keywords
@@ -147,10 +149,10 @@ def test_every_calibration_validates_rounds_alike(fn):
 
 
 def test_the_registry_names_its_accountants_and_refuses_others():
-    assert accountant_names() == ("rdp", "pld", "closed-form")
+    assert accountant_names() == ("rdp", "pld", "ddg", "closed-form")
     assert get_accountant("closed-form").rule and get_accountant("closed-form").spending == "rdp"
     assert get_accountant("pld").refines and not get_accountant("rdp").refines
-    with pytest.raises(ValueError, match="unknown accountant 'moments'; choose one of rdp, pld, closed-form"):
+    with pytest.raises(ValueError, match="unknown accountant 'moments'; choose one of rdp, pld, ddg, closed-form"):
         get_accountant("moments")
     with pytest.raises(ValueError, match="already registered"):
         register_accountant(get_accountant("rdp"))
@@ -172,6 +174,9 @@ class _Doubled:
     def calibrate_sigmas(self, epsilons, *, delta, q, rounds):
         sigma, _ = get_accountant("rdp").calibrate_sigmas(epsilons, delta=delta, q=q, rounds=rounds)
         return 2 * sigma, None
+
+    def compose(self, events, *, delta):
+        return get_accountant("rdp").compose(events, delta=delta)
 
     def reference(self):
         return get_accountant("rdp").reference()
