@@ -83,6 +83,25 @@ Colluders = Annotated[
 Participations = Annotated[
     int | None, typer.Option("--participations", help="secagg: rounds K a client takes part in at most [T].")
 ]
+HideSample = Annotated[
+    bool,
+    typer.Option(
+        "--hide-sample",
+        help="secagg: hide who contributes from the server (public cohorts, private coins), so that every group's "
+        "ε against the server is its budget.",
+        show_default=False,
+    ),
+]
+MaxCohort = Annotated[
+    int | None, typer.Option("--max-cohort", help="--hide-sample: clients in a group's cohort at most [the group].")
+]
+CohortMultiple = Annotated[
+    float | None,
+    typer.Option(
+        "--cohort-multiple",
+        help="--hide-sample: a cohort is at most this many times its expected contributors [no cap].",
+    ),
+]
 # Options of the baselines (GDPFed Section 2, B.2), shared by `solve` and `compare`.
 ModelDim = Annotated[
     int | None, typer.Option("--model-dim", help="Parameters d of the model (PFA keeps k/d of the projected noise).")

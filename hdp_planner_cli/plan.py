@@ -18,6 +18,8 @@ from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.baselines import add_baselines, planned_with_all
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.methods.pooled import recalibrated_lambda
+from hdp_planner.planfile.cohorts import KEY as HIDDEN_KEY
+from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, recommended_cohort, verify_hidden
 from hdp_planner.planfile.document import load_plan, plan_to_dict, read_document, verify
 from hdp_planner.planfile.trust import recommended, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, rdp_sigmas
@@ -30,12 +32,15 @@ from hdp_planner_cli.options import (
     Bits,
     CliError,
     Clip,
+    CohortMultiple,
     Colluders,
     Delta,
     FixedQ,
+    HideSample,
     LambdaOpt,
     LocalSteps,
     Lr,
+    MaxCohort,
     MinShare,
     ModelDim,
     Participations,
@@ -263,6 +268,9 @@ def solve(
     survivors: Survivors = 0.9,
     colluders: Colluders = 0,
     participations: Participations = None,
+    hide_sample: HideSample = False,
+    max_cohort: MaxCohort = None,
+    cohort_multiple: CohortMultiple = None,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan to this JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables.")] = False,
 ) -> None:
@@ -272,6 +280,7 @@ def solve(
                                  participations=participations, model_dim=model_dim)  # fmt: skip
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    check_hidden_options(trust_model, hide_sample, max_cohort, cohort_multiple)
     options = (rounds, q, delta, clip, lr, local_steps, sparsity, fixed_q, accountant, sigma_model, lambda_convention)
     options += (min_share, large_delta)
     extra, extra_options = build_baselines(
@@ -306,6 +315,15 @@ def solve(
         problems = verify_trust(result, doc)
         if problems:
             raise CliError(f"internal check failed, no plan written: {problems[0]}")
+    hidden = ()
+    if hide_sample:
+        with err.status("planning cohorts that hide who contributes…"):
+            hidden = cohort_rows(result, trust_model, max_cohort=max_cohort, max_multiple=cohort_multiple)
+            doc[HIDDEN_KEY] = hidden_to_dict(result, trust_model, hidden, max_cohort=max_cohort,
+                                             max_multiple=cohort_multiple)  # fmt: skip
+            problems = verify_hidden(result, doc)
+        if problems:
+            raise CliError(f"internal check failed, no plan written: {problems[0]}")
     if output:
         write_json_atomic(output, doc)
     if as_json:
@@ -320,6 +338,8 @@ def solve(
             out.print(saving, highlight=False)
     if rows:
         render_trust(result, trust_model, rows, out)
+    if hidden:
+        render_hidden(result, hidden, doc[HIDDEN_KEY], out)
     if output:
         out.print(f"plan written to {output}", highlight=False)
     out.print(recommendation_line(result), highlight=False, soft_wrap=True)
@@ -329,6 +349,57 @@ def solve(
             line = (f"recommended under secagg: {best.name}: least Λ = {best.lambda_secagg:.4g} with distributed noise "
                     f"({best.price:.2f}x its Λ with a trusted server)")  # fmt: skip
             out.print(line, highlight=False, soft_wrap=True)
+    if hidden:
+        best = recommended_cohort(hidden, result)
+        line = ("no row can hide who contributes under these caps" if best is None else
+                f"recommended with hidden participation: {best.name}: Λ = {best.lambda_cohort:.4g}, "
+                f"{best.price:.2f}x its Λ with a trusted server, {best.vectors_per_round} vectors a round, every "
+                f"group's ε against the server within its budget")  # fmt: skip
+        out.print(line, highlight=False, soft_wrap=True)
+
+
+def check_hidden_options(trust: TrustModel, hide: bool, max_cohort: int | None, multiple: float | None) -> None:
+    """--hide-sample needs --trust secagg; its caps need --hide-sample and must leave a cohort of two."""
+    if (max_cohort is not None or multiple is not None) and not hide:
+        raise CliError("--max-cohort and --cohort-multiple need --hide-sample")
+    if hide and trust.kind != "secagg":
+        raise CliError("--hide-sample needs --trust secagg (cohorts send masked vectors through secure aggregation)")
+    if max_cohort is not None and max_cohort < 2:
+        raise CliError(f"--max-cohort must be at least 2 (secure aggregation needs two clients), got {max_cohort}")
+    if multiple is not None and not multiple >= 1:
+        raise CliError(f"--cohort-multiple must be at least 1 (a cohort holds its contributors), got {multiple:g}")
+
+
+def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
+    """Public cohorts, private coins: per row and group the cohort m, coin p, memberships K, threshold t, z and ε
+    against the server; then the recommended row's frontier of cohort size against Λ."""
+    table = Table(box=box.SIMPLE_HEAD, title="hiding who contributes: public cohorts, private coins")
+    for col in ("method", "group", "ε\nbudget", "cohort\nm", "coin\np", "member-\nships K", "thresh-\nold t",
+                "z", "ε\nserver", "Λ", "price"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for name, r in rows:
+        if r is None:
+            continue
+        m = p.method(name)
+        for i, g in enumerate(r.groups):
+            first = i == 0
+            table.add_row(
+                name if first else "", str(i + 1), _fmt(m.epsilon[i]), str(g.cohort), f"{g.coin:.3g}",
+                str(g.memberships), str(g.threshold), _fmt(g.noise_multiplier), _fmt(g.epsilon_server),
+                _fmt(r.lambda_cohort) if first else "", f"{r.price:.2f}x" if first else "",
+            )  # fmt: skip
+    console.print(*fit_table(console, table, keys=2))
+    if doc["frontier"]:
+        frontier = Table(box=box.SIMPLE_HEAD, title=f"{doc['recommendation']}: cohort size against noise")
+        for col in ("cohorts at most", "vectors a round", "Λ", "Λ / trusted Λ"):
+            frontier.add_column(col, justify="right")
+        for f in doc["frontier"]:
+            cap = "the group" if f["multiple"] is None else f"{f['multiple']:g}x contributors"
+            frontier.add_row(cap, str(f["vectors_per_round"]), _fmt(f["lambda"]), f"{f['price']:.2f}x")
+        console.print(*fit_table(console, frontier, keys=1))
+    for name, r in rows:
+        if r is None:
+            console.print(labelled(f"{name}:", "cyan", "no cohort under these caps (or no distributed form)"))
 
 
 def spent_of_budget(spent: float, budget: float) -> str:
@@ -348,7 +419,8 @@ def verify_cmd(
     """Re-derive every group's ε from PLAN_FILE with its accountant; exit 1 naming any group over budget."""
     p = load_plan(plan_file)
     with err.status(f"re-deriving ε with the {p.config.spending_accountant} accountant…"):
-        problems = verify(p) + verify_trust(p, read_document(plan_file))
+        doc = read_document(plan_file)
+        problems = verify(p) + verify_trust(p, doc) + verify_hidden(p, doc)
     if problems:
         for msg in problems:
             err.print(f"[bold red]FAIL[/] {escape(msg)}", highlight=False, soft_wrap=True)

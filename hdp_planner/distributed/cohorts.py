@@ -22,6 +22,7 @@ The noise law depends only on public plan quantities: the share variance and the
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -77,6 +78,7 @@ class CohortRow:
         return sum(g.cohort for g in self.groups)
 
 
+@functools.lru_cache(maxsize=4096)
 def cohort_group(
     *,
     epsilon: float,

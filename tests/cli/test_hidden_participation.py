@@ -1,0 +1,52 @@
+"""`solve --hide-sample`: public cohorts and private coins planned, recorded in the plan file and re-derived by
+`verify`, which refuses an edited coin or cohort."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from hdp_planner_cli.app import app
+
+runner = CliRunner()
+SOLVE = ["solve", "--eps", "1,2,4", "--n", "300", "--rounds", "10", "--q", "0.1", "--model-dim", "100",
+         "--trust", "secagg"]  # fmt: skip
+
+
+def solved(tmp_path, *extra: str) -> tuple[str, dict]:
+    path = str(tmp_path / "plan.json")
+    result = runner.invoke(app, [*SOLVE, "--hide-sample", *extra, "-o", path])
+    assert result.exit_code == 0, result.output
+    return path, json.loads((tmp_path / "plan.json").read_text())
+
+
+def test_every_group_is_within_budget_against_the_server_and_verify_agrees(tmp_path):
+    path, doc = solved(tmp_path, "--cohort-multiple", "5")
+    hidden = doc["hidden_participation"]
+    best = hidden["rows"][hidden["recommendation"]]
+    budgets = doc["noise"][hidden["recommendation"]]["epsilon"]
+    assert all(e <= b * (1 + 1e-9) for e, b in zip(best["epsilon_server"], budgets))
+    row = doc["noise"][hidden["recommendation"]]
+    expected = [q * s for q, s in zip(row["q"], row["size"])]
+    assert all(m <= 5 * r + 1e-9 for m, r in zip(best["cohort"], expected))
+    assert [f["multiple"] for f in hidden["frontier"]] == [2, 5, 10, 20, 50, None]
+    result = runner.invoke(app, ["verify", path])
+    assert result.exit_code == 0, result.output
+
+
+def test_an_edited_coin_is_refused_by_verify(tmp_path):
+    path, doc = solved(tmp_path, "--max-cohort", "20")
+    row = doc["hidden_participation"]["rows"]["GDPFed+"]
+    row["coin"][0] *= 2  # the server would see twice the contributions the noise was sized for
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    result = runner.invoke(app, ["verify", path])
+    assert result.exit_code == 1
+    assert "hidden_participation, GDPFed+, group 1" in result.output
+
+
+def test_hide_sample_needs_secure_aggregation_and_sane_caps(tmp_path):
+    trusted = ["solve", "--eps", "1,2", "--n", "100", "--hide-sample"]
+    assert "needs --trust secagg" in runner.invoke(app, trusted).output
+    assert "at least 2" in runner.invoke(app, [*SOLVE, "--hide-sample", "--max-cohort", "1"]).output
+    assert "need --hide-sample" in runner.invoke(app, [*SOLVE, "--max-cohort", "10"]).output
