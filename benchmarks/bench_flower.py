@@ -86,7 +86,6 @@ def secagg_rounds(args) -> None:
     from hdp_planner_flower.simulation import FlowerConfig, prepare
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.rules.aggregate import clip_rows
-    from hdp_planner_train.rules.secagg import required_threshold
     from hdp_planner_train.simulator.models import model_dim
 
     out = Path(args.out) / "secagg"
@@ -147,9 +146,11 @@ def secagg_rounds(args) -> None:
         for m, nodes in enumerate(picked):
             if len(nodes) < 2:
                 continue
-            sa = ours_p.spec.secagg
-            workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=required_threshold(
-                len(nodes), sa.survivors, sa.colluders), max_weight=1.0)  # fmt: skip
+            law = ours_p.spec.secagg.laws[m]
+            if len(nodes) < law.threshold:
+                continue
+            workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=law.run_threshold(len(nodes)),
+                                          max_weight=1.0)  # fmt: skip
             config = fit_config(server.rules(rnd, m), settings)
             run_secaggplus(grids["bare"], workflow, configs=dict.fromkeys(nodes, config), server_round=rnd,
                            arrays=arrays)  # fmt: skip

@@ -17,6 +17,7 @@ from hdp_planner.accounting.rdp import rdp_epsilon
 
 torch = pytest.importorskip("torch")
 
+from hdp_planner.distributed.law import grid_law  # noqa: E402
 from hdp_planner_train.audit.canaries import CanaryAuditor  # noqa: E402
 from hdp_planner_train.rules import aggregate as agg  # noqa: E402
 from hdp_planner_train.rules.secagg import SecaggSpec  # noqa: E402
@@ -188,12 +189,14 @@ def test_first_row_of_each_group_left_unclipped_is_flagged(monkeypatch):
     assert all(_flagged(report)), [g["verdict"] for g in report["groups"]]
 
 
-SECAGG = dataclasses.replace(SMALL, secagg=SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=2000))
+LAWS = tuple(grid_law(noise_multiplier=z, threshold=2, shares=12, colluders=0, dim=2000, clip=1.0, bits=20)
+             for z in SMALL.noise_multiplier)  # fmt: skip
+SECAGG = dataclasses.replace(SMALL, secagg=SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=2000, laws=LAWS))
 
 
 def test_secure_aggregation_is_audited_on_the_decoded_sums():
     """Under secagg the canaries go through the integer pipeline (encode, shares, modular sum, decode) and the
-    auditor sees only each group's decoded sum: consistent, and σ̂ at least z_m (shares are sized for t of c)."""
+    auditor sees only each group's decoded sum: consistent, and σ̂ at least z_m (at least the law's N shares)."""
     report = simulate(SECAGG, 0, rounds=10, canaries=1000)
     for g, z in zip(report["groups"], SECAGG.noise_multiplier):
         assert g["verdict"] == "consistent", g
@@ -203,13 +206,13 @@ def test_secure_aggregation_is_audited_on_the_decoded_sums():
 def test_secure_aggregation_with_shares_a_third_too_small_is_flagged(monkeypatch):
     from hdp_planner_train.rules import secagg
 
-    real = secagg.round_noise
+    real = secagg.round_plan
 
-    def thin(**kw):
-        noise = real(**kw)
-        return None if noise is None else dataclasses.replace(noise, share_sigma2=max(1, noise.share_sigma2 // 9))
+    def thin(spec, **kw):
+        plan = real(spec, **kw)
+        return dataclasses.replace(plan, law=dataclasses.replace(plan.law, share_sigma2=plan.law.share_sigma2 // 9))
 
-    monkeypatch.setattr(secagg, "round_noise", thin)
+    monkeypatch.setattr(secagg, "round_plan", thin)
     assert all(_flagged(simulate(SECAGG, 0, rounds=10, canaries=1000)))
 
 
