@@ -71,7 +71,7 @@ def test_the_noise_variance_attack_learns_nothing_from_a_topped_up_release():
     for y in (few, many):
         assert abs(float(y.var()) / planned - 1) < 5 * sd
     assert stats.ks_2samp(few, many).pvalue > 1e-3
-    bare_few, bare_many = released(LAW.threshold, 1, top=False), released(60, 2, top=False)
+    bare_few, bare_many = released(LAW.threshold, 1, top=False), released(40, 2, top=False)
     ratio = float(bare_many.var()) / float(bare_few.var())
     assert ratio == pytest.approx(40 / LAW.threshold, rel=10 * sd)  # the attack works on the old releases
 
