@@ -9,8 +9,8 @@ share from the plan alone and a released sum lies on the same lattice whatever c
 - The honest server adds max(0, N − s) shares of its own to the sum of the s survivors, so the release carries N
   shares of N_Z(0, σ²_s) whatever s is (its distribution does not depend on c, Proof in the trust-model page).
 - Against third parties (who may learn the k colluders' shares) N − k shares remain: z = √((N − k)·σ²_s)/Δ₂.
-- Against the server, at least t − k honest shares remain, of the smallest σ²_s of any group (a malicious server can
-  mix clients of several groups in one run).
+- Against the server, at least t − k honest shares remain; a malicious server can mix clients of the M groups in one
+  run, so the bound keeps ⌈(t − k)/M⌉ of them, of the smallest σ²_s of any group.
 
 Two events break the c-free law, both folded into δ (the trust-model page proves it): the target's own inclusion
 moving the survivors across t (probability at most q·P(t − 1 ≤ a ≤ (t − 1)/F) per round, a ~ Bin(|G| − 1, q)),
@@ -65,9 +65,12 @@ class GroupLaw:
         """z met against third parties and colluders: √((N − k)·σ²_s)/Δ₂ ≥ the calibrated z."""
         return math.sqrt((self.shares - self.colluders) * self.share_sigma2) / self.encoding.norm_bound
 
-    def server_multiplier(self, least_share: int) -> float:
-        """z against the server: √((t − k)·σ²_least)/Δ₂, with σ²_least the smallest share of any group."""
-        return math.sqrt((self.threshold - self.colluders) * least_share) / self.encoding.norm_bound
+    def server_multiplier(self, least_share: int, groups: int = 1) -> float:
+        """z against the server: √(⌈(t − k)/M⌉·σ²_least)/Δ₂. A run holds at least t − k honest shares, possibly of M
+        groups mixed by a malicious server; one group has ⌈(t − k)/M⌉ of them, of σ² ≥ σ²_least (the smallest share
+        of any group), and the others' shares are at worst known to the server (trust-model page)."""
+        honest = math.ceil((self.threshold - self.colluders) / groups)
+        return math.sqrt(honest * least_share) / self.encoding.norm_bound
 
     def run_threshold(self, clients: int) -> int:
         """SecAgg+'s reconstruction threshold for a run of ``clients``: max(t, ⌊c/2⌋ + 1), a strict majority (Flower's

@@ -3,7 +3,7 @@
 Under ``server`` the plan is as solved: the server sees individual updates and adds each group's noise. Under
 ``secagg`` updates travel under secure aggregation and carry distributed discrete Gaussian shares
 (:mod:`.encoding`) under a noise law fixed for the run (:mod:`.law`): the N released shares meet the group's ε
-against third parties (:mod:`.accounting`), and its ε against the server (the t − k honest shares of the smallest
+against third parties (:mod:`.accounting`), and its ε against the server (⌈(t − k)/M⌉ honest shares of the smallest
 share of any group, no amplification, at most K participations) is reported beside it. A row with a group that
 cannot be run so (too few clients a round for its threshold, or releasing in under 99% of rounds) has no secagg
 form and is never recommended. The price of distrust of a row is its Λ under ``secagg`` over its Λ under ``server``.
@@ -114,7 +114,7 @@ def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
             law=law,
             noise_multiplier=law.noise_multiplier,
             epsilon_third_parties=eps,
-            epsilon_server=epsilon_server(noise_multiplier=law.server_multiplier(least), participations=k,
+            epsilon_server=epsilon_server(noise_multiplier=law.server_multiplier(least, len(laws)), participations=k,
                                           delta=c.delta, tau_d=group_tau_d(size, dim)),
             effective_noise_multiplier=math.sqrt(expected_variance(law, size=size, q=q)) / clip,
         )

@@ -127,10 +127,10 @@ def epsilon_third_parties_spent(spec, group: int, *, rounds: int, delta: float) 
 
 
 def epsilon_server_spent(spec, group: int, *, participations: int, delta: float) -> float:
-    """ε against the server after ``participations`` of a client of ``group``: t − k honest shares of the smallest
-    share of any group (:meth:`~hdp_planner.distributed.law.GroupLaw.server_multiplier`), no amplification."""
+    """ε against the server after ``participations`` of a client of ``group``: ⌈(t − k)/M⌉ honest shares of the
+    smallest share of any group (:meth:`~hdp_planner.distributed.law.GroupLaw.server_multiplier`), no amplification."""
     sa = spec.secagg
-    z = sa.laws[group].server_multiplier(min(law.share_sigma2 for law in sa.laws))
+    z = sa.laws[group].server_multiplier(min(law.share_sigma2 for law in sa.laws), len(sa.laws))
     return epsilon_server(noise_multiplier=z, participations=participations, delta=delta,
                           tau_d=group_tau_d(spec.sizes[group], sa.model_dim))  # fmt: skip
 
