@@ -70,6 +70,7 @@ class SecaggGroup:
     law: GroupLaw
     noise_multiplier: float
     epsilon_third_parties: float
+    server_noise_multiplier: float
     epsilon_server: float
     effective_noise_multiplier: float
 
@@ -114,6 +115,7 @@ def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
             law=law,
             noise_multiplier=law.noise_multiplier,
             epsilon_third_parties=eps,
+            server_noise_multiplier=law.server_multiplier(least, len(laws)),
             epsilon_server=epsilon_server(noise_multiplier=law.server_multiplier(least, len(laws)), participations=k,
                                           delta=c.delta, tau_d=group_tau_d(size, dim)),
             effective_noise_multiplier=math.sqrt(expected_variance(law, size=size, q=q)) / clip,

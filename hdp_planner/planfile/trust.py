@@ -39,6 +39,7 @@ def row_numbers(r: SecaggRow) -> dict[str, Any]:
         "release_probability": [g.law.release for g in groups],
         "noise_multiplier": [g.noise_multiplier for g in groups],
         "epsilon_third_parties": [g.epsilon_third_parties for g in groups],
+        "server_noise_multiplier": [g.server_noise_multiplier for g in groups],
         "epsilon_server": [g.epsilon_server for g in groups],
         "effective_noise_multiplier": [g.effective_noise_multiplier for g in groups],
         "lambda_secagg": r.lambda_secagg,
