@@ -9,7 +9,7 @@ OUT=${OUT:-$ROOT/runs/flower-secagg-example}
 source "$ROOT/examples/flower-offline.sh"
 mkdir -p "$OUT"
 DIM=$(python -c "from hdp_planner_train.simulator.models import model_dim; print(model_dim('$DATASET'))")
-hdp-plan solve --eps 0.5,1.5,3.0 --n "$CLIENTS" --rounds 50 --q "${Q:-0.3}" --clip 1.5 --local-steps 5 \
+hdp-plan solve --eps 0.5,1.5,3.0 --n "$CLIENTS" --rounds 50 --q "${Q:-1.0}" --clip 1.5 --local-steps 5 \
   --sparsity 0.7,0.8,0.9 --trust secagg --bits 16 --model-dim "$DIM" -o "$OUT/plan.json" > /dev/null
 # Every node pins the plan it accepts (here through its environment) and counts its participations in its own folder.
 export HDP_PLAN="$OUT/plan.json" HDP_PLAN_SHA256=$(sha256sum "$OUT/plan.json" | cut -d' ' -f1)
