@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from hdp_planner.distributed.encoding import top_up
 from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
@@ -198,7 +200,8 @@ class HdpStrategy(Strategy):
     ) -> tuple[ArrayRecord, MetricRecord]:
         """One round under secagg (:mod:`.secagg_workflow`): one SecAgg+ run per group, with the group's own threshold
         max(t_m, ⌊c_m/2⌋ + 1); a group with fewer than t_m sampled clients, or whose run halts, contributes nothing;
-        each released sum is topped up to the law's N shares; then the simulator's update rule."""
+        each released sum is topped up to the law's N shares (the N − c_m that every outcome needs drawn while the
+        clients work, the rest once the survivors are known); then the simulator's update rule."""
         rnd, sa = server_round - 1, self.spec.secagg
         picked = self.sample(server_round)
         self.arrays = arrays
@@ -208,13 +211,24 @@ class HdpStrategy(Strategy):
             plan = round_plan(sa, rnd=rnd, group=m)
             if len(nodes) < plan.law.threshold:
                 continue
+            law, early = plan.law, max(0, plan.law.shares - len(nodes))  # shares the server adds whoever survives
             configs = {n: fit_config(self.rules(server_round, m), config) for n in nodes}
-            out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
-                               threshold=plan.law.run_threshold(len(nodes)), masks=self.masks,
-                               timeout=timeout)  # fmt: skip
-            if out is not None:
-                totals, alive = out
-                ys[m] = release(totals, plan, len(alive), SecureBits())
+            with ThreadPoolExecutor(1) as pool:  # drawn while the clients work: off the round's critical path
+                base = pool.submit(
+                    top_up,
+                    np.zeros(law.encoding.padded, dtype=np.int64),
+                    missing=early,
+                    share_sigma2=law.share_sigma2,
+                    modulus=law.encoding.modulus,
+                    bits=SecureBits(),
+                )
+                out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
+                                   threshold=law.run_threshold(len(nodes)), masks=self.masks,
+                                   timeout=timeout)  # fmt: skip
+                if out is not None:
+                    totals, alive = out
+                    ys[m] = release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
+                                    SecureBits())  # fmt: skip
         withheld = sum(y is None for y in ys)
         sums = [torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype) for y in ys]
         update, measured, applied = self.aggregator.release(sums, None, self.noise_for(rnd))

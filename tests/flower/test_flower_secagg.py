@@ -404,3 +404,27 @@ def test_a_pinned_plan_with_survivors_at_half_is_refused(secagg_plan, tmp_path):
     edited.write_text(json.dumps(doc))
     with pytest.raises(RoundRefused, match="survivors F must lie in \\(1/2, 1\\]"):
         load_pinned(Pin(str(edited), file_sha256(edited), "gdpfed+", None, str(tmp_path)))
+
+
+def test_the_strategy_tops_every_release_up_to_the_laws_shares(secagg_plan, tmp_path, monkeypatch):
+    """Zero updates, 6 and 8 clients sampled in groups 1 and 2: what the strategy releases of each group carries the
+    law's N shares (the N − c drawn while the clients work, the rest after), not the c the clients sent."""
+    from hdp_planner_flower import strategy as strategy_module
+
+    released, real = [], strategy_module.release
+
+    def capture(total, plan, survivors, bits):
+        y = real(total, plan, survivors, bits)
+        released.append((plan.law, y))
+        return y
+
+    monkeypatch.setattr(strategy_module, "release", capture)
+    plan, spec = secagg_spec(secagg_plan)
+    strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
+                           uniform=Pattern((6, 8, 0)))  # fmt: skip
+    grid = InProcessGrid(client_app(unchanged, pin=pin_for(secagg_plan, tmp_path)), N, keep=True)
+    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    assert len(released) == 2
+    for law, y in released:
+        measured = float(np.sum(y**2)) / D / (law.encoding.gamma**2 * law.share_sigma2)
+        assert measured == pytest.approx(law.shares, rel=5 * np.sqrt(2 / D) + 0.02)
