@@ -150,7 +150,7 @@ def test_compare_secagg_runs_the_noised_methods_through_the_integer_pipeline(tmp
 def test_train_secagg_audit_observes_the_decoded_sums(plan_files, tmp_path):
     """``train --trust secagg --audit``: canaries enter as clients through the integer pipeline; every group is
     consistent, and the report names what the audit cannot see."""
-    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", audit=True, noise="seeded"))
+    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", audit=True, noise="seeded", audit_canaries=200))
     audit = metrics["audit"]
     assert [g["verdict"] for g in audit["groups"]] == ["consistent"] * 3
     assert all(g["releases_not_post_processing"] == 0 for g in audit["groups"])
