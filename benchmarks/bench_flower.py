@@ -20,6 +20,11 @@ same clients' clipped updates of the same d per group, with the same full neighb
 include the clients' local training. Usage::
 
     PYTHONPATH=. nice -n 10 python benchmarks/bench_flower.py --secagg [--rounds 3] [--record]
+
+``--secagg --sizes 10,20,30,40`` times one group at a time instead: each round exactly c of group 1's nodes are
+sampled (the other groups none, so they are withheld), for every c in the list, interleaved; ours pays the plan's
+law in full (each client's share, the server's top-up to N shares), Flower's bare workflow runs the same c nodes with
+the same threshold max(t, ⌊c/2⌋ + 1).
 """
 
 from __future__ import annotations
@@ -86,7 +91,6 @@ def secagg_rounds(args) -> None:
     from hdp_planner_flower.simulation import FlowerConfig, prepare
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.rules.aggregate import clip_rows
-    from hdp_planner_train.rules.secagg import required_threshold
     from hdp_planner_train.simulator.models import model_dim
 
     out = Path(args.out) / "secagg"
@@ -122,12 +126,16 @@ def secagg_rounds(args) -> None:
         def random(self, size):
             return self.draws.pop(0)
 
-    times: dict[str, list[float]] = {"ours": [], "server": [], "bare": []}
+    sizes = [int(c) for c in args.sizes.split(",")] if args.sizes else [None]
+    times: dict[tuple, list[float]] = {(k, c): [] for c in sizes for k in ("ours", "server", "bare")}
     arrays = model_arrays(args.dataset, ours_p.data.num_classes, 0)
     settings = ours_p.settings.record()
     rng = np.random.default_rng(0)
-    for rnd in range(1, args.rounds + 1):
+    for rnd, c in ((r, c) for r in range(1, args.rounds + 1) for c in sizes):
         draws = [rng.random(size) for size in ours_p.spec.sizes]
+        if c is not None:  # exactly c nodes of group 1, none elsewhere
+            draws = [np.where(np.arange(size) < (c if m == 0 else 0), 0.0, 1.0)
+                     for m, size in enumerate(ours_p.spec.sizes)]  # fmt: skip
         ours = HdpStrategy(ours_p.plan, ours_p.spec, trust="secagg", uniform=Replay(list(draws)),
                            plan_sha256=ours_p.plan_sha256)  # fmt: skip
         server = HdpStrategy(server_p.plan, server_p.spec, uniform=Replay(list(draws)))
@@ -136,34 +144,38 @@ def secagg_rounds(args) -> None:
         print(f"  round {rnd}: load average {os.getloadavg()[0]:.2f}", flush=True)
         t0 = time.perf_counter()
         ours.secure_round(grids["ours"], rnd, arrays, settings, None)
-        times["ours"].append(time.perf_counter() - t0)
+        times["ours", c].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         server.aggregate_train(
             rnd, grids["server"].send_and_receive(server.configure_train(rnd, arrays, settings, None))
         )
-        times["server"].append(time.perf_counter() - t0)
+        times["server", c].append(time.perf_counter() - t0)
         picked = [[n for n, m in ours.sent.items() if m == g] for g in range(len(ours_p.spec.sizes))]
         t0 = time.perf_counter()
         for m, nodes in enumerate(picked):
             if len(nodes) < 2:
                 continue
-            sa = ours_p.spec.secagg
-            workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=required_threshold(
-                len(nodes), sa.survivors, sa.colluders), max_weight=1.0)  # fmt: skip
+            law = ours_p.spec.secagg.laws[m]
+            if len(nodes) < law.threshold:
+                continue
+            workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=law.run_threshold(len(nodes)),
+                                          max_weight=1.0)  # fmt: skip
             config = fit_config(server.rules(rnd, m), settings)
             run_secaggplus(grids["bare"], workflow, configs=dict.fromkeys(nodes, config), server_round=rnd,
                            arrays=arrays)  # fmt: skip
-        times["bare"].append(time.perf_counter() - t0)
-        print(f"    joined {ours.joined}: ours {times['ours'][-1]:.2f} s, server {times['server'][-1]:.2f} s, "
-              f"Flower SecAgg+ {times['bare'][-1]:.2f} s", flush=True)  # fmt: skip
+        times["bare", c].append(time.perf_counter() - t0)
+        print(f"    joined {ours.joined}: ours {times['ours', c][-1]:.2f} s, server {times['server', c][-1]:.2f} s, "
+              f"Flower SecAgg+ {times['bare', c][-1]:.2f} s", flush=True)  # fmt: skip
     caption = (f"{args.dataset}, n = {args.n}, d = {d}, GDPFed+ of the FMNIST Table 2 plan; {args.rounds} rounds in "
                f"one process; load average at the end {os.getloadavg()[0]:.2f}")  # fmt: skip
-    columns = ("runtime", "s per round, median (min)", "against Flower's SecAgg+ (median)")
-    bare = statistics.median(times["bare"])
-    labels = {"ours": "ours: --trust secagg (SecAgg+ with ChaCha20 masks, shares)", "server": "--trust server",
+    columns = ("clients of group 1", "runtime", "s per round, median (min)", "against Flower's SecAgg+ (median)")
+    labels = {"ours": "ours: --trust secagg (SecAgg+ with ChaCha20 masks, shares, top-up)", "server": "--trust server",
               "bare": "Flower's SecAggPlusWorkflow (float path, MT19937 masks)"}  # fmt: skip
-    table = tuple((labels[k], f"{statistics.median(v):.2f} ({min(v):.2f})", f"{statistics.median(v) / bare:.2f}x")
-                  for k, v in times.items())  # fmt: skip
+    table = tuple(
+        ("sampled" if c is None else str(c), labels[k], f"{statistics.median(v):.2f} ({min(v):.2f})",
+         f"{statistics.median(v) / statistics.median(times['bare', c]):.2f}x")
+        for (k, c), v in times.items()
+    )  # fmt: skip
     print(f"\n{caption}\n{markdown_table(columns, table)}")
     if args.record:
         result = Result(name="bench_flower_secagg", title="A secure round on Flower against Flower's own SecAgg+",
@@ -191,6 +203,7 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="reuse finished runs in --out")
     ap.add_argument("--record", action="store_true", help="write benchmarks/results/bench_flower[_secagg].json")
     ap.add_argument("--secagg", action="store_true", help="time secure rounds in this process (see the module doc)")
+    ap.add_argument("--sizes", default="", help="--secagg: exactly these counts of group 1's clients, one at a time")
     args = ap.parse_args()
     if args.secagg:
         secagg_rounds(args)

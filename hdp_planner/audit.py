@@ -220,10 +220,12 @@ def audit_group(
     *,
     clients: tuple[int, int] = (0, 0),
     unfaithful: int = 0,
+    mismatched: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
     """The audit entry of one group from its canaries' projections z (T, K), joins (T, K) and in/out bits (K,) in
-    the T rounds it released, the real clients sampled out of the (client, round) pairs offered ``clients``, and
-    the rounds whose release was not the plan's post-processing of the noisy sum ``unfaithful``."""
+    the T rounds it released, the real clients aggregated out of the (client, round) pairs offered ``clients``,
+    the rounds whose release was not the plan's post-processing of the noisy sum ``unfaithful``, and the rounds that
+    aggregated more and fewer clients than the sampler drew ``mismatched``."""
     rounds = z.shape[0]
     mu, count = shift_estimate(z, joined, inserted)
     lo, hi = shift_interval(z, joined, inserted, seed)
@@ -238,6 +240,8 @@ def audit_group(
         "sampling_rate_clients": clients[0] / clients[1] if clients[1] else None,
         "sampling_p_value_clients": join_p_value(*clients, q),
         "releases_not_post_processing": unfaithful,
+        "rounds_aggregating_more_than_sampled": mismatched[0],
+        "rounds_aggregating_fewer_than_sampled": mismatched[1],
         "canaries_in": k_in,
         "canaries_out": int((~inserted).sum()),
         "insertions": count,
@@ -286,9 +290,10 @@ def _finite(x: float) -> float | None:
 
 def verdict(entry: dict[str, Any]) -> str:
     """Verdict "UNDER-NOISED" when ε̂'s interval lies above the planned ε, the one-run lower bound exceeds it, the
-    null canaries correlate across rounds, clients or canaries join more often than q_m (p < ``SAMPLING_ALPHA``) or a
-    release is not the plan's post-processing of the noisy sum; "NOT AS PLANNED" when they join less often than
-    q_m; "not identifiable" when no canary was inserted; else "consistent"."""
+    null canaries correlate across rounds, clients or canaries join more often than q_m (p < ``SAMPLING_ALPHA``), a
+    release is not the plan's post-processing of the noisy sum or a round aggregated more clients than were sampled;
+    "NOT AS PLANNED" when they join less often than q_m or a round aggregated fewer clients than were sampled; "not
+    identifiable" when no canary was inserted; else "consistent"."""
     planned = entry["epsilon_planned"]
     reasons = []
     q = entry["sampling_rate_planned"]
@@ -300,6 +305,12 @@ def verdict(entry: dict[str, Any]) -> str:
             (reasons if entry[rate] > q else below).append(f"{who} join at {entry[rate]:.3g}, the plan's q_m {q:.3g}")
     if entry["releases_not_post_processing"]:
         reasons.append(f"{entry['releases_not_post_processing']} releases not a function of the noisy sum")
+    if entry["rounds_aggregating_more_than_sampled"]:
+        reasons.append(
+            f"{entry['rounds_aggregating_more_than_sampled']} rounds aggregated clients the sampler did not draw"
+        )
+    if entry["rounds_aggregating_fewer_than_sampled"]:
+        below.append(f"{entry['rounds_aggregating_fewer_than_sampled']} rounds aggregated fewer clients than sampled")
     interval = entry.get("epsilon_empirical_interval")
     if interval is not None and interval[0] > planned:
         reasons.append("empirical ε above plan")

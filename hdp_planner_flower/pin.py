@@ -1,14 +1,16 @@
 """What a client agreed to before it contributes under secure aggregation: a pinned plan and its participation count.
 
-A node pins the plan file it accepted by its SHA-256 (node config ``plan`` and ``plan-sha256``, optionally
-``method``, ``groups`` and ``state-dir``; or the node process's environment, :meth:`Pin.from_environment`; in a
-simulation the app is built with a :class:`Pin`). Each round, before
-it sends anything, the client checks the server's announcement against its own copy of the plan
-(:meth:`PinnedPlan.check`): plan hash, trust model, method, its group, C_m, σ_m, q_m, the sampled count c as
-SecAgg+ itself shows it (a full neighbour graph over the c sampled clients), the reconstruction threshold t = ⌈F·c⌉
-(so that every released sum carries the noise the plan counted on) and the quantization settings of the exact
-integer path. It keeps its participations per plan hash in a file of its own (:class:`Participations`) and
-refuses past the plan's cap K.
+A node pins the plan file it accepted by its SHA-256 (node config ``plan`` and ``plan-sha256``, optionally ``method``,
+``groups`` and ``state-dir``; or the node process's environment, :meth:`Pin.from_environment`; in a simulation the app
+is built with a :class:`Pin`). Each round, before it sends anything, the client checks the server's announcement against
+its own copy of the plan (:meth:`PinnedPlan.check`): plan hash, trust model, method, its group, C_m, σ_m, q_m, the
+sampled count c as SecAgg+ itself shows it (a full neighbour graph over the c sampled clients), the reconstruction
+threshold, which must be max(t_m, ⌊c/2⌋ + 1) for the plan's t_m of its group (so that every released sum carries at
+least t_m shares, and a strict majority: with Flower's SecAgg+, which has no consistency round, a threshold at or below
+c/2 lets a server that tells two halves different dropouts rebuild both of a client's secrets), and the quantization
+settings of the exact integer path. Its share is sized from the plan's law alone, never from a count the server
+announces. It keeps its participations per plan hash in a file of its own (:class:`Participations`) and refuses past the
+plan's cap K.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner_flower.masks import MASK_MODULUS
 from hdp_planner_flower.membership import default_groups, groups_from_file
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupSpec, method_spec
-from hdp_planner_train.rules.secagg import planned_groups, required_threshold
+from hdp_planner_train.rules.secagg import planned_groups
 
 
 class RoundRefused(ValueError):
@@ -109,17 +111,20 @@ class PinnedPlan:
         for key, want in announced.items():
             if not math.isclose(float(rules[key]), want, rel_tol=1e-12):
                 raise RoundRefused(f"the server announces {key} {float(rules[key])!r}, the plan has {want!r}")
-        c, size = int(rules["joined"]), int(rules["run-size"])
-        slot, slots = int(rules["slot"]), int(rules["slots"])
-        if not (c <= size and (slots, slot) in ((1, 0), (len(spec.sizes), m))):
-            raise RoundRefused(f"the server announces {c} sampled in a run of {size}, slot {slot} of {slots}: not a "
-                               f"per-group run or a slot per group")  # fmt: skip
-        t = required_threshold(size, spec.secagg.survivors, spec.secagg.colluders)
+        size = int(rules["run-size"])
         if not sampled == share_number == size:
             raise RoundRefused(f"the server announces a run of {size} clients; SecAgg+ shows {sampled} sampled and "
                                f"{share_number} shares (a full neighbour graph is required)")  # fmt: skip
+        if not spec.secagg.survivors > 0.5:
+            raise RoundRefused(f"the plan's survivors F = {spec.secagg.survivors} are not a strict majority")
+        law = spec.secagg.laws[m]
+        t = law.run_threshold(size)
+        if 2 * threshold <= size:
+            raise RoundRefused(f"the reconstruction threshold {threshold} is at most half of the {size} clients: a "
+                               f"server telling two halves different dropouts could unmask a client")  # fmt: skip
         if threshold != t:
-            raise RoundRefused(f"the reconstruction threshold is {threshold}; the plan's survivors need {t}")
+            raise RoundRefused(f"the reconstruction threshold is {threshold}; the plan's law needs {t} "
+                               f"(t = {law.threshold} of the group, a majority of {size})")  # fmt: skip
         if not t <= keys <= size:
             raise RoundRefused(f"SecAgg+ shows {keys} public keys for {size} sampled clients and threshold {t}")
         b = spec.secagg.bits

@@ -2,18 +2,18 @@
 client's integer share of the distributed discrete Gaussian (the core's :func:`~hdp_planner_train.rules.secagg.
 client_message`, the code the simulator runs).
 
-``mods=secagg_mods(pin)`` is ``[masked secaggplus_mod, share_mod]``: SecAgg+ runs its four stages (keys, shares,
-masked vector, unmasking) with :func:`~hdp_planner_flower.masks.chacha_masks`; at the masked-vector stage it calls
+``mods=secagg_mods(pin)`` is ``[masked secaggplus_mod, share_mod]``: SecAgg+ runs its four stages (keys, shares, masked
+vector, unmasking) with :func:`~hdp_planner_flower.masks.chacha_masks`; at the masked-vector stage it calls
 :func:`share_mod`, which checks the round against the pinned plan (:mod:`.pin`), counts the participation, calls the
-user's train function with the ordinary message (``arrays``, ``hdp``, ``train`` records), and replies with
-y − 2^(b−1) for the integer message y mod 2^b. With SecAgg+'s clipping range 2^(b−1), quantization range 2^b,
-modulus 2^32, weight 1 and maximum weight 1, its quantizer maps that reply back to y exactly, so the server's
-unmasked sum is Σy modulo 2^b bit for bit. Nothing else travels: no metrics, a constant example count.
+user's train function with the ordinary message (``arrays``, ``hdp``, ``train`` records), and replies with y − 2^(b−1)
+for the integer message y mod 2^b, its share sized by the plan's law of its group alone. With SecAgg+'s clipping range
+2^(b−1), quantization range 2^b, modulus 2^32, weight 1 and maximum weight 1, its quantizer maps that reply back to y
+exactly, so the server's unmasked sum is Σy modulo 2^b bit for bit. Nothing else travels: no metrics, a constant example
+count.
 """
 
 from __future__ import annotations
 
-import numpy as np
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp.typing import ClientAppCallable
@@ -26,7 +26,7 @@ from hdp_planner_flower.masks import MASK_MODULUS, secure_masks
 from hdp_planner_flower.mods import client_id
 from hdp_planner_flower.pin import Participations, Pin, default_state_dir, load_pinned
 from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, split_config
-from hdp_planner_train.rules.secagg import client_message, required_threshold, round_plan
+from hdp_planner_train.rules.secagg import client_message, round_plan
 
 
 def masked_secaggplus_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
@@ -54,15 +54,11 @@ def share_mod(pin: Pin | None = None, masked: bool = True):
             return reply
         delta = (flatten(reply.content[ARRAYS]) - flatten(sent)).double().numpy()
         spec, rnd = pinned.spec, int(rules["server-round"]) - 1
-        plan = round_plan(dim=spec.secagg.model_dim, clip=spec.clips[m], noise_multiplier=spec.noise_at(rnd)[m],
-                          spec=spec.secagg, sampled=int(rules["joined"]), rnd=rnd, group=m)  # fmt: skip
-        if plan is None or delta.shape != (spec.secagg.model_dim,):
+        if delta.shape != (spec.secagg.model_dim,):
             raise ValueError(f"no share to send: the update has {delta.size} values, the plan's d is "
                              f"{spec.secagg.model_dim}")  # fmt: skip
-        y = client_message(delta, plan, SecureBits())
-        shifted = np.full(int(rules["slots"]) * y.size, -float(1 << (spec.secagg.bits - 1)))  # 0 in other slots
-        start = int(rules["slot"]) * y.size
-        shifted[start : start + y.size] += y
+        y = client_message(delta, round_plan(spec.secagg, rnd=rnd, group=m), SecureBits())  # sized by the plan alone
+        shifted = y - float(1 << (spec.secagg.bits - 1))
         res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([shifted]), num_examples=1, metrics={})
         return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
 
@@ -82,8 +78,8 @@ def announced_view(rules, pinned) -> dict:
     """Without SecAgg+ (masks off): the announced run size stands for what SecAgg+ would show."""
     size, sa = int(rules["run-size"]), pinned.spec.secagg
     exact = (float(1 << (sa.bits - 1)), 1 << sa.bits, MASK_MODULUS, 1.0)
-    return dict(sampled=size, share_number=size, threshold=required_threshold(size, sa.survivors, sa.colluders),
-                keys=size, quantization=exact)  # fmt: skip
+    law = sa.laws[int(rules["group"])]
+    return dict(sampled=size, share_number=size, threshold=law.run_threshold(size), keys=size, quantization=exact)
 
 
 def secagg_mods(pin: Pin | None = None, masks: bool = True) -> list:

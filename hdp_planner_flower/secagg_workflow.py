@@ -3,12 +3,10 @@
 The strategy samples each group's nodes; :func:`modular_sums` hands them to SecAgg+ through a small legacy
 ``Strategy`` adaptor (the workflow only runs with Flower's legacy API) and gets back the sum of the survivors'
 integer messages modulo 2^b, which :func:`~hdp_planner_train.rules.secagg.release` decodes with the simulator's
-code. Per round the strategy chooses between one run per group and one run over every sampled client with a slot
-of d' values per group: one run per group when every group has 0 or at least 2 sampled clients (a client sends d'
-values instead of M·d', and the cost, quadratic in the clients of one run, is Σ c_m² instead of (Σ c_m)²); slots
-when a group has a single sampled client, whom SecAgg+ cannot aggregate alone. A run whose survivors fall below
-its reconstruction threshold at any stage halts (nothing is released), and a group whose own survivors number
-fewer than its t_m = ⌈F·c_m⌉ releases nothing: every released sum carries the noise of t_m − k honest shares.
+code. Every group has its own run with its own threshold max(t_m, ⌊c_m/2⌋ + 1) (the plan's law, :mod:`hdp_planner.
+distributed.law`); several groups never share a run, since SecAgg+ counts its threshold over the whole run. A run
+whose survivors fall below its reconstruction threshold at any stage halts: the cryptography releases nothing, so
+every released sum carries at least t_m shares.
 
 One bookkeeping fix to Flower's workflow (flwr 1.41, :class:`SecAggPlus`): a node that drops out before it has
 distributed its key shares (at the setup or share-keys stage) stays in the workflow's sampled set and neighbour

@@ -291,21 +291,16 @@ def node_state(cfg: FlowerConfig) -> Iterator[str]:
 def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     """The trainer's secure-aggregation block (ε against third parties, and against the server with every round a
     participation) and ε against the server at the clients' cap K (each pinned client refuses past K)."""
-    from hdp_planner.distributed.accounting import epsilon_server
-    from hdp_planner.distributed.rounds import group_tau_d
     from hdp_planner.planfile.document import read_document
     from hdp_planner.planfile.trust import trust_from_dict
+    from hdp_planner_train.rules.secagg import epsilon_server_spent
     from hdp_planner_train.simulator.trainer import secagg_metrics
 
-    sa = p.spec.secagg
     cap = min(trust_from_dict(read_document(p.cfg.plan)).participations or rounds, rounds)
     block = {k: v for k, v in secagg_metrics(p.plan, p.spec, rounds, None).items() if k != "dropout_simulated"}
     block["participation_cap"] = cap
-    block["epsilon_server"] = [
-        epsilon_server(noise_multiplier=z, participations=cap, delta=p.plan.config.delta,
-                       tau_d=group_tau_d(size, sa.model_dim))
-        for z, size in zip(p.spec.noise_multiplier, p.spec.sizes)
-    ]  # fmt: skip
+    block["epsilon_server"] = [epsilon_server_spent(p.spec, m, participations=cap, delta=p.plan.config.delta)
+                               for m in range(len(p.spec.sizes))]  # fmt: skip
     block["masks"] = (
         "Flower SecAgg+, full neighbour graph, masks expanded with ChaCha20"
         if p.cfg.masks

@@ -9,9 +9,10 @@ joined count c_m, and turns the replies into the groups' noisy sums y_m;
 
 - ``server``: clients send clipped updates; the server re-clips them (``clip_rows``: a no-op for honest clients)
   and adds each group's full noise N(0, C_m²σ_m²) (``group_noise``), whatever number of replies arrived;
-- ``secagg``: every group's round is one run of Flower's own SecAgg+ (:mod:`.secagg_workflow`): each sampled
-  client sends its integer share of the distributed discrete Gaussian, masked; the server learns only the decoded
-  sum of the survivors (at least t = ⌈F·c_m⌉ of them, or nothing is released) and who was sampled and replied.
+- ``secagg``: every group's round is its own run of Flower's SecAgg+ (:mod:`.secagg_workflow`), never several
+  groups in one: each sampled client sends its integer share of the distributed discrete Gaussian (sized by the
+  plan's law of its group), masked; the server learns only the sum of the survivors (at least the group's t_m of
+  them, or SecAgg+ releases nothing) and who was sampled and replied; it tops the sum up to the law's N shares.
   ``spec`` is then the plan's trust object's (:func:`hdp_planner_train.rules.secagg.planned_groups`) and each
   client checks the round against the plan it pinned (:mod:`.pin`).
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -35,6 +37,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from hdp_planner.distributed.encoding import top_up
+from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
 from hdp_planner_flower.membership import FlowerRunError, default_groups
@@ -50,7 +54,7 @@ from hdp_planner_train.rules.aggregate import (
     SecureNoise,
     noisy_sums,
 )
-from hdp_planner_train.rules.secagg import release, required_threshold, round_plan
+from hdp_planner_train.rules.secagg import release, round_plan
 from hdp_planner_train.simulator.scaffold import privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
@@ -159,9 +163,9 @@ class HdpStrategy(Strategy):
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
         return picked
 
-    def rules(self, server_round: int, m: int, run: tuple[int, int, int] | None = None) -> ConfigRecord:
-        """What group m's sampled nodes are told this round (under secagg a pinned client checks every field;
-        ``run``: the SecAgg+ run's size, the group's slot and the number of slots)."""
+    def rules(self, server_round: int, m: int) -> ConfigRecord:
+        """What group m's sampled nodes are told this round (under secagg a pinned client checks every field; the
+        run size is the group's sampled count, checked against what SecAgg+ itself shows)."""
         spec = self.spec
         sigma = spec.noise_at(server_round - 1)
         rules = {
@@ -174,8 +178,7 @@ class HdpStrategy(Strategy):
         }
         if self.trust == "secagg":
             rules.update({"q": float(spec.q[m]), "method": spec.method, "plan-sha256": self.plan_sha256})
-            size, slot, slots = run or (self.joined[m], 0, 1)
-            rules.update({"run-size": size, "slot": slot, "slots": slots})
+            rules["run-size"] = self.joined[m]
         return ConfigRecord(rules)
 
     def configure_train(
@@ -195,35 +198,37 @@ class HdpStrategy(Strategy):
     def secure_round(
         self, grid: Grid, server_round: int, arrays: ArrayRecord, config: ConfigRecord, timeout: float | None
     ) -> tuple[ArrayRecord, MetricRecord]:
-        """One round under secagg (:mod:`.secagg_workflow`): one SecAgg+ run per group, or one run with a slot per
-        group when a group has a single sampled client; a group that cannot release contributes nothing; then the
-        simulator's update rule."""
-        spec, rnd, sa = self.spec, server_round - 1, self.spec.secagg
+        """One round under secagg (:mod:`.secagg_workflow`): one SecAgg+ run per group, with the group's own threshold
+        max(t_m, ⌊c_m/2⌋ + 1); a group with fewer than t_m sampled clients, or whose run halts, contributes nothing;
+        each released sum is topped up to the law's N shares (the N − c_m that every outcome needs drawn while the
+        clients work, the rest once the survivors are known); then the simulator's update rule."""
+        rnd, sa = server_round - 1, self.spec.secagg
         picked = self.sample(server_round)
         self.arrays = arrays
         theta = flatten(arrays)
-        sigma = spec.noise_at(rnd)
-        plans = [round_plan(dim=theta.numel(), clip=spec.clips[m], noise_multiplier=sigma[m], spec=sa,
-                            sampled=len(nodes), rnd=rnd, group=m) for m, nodes in enumerate(picked)]  # fmt: skip
-        count = len(picked)
-        slotted = any(len(nodes) == 1 for nodes in picked)
-        ys: list[np.ndarray | None] = [None] * count
-        for groups in [list(range(count))] if slotted else [[m] for m in range(count)]:
-            members = [(m, n) for m in groups if plans[m] is not None for n in picked[m]]
-            slots = count if slotted else 1
-            configs = {n: fit_config(self.rules(server_round, m, run=(len(members), m if slotted else 0, slots)),
-                                     config) for m, n in members}  # fmt: skip
-            out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
-                               threshold=required_threshold(len(members), sa.survivors, sa.colluders),
-                               masks=self.masks, timeout=timeout)  # fmt: skip
-            if out is None:
+        ys: list[np.ndarray | None] = [None] * len(picked)
+        for m, nodes in enumerate(picked):
+            plan = round_plan(sa, rnd=rnd, group=m)
+            if len(nodes) < plan.law.threshold:
                 continue
-            totals, alive = out
-            width = totals.size // slots
-            for m in groups:
-                if plans[m] is not None and len(alive & set(picked[m])) >= plans[m].noise.survivors:
-                    slot = m if slotted else 0
-                    ys[m] = release(totals[slot * width : (slot + 1) * width], plans[m])
+            law, early = plan.law, max(0, plan.law.shares - len(nodes))  # shares the server adds whoever survives
+            configs = {n: fit_config(self.rules(server_round, m), config) for n in nodes}
+            with ThreadPoolExecutor(1) as pool:  # drawn while the clients work: off the round's critical path
+                base = pool.submit(
+                    top_up,
+                    np.zeros(law.encoding.padded, dtype=np.int64),
+                    missing=early,
+                    share_sigma2=law.share_sigma2,
+                    modulus=law.encoding.modulus,
+                    bits=SecureBits(),
+                )
+                out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
+                                   threshold=law.run_threshold(len(nodes)), masks=self.masks,
+                                   timeout=timeout)  # fmt: skip
+                if out is not None:
+                    totals, alive = out
+                    ys[m] = release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
+                                    SecureBits())  # fmt: skip
         withheld = sum(y is None for y in ys)
         sums = [torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype) for y in ys]
         update, measured, applied = self.aggregator.release(sums, None, self.noise_for(rnd))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train a plan with `flwr run` on Flower's local simulation, offline, every group's round through SecAgg+.
 # Usage (from the repository root): examples/flower-secagg/run.sh [DATASET] [CLIENTS] [ROUNDS]
-# Defaults: digits, 120 clients, 10 rounds, GDPFed+ with budgets EPS=1,2,4 and Q=0.3, the plan's T = ROUNDS (the
+# Defaults: digits, 120 clients, 10 rounds, GDPFed+ with budgets EPS=1,2,4 and Q=0.7, the plan's T = ROUNDS (the
 # budgets are spent over the rounds that run). Writes runs/flower-secagg-example/{plan,metrics}.json.
 # Differential privacy needs clients: with 30 (10 a group) the noise outweighs every update and accuracy stays
 # near chance (10%).
@@ -12,7 +12,7 @@ OUT=${OUT:-$ROOT/runs/flower-secagg-example}
 source "$ROOT/examples/flower-offline.sh"
 mkdir -p "$OUT"
 DIM=$(python -c "from hdp_planner_train.simulator.models import model_dim; print(model_dim('$DATASET'))")
-hdp-plan solve --eps "${EPS:-1,2,4}" --n "$CLIENTS" --rounds "$ROUNDS" --q "${Q:-0.3}" --clip 1.5 --local-steps 5 \
+hdp-plan solve --eps "${EPS:-1,2,4}" --n "$CLIENTS" --rounds "$ROUNDS" --q "${Q:-0.7}" --clip 1.5 --local-steps 5 \
   --sparsity 0.7,0.8,0.9 --trust secagg --bits 16 --model-dim "$DIM" -o "$OUT/plan.json" > /dev/null
 # Every node pins the plan it accepts (here through its environment) and counts its participations in its own folder.
 export HDP_PLAN="$OUT/plan.json" HDP_PLAN_SHA256=$(sha256sum "$OUT/plan.json" | cut -d' ' -f1)

@@ -17,7 +17,8 @@ them, whatever cohorts the server chooses. The proof and its assumptions are on 
 participation page.
 
 The noise law depends only on public plan quantities: the share variance and the grid γ are those of a round of
-``cohort`` clients (:func:`~.rounds.round_noise`), so the release carries no trace of how many coins came up heads.
+``cohort`` clients whose t − k honest guaranteed survivors carry z (:func:`~.law.grid_law`), so the release carries
+no trace of how many coins came up heads.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import math
 from dataclasses import dataclass
 
 from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_third_parties
-from hdp_planner.distributed.rounds import group_tau_d, round_noise
+from hdp_planner.distributed.law import GroupLaw, LawError, grid_law
+from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.planning.plan import MethodNoise, Plan
 from hdp_planner.rules.noise import lambda_exact
@@ -98,23 +100,41 @@ def cohort_group(
         return None
     coin = expected / cohort
     memberships = min(rounds, math.ceil(rounds * cohort / size - 1e-9))
-    dim = int(trust.model_dim or 0)
-    tau_d = group_tau_d(cohort, dim)
+    tau_d = group_tau_d(cohort, int(trust.model_dim or 0))
     z = calibrate_noise_multiplier(epsilon=epsilon, delta=delta, q=coin, rounds=memberships, tau_d=tau_d)
-    noise = round_noise(dim=dim, clip=clip, bits=trust.bits, noise_multiplier=z, sampled=cohort,
-                        survivors=trust.survivors, colluders=trust.colluders, wrap=trust.wrap)  # fmt: skip
-    if noise is None:
+    try:
+        law = cohort_law(cohort=cohort, noise_multiplier=z, clip=clip, trust=trust)
+    except LawError:
         return None
-    variance = noise.variance() + noise.wrap_bound * (noise.encoding.modulus * noise.encoding.gamma) ** 2
+    gamma = law.encoding.gamma
+    variance = gamma**2 * cohort * (law.share_sigma2 + 0.25) + law.wrap_bound * (law.encoding.modulus * gamma) ** 2
     return CohortGroup(
         cohort=cohort,
         coin=coin,
         memberships=memberships,
-        threshold=noise.survivors,
+        threshold=law.threshold,
         noise_multiplier=z,
         epsilon_server=epsilon_third_parties(noise_multiplier=z, q=coin, rounds=memberships, delta=delta, tau_d=tau_d),
         effective_noise_multiplier=math.sqrt(variance) / clip,
     )
+
+
+def cohort_threshold(cohort: int, *, survivors: float, colluders: int) -> int:
+    """SecAgg+'s reconstruction threshold for a cohort: t = ⌈F·m⌉, a strict majority of the cohort (Flower's SecAgg+
+    has no consistency round), at least k + 1 and at least 2."""
+    return max(math.ceil(survivors * cohort - 1e-9), cohort // 2 + 1, colluders + 1, 2)
+
+
+def cohort_law(*, cohort: int, noise_multiplier: float, clip: float, trust: TrustModel) -> GroupLaw:
+    """The cohort's noise law: threshold t (:func:`cohort_threshold`), every member's share sized so that the t − k
+    honest guaranteed survivors carry z, on the finest grid that holds the m shares without wrap-around. Raises
+    :class:`~.law.LawError` where no grid does, or where the colluders leave no honest survivor."""
+    t = cohort_threshold(cohort, survivors=trust.survivors, colluders=trust.colluders)
+    if t > cohort:
+        raise LawError(f"a cohort of {cohort} cannot wait for {t} survivors")
+    return grid_law(noise_multiplier=noise_multiplier, threshold=t, shares=cohort, colluders=trust.colluders,
+                    dim=int(trust.model_dim or 0), clip=clip, bits=trust.bits, wrap=trust.wrap,
+                    sized_for=t - trust.colluders)  # fmt: skip
 
 
 def candidate_cohorts(expected: float, size: int, cap: int | None) -> list[int]:

@@ -159,6 +159,16 @@ def modular_sum(messages: np.ndarray, modulus: int) -> np.ndarray:
     return np.mod(np.asarray(messages, dtype=np.int64).sum(axis=0, dtype=np.int64), modulus)
 
 
+def top_up(total: np.ndarray, *, missing: int, share_sigma2: int, modulus: int, bits: Bits) -> np.ndarray:
+    """``total`` plus ``missing`` independent N_Z(0, σ²_share) shares per coordinate, modulo 2^b: the server's
+    shares that bring a sum of s client shares to the law's N (:mod:`.law`)."""
+    total = np.asarray(total, dtype=np.int64)
+    if missing <= 0:
+        return total
+    extra = discrete_gaussian(bits, share_sigma2, missing * total.size).reshape(missing, total.size)
+    return np.mod(total + extra.sum(axis=0), modulus)
+
+
 def decode(total: np.ndarray, *, encoding: Encoding, signs: np.ndarray) -> np.ndarray:
     """The server's estimate of the group's clipped sum (plus noise): the modular sum centred to
     [−2^(b−1), 2^(b−1)), times γ, rotated back."""

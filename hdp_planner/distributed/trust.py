@@ -2,10 +2,11 @@
 
 Under ``server`` the plan is as solved: the server sees individual updates and adds each group's noise. Under
 ``secagg`` updates travel under secure aggregation and carry distributed discrete Gaussian shares
-(:mod:`.encoding`); each group's noise multiplier z_m is calibrated so that the shares the server cannot remove
-(the honest guaranteed survivors', :mod:`.rounds`) meet the group's ε against third parties (:mod:`.accounting`),
-and its ε against the server (no amplification, at most K participations) is reported beside it. The price of
-distrust of a row is its Λ under ``secagg`` over its Λ under ``server``.
+(:mod:`.encoding`) under a noise law fixed for the run (:mod:`.law`): the N released shares meet the group's ε
+against third parties (:mod:`.accounting`), and its ε against the server (⌈(t − k)/M⌉ honest shares of the smallest
+share of any group, no amplification, at most K participations) is reported beside it. A row with a group that
+cannot be run so (too few clients a round for its threshold, or releasing in under 99% of rounds) has no secagg
+form and is never recommended. The price of distrust of a row is its Λ under ``secagg`` over its Λ under ``server``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_server
-from hdp_planner.distributed.rounds import WRAP_PROBABILITY, expected_variance, group_tau_d
+from hdp_planner.distributed.accounting import epsilon_server
+from hdp_planner.distributed.law import GroupLaw, LawError, expected_variance, group_law
+from hdp_planner.distributed.rounds import WRAP_PROBABILITY, group_tau_d
 from hdp_planner.planning.plan import MethodNoise, Plan
 from hdp_planner.rules.noise import lambda_exact
 
@@ -25,9 +27,10 @@ TRUST_KINDS: tuple[str, ...] = ("server", "secagg")
 
 @dataclass(frozen=True)
 class TrustModel:
-    """Who is trusted with what. ``survivors`` F: the fraction of a group's sampled clients that secure aggregation
-    waits for (it releases nothing below it); ``colluders`` k: clients that may share their noise with the server;
-    ``participations`` K: the rounds a client takes part in at most (None: every round, T); ``model_dim`` d."""
+    """Who is trusted with what. ``survivors`` F > 1/2: the fraction of a group's sampled clients assumed to survive
+    to the sum (a strict majority: Flower's SecAgg+ has no consistency round); ``colluders`` k: clients that may
+    share their noise with the server; ``participations`` K: the rounds a client takes part in at most (None: every
+    round, T); ``model_dim`` d."""
 
     kind: TrustKind = "server"
     bits: int = 20
@@ -42,8 +45,11 @@ class TrustModel:
             raise ValueError(f"trust must be one of {', '.join(TRUST_KINDS)}, got {self.kind!r}")
         if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 8 <= self.bits <= 32:
             raise ValueError(f"bits must be an integer in [8, 32] (Flower's SecAgg+ sums modulo 2^32), got {self.bits}")
-        if not 0 < self.survivors <= 1:
-            raise ValueError(f"survivors F must lie in (0, 1], got {self.survivors}")
+        if not 0.5 < self.survivors <= 1:
+            raise ValueError(
+                f"survivors F must lie in (1/2, 1], got {self.survivors}: at F ≤ 1/2 a server telling two halves of a "
+                f"group different dropouts unmasks a client (SecAgg+ here has no consistency round)"
+            )
         if isinstance(self.colluders, bool) or not isinstance(self.colluders, int) or self.colluders < 0:
             raise ValueError(f"colluders must be a non-negative integer, got {self.colluders}")
         k = self.participations
@@ -57,12 +63,14 @@ class TrustModel:
 
 @dataclass(frozen=True)
 class SecaggGroup:
-    """One group under ``secagg``: z_m, its ε against third parties (the budget) and against the server, and the
-    decoded noise's effective multiplier (√(E[error variance per coordinate])/C_m: shares of every survivor,
-    rounding, wrap-around)."""
+    """One group under ``secagg``: its law (:class:`~.law.GroupLaw`), z_m, its ε against third parties (the budget)
+    and against the server, and the released noise's effective multiplier (√(E[error variance per coordinate])/C_m:
+    N shares, rounding, wrap-around)."""
 
+    law: GroupLaw
     noise_multiplier: float
     epsilon_third_parties: float
+    server_noise_multiplier: float
     epsilon_server: float
     effective_noise_multiplier: float
 
@@ -84,25 +92,35 @@ class SecaggRow:
 
 
 def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
-    """Recalibrate one row for ``secagg``; pooled draws and σ schedules are not distributed (left as notes)."""
+    """Recalibrate one row for ``secagg``; pooled draws, σ schedules and groups without a law are left as notes."""
     c = plan.config
     if m.pooled or m.schedule is not None or all(s == 0 for s in m.noise_multiplier):
         why = "one pooled draw" if m.pooled else "a σ schedule" if m.schedule is not None else "no noise"
         return SecaggRow(m.name, None, None, m.lambda_exact, f"not planned under secagg ({why})")
     dim = int(trust.model_dim or 0)
-    rounds = c.rounds
-    k = trust.participations or rounds
-    groups = []
-    for eps, size, q, clip in zip(m.epsilon, m.size, m.q, m.clips(c.clip)):
-        tau_d = group_tau_d(size, dim)
-        z = calibrate_noise_multiplier(epsilon=eps, delta=c.delta, q=q, rounds=rounds, tau_d=tau_d)
-        variance = expected_variance(dim=dim, clip=clip, bits=trust.bits, noise_multiplier=z, size=size, q=q,
-                                     survivors=trust.survivors, colluders=trust.colluders, wrap=trust.wrap)  # fmt: skip
-        groups.append(SecaggGroup(
-            noise_multiplier=z,
+    k = trust.participations or c.rounds
+    if k > c.rounds:
+        raise ValueError(f"participations K = {k} exceed the plan's T = {c.rounds} rounds")
+    laws = []
+    for i, (eps, size, q, clip) in enumerate(zip(m.epsilon, m.size, m.q, m.clips(c.clip))):
+        try:
+            laws.append(group_law(size=size, q=q, epsilon=eps, delta=c.delta, rounds=c.rounds, dim=dim, clip=clip,
+                                  bits=trust.bits, survivors=trust.survivors, colluders=trust.colluders,
+                                  wrap=trust.wrap))  # fmt: skip
+        except LawError as exc:
+            return SecaggRow(m.name, None, None, m.lambda_exact, f"not planned under secagg (group {i + 1}: {exc})")
+    least = min(law.share_sigma2 for law in laws)
+    groups = tuple(
+        SecaggGroup(
+            law=law,
+            noise_multiplier=law.noise_multiplier,
             epsilon_third_parties=eps,
-            epsilon_server=epsilon_server(noise_multiplier=z, participations=k, delta=c.delta, tau_d=tau_d),
-            effective_noise_multiplier=math.sqrt(variance) / clip,
-        ))  # fmt: skip
+            server_noise_multiplier=law.server_multiplier(least, len(laws)),
+            epsilon_server=epsilon_server(noise_multiplier=law.server_multiplier(least, len(laws)), participations=k,
+                                          delta=c.delta, tau_d=group_tau_d(size, dim)),
+            effective_noise_multiplier=math.sqrt(expected_variance(law, size=size, q=q)) / clip,
+        )
+        for law, eps, size, q, clip in zip(laws, m.epsilon, m.size, m.q, m.clips(c.clip))
+    )  # fmt: skip
     lam = lambda_exact(m.weight, [g.effective_noise_multiplier for g in groups], m.k_ratio, m.clips(c.clip))
-    return SecaggRow(m.name, tuple(groups), lam, m.lambda_exact)
+    return SecaggRow(m.name, groups, lam, m.lambda_exact)

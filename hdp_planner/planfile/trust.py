@@ -32,8 +32,14 @@ def row_numbers(r: SecaggRow) -> dict[str, Any]:
     """What a plan file records of a row under ``secagg`` (and ``verify`` recomputes)."""
     groups = r.groups or ()
     return {
+        "gamma": [g.law.encoding.gamma for g in groups],
+        "share_sigma2": [g.law.share_sigma2 for g in groups],
+        "threshold": [g.law.threshold for g in groups],
+        "shares": [g.law.shares for g in groups],
+        "release_probability": [g.law.release for g in groups],
         "noise_multiplier": [g.noise_multiplier for g in groups],
         "epsilon_third_parties": [g.epsilon_third_parties for g in groups],
+        "server_noise_multiplier": [g.server_noise_multiplier for g in groups],
         "epsilon_server": [g.epsilon_server for g in groups],
         "effective_noise_multiplier": [g.effective_noise_multiplier for g in groups],
         "lambda_secagg": r.lambda_secagg,
@@ -71,9 +77,10 @@ def trust_from_dict(doc: Mapping[str, Any]) -> TrustModel:
 def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
     """Re-derive the file's trust object from its plan and parameters; one message per difference or violation.
 
-    Under ``secagg``: every recorded z_m must meet its group's budget against third parties, and every recorded
-    number (z_m, ε against the server, effective σ, Λ, price, recommendation) must equal the recomputed one, so a
-    file whose bits, survivors, colluders, participations or shares were edited is refused."""
+    Under ``secagg``: every recorded z_m must meet its group's budget against third parties (at the δ its law leaves
+    to the accountant), and every recorded number (the law's γ, share σ², threshold t and shares N, z_m, ε against
+    the server, effective σ, Λ, price, recommendation) must equal the recomputed one, so a file whose bits,
+    survivors, colluders, participations, shares or thresholds were edited is refused."""
     try:
         trust = trust_from_dict(doc)
     except PlanFileError as exc:
@@ -87,7 +94,10 @@ def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
     recorded = obj.get("rows")
     if not isinstance(recorded, dict):
         return [*problems, "trust: 'rows' must be an object under secagg"]
-    rows = secagg_rows(plan, trust)
+    try:
+        rows = secagg_rows(plan, trust)
+    except ValueError as exc:
+        return [*problems, f"trust: {exc}"]
     c = plan.config
     for r in rows:
         entry = recorded.get(r.name, "missing")
@@ -103,8 +113,9 @@ def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
         z_file = entry.get("noise_multiplier")
         if isinstance(z_file, list) and len(z_file) == len(m.size) and all(isinstance(z, (int, float)) for z in z_file):
             tau_d = [group_tau_d(s, int(trust.model_dim or 1)) for s in m.size]
-            for i, (z, eps, q) in enumerate(zip(z_file, m.epsilon, m.q)):
-                spent = epsilon_third_parties(noise_multiplier=float(z), q=q, rounds=c.rounds, delta=c.delta,
+            for i, (z, eps, q, g) in enumerate(zip(z_file, m.epsilon, m.q, r.groups)):
+                left = g.law.delta_accounted(c.delta, c.rounds)
+                spent = epsilon_third_parties(noise_multiplier=float(z), q=q, rounds=c.rounds, delta=left,
                                               tau_d=tau_d[i])  # fmt: skip
                 if spent > eps * (1 + 1e-9):
                     problems.append(f"{where}, group {i + 1}: z={z:.6g} spends ε={spent:.6g} > budget {eps:g}")

@@ -71,6 +71,8 @@ class CanaryAuditor:
         self.clients: list[list[int]] = [[] for _ in range(groups)]  # real clients sampled per round
         self.population = list(spec.sizes)
         self.unfaithful = [0] * groups  # rounds whose release was not the plan's post-processing of the noisy sum
+        self.aggregated: list[list[int]] = [[] for _ in range(groups)]  # real clients aggregated per round
+        self.mismatched = [[0, 0] for _ in range(groups)]  # rounds aggregating more, fewer clients than were sampled
         self.seconds = 0.0
         self._joins: list[np.ndarray] = [np.zeros(0, np.int64)] * groups
 
@@ -97,8 +99,17 @@ class CanaryAuditor:
         return real
 
     def insert(self, deltas: torch.Tensor, group_of_row: np.ndarray, rnd: int) -> tuple[torch.Tensor, np.ndarray]:
-        """The round's updates and group ids with the joining canaries' rows S·C_m·u_j put at random rows."""
+        """The round's updates and group ids with the joining canaries' rows S·C_m·u_j put at random rows. The real
+        rows about to be aggregated are counted per group against the sampler's output of the round (:meth:`take`):
+        the join-rate test runs on the clients actually aggregated, and a round that aggregates another number of
+        clients than were sampled is flagged."""
         t0 = time.perf_counter()
+        real = np.bincount(np.asarray(group_of_row, dtype=np.int64), minlength=len(self.spec.sizes))
+        for m, count in enumerate(real):
+            self.aggregated[m].append(int(count))
+            sampled = self.clients[m][-1] if self.clients[m] else 0
+            if count != sampled:
+                self.mismatched[m][0 if count > sampled else 1] += 1
         rows = [CANARY_SCALE * c * canary_directions(self.layout, m, idx) for m, (idx, c) in
                 enumerate(zip(self._joins, self.spec.clips))]  # fmt: skip
         extra = torch.as_tensor(np.concatenate(rows), dtype=deltas.dtype, device=deltas.device)
@@ -140,7 +151,8 @@ class CanaryAuditor:
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps (the layout is regenerated from the seed)."""
         return {"per_group": self.per_group, "z": self.z, "joined": self.joined, "clients": self.clients,
-                "population": self.population, "unfaithful": self.unfaithful, "seconds": self.seconds}  # fmt: skip
+                "population": self.population, "unfaithful": self.unfaithful, "seconds": self.seconds,
+                "aggregated": self.aggregated, "mismatched": self.mismatched}  # fmt: skip
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Back from a checkpoint (which keeps the arrays as tensors)."""
@@ -150,6 +162,8 @@ class CanaryAuditor:
         self.population = [int(p) for p in state["population"]]
         self.unfaithful = [int(u) for u in state["unfaithful"]]
         self.seconds = float(state["seconds"])
+        self.aggregated = [[int(c) for c in g] for g in state.get("aggregated", [[] for _ in self.spec.sizes])]
+        self.mismatched = [[int(c) for c in g] for g in state.get("mismatched", [[0, 0] for _ in self.spec.sizes])]
 
     def report(self, epsilon_planned: list[float], delta: float) -> dict[str, Any]:
         """The ``audit`` section of metrics.json: one entry per group (:func:`hdp_planner.audit.audit_group`)."""
@@ -165,8 +179,9 @@ class CanaryAuditor:
                 epsilon_planned[m],
                 self.spec.noise_multiplier[m],
                 round_seed(self.seed, 1, LAYOUT_STREAM),
-                clients=(sum(self.clients[m]), self.population[m] * len(self.clients[m])),
+                clients=(sum(self.aggregated[m]), self.population[m] * len(self.aggregated[m])),
                 unfaithful=self.unfaithful[m],
+                mismatched=tuple(self.mismatched[m]),
             )
             groups.append({"group": m + 1, **entry})
         return {
@@ -183,9 +198,10 @@ METHOD = (
     "canaries u_j = D·IDCT(e_π(j)) per group, in/out bit Bernoulli(1/2); in canaries are members of their group's "
     "population, sampled with its clients by the same sampler and put at random rows; update 1000·C_m·u_j through the "
     "real clipping/noise/aggregation; σ̂ = 1/μ̂ from z = ⟨u_j, y_m⟩ on each released group's noisy sum, whose release "
-    "is checked to be Top_k(y_m) or a projection of y_m; clients' and canaries' join rates tested against q_m "
-    "(binomial, p < 1e-6); ε̂ = PLD ε of PoissonSampled(q_m, N(σ̂)) over the rounds run; interval: 95% bootstrap "
-    "over canaries; epsilon_lower_bound: Steinke et al. 2023 at 95%"
+    "is checked to be Top_k(y_m) or a projection of y_m; the clients aggregated counted against the sampler's output "
+    "each round; clients' (as aggregated) and canaries' join rates tested against q_m (binomial, p < 1e-6); ε̂ = PLD ε "
+    "of PoissonSampled(q_m, N(σ̂)) over the rounds run; interval: 95% bootstrap over canaries; epsilon_lower_bound: "
+    "Steinke et al. 2023 at 95%"
 )
 BLIND_TO = (
     "plan-level failures: a plan whose σ_m, q_m or δ do not meet the budgets (verify checks those), clients put in "

@@ -348,8 +348,7 @@ def aggregate(
         ys, noises, silent = [], [], set()
         for m, (r, _) in enumerate(clipped_rows):
             bits, dropouts = round_sources(source.kind, getattr(source, "seed", None), rnd, m)
-            out = group_sum(r, clip=spec.clips[m], noise_multiplier=sigma[m], spec=spec.secagg, rnd=rnd, group=m,
-                            bits=bits, dropouts=dropouts) if r.shape[0] else None  # fmt: skip
+            out = group_sum(r, spec=spec.secagg, rnd=rnd, group=m, bits=bits, dropouts=dropouts) if r.shape[0] else None
             if out is None:
                 silent.add(m)
                 if observe is not None:

@@ -1,11 +1,12 @@
 """A round's group sums under secure aggregation: the core's exact integer pipeline (:mod:`hdp_planner.distributed`)
 as the simulator and the Flower runtime both execute it.
 
-Per group: the round's public parameters from the announced count c (:func:`round_plan`: the grid, each share's σ²,
-the guaranteed survivors t = ⌈F·c⌉, the public rotation), each survivor's integer message (:func:`client_message`),
-their sum modulo 2^b (secure aggregation on Flower; a plain modular sum in the simulator, where the masks, which
-cancel exactly, are left out), decoded (:func:`release`). Nothing is released when fewer than t clients survive or
-fewer than k + 1 of them are honest.
+Per group: the plan's fixed noise law (:mod:`hdp_planner.distributed.law`: the grid, each share's σ², the threshold t
+and the released shares N, read from the verified plan, never from a count the server announces) and the round's
+public rotation (:func:`round_plan`), each survivor's integer message (:func:`client_message`), their sum modulo 2^b
+(secure aggregation on Flower; a plain modular sum in the simulator, where the masks, which cancel exactly, are left
+out), topped up by the server to N shares and decoded (:func:`release`). Nothing is released when fewer than the
+run's threshold max(t, ⌊c/2⌋ + 1) of the c sampled clients survive.
 """
 
 from __future__ import annotations
@@ -16,21 +17,24 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotation_signs
+from hdp_planner.distributed.accounting import epsilon_server, epsilon_third_parties
+from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotation_signs, top_up
+from hdp_planner.distributed.law import GroupLaw
 from hdp_planner.distributed.randomness import Bits, SecureBits, SeededBits
-from hdp_planner.distributed.rounds import RoundNoise, guaranteed, round_noise
-from hdp_planner.planfile.trust import trust_from_dict, verify_trust
+from hdp_planner.distributed.rounds import group_tau_d
+from hdp_planner.planfile.trust import secagg_rows, trust_from_dict, verify_trust
 from hdp_planner.rules.noise import SecureRandom
 
 
 @dataclass(frozen=True)
 class SecaggSpec:
-    """The plan's trust object as the simulator executes it, and the simulated dropout rate."""
+    """The plan's trust object as the simulator executes it (each group's law), and the simulated dropout rate."""
 
     bits: int
     survivors: float
     colluders: int
     model_dim: int
+    laws: tuple[GroupLaw, ...]
     dropout: float = 0.0
     planned_lambda: float | None = None  # the row's Λ under secagg (the trust object's ``lambda_secagg``)
 
@@ -42,41 +46,32 @@ def public_seed(rnd: int, group: int) -> int:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """A group's public parameters for one round: the noise (grid, share σ², t) and the rotation's signs."""
+    """A group's public parameters for one round: its law (fixed for the run) and the rotation's signs."""
 
-    noise: RoundNoise
+    law: GroupLaw
     signs: np.ndarray
 
 
-def round_plan(
-    *, dim: int, clip: float, noise_multiplier: float, spec: SecaggSpec, sampled: int, rnd: int, group: int
-) -> RoundPlan | None:
-    """The round's public parameters of ``group`` with ``sampled`` clients announced (None: the group cannot release
-    this round), computed alike by every client and the server."""
-    noise = round_noise(dim=dim, clip=clip, bits=spec.bits, noise_multiplier=noise_multiplier, sampled=sampled,
-                        survivors=spec.survivors, colluders=spec.colluders)  # fmt: skip
-    if noise is None:
-        return None
-    return RoundPlan(noise, rotation_signs(public_seed(rnd, group), noise.encoding.padded))
-
-
-def required_threshold(sampled: int, survivors: float, colluders: int) -> int:
-    """Secure aggregation's reconstruction threshold for ``sampled`` clients: t = ⌈F·c⌉, at least k + 1 (k colluders
-    cannot unmask an honest client) and at least 2 (Flower's SecAgg+ minimum)."""
-    t, _ = guaranteed(sampled, survivors, colluders)
-    return max(t, colluders + 1, 2)
+def round_plan(spec: SecaggSpec, *, rnd: int, group: int) -> RoundPlan:
+    """The round's public parameters of ``group``, computed alike by every client and the server from the plan."""
+    law = spec.laws[group]
+    return RoundPlan(law, rotation_signs(public_seed(rnd, group), law.encoding.padded))
 
 
 def client_message(update: np.ndarray, plan: RoundPlan, bits: Bits) -> np.ndarray:
-    """A client's contribution: its update clipped, encoded and noised (:func:`~hdp_planner.distributed.encoding.
-    encode`), an integer vector modulo 2^b of the padded dimension."""
-    r = plan.noise
-    return encode(update, encoding=r.encoding, signs=plan.signs, share_sigma2=r.share_sigma2, bits=bits)
+    """A client's contribution: its update clipped, encoded and noised with the law's share (:func:`~hdp_planner.
+    distributed.encoding.encode`), an integer vector modulo 2^b of the padded dimension."""
+    law = plan.law
+    return encode(update, encoding=law.encoding, signs=plan.signs, share_sigma2=law.share_sigma2, bits=bits)
 
 
-def release(total: np.ndarray, plan: RoundPlan) -> np.ndarray:
-    """The group's noisy sum in update units from the survivors' messages summed modulo 2^b."""
-    return decode(total, encoding=plan.noise.encoding, signs=plan.signs)
+def release(total: np.ndarray, plan: RoundPlan, survivors: int, bits: Bits) -> np.ndarray:
+    """The group's noisy sum in update units from the ``survivors``' messages summed modulo 2^b, topped up by the
+    server to the law's N shares (the released noise does not depend on how many clients took part)."""
+    law = plan.law
+    full = top_up(total, missing=max(0, law.shares - survivors), share_sigma2=law.share_sigma2,
+                  modulus=law.encoding.modulus, bits=bits)  # fmt: skip
+    return decode(full, encoding=law.encoding, signs=plan.signs)
 
 
 def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
@@ -90,30 +85,54 @@ def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
     if problems:
         raise ValueError(f"the plan fails verification: {problems[0]}")
     entry = doc["trust"]["rows"].get(method)
-    if entry is None or not spec.private:
-        raise ValueError(f"{spec.method} has no distributed form under --trust secagg")
-    secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), dropout,
+    row = next((r for r in secagg_rows(plan, trust) if r.name == method), None)
+    if entry is None or row is None or row.groups is None or not spec.private:
+        why = f": {row.note}" if row is not None and row.note else ""
+        raise ValueError(f"{spec.method} has no distributed form under --trust secagg{why}")
+    laws = tuple(g.law for g in row.groups)
+    secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), laws, dropout,
                         entry.get("lambda_secagg"))  # fmt: skip
     return dataclasses.replace(spec, noise_multiplier=tuple(entry["noise_multiplier"]), secagg=secagg)
 
 
 def group_sum(
-    rows: torch.Tensor, *, clip: float, noise_multiplier: float, spec: SecaggSpec, rnd: int, group: int,
-    bits: Bits, dropouts: np.random.Generator | SecureRandom,
+    rows: torch.Tensor, *, spec: SecaggSpec, rnd: int, group: int, bits: Bits,
+    dropouts: np.random.Generator | SecureRandom,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-    """(decoded noisy sum, its error against the survivors' clipped sum) of one group, or None (nothing released)."""
-    c, d = rows.shape
-    plan = round_plan(dim=d, clip=clip, noise_multiplier=noise_multiplier, spec=spec, sampled=c, rnd=rnd, group=group)
-    if plan is None:
+    """(released noisy sum, its error against the survivors' clipped sum) of one group, or None (nothing released:
+    fewer than the run's threshold survived)."""
+    c = rows.shape[0]
+    plan = round_plan(spec, rnd=rnd, group=group)
+    if c < plan.law.threshold:
         return None
     alive = dropouts.random(c) >= spec.dropout
-    if int(alive.sum()) < plan.noise.survivors:
+    survivors = int(alive.sum())
+    if survivors < plan.law.run_threshold(c):
         return None
     updates = rows[torch.as_tensor(alive, device=rows.device)].double().cpu().numpy()
     messages = np.stack([client_message(u, plan, bits) for u in updates])
-    y = torch.as_tensor(release(modular_sum(messages, plan.noise.encoding.modulus), plan), dtype=rows.dtype,
-                        device=rows.device)  # fmt: skip
+    total = modular_sum(messages, plan.law.encoding.modulus)
+    y = torch.as_tensor(release(total, plan, survivors, bits), dtype=rows.dtype, device=rows.device)
     return y, y - rows[torch.as_tensor(alive, device=rows.device)].sum(0)
+
+
+def epsilon_third_parties_spent(spec, group: int, *, rounds: int, delta: float) -> float:
+    """ε against third parties after ``rounds`` rounds of ``group`` (a :class:`GroupSpec` under secagg): its law's z at
+    the δ left once the law-breaking events of those rounds are paid (:meth:`~hdp_planner.distributed.law.GroupLaw.
+    delta_accounted`)."""
+    law = spec.secagg.laws[group]
+    return epsilon_third_parties(noise_multiplier=law.noise_multiplier, q=spec.q[group], rounds=rounds,
+                                 delta=law.delta_accounted(delta, rounds),
+                                 tau_d=group_tau_d(spec.sizes[group], spec.secagg.model_dim))  # fmt: skip
+
+
+def epsilon_server_spent(spec, group: int, *, participations: int, delta: float) -> float:
+    """ε against the server after ``participations`` of a client of ``group``: ⌈(t − k)/M⌉ honest shares of the
+    smallest share of any group (:meth:`~hdp_planner.distributed.law.GroupLaw.server_multiplier`), no amplification."""
+    sa = spec.secagg
+    z = sa.laws[group].server_multiplier(min(law.share_sigma2 for law in sa.laws), len(sa.laws))
+    return epsilon_server(noise_multiplier=z, participations=participations, delta=delta,
+                          tau_d=group_tau_d(spec.sizes[group], sa.model_dim))  # fmt: skip
 
 
 def round_sources(kind: str, seed: int | None, rnd: int, group: int) -> tuple[Bits, np.random.Generator | SecureRandom]:

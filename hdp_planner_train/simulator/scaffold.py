@@ -136,13 +136,9 @@ def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
         elif rounds_run == 0:
             entry["epsilon_spent"] = 0.0
         elif spec.secagg is not None:
-            from hdp_planner.distributed.accounting import epsilon_third_parties
-            from hdp_planner.distributed.rounds import group_tau_d
+            from hdp_planner_train.rules.secagg import epsilon_third_parties_spent
 
-            entry["epsilon_spent"] = epsilon_third_parties(
-                noise_multiplier=spec.noise_multiplier[i], q=spec.q[i], rounds=rounds_run, delta=c.delta,
-                tau_d=group_tau_d(spec.sizes[i], spec.secagg.model_dim),
-            )  # fmt: skip
+            entry["epsilon_spent"] = epsilon_third_parties_spent(spec, i, rounds=rounds_run, delta=c.delta)
         else:
             entry["epsilon_spent"] = float(mechanism_epsilon(mech, i, rounds_run, c.delta, c.spending_accountant))
         ledger.append(entry)

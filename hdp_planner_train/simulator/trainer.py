@@ -90,18 +90,15 @@ def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
 def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> dict[str, Any]:
     """The run's privacy under secure aggregation, from the distributed accounting of the rounds run: ε against third
     parties and against the server (every round a participation, the worst case), per group."""
-    from hdp_planner.distributed.accounting import epsilon_server, epsilon_third_parties
-    from hdp_planner.distributed.rounds import group_tau_d
+    from hdp_planner_train.rules.secagg import epsilon_server_spent, epsilon_third_parties_spent
 
-    sa, delta = spec.secagg, plan.config.delta
-    tau_d = [group_tau_d(size, sa.model_dim) for size in spec.sizes]
+    sa, delta, groups = spec.secagg, plan.config.delta, range(len(spec.sizes))
     doc = {
         "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
         "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
-        "epsilon_third_parties": [epsilon_third_parties(noise_multiplier=z, q=q, rounds=rounds, delta=delta, tau_d=t)
-                                  for z, q, t in zip(spec.noise_multiplier, spec.q, tau_d)],
-        "epsilon_server_every_round": [epsilon_server(noise_multiplier=z, participations=rounds, delta=delta, tau_d=t)
-                                       for z, t in zip(spec.noise_multiplier, tau_d)],
+        "epsilon_third_parties": [epsilon_third_parties_spent(spec, m, rounds=rounds, delta=delta) for m in groups],
+        "epsilon_server_every_round": [epsilon_server_spent(spec, m, participations=rounds, delta=delta)
+                                       for m in groups],
     }  # fmt: skip
     if withheld is not None:  # which group-rounds released nothing depends on who took part: simulations only
         doc["group_rounds_withheld"] = withheld

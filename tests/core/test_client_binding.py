@@ -245,7 +245,7 @@ def test_a_node_refuses_a_budgets_plan_without_its_groups_file(budgets_plan, tmp
     _, groups = budgets_plan
     secure = tmp_path / "secure.json"
     res = runner.invoke(app, ["solve", "--budgets", str(tmp_path / "budgets.csv"), "--groups", "3", "--rounds", "2",
-                              "--trust", "secagg", "--model-dim", "1000", "-o", str(secure)])  # fmt: skip
+                              "--q", "0.5", "--trust", "secagg", "--model-dim", "1000", "-o", str(secure)])  # fmt: skip
     assert res.exit_code == 0, res.output
     with pytest.raises(RoundRefused, match="give --groups"):
         load_pinned(Pin(plan=str(secure), sha256=file_sha256(secure), method="gdpfed+"))

@@ -12,9 +12,15 @@ from scipy import stats
 
 from hdp_planner import plan
 from hdp_planner.distributed.accounting import epsilon_third_parties
-from hdp_planner.distributed.cohorts import candidate_cohorts, cohort_frontier, cohort_group, cohort_row
+from hdp_planner.distributed.cohorts import (
+    candidate_cohorts,
+    cohort_frontier,
+    cohort_group,
+    cohort_law,
+    cohort_row,
+)
 from hdp_planner.distributed.randomness import SeededBits
-from hdp_planner.distributed.rounds import group_tau_d, round_noise
+from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.sampler import discrete_gaussian
 from hdp_planner.distributed.trust import TrustModel
 
@@ -56,12 +62,11 @@ def test_shares_sized_by_the_cohort_carry_the_planned_noise():
     """The honest guaranteed survivors' shares, drawn by the exact sampler at the cohort's law, sum to at least
     z²Δ₂² per coordinate, however many members flipped heads (the law has no input for it)."""
     g = cohort_group(epsilon=2.0, delta=1e-5, size=100, expected=5, cohort=20, rounds=10, clip=1.0, trust=TRUST)
-    noise = round_noise(dim=1000, clip=1.0, bits=20, noise_multiplier=g.noise_multiplier, sampled=20,
-                        survivors=0.9, colluders=0)  # fmt: skip
-    assert noise.survivors == g.threshold == 18
-    draws = discrete_gaussian(SeededBits(0), noise.share_sigma2, 20_000 * noise.honest)
-    sums = draws.reshape(20_000, noise.honest).sum(axis=1)
-    assert sums.var() >= 0.97 * (g.noise_multiplier * noise.encoding.norm_bound) ** 2
+    law = cohort_law(cohort=20, noise_multiplier=g.noise_multiplier, clip=1.0, trust=TRUST)
+    assert law.threshold == g.threshold == 18
+    draws = discrete_gaussian(SeededBits(0), law.share_sigma2, 20_000 * law.threshold)
+    sums = draws.reshape(20_000, law.threshold).sum(axis=1)
+    assert sums.var() >= 0.97 * (g.noise_multiplier * law.encoding.norm_bound) ** 2
 
 
 def _empirical_epsilon(inside: np.ndarray, outside: np.ndarray, delta: float) -> float:
@@ -84,12 +89,11 @@ def test_a_server_testing_who_contributed_does_no_better_than_the_bound():
     trust, delta, n = TrustModel(kind="secagg", bits=16, survivors=0.9, model_dim=1), 1e-5, 100_000
     g = cohort_group(epsilon=1.0, delta=delta, size=8, expected=0.4, cohort=4, rounds=2, clip=1.0, trust=trust)
     assert g.memberships == 1
-    noise = round_noise(dim=1, clip=1.0, bits=16, noise_multiplier=g.noise_multiplier, sampled=4, survivors=0.9,
-                        colluders=0)  # fmt: skip
-    target = math.floor(noise.encoding.norm_bound)  # the target's encoded update, at the norm bound
+    law = cohort_law(cohort=4, noise_multiplier=g.noise_multiplier, clip=1.0, trust=trust)
+    target = math.floor(law.encoding.norm_bound)  # the target's encoded update, at the norm bound
 
-    def released(seed: int) -> np.ndarray:
-        return discrete_gaussian(SeededBits(seed), noise.share_sigma2, n * noise.honest).reshape(n, -1).sum(axis=1)
+    def released(seed: int) -> np.ndarray:  # the honest guaranteed survivors' shares (the others' the server knows)
+        return discrete_gaussian(SeededBits(seed), law.share_sigma2, n * law.threshold).reshape(n, -1).sum(axis=1)
 
     heads = np.random.default_rng(3).random(n) < g.coin
     outside = released(1)

@@ -37,10 +37,12 @@ from hdp_planner.distributed.encoding import (
     modular_sum,
     rotate,
     rotation_signs,
+    top_up,
     unrotate,
 )
+from hdp_planner.distributed.law import group_law
 from hdp_planner.distributed.randomness import SeededBits
-from hdp_planner.distributed.rounds import round_noise, wrap_bound
+from hdp_planner.distributed.rounds import wrap_bound
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
@@ -81,16 +83,20 @@ def test_round_trip_equals_the_clipped_sum_up_to_rounding_and_noise():
 
 
 def test_decoded_noise_has_the_planned_variance():
-    """Zero updates: the decoded sum is the shares' noise alone, variance γ²·n·σ²_share per coordinate (5 sd)."""
-    r = round_noise(dim=8192, clip=1.0, bits=20, noise_multiplier=1.0, sampled=5, survivors=1.0, colluders=0)
-    signs = rotation_signs(5, r.encoding.padded)
+    """Zero updates from 5 clients, topped up to the law's N shares: the decoded sum is N shares of noise, variance
+    γ²·N·σ²_share per coordinate (5 sd), and they meet the calibrated z."""
+    law = group_law(size=12, q=1.0, epsilon=2.0, delta=1e-3, rounds=3, dim=8192, clip=1.0, bits=24, survivors=1.0,
+                    colluders=0)  # fmt: skip
+    signs = rotation_signs(5, law.encoding.padded)
     bits = SeededBits(9)
-    msgs = [encode(np.zeros(8192), encoding=r.encoding, signs=signs, share_sigma2=r.share_sigma2, bits=bits)
+    msgs = [encode(np.zeros(8192), encoding=law.encoding, signs=signs, share_sigma2=law.share_sigma2, bits=bits)
             for _ in range(5)]  # fmt: skip
-    noise = decode(modular_sum(np.stack(msgs), r.encoding.modulus), encoding=r.encoding, signs=signs)
-    ratio = noise.var() / r.variance() * (r.share_sigma2 + 0.25) / r.share_sigma2
+    total = top_up(modular_sum(np.stack(msgs), law.encoding.modulus), missing=law.shares - 5,
+                   share_sigma2=law.share_sigma2, modulus=law.encoding.modulus, bits=bits)  # fmt: skip
+    noise = decode(total, encoding=law.encoding, signs=signs)
+    ratio = noise.var() / (law.encoding.gamma**2 * law.shares * law.share_sigma2)
     assert abs(ratio - 1) < 5 * math.sqrt(2 / noise.size)
-    assert r.noise_multiplier >= 1.0  # the honest shares sum to at least z²Δ₂²
+    assert law.third_party_multiplier >= law.noise_multiplier
 
 
 def test_wrap_around_rate_is_within_its_bound():
@@ -116,15 +122,14 @@ def test_wrap_around_rate_is_within_its_bound():
     assert stats.binomtest(wraps, rounds, bound, alternative="greater").pvalue > 1e-4
 
 
-def test_round_noise_meets_the_planned_multiplier_and_refuses_too_few_survivors():
-    for sampled in (1, 2, 13, 70, 400):
-        r = round_noise(dim=26010, clip=1.5, bits=20, noise_multiplier=1.2, sampled=sampled, survivors=0.9,
-                        colluders=1 if sampled > 2 else 0)  # fmt: skip
-        assert r.noise_multiplier >= 1.2 and r.wrap_bound <= 1e-12
-        assert r.honest == math.ceil(0.9 * sampled) - (1 if sampled > 2 else 0)
-    assert round_noise(dim=10, clip=1, bits=20, noise_multiplier=1, sampled=2, survivors=0.5, colluders=1) is None
+def test_the_law_meets_its_multiplier_and_wrap_bound_and_refuses_too_few_bits():
+    for size, q, k in ((2000, 0.0354, 0), (2000, 0.01833, 3), (6000, 0.02, 1)):
+        law = group_law(size=size, q=q, epsilon=1.5, delta=6000**-1.1, rounds=50, dim=26010, clip=1.5, bits=20,
+                        survivors=0.9, colluders=k)  # fmt: skip
+        assert law.third_party_multiplier >= law.noise_multiplier and law.wrap_bound <= 1e-12
+        assert law.colluders + 1 <= law.threshold < size * q < law.shares
     with pytest.raises(ValueError, match="bits"):
-        round_noise(dim=10, clip=1, bits=8, noise_multiplier=1, sampled=200, survivors=1, colluders=0)
+        group_law(size=400, q=0.5, epsilon=1, delta=1e-5, rounds=5, dim=10, clip=1, bits=8, survivors=1, colluders=0)
 
 
 @given(q=st.floats(1e-4, 0.9), z=st.floats(0.5, 5.0))

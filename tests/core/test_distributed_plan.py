@@ -15,12 +15,12 @@ from hdp_planner.planfile.trust import secagg_rows, trust_to_dict, verify_trust
 from hdp_planner_cli.app import app
 
 runner = CliRunner()
-SOLVE = ["solve", "--eps", "0.5,1.5,3.0", "--n", "600", "--rounds", "20", "--q", "0.05", "--clip", "1.5"]
+SOLVE = ["solve", "--eps", "0.5,1.5,3.0", "--n", "600", "--rounds", "20", "--q", "0.2", "--clip", "1.5"]
 
 
 @pytest.fixture(scope="module")
 def small():
-    p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.05, clip=1.5)
+    p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.2, clip=1.5)
     trust = TrustModel(kind="secagg", bits=16, survivors=0.9, colluders=1, participations=4, model_dim=1000)
     rows = secagg_rows(p, trust)
     doc = {"trust": trust_to_dict(p, trust, rows)}
@@ -36,8 +36,9 @@ def test_secagg_rows_meet_their_budgets_and_cost_more_noise(small):
         for g, sigma, eps in zip(r.groups, m.noise_multiplier, m.epsilon):
             assert g.epsilon_third_parties == eps
             assert g.noise_multiplier >= sigma * (1 - 1e-6)  # the generic bound is never tighter than the exact one
-            assert g.effective_noise_multiplier > g.noise_multiplier  # survivors beyond F, rounding, inflation
-            assert g.epsilon_server > eps  # no amplification against the server
+            assert g.effective_noise_multiplier > g.noise_multiplier  # colluders' shares, rounding, inflation
+            least = min(h.law.share_sigma2 for h in r.groups)
+            assert g.law.server_multiplier(least, len(r.groups)) <= g.law.third_party_multiplier  # t ≤ N shares
 
 
 @pytest.mark.parametrize(
@@ -45,6 +46,10 @@ def test_secagg_rows_meet_their_budgets_and_cost_more_noise(small):
     [
         lambda t: t.update(bits=20),
         lambda t: t.update(survivors=0.95),
+        lambda t: t.update(survivors=0.5),
+        lambda t: t["rows"]["GDPFed+"]["threshold"].__setitem__(0, 1),
+        lambda t: t["rows"]["GDPFed+"]["share_sigma2"].__setitem__(1, 16),
+        lambda t: t["rows"]["GDPFed+"]["gamma"].__setitem__(2, 1.0),
         lambda t: t.update(colluders=0),
         lambda t: t.update(participations=3),
         lambda t: t["rows"]["GDPFed+"]["noise_multiplier"].__setitem__(0, 0.5),
@@ -74,7 +79,7 @@ def test_solve_secagg_writes_a_plan_verify_accepts_and_refuses_when_edited(tmp_p
     doc = json.loads(path.read_text())
     assert doc["trust"]["kind"] == "secagg" and doc["trust"]["bits"] == 16
     assert runner.invoke(app, ["verify", str(path)]).exit_code == 0
-    doc["trust"]["survivors"] = 0.5
+    doc["trust"]["survivors"] = 0.8
     path.write_text(json.dumps(doc))
     result = runner.invoke(app, ["verify", str(path)])
     assert result.exit_code == 1 and "differs from the recomputed" in result.output
@@ -85,7 +90,10 @@ def test_solve_secagg_writes_a_plan_verify_accepts_and_refuses_when_edited(tmp_p
     [
         (["--trust", "secagg"], "needs --model-dim"),
         (["--trust", "secagg", "--model-dim", "10", "--bits", "40"], "bits must be an integer in [8, 32]"),
-        (["--trust", "secagg", "--model-dim", "10", "--survivors", "0"], "survivors F must lie in (0, 1]"),
+        (["--trust", "secagg", "--model-dim", "10", "--survivors", "0"], "survivors F must lie in (1/2, 1]"),
+        (["--trust", "secagg", "--model-dim", "10", "--survivors", "0.5"], "survivors F must lie in (1/2, 1]"),
+        (["--trust", "secagg", "--model-dim", "10", "--survivors", "0.3"], "no consistency round"),
+        (["--trust", "secagg", "--model-dim", "10", "--participations", "21"], "exceed the plan's T = 20"),
         (["--trust", "secagg", "--model-dim", "10", "--participations", "0"], "participations K"),
         (["--trust", "nobody"], "trust must be one of server, secagg"),
     ],

@@ -1,5 +1,6 @@
-"""Secure aggregation on Flower (``--trust secagg``): Flower's own SecAgg+ per group with ChaCha20 masks, clients that
-check the round against their pinned plan, and group sums equal to the simulator's integer pipeline bit for bit.
+"""Secure aggregation on Flower (``--trust secagg``): one Flower SecAgg+ run per group with ChaCha20 masks, clients that
+check the round against their pinned plan and size their shares from it alone, and group sums equal to the
+simulator's integer pipeline bit for bit.
 
 The federation runs in this process (:class:`~hdp_planner_flower.local.InProcessGrid`: every node keeps its Context
 between SecAgg+ stages; no Ray), so every message the server receives can be inspected.
@@ -38,7 +39,7 @@ from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa:
 from hdp_planner_train.rules.secagg import client_message, planned_groups, release, round_plan  # noqa: E402
 from hdp_planner_train.simulator.models import make_model  # noqa: E402
 
-N = 24  # virtual clients, three groups of 8
+N = 24  # virtual clients, three groups of 8, all sampled every round (q = 1): the law's t = 6 and N = 8
 SEED = 5
 SETTINGS = DataSettings("digits", None, N, None, SEED, 1, 10, 0.0, 0.1, 1.0)
 D = sum(p.numel() for p in make_model("digits").parameters())
@@ -47,7 +48,7 @@ D = sum(p.numel() for p in make_model("digits").parameters())
 @pytest.fixture(scope="module")
 def secagg_plan(tmp_path_factory):
     path = tmp_path_factory.mktemp("secagg") / "plan.json"
-    args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "6", "--q", "0.5", "--clip", "1.0",
+    args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "6", "--q", "1.0", "--clip", "1.0",
             "--methods", "gdpfed,gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75",
             "--model-dim", str(D), "--participations", "4", "-o", str(path)]  # fmt: skip
     result = CliRunner().invoke(cli_app, args)
@@ -167,24 +168,18 @@ def capture_runs(monkeypatch) -> list:
     return runs
 
 
-def group_plan(spec, m: int, sampled: int):
-    return round_plan(dim=D, clip=spec.clips[m], noise_multiplier=spec.noise_at(0)[m], spec=spec.secagg,
-                      sampled=sampled, rnd=0, group=m)  # fmt: skip
+def group_plan(spec, m: int):
+    return round_plan(spec.secagg, rnd=0, group=m)
 
 
 def expected_sums(grid, configs, alive, spec, seed: int) -> np.ndarray:
-    """The simulator's modular sum, per slot, of the survivors' messages (update 0.001·(i + 1), seeded shares)."""
-    slots = int(next(iter(configs.values()))["hdp.slots"])
-    width = padded_dimension(D)
-    out = np.zeros(slots * width, dtype=np.int64)
+    """The simulator's modular sum of the survivors' messages (update 0.001·(i + 1), seeded shares)."""
+    out = np.zeros(padded_dimension(D), dtype=np.int64)
     for node, config in configs.items():
-        if node not in alive:
-            continue
-        m, slot = int(config["hdp.group"]), int(config["hdp.slot"])
-        i = grid.node_ids.index(node)
-        message = client_message(np.full(D, 0.001 * (i + 1)), group_plan(spec, m, int(config["hdp.joined"])),
-                                 SeededBits(seed))  # fmt: skip
-        out[slot * width : (slot + 1) * width] += message
+        if node in alive:
+            i = grid.node_ids.index(node)
+            out += client_message(np.full(D, 0.001 * (i + 1)), group_plan(spec, int(config["hdp.group"])),
+                                  SeededBits(seed))  # fmt: skip
     return np.mod(out, 1 << spec.secagg.bits)
 
 
@@ -198,13 +193,13 @@ class Pattern:
         return (np.arange(size) >= self.counts.pop(0)).astype(float)
 
 
-@pytest.mark.parametrize("counts", [(8, 8, 8), (5, 1, 0)], ids=["per-group runs", "slots"])
+@pytest.mark.parametrize("counts", [(8, 8, 8), (8, 5, 1)], ids=["every group", "groups below their threshold"])
 @pytest.mark.parametrize("masks", [True, False], ids=["SecAgg+", "masks off"])
 def test_group_sums_equal_the_simulators_integer_pipeline_bit_for_bit(secagg_plan, tmp_path, monkeypatch, counts,
                                                                       masks):  # fmt: skip
     """With the shares' randomness seeded, the sums SecAgg+ returns (masks on), and those of the long-run mode
-    without it, are exactly the simulator's modular sums of the same clients' messages; a round where a group has
-    a single sampled client runs one SecAgg+ with a slot per group, and that client's group is released too."""
+    without it, are exactly the simulator's modular sums of the same clients' messages. Every run carries one group
+    (never several in one instance), and a group with fewer sampled clients than its t is not run at all."""
     monkeypatch.setattr(secagg_mod, "SecureBits", lambda: SeededBits(17))
     runs = capture_runs(monkeypatch)
     plan, spec = secagg_spec(secagg_plan)
@@ -212,20 +207,22 @@ def test_group_sums_equal_the_simulators_integer_pipeline_bit_for_bit(secagg_pla
                            uniform=Pattern(counts), masks=masks)  # fmt: skip
     grid = InProcessGrid(client_app(step, pin=pin_for(secagg_plan, tmp_path), masks=masks), N, keep=True)
     strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
-    assert len(runs) == (3 if counts[1] > 1 else 1)
+    t = [law.threshold for law in spec.secagg.laws]
+    assert len(runs) == sum(c >= tm for c, tm in zip(counts, t))
     for configs, out in runs:
+        assert len({config["hdp.group"] for config in configs.values()}) == 1
         assert out is not None
         totals, alive = out
         assert alive == set(configs)
         assert np.array_equal(totals, expected_sums(grid, configs, alive, spec, 17))
-    assert strategy.stats.withheld == sum(c == 0 for c in counts)
+    assert strategy.stats.withheld == sum(c < tm for c, tm in zip(counts, t))
 
 
 @pytest.mark.parametrize("stage", ["setup", "share_keys", "collect_masked_vectors", "unmask"])
 def test_dropouts_at_each_stage_release_planned_noise_or_nothing(secagg_plan, tmp_path, stage, monkeypatch):
-    """Nodes that vanish at a SecAgg+ stage. Clients that learn nothing: a released sum is pure noise, the shares of
-    the nodes whose masked vectors were summed. A group releases iff at least t = ⌈F·c⌉ of its nodes stay to the
-    end, and then its noise variance is that of ≥ t shares (the planned noise); otherwise nothing is released."""
+    """Nodes that vanish at a SecAgg+ stage. Clients that learn nothing: a released sum is pure noise. A group
+    releases iff at least its run's threshold max(t, ⌊c/2⌋ + 1) of its nodes stay to the end (SecAgg+ itself
+    refuses otherwise), and then the server's top-up brings the noise to the law's N shares whatever the count."""
     runs = capture_runs(monkeypatch)
     lost = {0, 1, 8, 16, 17, 18, 19, 20}  # group 1 loses 2 of its 8 nodes, group 2 one, group 3 five
     app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
@@ -238,16 +235,16 @@ def test_dropouts_at_each_stage_release_planned_noise_or_nothing(secagg_plan, tm
         ids = [grid.node_ids.index(n) for n in configs]
         staying = sum(i not in lost for i in ids)
         summed = len(ids) if stage == "unmask" else staying  # unmask-stage dropouts already sent their vectors
-        rplan = group_plan(spec, m, len(ids))
-        t = rplan.noise.survivors
+        rplan = group_plan(spec, m)
+        t = rplan.law.run_threshold(len(ids))
         assert (out is not None) == (staying >= t), (m, stage, staying, t)
         if out is not None:
             released += 1
             assert len(out[1]) == summed >= t
-            y = release(out[0], rplan)
-            per_share = rplan.noise.encoding.gamma**2 * rplan.noise.share_sigma2  # update units², per coordinate
+            y = release(out[0], rplan, len(out[1]), SeededBits(3))
+            per_share = rplan.law.encoding.gamma**2 * rplan.law.share_sigma2  # update units², per coordinate
             measured = float(np.sum(y**2)) / D / per_share  # ≈ the number of shares in the sum (d = 2410)
-            assert measured == pytest.approx(summed, rel=5 * np.sqrt(2 / D) + 0.02)
+            assert measured == pytest.approx(rplan.law.shares, rel=5 * np.sqrt(2 / D) + 0.02)
     assert strategy.stats.withheld == 3 - released
 
 
@@ -278,11 +275,13 @@ def test_a_client_refuses_a_round_that_differs_from_its_pin(secagg_plan, tmp_pat
     pinned = load_pinned(pin_for(secagg_plan, tmp_path))
     spec = pinned.spec
     rules = {"plan-sha256": pinned.sha256, "trust": "secagg", "method": "gdpfed+", "group": 0, "server-round": 1,
-             "clip": spec.clips[0], "noise-multiplier": spec.noise_at(0)[0], "q": spec.q[0], "joined": 5,
-             "run-size": 5, "slot": 0, "slots": 1}  # fmt: skip
+             "clip": spec.clips[0], "noise-multiplier": spec.noise_at(0)[0], "q": spec.q[0], "joined": 8,
+             "run-size": 8}  # fmt: skip
     b = spec.secagg.bits
-    ok = dict(client=0, sampled=5, share_number=5, threshold=4, keys=5, quantization=(float(1 << (b - 1)), 1 << b,
+    assert spec.secagg.laws[0].threshold == 6
+    ok = dict(client=0, sampled=8, share_number=8, threshold=6, keys=8, quantization=(float(1 << (b - 1)), 1 << b,
               MASK_MODULUS, 1.0))  # fmt: skip
+    large = dict(ok, sampled=14, share_number=14, keys=14)  # 14 clients (Sybils): a majority, 8, is required
     assert pinned.check(rules, **ok) == 0
     bad = [
         ({**rules, "plan-sha256": "0" * 64}, ok, "not the pinned one"),
@@ -291,18 +290,20 @@ def test_a_client_refuses_a_round_that_differs_from_its_pin(secagg_plan, tmp_pat
         ({**rules, "noise-multiplier": spec.noise_at(0)[0] / 2}, ok, "noise-multiplier"),
         ({**rules, "clip": 2.0}, ok, "clip"),
         ({**rules, "q": 0.9}, ok, "q"),
-        ({**rules, "joined": 10**6}, ok, "10\\d+ sampled in a run of 5"),
-        ({**rules, "run-size": 10**6, "joined": 10**6}, ok, "SecAgg\\+ shows 5 sampled"),
-        ({**rules, "slots": 3, "slot": 1}, ok, "slot 1 of 3"),
+        ({**rules, "run-size": 10**6, "joined": 10**6}, ok, "SecAgg\\+ shows 8 sampled"),
         (rules, {**ok, "keys": 3}, "3 public keys"),
         (rules, {**ok, "share_number": 3}, "3 shares"),
-        (rules, {**ok, "threshold": 2}, "threshold is 2"),
+        (rules, {**ok, "threshold": 7}, "threshold is 7; the plan's law needs 6"),
+        (rules, {**ok, "threshold": 4}, "at most half of the 8 clients"),
+        ({**rules, "run-size": 14}, {**large, "threshold": 7}, "at most half of the 14 clients"),
+        ({**rules, "run-size": 14}, {**large, "threshold": 6}, "at most half of the 14 clients"),
         (rules, {**ok, "quantization": (8.0, 1 << 22, MASK_MODULUS, 1000.0)}, "quantization"),
         ({**rules, "server-round": 99}, ok, "outside"),
     ]
     for r, kw, match in bad:
         with pytest.raises(RoundRefused, match=match):
             pinned.check(r, **kw)
+    assert pinned.check({**rules, "run-size": 14}, **{**large, "threshold": 8}) == 0
 
 
 def test_a_client_refuses_a_plan_file_that_is_not_the_pinned_one(secagg_plan, tmp_path):
@@ -345,9 +346,8 @@ def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
 def test_hdp_plan_flower_in_process_runs_a_secure_plan_and_reports_both_adversaries(secagg_plan, tmp_path):
     """The command's path (in this process instead of Ray): the run's ε per group is the distributed accounting's,
     and metrics.json carries ε against third parties and against the server at the clients' cap K."""
-    from hdp_planner.distributed.accounting import epsilon_third_parties
-    from hdp_planner.distributed.rounds import group_tau_d
     from hdp_planner_flower.simulation import FlowerConfig, run_flower
+    from hdp_planner_train.rules.secagg import epsilon_third_parties_spent
 
     cfg = FlowerConfig(plan=str(secagg_plan), dataset="digits", clients=N, rounds=2, trust="secagg",
                        in_process=True, out=str(tmp_path / "run"), ledger="none")  # fmt: skip
@@ -357,11 +357,74 @@ def test_hdp_plan_flower_in_process_runs_a_secure_plan_and_reports_both_adversar
     assert sa["participation_cap"] == 2 and "dropout_simulated" not in sa  # min(K = 4, rounds run)
     _, spec = secagg_spec(secagg_plan)
     for m, entry in enumerate(metrics["epsilon_spent"]):
-        want = epsilon_third_parties(noise_multiplier=spec.noise_multiplier[m], q=spec.q[m], rounds=2,
-                                     delta=load_plan(secagg_plan).config.delta,
-                                     tau_d=group_tau_d(spec.sizes[m], D))  # fmt: skip
+        want = epsilon_third_parties_spent(spec, m, rounds=2, delta=load_plan(secagg_plan).config.delta)
         assert entry["epsilon_spent"] == pytest.approx(want, rel=1e-12) == sa["epsilon_third_parties"][m]
         assert sa["epsilon_server"][m] >= entry["epsilon_spent"] * (1 - 1e-12)  # no amplification against the server
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["secagg"] == sa
     row = read_document(secagg_plan)["trust"]["rows"][METHOD_NAMES["gdpfed+"]]
     assert metrics["noise_lambda_planned"] == row["lambda_secagg"]  # the secure row's Λ, not the trusted server's
+
+
+def test_a_target_alone_with_other_groups_and_an_inflated_count_still_sends_the_plans_share(secagg_plan, tmp_path):
+    """A malicious server runs one target of group 1 with 7 nodes of groups 2 and 3 (each told its own group) and
+    announces a run of 23 clients, the shrink-the-share attack on a slot of one. The target's share is sized by its
+    group's law alone: its message (the long-run mode, no masks, so the test can see it) carries σ²_s of the plan."""
+    from hdp_planner_flower.records import fit_config
+    from hdp_planner_flower.secagg_workflow import modular_sums
+
+    _, spec = secagg_spec(secagg_plan)
+    law = spec.secagg.laws[0]
+    grid = InProcessGrid(client_app(unchanged, pin=pin_for(secagg_plan, tmp_path), masks=False), N, keep=True)
+    strategy = strategy_for(secagg_plan)
+    strategy.enroll(grid)
+    strategy.joined = [23, 23, 23]
+    target, others = strategy.members[0][0], strategy.members[1][:4] + strategy.members[2][:3]
+    group_of = {target: 0} | {n: 1 for n in strategy.members[1]} | {n: 2 for n in strategy.members[2]}
+    configs = {n: fit_config(strategy.rules(1, group_of[n]), SETTINGS.record()) for n in [target, *others]}
+    for config in configs.values():
+        config["hdp.run-size"] = 23
+    modular_sums(grid, configs=configs, server_round=1, arrays=model_arrays("digits", 10, SEED), bits=spec.secagg.bits,
+                 threshold=law.run_threshold(23), masks=False)  # fmt: skip
+    reply = next(r for r in grid.received if r.metadata.src_node_id == target and not r.has_error()
+                 and "fitres.parameters" in r.content.array_records)  # fmt: skip
+    from flwr.common import parameters_to_ndarrays
+    from flwr.compat.common import recorddict_compat as compat
+
+    sent = parameters_to_ndarrays(compat.recorddict_to_fitres(reply.content, keep_input=True).parameters)[0]
+    half = 1 << (spec.secagg.bits - 1)
+    share = np.mod(np.rint(sent + half).astype(np.int64) + half, 1 << spec.secagg.bits) - half
+    assert float(share.var()) == pytest.approx(law.share_sigma2, rel=5 * np.sqrt(2 / share.size))
+
+
+def test_a_pinned_plan_with_survivors_at_half_is_refused(secagg_plan, tmp_path):
+    """F ≤ 1/2 never runs: a plan file edited to F = 0.5 (and re-pinned) fails the client's own verification."""
+    doc = json.loads(secagg_plan.read_text())
+    doc["trust"]["survivors"] = 0.5
+    edited = tmp_path / "half.json"
+    edited.write_text(json.dumps(doc))
+    with pytest.raises(RoundRefused, match="survivors F must lie in \\(1/2, 1\\]"):
+        load_pinned(Pin(str(edited), file_sha256(edited), "gdpfed+", None, str(tmp_path)))
+
+
+def test_the_strategy_tops_every_release_up_to_the_laws_shares(secagg_plan, tmp_path, monkeypatch):
+    """Zero updates, 6 and 8 clients sampled in groups 1 and 2: what the strategy releases of each group carries the
+    law's N shares (the N − c drawn while the clients work, the rest after), not the c the clients sent."""
+    from hdp_planner_flower import strategy as strategy_module
+
+    released, real = [], strategy_module.release
+
+    def capture(total, plan, survivors, bits):
+        y = real(total, plan, survivors, bits)
+        released.append((plan.law, y))
+        return y
+
+    monkeypatch.setattr(strategy_module, "release", capture)
+    plan, spec = secagg_spec(secagg_plan)
+    strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
+                           uniform=Pattern((6, 8, 0)))  # fmt: skip
+    grid = InProcessGrid(client_app(unchanged, pin=pin_for(secagg_plan, tmp_path)), N, keep=True)
+    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    assert len(released) == 2
+    for law, y in released:
+        measured = float(np.sum(y**2)) / D / (law.encoding.gamma**2 * law.share_sigma2)
+        assert measured == pytest.approx(law.shares, rel=5 * np.sqrt(2 / D) + 0.02)

@@ -17,6 +17,7 @@ from hdp_planner.accounting.rdp import rdp_epsilon
 
 torch = pytest.importorskip("torch")
 
+from hdp_planner.distributed.law import grid_law  # noqa: E402
 from hdp_planner_train.audit.canaries import CanaryAuditor  # noqa: E402
 from hdp_planner_train.rules import aggregate as agg  # noqa: E402
 from hdp_planner_train.rules.secagg import SecaggSpec  # noqa: E402
@@ -188,12 +189,14 @@ def test_first_row_of_each_group_left_unclipped_is_flagged(monkeypatch):
     assert all(_flagged(report)), [g["verdict"] for g in report["groups"]]
 
 
-SECAGG = dataclasses.replace(SMALL, secagg=SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=2000))
+LAWS = tuple(grid_law(noise_multiplier=z, threshold=2, shares=12, colluders=0, dim=2000, clip=1.0, bits=20)
+             for z in SMALL.noise_multiplier)  # fmt: skip
+SECAGG = dataclasses.replace(SMALL, secagg=SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=2000, laws=LAWS))
 
 
 def test_secure_aggregation_is_audited_on_the_decoded_sums():
     """Under secagg the canaries go through the integer pipeline (encode, shares, modular sum, decode) and the
-    auditor sees only each group's decoded sum: consistent, and σ̂ at least z_m (shares are sized for t of c)."""
+    auditor sees only each group's decoded sum: consistent, and σ̂ at least z_m (at least the law's N shares)."""
     report = simulate(SECAGG, 0, rounds=10, canaries=1000)
     for g, z in zip(report["groups"], SECAGG.noise_multiplier):
         assert g["verdict"] == "consistent", g
@@ -203,13 +206,13 @@ def test_secure_aggregation_is_audited_on_the_decoded_sums():
 def test_secure_aggregation_with_shares_a_third_too_small_is_flagged(monkeypatch):
     from hdp_planner_train.rules import secagg
 
-    real = secagg.round_noise
+    real = secagg.round_plan
 
-    def thin(**kw):
-        noise = real(**kw)
-        return None if noise is None else dataclasses.replace(noise, share_sigma2=max(1, noise.share_sigma2 // 9))
+    def thin(spec, **kw):
+        plan = real(spec, **kw)
+        return dataclasses.replace(plan, law=dataclasses.replace(plan.law, share_sigma2=plan.law.share_sigma2 // 9))
 
-    monkeypatch.setattr(secagg, "round_noise", thin)
+    monkeypatch.setattr(secagg, "round_plan", thin)
     assert all(_flagged(simulate(SECAGG, 0, rounds=10, canaries=1000)))
 
 
@@ -375,3 +378,41 @@ def test_resumed_audited_run_reproduces_the_audit(digits_plan_file, tmp_path):
     resumed = train(tmp_path / "part", 3, resume=True)
     for a, b in zip(whole, resumed):
         assert a["insertions"] == b["insertions"] and a["epsilon_empirical"] == pytest.approx(b["epsilon_empirical"])
+
+
+def _mismatched_run(factor: float, rounds: int = 10) -> dict[str, Any]:
+    """Finding 10: the sampler's output is what the audit is told, but the rows aggregated are another draw of the
+    real clients, at ``factor`` times q_m (the canaries still join as drawn)."""
+    spec, seed, canaries = SMALL, 0, 1000
+    d = canaries * len(spec.sizes)
+    auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
+    data = np.random.default_rng(7)
+    for r in range(rounds):
+        auditor.take(agg.sample_round(spec, seed, r, extra=auditor.extra), spec.offsets, spec.sizes)
+        other = [np.flatnonzero(data.random(size) < factor * q) for size, q in zip(spec.sizes, spec.q)]
+        group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(other)]).astype(np.int64)
+        deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
+        deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
+        agg.aggregate(deltas, group_of_row, spec, agg.SeededNoise(seed, r), r, observe=auditor.observe)
+    planned = [rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA)
+               for s, q in zip(spec.noise_multiplier, spec.q)]  # fmt: skip
+    return auditor.report(planned, DELTA)
+
+
+def test_aggregating_clients_the_sampler_did_not_draw_is_flagged():
+    """The audit counts the clients actually aggregated against the sampler's output it accounted for: a round that
+    aggregates more of them is UNDER-NOISED, fewer NOT AS PLANNED, and the join rate is that of the aggregated set."""
+    more = _mismatched_run(4.0)
+    for g in more["groups"]:
+        assert g["verdict"].startswith("UNDER-NOISED") and "the sampler did not draw" in g["verdict"], g["verdict"]
+        assert g["sampling_rate_clients"] > 2 * g["sampling_rate_planned"]
+    fewer = _mismatched_run(0.25)
+    for g in fewer["groups"]:
+        assert g["rounds_aggregating_fewer_than_sampled"] > 0
+        assert "fewer clients than sampled" in g["verdict"] and not g["verdict"].startswith("consistent")
+
+
+def test_a_faithful_run_aggregates_exactly_the_sampled_clients():
+    report = simulate(SMALL, 0, rounds=5, canaries=1000)
+    for g in report["groups"]:
+        assert g["rounds_aggregating_more_than_sampled"] == g["rounds_aggregating_fewer_than_sampled"] == 0

@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hdp_planner import plan  # noqa: E402
+from hdp_planner.distributed.law import group_law  # noqa: E402
 from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
-from hdp_planner.distributed.rounds import round_noise  # noqa: E402
 from hdp_planner.distributed.trust import TrustModel  # noqa: E402
 from hdp_planner.planfile.document import plan_to_dict  # noqa: E402
 from hdp_planner.planfile.trust import secagg_rows, trust_to_dict  # noqa: E402
@@ -21,36 +21,36 @@ from hdp_planner_train.rules.secagg import SecaggSpec, group_sum  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run  # noqa: E402
 
-SPEC = SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=4000)
+LAW = group_law(size=10, q=1.0, epsilon=2.0, delta=1e-3, rounds=3, dim=4000, clip=1.0, bits=20, survivors=0.9,
+                colluders=0)  # fmt: skip
+SPEC = SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=4000, laws=(LAW,))
 
 
 def test_group_sum_is_the_clipped_sum_plus_the_planned_noise():
-    """Zero-norm rows: the decoded error is the shares alone, with the planned variance per coordinate (5 sd)."""
-    rows = torch.zeros(6, 4000, dtype=torch.float64)
-    y, error = group_sum(rows, clip=1.0, noise_multiplier=1.0, spec=SPEC, rnd=0, group=0, bits=SeededBits(1),
-                         dropouts=np.random.default_rng(0))  # fmt: skip
-    planned = round_noise(dim=4000, clip=1.0, bits=20, noise_multiplier=1.0, sampled=6, survivors=0.9, colluders=0)
-    ratio = float(error.var()) / planned.variance() * (planned.share_sigma2 + 0.25) / planned.share_sigma2
-    assert abs(ratio - 1) < 5 * math.sqrt(2 / 4000)
-    rows = torch.randn(6, 4000, dtype=torch.float64)
+    """Zero-norm rows: the released error is the law's N shares alone, variance γ²·N·σ²_s per coordinate (5 sd)."""
+    rows = torch.zeros(10, 4000, dtype=torch.float64)
+    y, error = group_sum(rows, spec=SPEC, rnd=0, group=0, bits=SeededBits(1), dropouts=np.random.default_rng(0))
+    planned = LAW.encoding.gamma**2 * LAW.shares * LAW.share_sigma2
+    assert abs(float(error.var()) / planned - 1) < 5 * math.sqrt(2 / 4000)
+    rows = torch.randn(10, 4000, dtype=torch.float64)
     rows = rows / rows.norm(dim=1, keepdim=True)  # clipped to C = 1
-    y, error = group_sum(rows, clip=1.0, noise_multiplier=1.0, spec=SPEC, rnd=0, group=0, bits=SeededBits(2),
-                         dropouts=np.random.default_rng(0))  # fmt: skip
+    y, error = group_sum(rows, spec=SPEC, rnd=0, group=0, bits=SeededBits(2), dropouts=np.random.default_rng(0))
     assert torch.allclose(y - error, rows.sum(0))
-    assert float(error.norm()) < 3 * math.sqrt(planned.variance() * 4000)
+    assert float(error.norm()) < 3 * math.sqrt(planned * 4000)
 
 
-def test_too_many_dropouts_release_nothing():
-    rows = torch.randn(10, 50, dtype=torch.float64)
-    spec = SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=50, dropout=0.99)
-    assert group_sum(rows, clip=1.0, noise_multiplier=1.0, spec=spec, rnd=0, group=0, bits=SeededBits(3),
-                     dropouts=np.random.default_rng(0)) is None  # fmt: skip
+def test_fewer_than_the_threshold_release_nothing():
+    rows = torch.randn(10, 4000, dtype=torch.float64)
+    spec = SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=4000, laws=(LAW,), dropout=0.99)
+    assert group_sum(rows, spec=spec, rnd=0, group=0, bits=SeededBits(3), dropouts=np.random.default_rng(0)) is None
+    few = rows[: LAW.threshold - 1]  # sampled below t: not even run
+    assert group_sum(few, spec=SPEC, rnd=0, group=0, bits=SeededBits(3), dropouts=np.random.default_rng(0)) is None
 
 
 @pytest.fixture(scope="module")
 def plan_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plans")
-    p = plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.2, clip=1.0)
+    p = plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.5, clip=1.0)
     paths = {}
     for name, dim in (("secagg", 2410), ("wrong-dim", 1000)):
         trust = TrustModel(kind="secagg", model_dim=dim)
@@ -96,21 +96,31 @@ def test_train_secagg_refusals(plan_files, tmp_path, plan_name, kw, message):
 
 def test_train_secagg_charges_the_ledger_with_the_distributed_accounting(plan_files, tmp_path):
     """A secure run's rounds are charged as distributed discrete Gaussian rounds: every client's spending in the
-    ledger is its group's ε against third parties that the run reports."""
+    ledger is its group's z composed at the plan's δ, at most what the run reports (which also pays, out of δ, the
+    rounds whose count breaks the law: the ledger does not record that cost yet)."""
+    from hdp_planner.distributed.accounting import epsilon_third_parties
+    from hdp_planner.distributed.rounds import group_tau_d
     from hdp_planner.ledger.runs import simulated_clients
     from hdp_planner.ledger.store import Ledger
-    from hdp_planner.planfile.document import load_plan
-    from hdp_planner_train.rules.aggregate import METHOD_NAMES
+    from hdp_planner.planfile.document import load_plan, read_document
+    from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
+    from hdp_planner_train.rules.secagg import planned_groups
 
     ledger = tmp_path / "ledger.db"
     metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", ledger=str(ledger), federation="digits"))
-    membership, _ = simulated_clients(load_plan(plan_files["secagg"]), METHOD_NAMES["gdpfed+"])
+    plan = load_plan(plan_files["secagg"])
+    membership, _ = simulated_clients(plan, METHOD_NAMES["gdpfed+"])
+    spec = planned_groups(read_document(plan_files["secagg"]), plan, method_spec(plan, "gdpfed+"), "GDPFed+")
     spent = Ledger(str(ledger)).spending("digits")
     assert len(spent) == len(membership)
     for s in spent:
         assert s.released_rounds == metrics["rounds"] and s.reserved_rounds == 0
-        assert s.epsilon_spent == pytest.approx(metrics["trust"]["epsilon_third_parties"][membership[s.client_id]],
-                                                rel=1e-9)  # fmt: skip
+        m = membership[s.client_id]
+        law_free = epsilon_third_parties(noise_multiplier=metrics["trust"]["noise_multiplier"][m], q=spec.q[m],
+                                         rounds=metrics["rounds"], delta=plan.config.delta,
+                                         tau_d=group_tau_d(spec.sizes[m], spec.secagg.model_dim))  # fmt: skip
+        assert s.epsilon_spent == pytest.approx(law_free, rel=1e-9)
+        assert s.epsilon_spent <= metrics["trust"]["epsilon_third_parties"][m]
 
 
 def test_compare_secagg_runs_the_noised_methods_through_the_integer_pipeline(tmp_path):
@@ -122,7 +132,7 @@ def test_compare_secagg_runs_the_noised_methods_through_the_integer_pipeline(tmp
 
     out = tmp_path / "cmp"
     args = ["compare", "--dataset", "digits", "--methods", "p-fedavg,gdpfed+", "--seeds", "1", "--rounds", "2",
-            "--trust", "secagg", "--bits", "18", "--out", str(out)]  # fmt: skip
+            "--q", "0.7", "--trust", "secagg", "--bits", "18", "--out", str(out)]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "under secure aggregation" in " ".join(result.output.split())
@@ -140,7 +150,7 @@ def test_compare_secagg_runs_the_noised_methods_through_the_integer_pipeline(tmp
 def test_train_secagg_audit_observes_the_decoded_sums(plan_files, tmp_path):
     """``train --trust secagg --audit``: canaries enter as clients through the integer pipeline; every group is
     consistent, and the report names what the audit cannot see."""
-    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", audit=True, noise="seeded"))
+    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", audit=True, noise="seeded", audit_canaries=200))
     audit = metrics["audit"]
     assert [g["verdict"] for g in audit["groups"]] == ["consistent"] * 3
     assert all(g["releases_not_post_processing"] == 0 for g in audit["groups"])

@@ -1,0 +1,126 @@
+"""The noise law of a group under secure aggregation: fixed by the plan, so the released sum does not betray how many
+clients took part (the lattice and noise-variance attacks learn nothing), its breaking events paid out of δ, and no
+plan that would not release."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from hdp_planner import plan
+from hdp_planner.distributed.accounting import epsilon_third_parties
+from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotate, rotation_signs, top_up
+from hdp_planner.distributed.law import EVENT_SHARE, MAX_FLIP_SHARE, LawError, group_law
+from hdp_planner.distributed.randomness import SeededBits
+from hdp_planner.distributed.rounds import group_tau_d
+from hdp_planner.distributed.trust import TrustModel
+from hdp_planner.planfile.trust import recommended, secagg_rows
+
+DIM = 4096  # a power of 2: the decoded release keeps every coordinate of the grid
+LAW = group_law(size=120, q=0.25, epsilon=1.5, delta=1e-4, rounds=20, dim=DIM, clip=1.0, bits=20, survivors=0.9,
+                colluders=0)  # fmt: skip
+
+
+def released(count: int, seed: int, *, updates: np.ndarray | None = None, top: bool = True) -> np.ndarray:
+    """A group's release when ``count`` clients survive: their messages summed modulo 2^b, topped up to N shares by
+    the server (``top`` False: the old behaviour, c shares), decoded."""
+    bits = SeededBits(seed)
+    signs = rotation_signs(11, LAW.encoding.padded)
+    ups = np.zeros((count, DIM)) if updates is None else updates
+    total = modular_sum(np.stack([encode(u, encoding=LAW.encoding, signs=signs, share_sigma2=LAW.share_sigma2,
+                                         bits=bits) for u in ups]), LAW.encoding.modulus)  # fmt: skip
+    if top:
+        total = top_up(total, missing=LAW.shares - count, share_sigma2=LAW.share_sigma2, modulus=LAW.encoding.modulus,
+                       bits=bits)  # fmt: skip
+    return decode(total, encoding=LAW.encoding, signs=signs)
+
+
+def lattice_residual(y: np.ndarray, gamma: float) -> float:
+    """The lattice attack: how far the rotated release, in units of a candidate grid γ', lies from integers (about 0
+    on the release's own grid, about 1/4 on any other)."""
+    v = rotate(y, rotation_signs(11, LAW.encoding.padded)) / gamma
+    return float(np.mean(np.abs(v - np.rint(v))))
+
+
+def test_the_law_depends_on_no_count_and_every_release_lies_on_one_grid():
+    """Finding 1's lattice attack: it picked the realised count c because the grid was γ(c). Now every count has the
+    plan's γ: releases of t and of 40 clients are both integral on it and equally far off every other candidate, so
+    the attack's statistic cannot tell the counts apart."""
+    rng = np.random.default_rng(3)
+    candidates = [LAW.encoding.gamma * f for f in (1.0, 0.9, 1.1, 1.37)]
+    residuals = {}
+    for c in (LAW.threshold, 40):
+        ups = rng.normal(size=(c, DIM)) * 0.01
+        residuals[c] = [lattice_residual(released(c, c, updates=ups), g) for g in candidates]
+    for c, res in residuals.items():
+        assert res[0] < 1e-6, (c, res)  # on the plan's grid, whatever the count
+        assert all(0.2 < r < 0.3 for r in res[1:]), (c, res)  # the statistic has power: it rejects other grids
+    assert max(abs(a - b) for a, b in zip(residuals[LAW.threshold], residuals[40])) < 0.01
+
+
+def test_the_noise_variance_attack_learns_nothing_from_a_topped_up_release():
+    """Zero updates: a release of c survivors topped up to N shares has the same per-coordinate distribution for
+    c = t and c = 40 (variance within 5 sd, a two-sample KS test), while without the top-up (c shares) the same
+    variance estimate tells the counts apart at once."""
+    few, many = released(LAW.threshold, 1), released(40, 2)
+    planned = LAW.encoding.gamma**2 * LAW.shares * LAW.share_sigma2
+    sd = math.sqrt(2 / few.size)
+    for y in (few, many):
+        assert abs(float(y.var()) / planned - 1) < 5 * sd
+    assert stats.ks_2samp(few, many).pvalue > 1e-3
+    bare_few, bare_many = released(LAW.threshold, 1, top=False), released(40, 2, top=False)
+    ratio = float(bare_many.var()) / float(bare_few.var())
+    assert ratio == pytest.approx(40 / LAW.threshold, rel=10 * sd)  # the attack works on the old releases
+
+
+def test_the_threshold_reaches_99_percent_of_rounds_and_a_flip_has_the_planned_probability():
+    """Release: a round reaches t with F of its clients surviving in at least 99% of 20,000 simulated rounds. The flip
+    probability (the target moves the survivors from t − 1 to t) matches a simulation where it is not tiny."""
+    rng = np.random.default_rng(0)
+    counts = rng.binomial(120, 0.25, size=20_000)
+    assert LAW.release >= 0.99
+    assert np.mean(np.ceil(0.9 * counts - 1e-9) >= LAW.threshold) >= 0.99
+    from hdp_planner.distributed.law import _flip
+
+    size, q, t = 20, 0.3, 4
+    others = rng.binomial(size - 1, q, size=400_000)
+    target = rng.random(400_000) < q
+    simulated = np.mean(target & (others == t - 1))  # F = 1: everyone survives, the flip needs exactly t − 1 others
+    assert simulated == pytest.approx(_flip(size, q, t, 1.0), rel=0.05)
+
+
+@pytest.mark.parametrize("size,q,eps,k", [(120, 0.25, 1.5, 0), (2000, 0.00626, 0.5, 0), (600, 0.1, 3.0, 2)])
+def test_the_law_pays_its_events_out_of_delta_and_meets_its_budget(size, q, eps, k):
+    delta, rounds = 600**-1.1, 30
+    law = group_law(size=size, q=q, epsilon=eps, delta=delta, rounds=rounds, dim=DIM, clip=1.0, bits=20,
+                    survivors=0.9, colluders=k)  # fmt: skip
+    assert 0 < rounds * law.event_rate <= delta * (EVENT_SHARE + MAX_FLIP_SHARE)
+    left = law.delta_accounted(delta, rounds)
+    spent = epsilon_third_parties(noise_multiplier=law.third_party_multiplier, q=q, rounds=rounds, delta=left,
+                                  tau_d=group_tau_d(size, DIM))  # fmt: skip
+    assert spent <= eps * (1 + 1e-9)
+    assert k + 1 <= law.threshold <= law.shares and law.run_threshold(law.shares) > law.shares / 2
+
+
+def test_colluders_beyond_the_expected_clients_leave_no_plan():
+    """Finding 7: with as many colluders as a round's expected clients a group would almost never release; its law
+    is refused, the row is not planned under secagg and never recommended."""
+    with pytest.raises(LawError, match="too few clients a round"):
+        group_law(size=200, q=0.2, epsilon=1.0, delta=1e-4, rounds=20, dim=DIM, clip=1.0, bits=20, survivors=0.9,
+                  colluders=40)  # fmt: skip
+    p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.2, clip=1.5)
+    rows = secagg_rows(p, TrustModel(kind="secagg", model_dim=1000, colluders=130))
+    assert all(r.groups is None and "not planned under secagg" in r.note for r in rows)
+    assert recommended(rows, p) is None
+
+
+def test_participations_beyond_the_rounds_and_a_minority_of_survivors_are_refused():
+    p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.2, clip=1.5)
+    with pytest.raises(ValueError, match="exceed the plan's T = 20"):
+        secagg_rows(p, TrustModel(kind="secagg", model_dim=1000, participations=21))
+    for f in (0.3, 0.5):
+        with pytest.raises(ValueError, match="no consistency round"):
+            TrustModel(kind="secagg", model_dim=1000, survivors=f)
