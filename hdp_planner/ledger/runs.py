@@ -38,7 +38,7 @@ def plan_digest(plan: Plan) -> str:
 
 def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[GroupRound]]:
     """Rounds ``start``..``rounds``−1 of ``row`` as executed (:func:`executed_mechanism`: q_m, effective σ_m of the
-    round's phase)."""
+    round's phase), each recorded with the plan's spending accountant."""
     mech = executed_mechanism(plan.method(row), plan.config)
     costs = []
     for r in range(start, rounds):
@@ -48,7 +48,7 @@ def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[G
                 sigma = phase_sigma
                 break
             left -= length
-        costs.append([GroupRound(q, s) for q, s in zip(mech.q, sigma)])
+        costs.append([GroupRound(q, s, accountant=plan.config.spending_accountant) for q, s in zip(mech.q, sigma)])
     return costs
 
 

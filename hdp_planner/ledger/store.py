@@ -8,14 +8,19 @@ released. Reservations of a run that dies (SIGKILL, power loss) stay counted, so
 and loses nothing. Writers are serialized through one row of ``ledger_lock`` (a row lock in PostgreSQL, the
 database lock in SQLite).
 
-A client's spending composes, with dp-accounting's RDP accountant (Mironov 2017; the sampled Gaussian of Mironov,
-Talwar and Zhang 2019), every Poisson-subsampled Gaussian round of every run it is a member of, in the group it
-was in, released or reserved: an upper bound on its (ε, δ) at its lifetime δ. A round of distributed discrete
-Gaussian noise under secure aggregation (a charge with ``tau_d``) has RDP α/(2z²) + τ·d' before sampling
-(:mod:`hdp_planner.distributed.accounting`, Proposition 14); a client with any such round has all its rounds
-composed at the integer orders 2..256 with Zhu and Wang's bound for Poisson subsampling (valid for every
-mechanism, the Gaussian's included, so mixing both kinds never under-reports) and converted as the
-distributed accounting does. Ledgers written before ``tau_d`` existed gain the column when opened.
+A client's spending composes every round of every run it is a member of, in the group it was in, released or
+reserved, at its lifetime δ: an upper bound on its (ε, δ). Each charge records its kind (a Poisson-subsampled
+Gaussian, or with ``tau_d`` a distributed discrete Gaussian sum under secure aggregation) and the accountant that
+planned it, and :func:`compose` reports the smallest of the bounds valid for the whole composition:
+
+- RDP, always: dp-accounting's RDP accountant for the sampled Gaussian (Mironov 2017; Mironov, Talwar and Zhang
+  2019); with any distributed round, every round at the integer orders 2..256 with Zhu and Wang's bound for Poisson
+  subsampling (valid for every mechanism, the Gaussian's included, so mixing both kinds never under-reports), a
+  distributed round's RDP being α/(2z²) + τ·d' (:mod:`hdp_planner.distributed.accounting`, Proposition 14);
+- PLD, where every round is a sampled Gaussian and one was planned by PLD: a plan calibrated with PLD runs within
+  the budget RDP would refuse.
+
+Ledgers written before ``tau_d`` or ``accountant`` existed gain the columns when opened.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import dp_accounting as dpa
 import numpy as np
+from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 from sqlalchemy import (
     Column,
@@ -49,7 +54,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from hdp_planner.accounting.calibration import quiet_dp_accounting
+from hdp_planner.accounting.accountants import get_accountant
+from hdp_planner.accounting.calibration import dp_event, epsilons_spent, quiet_dp_accounting
 from hdp_planner.accounting.rdp import kl_certifies_zero
 from hdp_planner.distributed.accounting import ORDERS, epsilon_from_rdp, poisson_subsampled_rdp, release_rdp
 
@@ -91,6 +97,7 @@ charges = Table(
     Column("noise_multiplier", Float, nullable=False),
     Column("status", String(16), nullable=False),  # reserved | released
     Column("tau_d", Float, nullable=True),  # distributed discrete Gaussian: Proposition 14's τ·d' (None: Gaussian)
+    Column("accountant", String(16), nullable=True),  # the accountant that planned the round (None: rdp)
 )
 
 
@@ -101,11 +108,13 @@ class LedgerError(RuntimeError):
 @dataclass(frozen=True)
 class GroupRound:
     """What one group's release of one round costs its members: a Poisson(q)-sampled Gaussian of multiplier σ, or,
-    with ``tau_d``, a distributed discrete Gaussian sum of multiplier z and Proposition 14's τ·d'."""
+    with ``tau_d``, a distributed discrete Gaussian sum of multiplier z and Proposition 14's τ·d'. ``accountant``:
+    the registered accountant that planned it (its spending accountant)."""
 
     q: float
     noise_multiplier: float
     tau_d: float | None = None
+    accountant: str = "rdp"
 
 
 @dataclass(frozen=True)
@@ -128,10 +137,21 @@ def ledger_url(target: str) -> str:
 
 
 def compose(rounds: Mapping[GroupRound, int], delta: float) -> float:
-    """ε at ``delta`` of the composition of ``rounds[g]`` rounds of each sampled Gaussian g: dp-accounting's RDP
-    accountant, or 0 where the closed-form bound of orders 1.1 … 2 certifies it (the planner's RDP accountant)."""
+    """ε at ``delta`` of the composition of ``rounds[g]`` rounds of each g: the smallest of the upper bounds that hold
+    for the whole composition (each is one, so their minimum is one): RDP always (:func:`compose_rdp`), and, where
+    every round is a sampled Gaussian and one was planned by PLD, dp-accounting's PLD (:func:`compose_pld`)."""
     if not rounds:
         return 0.0
+    bounds = [compose_rdp(rounds, delta)]
+    if all(g.tau_d is None for g in rounds) and any(get_accountant(g.accountant).refines for g in rounds):
+        bounds.append(compose_pld(rounds, delta))
+    return min(bounds)
+
+
+def compose_rdp(rounds: Mapping[GroupRound, int], delta: float) -> float:
+    """The RDP bound: dp-accounting's RDP accountant for sampled Gaussian rounds, or 0 where the closed-form bound of
+    orders 1.1 … 2 certifies it (the planner's RDP accountant); :func:`compose_distributed` with any distributed
+    discrete Gaussian round."""
     if any(g.tau_d is not None for g in rounds):
         return compose_distributed(rounds, delta)
     if kl_certifies_zero([(g.noise_multiplier, g.q, count) for g, count in rounds.items()], delta):
@@ -139,9 +159,23 @@ def compose(rounds: Mapping[GroupRound, int], delta: float) -> float:
     acc = RdpAccountant()
     with quiet_dp_accounting():  # its "failed to converge" lines exclude orders, never under-report
         for g, count in rounds.items():
-            event = dpa.PoissonSampledDpEvent(g.q, dpa.GaussianDpEvent(g.noise_multiplier))
-            acc.compose(dpa.SelfComposedDpEvent(event, count))
+            acc.compose(dp_event(g.noise_multiplier, g.q, count))
         return float(acc.get_epsilon(delta))
+
+
+def compose_pld(rounds: Mapping[GroupRound, int], delta: float) -> float:
+    """The PLD bound of sampled Gaussian rounds (Koskela, Jälkö and Honkela 2020; dp-accounting's PLDAccountant,
+    pessimistic estimate). One kind of round is measured by the planner's own PLD accountant
+    (:func:`epsilons_spent`, the ε its plan was calibrated with); several kinds, σ and q mixed, by dp-accounting's
+    ``PLDAccountant`` at its default discretization, composing every kind's PLD."""
+    if len(rounds) == 1:
+        ((g, count),) = rounds.items()
+        return float(epsilons_spent(noise_multipliers=[g.noise_multiplier], q=[g.q], rounds=count, delta=delta,
+                                    accountant="pld")[0])  # fmt: skip
+    acc = PLDAccountant()
+    for g, count in rounds.items():
+        acc.compose(dp_event(g.noise_multiplier, g.q, count))
+    return float(acc.get_epsilon(delta))
 
 
 def compose_distributed(rounds: Mapping[GroupRound, int], delta: float) -> float:
@@ -155,16 +189,21 @@ def compose_distributed(rounds: Mapping[GroupRound, int], delta: float) -> float
     return epsilon_from_rdp(ORDERS, total, delta)
 
 
+NEW_COLUMNS = {"tau_d": "FLOAT", "accountant": "VARCHAR(16)"}
+"""Columns added to ``charges`` since ledgers were first written (nullable, so old rows keep their meaning)."""
+
+
 def _add_missing_columns(engine: Engine) -> None:
-    """Columns added to the schema since a ledger was created (nullable, so old rows keep their meaning)."""
-    if "tau_d" in {c["name"] for c in inspect(engine).get_columns("charges")}:
-        return
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("ALTER TABLE charges ADD COLUMN tau_d FLOAT"))
-    except SQLAlchemyError:  # another process added it first
-        if "tau_d" not in {c["name"] for c in inspect(engine).get_columns("charges")}:
-            raise
+    """Add :data:`NEW_COLUMNS` a ledger lacks (another process may add one first)."""
+    for name, kind in NEW_COLUMNS.items():
+        if name in {c["name"] for c in inspect(engine).get_columns("charges")}:
+            continue
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE charges ADD COLUMN {name} {kind}"))
+        except SQLAlchemyError:  # another process added it first
+            if name not in {c["name"] for c in inspect(engine).get_columns("charges")}:
+                raise
 
 
 class Ledger:
@@ -247,7 +286,8 @@ class Ledger:
                 conn.execute(insert(members), [{"run_id": run_id, "client_id": c, "group_index": g}
                                                for c, g in membership.items()])  # fmt: skip
                 rows = [{"run_id": run_id, "round": r, "group_index": m, "q": g.q,
-                         "noise_multiplier": g.noise_multiplier, "tau_d": g.tau_d, "status": "reserved"}
+                         "noise_multiplier": g.noise_multiplier, "tau_d": g.tau_d, "accountant": g.accountant,
+                         "status": "reserved"}
                         for r, groups in enumerate(planned) for m, g in enumerate(groups)]  # fmt: skip
                 if rows:
                     conn.execute(insert(charges), rows)
@@ -350,7 +390,7 @@ class Ledger:
         for r in conn.execute(
             select(charges).join(runs, runs.c.run_id == charges.c.run_id).where(runs.c.federation == federation)
         ):
-            cost[(r.run_id, r.group_index)][GroupRound(r.q, r.noise_multiplier, r.tau_d)] += 1
+            cost[(r.run_id, r.group_index)][GroupRound(r.q, r.noise_multiplier, r.tau_d, r.accountant or "rdp")] += 1
             status[(r.run_id, r.group_index)][r.status] += 1
         cache: dict[tuple, float] = {}
         out = []
