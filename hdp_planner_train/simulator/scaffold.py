@@ -249,7 +249,7 @@ def ledger_run(
         run_id = book.start_run(
             federation=cfg.federation, label=f"{cfg.method} {cfg.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
-            planned=planned_costs(plan, spec, row, start, rounds), supersedes=supersedes,
+            planned=planned_costs(plan, spec, row, start, rounds), start=start, supersedes=supersedes,
         )  # fmt: skip
     except LedgerError as exc:
         hint = (" (a simulation: --seeded-noise; another population: --federation; no ledger: --ledger none)"

@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from hdp_planner import plan
 from hdp_planner.accounting.calibration import epsilons_spent
+from hdp_planner.ledger.composition import GroupRound, compose, compose_pld, compose_rdp
 from hdp_planner.ledger.runs import round_costs, simulated_clients
-from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError, compose, compose_pld, compose_rdp
+from hdp_planner.ledger.store import Ledger, LedgerError
 from hdp_planner.planfile.document import save_plan
 from hdp_planner_cli.app import app
 
