@@ -13,7 +13,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from hdp_planner.ledger.runs import default_ledger, plan_clients, round_costs
+from hdp_planner.ledger.runs import default_ledger, executed_costs, plan_clients
 from hdp_planner.ledger.store import Ledger, LedgerError
 from hdp_planner.planfile.document import load_plan, read_document
 from hdp_planner_cli.command import PlainCommand
@@ -53,9 +53,9 @@ def _open(ledger: str | None) -> Ledger:
 
 
 def _plan_clients(plan_file: str, groups: str | None):
-    p = load_plan(plan_file)
-    membership, budgets = plan_clients(p, p.groups.name, read_document(plan_file), groups)
-    return p, membership, budgets
+    p, doc = load_plan(plan_file), read_document(plan_file)
+    membership, budgets = plan_clients(p, p.groups.name, doc, groups)
+    return p, doc, membership, budgets
 
 
 @app.command("show", cls=PlainCommand)
@@ -69,7 +69,7 @@ def show(
 ) -> None:
     """Each plan group's clients: ε spent over their lifetime (every run in the ledger, under any federation name)
     and remaining."""
-    p, membership, budgets = _plan_clients(plan_file, groups)
+    p, _, membership, budgets = _plan_clients(plan_file, groups)
     with _ledger_errors():
         book = _open(ledger)
         state = book.state()
@@ -110,7 +110,8 @@ def check(
     rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds of the next run [the plan's T].")] = None,
 ) -> None:
     """Exit 1 if the ledger's hash chain is broken (an event deleted or edited, or a pinned --head no longer in it),
-    if any client is over budget, or, with a plan, if one would be after one more run of the plan's GDPFed+ row.
+    if any client is over budget, or, with a plan, if one would be after one more run of the plan's GDPFed+ row as
+    it executes (under a plan that trusts secure aggregation, its distributed discrete Gaussian rounds).
     Prints the head digest to pin or publish."""
     if rounds is not None and rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {rounds}")
@@ -129,8 +130,8 @@ def check(
         over = [s for s in rows if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
         cannot = []
         if plan is not None:
-            p, membership, budgets = plan
-            costs = round_costs(p, p.groups.name, start=0, rounds=rounds or p.config.rounds)
+            p, doc, membership, budgets = plan
+            costs = executed_costs(p, p.groups.name, doc, start=0, rounds=rounds or p.config.rounds)
             cannot = book.would_exceed(membership=membership, budgets_of=budgets, delta=p.config.delta, planned=costs)
     if over:
         out.print(f"FAIL {len(over)} client(s) over their lifetime budget, e.g. {over[0].client_id}", highlight=False)

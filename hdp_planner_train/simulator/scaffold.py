@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from hdp_planner.io.files import write_json_atomic, write_text_atomic
-from hdp_planner.ledger.runs import default_ledger, plan_clients, plan_digest, round_costs
+from hdp_planner.ledger.runs import default_ledger, distributed_costs, plan_clients, plan_digest, round_costs
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
 from hdp_planner.planfile.document import read_document
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
@@ -265,11 +265,8 @@ def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[Gr
     aggregation, the trust object's distributed discrete Gaussian rounds (z_m, q_m, τ·d' of the group)."""
     if spec.secagg is None:
         return round_costs(plan, row, start=start, rounds=rounds)
-    from hdp_planner.distributed.rounds import group_tau_d
-
-    groups = [GroupRound(q, z, group_tau_d(size, spec.secagg.model_dim))
-              for q, z, size in zip(spec.q, spec.noise_multiplier, spec.sizes)]  # fmt: skip
-    return [list(groups) for _ in range(start, rounds)]
+    return distributed_costs(q=spec.q, noise_multipliers=spec.noise_multiplier, sizes=spec.sizes,
+                             model_dim=spec.secagg.model_dim, start=start, rounds=rounds)  # fmt: skip
 
 
 def device_arrays(data, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
