@@ -23,12 +23,16 @@ from hdp_planner.planning.plan import Plan
 DEFAULT_LEDGER_ENV = "HDP_PLANNER_LEDGER"
 
 
+def user_data_folder() -> Path:
+    """The user's data folder of hdp-planner: ``$XDG_DATA_HOME/hdp-planner``, else ``~/.local/share/hdp-planner``."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hdp-planner"
+
+
 def default_ledger() -> str:
     """The default ledger: ``$HDP_PLANNER_LEDGER``, else an SQLite file in the user's data folder."""
     if os.environ.get(DEFAULT_LEDGER_ENV):
         return os.environ[DEFAULT_LEDGER_ENV]
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return str(base / "hdp-planner" / "ledger.sqlite")
+    return str(user_data_folder() / "ledger.sqlite")
 
 
 def plan_digest(plan: Plan) -> str:

@@ -246,6 +246,8 @@ def ledger_run(
         if "://" not in target:
             Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
         book = Ledger(target)
+        if supersedes is not None:
+            check_released(book, supersedes, start)
         run_id = book.start_run(
             federation=cfg.federation, label=f"{cfg.method} {cfg.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
@@ -258,6 +260,19 @@ def ledger_run(
     except OSError as exc:
         raise TrainError(f"cannot create the privacy ledger {target}: {exc.strerror or exc}") from None
     return LedgerRun(book, run_id, start)
+
+
+def check_released(book: Ledger, run_id: str, start: int) -> None:
+    """Refuse to resume at round ``start`` a run whose ledger run ``run_id`` released rounds past it: its checkpoint
+    is older than what was charged (put back, or the run was killed between a round's release and its checkpoint),
+    and resuming would release more rounds than the metrics report."""
+    run = book.state().runs.get(run_id)
+    if run is not None and run.released_through > start:
+        raise TrainError(
+            f"--resume: the ledger {book.target} released {run.released_through} rounds of this run but its "
+            f"checkpoint holds {start}: an older checkpoint, or a run killed between a round's release and its "
+            "checkpoint; resuming would release more rounds than the metrics report: rerun with --overwrite"
+        )
 
 
 def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[GroupRound]]:
