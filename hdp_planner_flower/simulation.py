@@ -119,9 +119,22 @@ def prepare(cfg: FlowerConfig) -> Prepared:
                     file_sha256(cfg.plan))  # fmt: skip
 
 
-def serve(p: Prepared, grid, progress=print):
-    """The ServerApp's work: :class:`HdpStrategy` over ``grid`` for the run's rounds, a progress line per round,
-    central evaluation; returns the strategy (its ``log`` holds the run)."""
+FLOWER_REFUSAL_HINT = " (no ledger: --ledger none)"
+
+
+def open_account(p: Prepared):
+    """The run's account in the privacy ledger (None without one), opened before any node starts: refused before
+    round 1 if a client would exceed its budget."""
+    from hdp_planner_train.simulator.scaffold import ledger_run
+
+    return ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
+                      refusal_hint=FLOWER_REFUSAL_HINT)  # fmt: skip
+
+
+def serve(p: Prepared, grid, account, progress=print):
+    """The ServerApp's work: :class:`HdpStrategy` over ``grid`` for the run's rounds, charging ``account``
+    (:func:`open_account`), a progress line per round, central evaluation; returns the strategy (its ``log`` holds
+    the run)."""
     from hdp_planner_flower.app import central_evaluation, model_arrays
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.simulator.scaffold import round_description
@@ -139,9 +152,6 @@ def serve(p: Prepared, grid, progress=print):
         from hdp_planner_train.audit.canaries import CanaryAuditor
 
         auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.dataset), p.cfg.seed, p.cfg.audit_canaries)
-    from hdp_planner_train.simulator.scaffold import ledger_run
-
-    account = ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True)
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
         auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
@@ -192,15 +202,31 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
 
 def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
     """Run ``cfg`` on Flower's simulation engine (``run_simulation``, one virtual node per client); ``progress`` gets
-    one line per round. Raises ValueError (one-line message) for anything the user can fix. On KeyboardInterrupt,
-    Ray is shut down and the temporary Flower home removed before the interrupt propagates (Flower's ServerApp
-    thread may still be waiting for replies: a command line ends the process, see ``hdp-plan flower``)."""
+    one line per round. Raises ValueError (one-line message) for anything the user can fix. The run's ledger account
+    is opened here, before any node starts, and closed here however the run ends: on KeyboardInterrupt the rounds
+    never released are given back and the run finished, then Ray is shut down and the temporary Flower home removed
+    before the interrupt propagates (Flower's ServerApp thread may still be waiting for replies: a command line
+    ends the process, see ``hdp-plan flower``; a release it tries after that is refused by the ledger)."""
     with offline_environment():
         return _run_flower(cfg, progress)
 
 
 def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
     p = prepare(cfg)
+    account = open_account(p)
+    try:
+        return _serve_flower(cfg, p, account, progress)
+    except KeyboardInterrupt:
+        if account is not None:
+            account.finish()
+        stop_ray()
+        raise
+    finally:
+        if account is not None:
+            account.finish()
+
+
+def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str, Any]:
     from flwr.serverapp import ServerApp
 
     from hdp_planner_flower.app import client_app
@@ -211,28 +237,24 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
     @app.main()
     def main(grid, context) -> None:
         try:
-            holder["strategy"] = serve(p, grid, progress)
+            holder["strategy"] = serve(p, grid, account, progress)
         except Exception as exc:  # reported by the caller as one line
             holder["error"] = exc
 
-    try:
-        with node_state(cfg) as state_dir:
-            pin = None
-            if cfg.trust == "secagg":
-                from hdp_planner_flower.pin import Pin
+    with node_state(cfg) as state_dir:
+        pin = None
+        if cfg.trust == "secagg":
+            from hdp_planner_flower.pin import Pin
 
-                pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
-                          str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir)  # fmt: skip
-            if cfg.in_process:
-                from hdp_planner_flower.local import InProcessGrid
+            pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
+                      str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir)  # fmt: skip
+        if cfg.in_process:
+            from hdp_planner_flower.local import InProcessGrid
 
-                logging.getLogger("flwr").setLevel(logging.ERROR)
-                grid = InProcessGrid(client_app(pin=pin, masks=cfg.masks), p.data.n_clients)
-                return finish(p, serve(p, grid, progress))
-            _simulate(app, client_app(pin=pin, masks=cfg.masks), p.data.n_clients, cfg.cpus_per_client)
-    except KeyboardInterrupt:
-        stop_ray()
-        raise
+            logging.getLogger("flwr").setLevel(logging.ERROR)
+            grid = InProcessGrid(client_app(pin=pin, masks=cfg.masks), p.data.n_clients)
+            return finish(p, serve(p, grid, account, progress))
+        _simulate(app, client_app(pin=pin, masks=cfg.masks), p.data.n_clients, cfg.cpus_per_client)
     if "error" in holder:
         exc = holder["error"]
         raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -258,7 +280,12 @@ def run_config_server_app():
                            seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "server")), groups=text["groups"],
                            out=text["out"])  # fmt: skip
         p = prepare(cfg)
-        metrics = finish(p, serve(p, grid))
+        account = open_account(p)
+        try:
+            metrics = finish(p, serve(p, grid, account))
+        finally:
+            if account is not None:
+                account.finish()
         print(f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds"
               + (f"; metrics written to {cfg.out}/metrics.json" if cfg.out else ""))  # fmt: skip
 

@@ -29,6 +29,7 @@ from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
+from hdp_planner_train.simulator.interrupts import HeldInterrupt
 from hdp_planner_train.simulator.models import model_name
 from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
@@ -197,7 +198,7 @@ def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dic
 
 class LedgerRun:
     """A run's account in the privacy ledger: its rounds reserved at the start, each released before it is applied,
-    the unreleased ones given back at the end (:mod:`hdp_planner.ledger`)."""
+    the unreleased ones given back at the end (:mod:`hdp_planner.ledger`), Ctrl-C held while they are."""
 
     def __init__(self, book: Ledger, run_id: str, start: int) -> None:
         self.book, self.run_id, self.start = book, run_id, start
@@ -210,22 +211,56 @@ class LedgerRun:
             raise TrainError(f"stopped before round {rnd + 1} was released: {exc}") from None
 
     def finish(self) -> None:
-        """Give the unreleased rounds back (once; later calls do nothing)."""
+        """Give the unreleased rounds back (once; later calls do nothing), a Ctrl-C meanwhile raised after."""
         if self.finished:
             return
         self.finished = True
-        with contextlib.suppress(LedgerError):  # a ledger that went away keeps the reservation: safe
-            self.book.finish(self.run_id)
+        held = HeldInterrupt()
+        held.hold()
+        try:
+            with contextlib.suppress(LedgerError):  # a ledger that went away keeps the reservation: safe
+                self.book.finish(self.run_id)
+        finally:
+            held.let_go()
+
+
+class CheckpointedRelease:
+    """A run's account whose every release holds Ctrl-C (:class:`HeldInterrupt`) until :meth:`checkpointed`: an
+    interrupt never falls between a round charged in the ledger and the checkpoint that records it, so the ledger
+    never holds more released rounds than the checkpoint and ``--resume`` continues."""
+
+    def __init__(self, account, held: HeldInterrupt) -> None:
+        self.account, self.held = account, held
+
+    def release(self, rnd: int) -> None:
+        self.held.hold()
+        self.account.release(rnd)
+
+    def finish(self) -> None:
+        self.account.finish()
+
+    def checkpointed(self, checkpoint: Callable[[], None]) -> Callable[[], None]:
+        """``checkpoint``, then the Ctrl-C held since the release, if any."""
+
+        def write() -> None:
+            checkpoint()
+            self.held.let_go()
+
+        return write
+
+
+TRAIN_REFUSAL_HINT = " (a simulation: --seeded-noise; no ledger: --ledger none)"
 
 
 def ledger_run(
     cfg: TrainConfig, plan, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
-    supersedes: str | None = None,
+    supersedes: str | None = None, refusal_hint: str = TRAIN_REFUSAL_HINT,
 ) -> LedgerRun | None:  # fmt: skip
     """Open the run's account in the ledger (``cfg.ledger``; ``auto``: the default ledger when the noise is secure,
     none for seeded simulations), refusing the run before round 1 if a client would exceed its lifetime budget.
     ``clients``: (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
-    ``cfg.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``)."""
+    ``cfg.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``).
+    ``refusal_hint``: the command's own ways around a refusal, appended to it."""
     target = cfg.ledger
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     if not spec.private or target in (None, "", "none") or (target == "auto" and not secure):
@@ -254,9 +289,7 @@ def ledger_run(
             planned=planned_costs(plan, spec, row, start, rounds), start=start, supersedes=supersedes,
         )  # fmt: skip
     except LedgerError as exc:
-        hint = (" (a simulation: --seeded-noise; another population: --federation; no ledger: --ledger none)"
-                if "refused" in str(exc) else "")  # fmt: skip
-        raise TrainError(f"{exc}{hint}") from None
+        raise TrainError(f"{exc}{refusal_hint if 'refused' in str(exc) else ''}") from None
     except OSError as exc:
         raise TrainError(f"cannot create the privacy ledger {target}: {exc.strerror or exc}") from None
     return LedgerRun(book, run_id, start)
@@ -342,7 +375,11 @@ def train_rounds(
             progress.update(task, description=describe(done, entry))
         progress.update(task, completed=done)
 
-    with progress:
+    held = HeldInterrupt()
+    if account is not None and checkpoint is not None:
+        account = CheckpointedRelease(account, held)
+        checkpoint = account.checkpointed(checkpoint)
+    with progress, held:
         run_rounds(schedule, log, step=step, evaluate=evaluate, account=account, report=report, checkpoint=checkpoint)
 
 
