@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hdp_planner.ledger.chain import Event
+from hdp_planner.ledger.chain import Event, canonical
 from hdp_planner.ledger.composition import GroupRound, compose
 
 
@@ -95,15 +95,39 @@ class LedgerState:
 
     def __init__(self) -> None:
         self.runs: dict[str, RunRecord] = {}
-        self.budgets: dict[str, tuple[float, float]] = {}  # client → (ε, δ), the smallest registered
-        self.member_of: dict[str, list[tuple[str, int]]] = defaultdict(list)
         self.migrated: dict[str, Any] | None = None
+        self._registered: list[tuple[str, dict[str, list], float]] = []  # (run, {client: [group, ε]}, δ) in order
+        self._index: tuple[dict[str, tuple[float, float]], dict[str, list[tuple[str, int]]]] | None = None
+
+    def _indexed(self) -> tuple[dict[str, tuple[float, float]], dict[str, list[tuple[str, int]]]]:
+        """(client → (ε, δ), the smallest registered; client → its (run, group)s), built when first needed."""
+        if self._index is None:
+            budgets: dict[str, tuple[float, float]] = {}
+            member_of: dict[str, list[tuple[str, int]]] = defaultdict(list)
+            for run_id, clients, delta in self._registered:
+                for c, (g, eps) in clients.items():
+                    known = budgets.get(c)
+                    budgets[c] = (eps, delta) if known is None else (min(known[0], eps), min(known[1], delta))
+                    member_of[c].append((run_id, g))
+            self._index = budgets, member_of
+        return self._index
+
+    @property
+    def budgets(self) -> dict[str, tuple[float, float]]:
+        """Each client's lifetime budget (ε, δ): the smallest registered."""
+        return self._indexed()[0]
 
     @classmethod
-    def replay(cls, events: Iterable[Event]) -> LedgerState:
+    def replay(cls, events: Iterable[Event], run_id: str | None = None) -> LedgerState:
+        """The state after ``events``; with ``run_id``, of that run's events only (read without parsing the others:
+        a run's events are the only ones whose canonical JSON holds ``"run_id":"<run_id>"``)."""
         state = cls()
+        needle = None if run_id is None else canonical({"run_id": run_id})[1:-1]
         for e in events:
-            state.apply(e.seq, e.kind, e.data)
+            if needle is None or needle in e.body:
+                data = e.data
+                if needle is None or data.get("run_id") == run_id:
+                    state.apply(e.seq, e.kind, data)
         return state
 
     def apply(self, seq: int, kind: str, data: dict[str, Any]) -> None:
@@ -125,18 +149,15 @@ class LedgerState:
                 self.migrated = data
             else:
                 raise LedgerStateError(f"unknown kind {kind!r}")
-        except (KeyError, TypeError, LedgerStateError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise LedgerStateError(f"event {seq} ({kind}) is not one a ledger writes: {exc}") from None
 
     def _start(self, data: dict[str, Any]) -> None:
         if data["run_id"] in self.runs:
             raise LedgerStateError("the run was already started")
-        delta = float(data["delta"])
-        clients = {c: int(g) for c, (g, _) in data["clients"].items()}
-        for c, (_, eps) in data["clients"].items():
-            known = self.budgets.get(c)
-            self.budgets[c] = (float(eps), delta) if known is None else (min(known[0], eps), min(known[1], delta))
-            self.member_of[c].append((data["run_id"], clients[c]))
+        clients = {c: g for c, (g, _) in data["clients"].items()}
+        self._registered.append((data["run_id"], data["clients"], float(data["delta"])))
+        self._index = None
         rounds = [[GroupRound(float(q), float(s), None if t is None else float(t), str(a)) for q, s, t, a in groups]
                   for groups in data["rounds"]]  # fmt: skip
         self.runs[data["run_id"]] = RunRecord(data["run_id"], data["federation"], data["label"], data["plan_sha256"],
@@ -152,12 +173,13 @@ class LedgerState:
                 for r, s in counted:
                     cost[(run.run_id, m)][run.rounds[r][m]] += 1
                     status[(run.run_id, m)][s] += 1
-        wanted = sorted(self.budgets if clients is None else set(clients) & set(self.budgets))
+        budgets, member_of = self._indexed()
+        wanted = sorted(budgets if clients is None else set(clients) & set(budgets))
         cache: dict[tuple, float] = {}
         out = []
         for client in wanted:
-            signature = tuple(sorted(self.member_of.get(client, ())))
-            eps_budget, delta = self.budgets[client]
+            signature = tuple(sorted(member_of.get(client, ())))
+            eps_budget, delta = budgets[client]
             key = (signature, delta)
             if key not in cache:
                 total: Counter = Counter()

@@ -110,13 +110,14 @@ class Ledger:
             Event(r.seq, r.kind, r.body, r.prev, r.digest) for r in conn.execute(select(events).order_by(events.c.seq))
         ]
 
-    def _state(self, conn: Connection) -> tuple[LedgerState, Event | None]:
-        """The replayed state and the last event, refused (LedgerError) if the chain is broken."""
+    def _state(self, conn: Connection, run_id: str | None = None) -> tuple[LedgerState, Event | None]:
+        """The replayed state (with ``run_id``: of that run only) and the last event, refused (LedgerError) if the
+        chain is broken."""
         chain = self._events(conn)
         problem = chain_break(chain)
         try:
             if problem is None:
-                return LedgerState.replay(chain), (chain[-1] if chain else None)
+                return LedgerState.replay(chain, run_id), (chain[-1] if chain else None)
         except LedgerStateError as exc:
             problem = str(exc)
         raise LedgerError(f"the privacy ledger {self.target} is broken: {problem}; it refuses every run until it is "
@@ -194,7 +195,7 @@ class Ledger:
         """Charge round ``round_index`` of ``run_id`` (before its model leaves the server)."""
         try:
             with self._writing() as conn:
-                state, last = self._state(conn)
+                state, last = self._state(conn, run_id)
                 run = state.runs.get(run_id)
                 if run is None or run.finished or not 0 <= round_index < len(run.rounds) or round_index in run.released:
                     raise LedgerError(f"round {round_index + 1} of run {run_id} was not reserved: not released")
@@ -208,7 +209,7 @@ class Ledger:
         predecessor)."""
         try:
             with self._writing() as conn:
-                state, last = self._state(conn)
+                state, last = self._state(conn, run_id)
                 run = state.runs.get(run_id)
                 if run is None or run.finished or (of is not None and run.plan_sha256 != of):
                     return
