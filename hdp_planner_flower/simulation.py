@@ -51,7 +51,7 @@ class FlowerConfig:
     audit: bool = False  # canary clients in every group, empirical ε per group (--trust server)
     audit_canaries: int | None = None
     ledger: str = "auto"  # privacy ledger (auto: the default ledger; Flower's noise is always secure)
-    federation: str = "flower"  # whose clients the ledger charges (node config client-id)
+    federation: str = "flower"  # a name the ledger records with the run (budgets are per client id)
     node_state: str | None = None  # secagg: where simulated nodes keep participation counts (None: a temporary folder)
     in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
     masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)

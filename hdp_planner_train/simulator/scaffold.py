@@ -73,7 +73,7 @@ class TrainConfig:
     trust: str = "server"  # server | secagg: the exact integer pipeline of secure aggregation (the plan's trust object)
     dropout: float = 0.0  # secagg: probability that a sampled client drops out before the sum (simulated)
     ledger: str | None = "auto"  # privacy ledger URL/file; auto: the default ledger for secure runs, none for seeded
-    federation: str = "simulation"  # whose clients the ledger charges
+    federation: str = "simulation"  # a name the ledger records with the run (budgets are per client id)
     groups: str | None = None  # hdp-plan assign's file: the clients the ledger charges, each with its own budget
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
     selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
