@@ -17,6 +17,7 @@ first opened (:mod:`.legacy`).
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -67,13 +68,15 @@ def ledger_url(target: str) -> str:
 
 
 class Ledger:
-    """A privacy ledger at an SQLAlchemy URL (or an SQLite file path); tables are created on first use, unless
-    ``create`` is false (reading commands): then a missing SQLite file is refused."""
+    """A privacy ledger at an SQLAlchemy URL (or an SQLite file path, created owner-only: 0600); tables are created
+    on first use, unless ``create`` is false (reading commands): then a missing SQLite file is refused."""
 
     def __init__(self, target: str, *, create: bool = True) -> None:
         url = ledger_url(target)
-        if not create and "://" not in target and not Path(target).expanduser().is_file():
-            raise LedgerError(f"no privacy ledger at {target}")
+        if "://" not in target and not Path(target).expanduser().is_file():
+            if not create:
+                raise LedgerError(f"no privacy ledger at {target}")
+            _create_owner_only(Path(target).expanduser())
         args = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
         self.target = target
         try:
@@ -254,6 +257,16 @@ class Ledger:
             except LedgerStateError as exc:
                 problem = str(exc)
         return ChainReport(len(chain), chain[-1].digest if chain else GENESIS, problem, migrated)
+
+
+def _create_owner_only(path: Path) -> None:
+    """A new SQLite ledger file readable and writable by its owner only (0600); SQLite keeps the mode."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # another process created it first
+        pass
+    except OSError as exc:
+        raise LedgerError(f"cannot open the privacy ledger {path}: {exc.strerror or exc}") from None
 
 
 def _reason(exc: SQLAlchemyError) -> str:

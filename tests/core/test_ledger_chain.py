@@ -115,6 +115,13 @@ def test_a_removed_tail_is_found_by_the_pinned_head(tmp_path, small):
     assert done.exit_code == 1 and "pinned head" in done.output
 
 
+def test_a_new_sqlite_ledger_is_owner_only(tmp_path):
+    import stat
+
+    Ledger(str(tmp_path / "l.sqlite"))
+    assert stat.S_IMODE((tmp_path / "l.sqlite").stat().st_mode) == 0o600
+
+
 def test_budgets_are_a_client_ids_whatever_the_federation_name(tmp_path, small):
     """The plan's whole budget spent under one name: a run under another name, for the same client ids, is
     refused before round 1, and each client's spending is the same whichever name is asked."""
