@@ -119,16 +119,13 @@ def prepare(cfg: FlowerConfig) -> Prepared:
                     file_sha256(cfg.plan))  # fmt: skip
 
 
-FLOWER_REFUSAL_HINT = " (no ledger: --ledger none)"
-
-
 def open_account(p: Prepared):
     """The run's account in the privacy ledger (None without one), opened before any node starts: refused before
     round 1 if a client would exceed its budget."""
-    from hdp_planner_train.simulator.scaffold import ledger_run
+    from hdp_planner_train.simulator.scaffold import NO_LEDGER_HINT, ledger_run
 
     return ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
-                      refusal_hint=FLOWER_REFUSAL_HINT)  # fmt: skip
+                      refusal_hint=NO_LEDGER_HINT)  # fmt: skip
 
 
 def serve(p: Prepared, grid, account, progress=print):

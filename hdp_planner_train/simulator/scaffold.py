@@ -249,6 +249,7 @@ class CheckpointedRelease:
         return write
 
 
+NO_LEDGER_HINT = " (no ledger: --ledger none)"
 TRAIN_REFUSAL_HINT = " (a simulation: --seeded-noise; no ledger: --ledger none)"
 
 
@@ -289,7 +290,10 @@ def ledger_run(
             planned=planned_costs(plan, spec, row, start, rounds), start=start, supersedes=supersedes,
         )  # fmt: skip
     except LedgerError as exc:
-        raise TrainError(f"{exc}{refusal_hint if 'refused' in str(exc) else ''}") from None
+        if "refused" in str(exc):  # a seeded run (compare's grid) charged all the same: no noise option helps
+            hint = NO_LEDGER_HINT if noise_kind(cfg) == "seeded" else refusal_hint
+            raise TrainError(f"{exc}{hint}") from None
+        raise TrainError(str(exc)) from None
     except OSError as exc:
         raise TrainError(f"cannot create the privacy ledger {target}: {exc.strerror or exc}") from None
     return LedgerRun(book, run_id, start)

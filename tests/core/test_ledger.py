@@ -97,6 +97,7 @@ def test_compare_charges_every_run_to_the_same_clients(tmp_path):
     assert not ledger.exists()
     result = runner.invoke(app, [*args, "--out", str(tmp_path / "on"), "--ledger", str(ledger)])
     assert result.exit_code == 2 and "refused before round 1" in result.output
+    assert "--seeded-noise" not in result.output  # compare's runs are seeded already: only --ledger helps
     assert (tmp_path / "on" / "dp-fedavg" / "seed0" / "run.json").is_file()
     assert not (tmp_path / "on" / "gdpfed+" / "seed0" / "metrics.json").exists()
     doc = json.loads(runner.invoke(app, ["ledger", "show", str(tmp_path / "on" / "plan.json"), "--ledger",
