@@ -89,6 +89,16 @@ def test_deleted_or_edited_events_are_found_and_refuse_every_run(tmp_path, small
     _refused(path, small)
 
 
+def test_a_run_under_way_refuses_to_release_once_the_chain_is_broken(tmp_path, small):
+    path = _ledger(tmp_path, small, runs=1)
+    book = Ledger(str(path))
+    run_id = _start(book, small, 2)
+    book.release(run_id, 0)
+    _sql(path, "UPDATE ledger_events SET body = replace(body, '\"round\":1', '\"round\":0') WHERE seq = 3")
+    with pytest.raises(LedgerError, match=r"is broken: event 3 \(release\) was edited"):
+        book.release(run_id, 1)
+
+
 def test_an_edit_with_its_digest_recomputed_breaks_the_next_link(tmp_path, small):
     """Someone who edits a run's σ and recomputes that event's digest: the next event no longer follows it."""
     path = _ledger(tmp_path, small)
