@@ -4,6 +4,7 @@ hash chain checked."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -115,6 +116,10 @@ def check(
     Prints the head digest to pin or publish."""
     if rounds is not None and rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {rounds}")
+    if head is not None and not re.fullmatch(r"[0-9a-f]{64}", head):
+        raise ValueError(
+            f"--head must be a SHA-256 digest (64 hexadecimal digits) as `ledger check` prints, got {head!r}"
+        )
     plan = _plan_clients(plan_file, groups) if plan_file else None
     with _ledger_errors():
         book = _open(ledger)

@@ -220,6 +220,7 @@ def test_a_ledger_of_the_unchained_schema_is_copied_into_the_chain(tmp_path, sma
         ["show", "{plan}", "--ledger", "{notadb}"],
         ["check", "--ledger", "{notadb}"],
         ["check", "--ledger", "nosuchdriver://x/y"],
+        ["check", "--head", "abc"],
     ],
 )
 def test_bad_input_to_every_ledger_subcommand_is_one_line(tmp_path, small, args):
