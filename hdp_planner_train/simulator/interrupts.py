@@ -18,16 +18,20 @@ class HeldInterrupt:
         self._pending = False
 
     def hold(self) -> None:
-        if not self._held and threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._note)
-            self._held = True
+        """Note SIGINT from now on (nothing to hold where it is ignored, or off the main thread)."""
+        if self._held or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            return
+        self._previous = signal.signal(signal.SIGINT, self._note)
+        self._held = True
 
     def _note(self, signum, frame) -> None:
         self._pending = True
 
     def _restore(self) -> None:
-        if self._held:
-            signal.signal(signal.SIGINT, self._previous)
+        if self._held:  # a handler installed outside Python (None) is given back as the default
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous)
             self._held = False
 
     def let_go(self) -> None:
