@@ -274,7 +274,19 @@ def fresh_database(server: str, name: str) -> str:
 
 
 def test_postgresql_ledger(postgres, small):
-    check_ledger(fresh_database(postgres, "composes"), small)
+    """As on SQLite, and the chain holds there too: an edited event is found and refuses every run."""
+    from sqlalchemy import text
+
+    url = fresh_database(postgres, "composes")
+    check_ledger(url, small)
+    book = Ledger(url)
+    assert book.check_chain().problem is None
+    with book.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_events SET body = replace(body, :old, :new) WHERE seq = 3"),
+                     {"old": '"round":1', "new": '"round":2'})  # fmt: skip
+    assert "event 3 (release) was edited" in book.check_chain().problem
+    with pytest.raises(LedgerError, match="is broken"):
+        _start(book, small, rounds=1)
 
 
 def test_postgresql_two_runs_at_once_never_overspend(postgres, small):
