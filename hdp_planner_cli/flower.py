@@ -64,7 +64,7 @@ def flower(
         typer.Option("--ledger", help="Privacy ledger: an SQLAlchemy URL or SQLite file, none, or auto (the default)."),
     ] = "auto",
     federation: Annotated[
-        str, typer.Option("--federation", help="Whose clients the ledger charges (node config client-id).")
+        str, typer.Option("--federation", help="A name the ledger records with the run (budgets are per client id).")
     ] = "flower",
     node_state: Annotated[
         str | None,

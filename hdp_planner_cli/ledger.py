@@ -1,17 +1,21 @@
-"""``hdp-plan ledger show|check``: every client's spent and remaining budget in a privacy ledger."""
+"""``hdp-plan ledger show|check``: every client's spent and remaining budget in a privacy ledger, and the ledger's
+hash chain checked."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 from rich import box
 from rich.table import Table
 
-from hdp_planner.ledger.runs import default_ledger, plan_clients, round_costs
-from hdp_planner.ledger.store import Ledger
+from hdp_planner.ledger.runs import default_ledger, executed_costs, plan_clients
+from hdp_planner.ledger.store import Ledger, LedgerError
 from hdp_planner.planfile.document import load_plan, read_document
 from hdp_planner_cli.command import PlainCommand
 from hdp_planner_cli.console import one_line_errors, out
@@ -24,40 +28,62 @@ LedgerOpt = Annotated[
     ),
 ]
 FederationOpt = Annotated[
-    str,
-    typer.Option("--federation", help="Whose clients: the name their runs recorded [simulation]."),
+    str | None,
+    typer.Option("--federation", help="List only the runs that recorded this federation name [all]."),
+]
+HeadOpt = Annotated[
+    str | None,
+    typer.Option("--head", help="A head digest printed by an earlier check: it must still be in the chain."),
 ]
 PlanArg = Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 
-def _spending(plan_file: str, ledger: str | None, federation: str, groups: str | None):
-    p = load_plan(plan_file)
-    membership, budgets = plan_clients(p, p.groups.name, read_document(plan_file), groups)
-    book = Ledger(ledger or default_ledger())
-    return p, membership, budgets, book, book.spending(federation, budgets)
+@contextmanager
+def _ledger_errors() -> Iterator[None]:
+    """A ledger that is missing, unreadable or broken: one line (``one_line_errors``), never a traceback."""
+    try:
+        yield
+    except LedgerError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _open(ledger: str | None) -> Ledger:
+    return Ledger(ledger or default_ledger(), create=False)
+
+
+def _plan_clients(plan_file: str, groups: str | None):
+    p, doc = load_plan(plan_file), read_document(plan_file)
+    membership, budgets = plan_clients(p, p.groups.name, doc, groups)
+    return p, doc, membership, budgets
 
 
 @app.command("show", cls=PlainCommand)
 @one_line_errors
 def show(
     plan_file: PlanArg,
-    federation: FederationOpt = "simulation",
+    federation: FederationOpt = None,
     ledger: LedgerOpt = None,
     groups: GroupsFile = None,
     as_json: Annotated[bool, typer.Option("--json", help="Every client as JSON.")] = False,
 ) -> None:
-    """Each plan group's clients: ε spent (composed over every run in the ledger) and remaining."""
-    p, membership, _, book, rows = _spending(plan_file, ledger, federation, groups)
+    """Each plan group's clients: ε spent over their lifetime (every run in the ledger, under any federation name)
+    and remaining."""
+    p, _, membership, budgets = _plan_clients(plan_file, groups)
+    with _ledger_errors():
+        book = _open(ledger)
+        state = book.state()
+    rows = state.spending(budgets)
     if as_json:
         doc = [{"client_id": s.client_id, "epsilon_budget": s.epsilon_budget, "delta": s.delta,
                 "epsilon_spent": s.epsilon_spent, "epsilon_remaining": s.remaining,
                 "released_rounds": s.released_rounds, "reserved_rounds": s.reserved_rounds} for s in rows]  # fmt: skip
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
-    runs = book.runs(federation)
-    table = Table(box=box.SIMPLE_HEAD, title=f"{federation} in {book.target}: {len(runs)} run(s)")
+    runs = [r for r in state.runs.values() if federation is None or r.federation == federation]
+    title = f"{book.target}: {len(runs)} run(s){f' of {federation}' if federation else ''}"
+    table = Table(box=box.SIMPLE_HEAD, title=title)
     for col in ("group", "ε budget", "clients", "ε spent (max)", "remaining (min)", "rounds released", "reserved"):
         table.add_column(col, justify="right")
     for m, eps in enumerate(p.groups.epsilon):
@@ -69,30 +95,54 @@ def show(
                       str(max(s.reserved_rounds for s in members)))  # fmt: skip
     out.print(table)
     for r in runs:
-        out.print(
-            f"run {r['run_id']}: {r['label']}, {r['planned_rounds']} rounds planned, {r['status']}", highlight=False
-        )
+        out.print(f"run {r.run_id} ({r.federation}): {r.label}, {len(r.rounds)} rounds planned, "
+                  f"{len(r.released)} released, {r.status}", highlight=False, markup=False)  # fmt: skip
 
 
 @app.command("check", cls=PlainCommand)
 @one_line_errors
 def check(
-    plan_file: PlanArg,
-    federation: FederationOpt = "simulation",
+    plan_file: Annotated[
+        str | None, typer.Argument(help="A plan.json: also check that another run of it fits every budget.")
+    ] = None,
     ledger: LedgerOpt = None,
+    head: HeadOpt = None,
     groups: GroupsFile = None,
     rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds of the next run [the plan's T].")] = None,
 ) -> None:
-    """Exit 1 if any client is over budget, or would be after one more run of the plan's GDPFed+ row."""
-    p, membership, budgets, book, rows = _spending(plan_file, ledger, federation, groups)
-    over = [s for s in rows if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
-    costs = round_costs(p, p.groups.name, start=0, rounds=rounds or p.config.rounds)
-    cannot = book.would_exceed(federation=federation, membership=membership, budgets_of=budgets,
-                               delta=p.config.delta, planned=costs)  # fmt: skip
+    """Exit 1 if the ledger's hash chain is broken (an event deleted or edited, or a pinned --head no longer in it),
+    if any client is over budget, or, with a plan, if one would be after one more run of the plan's GDPFed+ row as
+    it executes (under a plan that trusts secure aggregation, its distributed discrete Gaussian rounds).
+    Prints the head digest to pin or publish."""
+    if rounds is not None and rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {rounds}")
+    if head is not None and not re.fullmatch(r"[0-9a-f]{64}", head):
+        raise ValueError(
+            f"--head must be a SHA-256 digest (64 hexadecimal digits) as `ledger check` prints, got {head!r}"
+        )
+    plan = _plan_clients(plan_file, groups) if plan_file else None
+    with _ledger_errors():
+        book = _open(ledger)
+        report = book.check_chain(head)
+        if report.problem is not None:
+            broken = f"FAIL the hash chain of {book.target} is broken: {report.problem}"
+            out.print(broken, highlight=False, markup=False, soft_wrap=True)
+            raise typer.Exit(1)
+        copied = " (it began as a copy of an unchained ledger)" if report.migrated else ""
+        chain = f"chain: {report.events} events unbroken{copied}; head {report.head}"
+        out.print(chain, highlight=False, soft_wrap=True)
+        rows = book.state().spending()
+        over = [s for s in rows if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
+        cannot = []
+        if plan is not None:
+            p, doc, membership, budgets = plan
+            costs = executed_costs(p, p.groups.name, doc, start=0, rounds=rounds or p.config.rounds)
+            cannot = book.would_exceed(membership=membership, budgets_of=budgets, delta=p.config.delta, planned=costs)
     if over:
         out.print(f"FAIL {len(over)} client(s) over their lifetime budget, e.g. {over[0].client_id}", highlight=False)
     if cannot:
         out.print(f"{len(cannot)} client(s) cannot take part in another run of {plan_file}", highlight=False)
     if over or cannot:
         raise typer.Exit(1)
-    out.print(f"OK: {len(rows)} clients within budget, and another run of {plan_file} fits", highlight=False)
+    fits = f", and another run of {plan_file} fits" if plan is not None else ""
+    out.print(f"OK: {len(rows)} clients within budget{fits}", highlight=False)

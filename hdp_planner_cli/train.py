@@ -141,7 +141,7 @@ def train(
         ),
     ] = "auto",
     federation: Annotated[
-        str, typer.Option("--federation", help="Whose clients the ledger charges (client ids 0..n-1).")
+        str, typer.Option("--federation", help="A name the ledger records with the run (budgets are per client id).")
     ] = "simulation",
     groups: GroupsFile = None,
 ) -> None:

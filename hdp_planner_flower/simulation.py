@@ -51,7 +51,7 @@ class FlowerConfig:
     audit: bool = False  # canary clients in every group, empirical ε per group (--trust server)
     audit_canaries: int | None = None
     ledger: str = "auto"  # privacy ledger (auto: the default ledger; Flower's noise is always secure)
-    federation: str = "flower"  # whose clients the ledger charges (node config client-id)
+    federation: str = "flower"  # a name the ledger records with the run (budgets are per client id)
     node_state: str | None = None  # secagg: where simulated nodes keep participation counts (None: a temporary folder)
     in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
     masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)
@@ -120,9 +120,19 @@ def prepare(cfg: FlowerConfig) -> Prepared:
                     file_sha256(cfg.plan))  # fmt: skip
 
 
-def serve(p: Prepared, grid, progress=print):
-    """The ServerApp's work: :class:`HdpStrategy` over ``grid`` for the run's rounds, a progress line per round,
-    central evaluation; returns the strategy (its ``log`` holds the run)."""
+def open_account(p: Prepared):
+    """The run's account in the privacy ledger (None without one), opened before any node starts: refused before
+    round 1 if a client would exceed its budget."""
+    from hdp_planner_train.simulator.scaffold import NO_LEDGER_HINT, ledger_run
+
+    return ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
+                      refusal_hint=NO_LEDGER_HINT)  # fmt: skip
+
+
+def serve(p: Prepared, grid, account, progress=print):
+    """The ServerApp's work: :class:`HdpStrategy` over ``grid`` for the run's rounds, charging ``account``
+    (:func:`open_account`), a progress line per round, central evaluation; returns the strategy (its ``log`` holds
+    the run)."""
     from hdp_planner_flower.app import central_evaluation, model_arrays
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.simulator.scaffold import round_description
@@ -140,9 +150,6 @@ def serve(p: Prepared, grid, progress=print):
         from hdp_planner_train.audit.canaries import CanaryAuditor
 
         auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.dataset), p.cfg.seed, p.cfg.audit_canaries)
-    from hdp_planner_train.simulator.scaffold import ledger_run
-
-    account = ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True)
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
         auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
@@ -194,9 +201,11 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
 
 def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
     """Run ``cfg`` on Flower's simulation engine (``run_simulation``, one virtual node per client); ``progress`` gets
-    one line per round. Raises ValueError (one-line message) for anything the user can fix. On KeyboardInterrupt,
-    Ray is shut down and the temporary Flower home removed before the interrupt propagates (Flower's ServerApp
-    thread may still be waiting for replies: a command line ends the process, see ``hdp-plan flower``)."""
+    one line per round. Raises ValueError (one-line message) for anything the user can fix. The run's ledger account
+    is opened here, before any node starts, and closed here however the run ends: on KeyboardInterrupt the rounds
+    never released are given back and the run finished, then Ray is shut down and the temporary Flower home removed
+    before the interrupt propagates (Flower's ServerApp thread may still be waiting for replies: a command line
+    ends the process, see ``hdp-plan flower``; a release it tries after that is refused by the ledger)."""
     with offline_environment():
         return _run_flower(cfg, progress)
 
@@ -206,10 +215,20 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
 
     p = prepare(cfg)
     with output_folder(cfg.out):  # checked before any node starts or the ledger is charged
-        return _serve_flower(cfg, p, progress)
+        account = open_account(p)
+        try:
+            return _serve_flower(cfg, p, account, progress)
+        except KeyboardInterrupt:
+            if account is not None:
+                account.finish()
+            stop_ray()
+            raise
+        finally:
+            if account is not None:
+                account.finish()
 
 
-def _serve_flower(cfg: FlowerConfig, p: Prepared, progress) -> dict[str, Any]:
+def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str, Any]:
     from flwr.serverapp import ServerApp
 
     from hdp_planner_flower.app import client_app
@@ -220,28 +239,24 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, progress) -> dict[str, Any]:
     @app.main()
     def main(grid, context) -> None:
         try:
-            holder["strategy"] = serve(p, grid, progress)
+            holder["strategy"] = serve(p, grid, account, progress)
         except Exception as exc:  # reported by the caller as one line
             holder["error"] = exc
 
-    try:
-        with node_state(cfg) as state_dir:
-            pin = None
-            if p.cfg.trust == "secagg":
-                from hdp_planner_flower.pin import Pin
+    with node_state(cfg) as state_dir:
+        pin = None
+        if p.cfg.trust == "secagg":
+            from hdp_planner_flower.pin import Pin
 
-                pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
-                          str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir)  # fmt: skip
-            if cfg.in_process:
-                from hdp_planner_flower.local import InProcessGrid
+            pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
+                      str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir)  # fmt: skip
+        if cfg.in_process:
+            from hdp_planner_flower.local import InProcessGrid
 
-                logging.getLogger("flwr").setLevel(logging.ERROR)
-                grid = InProcessGrid(client_app(pin=pin, masks=cfg.masks), p.data.n_clients)
-                return finish(p, serve(p, grid, progress))
-            _simulate(app, client_app(pin=pin, masks=cfg.masks), p.data.n_clients, cfg.cpus_per_client)
-    except KeyboardInterrupt:
-        stop_ray()
-        raise
+            logging.getLogger("flwr").setLevel(logging.ERROR)
+            grid = InProcessGrid(client_app(pin=pin, masks=cfg.masks), p.data.n_clients)
+            return finish(p, serve(p, grid, account, progress))
+        _simulate(app, client_app(pin=pin, masks=cfg.masks), p.data.n_clients, cfg.cpus_per_client)
     if "error" in holder:
         exc = holder["error"]
         raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -271,7 +286,12 @@ def run_config_server_app():
 
         p = prepare(cfg)
         with output_folder(cfg.out):  # checked before round 1 and before the ledger is charged
-            metrics = finish(p, serve(p, grid))
+            account = open_account(p)
+            try:
+                metrics = finish(p, serve(p, grid, account))
+            finally:
+                if account is not None:
+                    account.finish()
         print(f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds"
               + (f"; metrics written to {cfg.out}/metrics.json" if cfg.out else ""))  # fmt: skip
 

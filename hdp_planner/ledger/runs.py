@@ -12,21 +12,27 @@ from typing import Any
 
 import numpy as np
 
-from hdp_planner.ledger.store import GroupRound
+from hdp_planner.distributed.rounds import group_tau_d
+from hdp_planner.ledger.composition import GroupRound
 from hdp_planner.planfile.document import budgets_digest_of, plan_to_dict
 from hdp_planner.planfile.mechanism import executed_mechanism
+from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner.planning.budgets import read_assignment
 from hdp_planner.planning.plan import Plan
 
 DEFAULT_LEDGER_ENV = "HDP_PLANNER_LEDGER"
 
 
+def user_data_folder() -> Path:
+    """The user's data folder of hdp-planner: ``$XDG_DATA_HOME/hdp-planner``, else ``~/.local/share/hdp-planner``."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hdp-planner"
+
+
 def default_ledger() -> str:
     """The default ledger: ``$HDP_PLANNER_LEDGER``, else an SQLite file in the user's data folder."""
     if os.environ.get(DEFAULT_LEDGER_ENV):
         return os.environ[DEFAULT_LEDGER_ENV]
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return str(base / "hdp-planner" / "ledger.sqlite")
+    return str(user_data_folder() / "ledger.sqlite")
 
 
 def plan_digest(plan: Plan) -> str:
@@ -38,7 +44,7 @@ def plan_digest(plan: Plan) -> str:
 
 def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[GroupRound]]:
     """Rounds ``start``..``rounds``−1 of ``row`` as executed (:func:`executed_mechanism`: q_m, effective σ_m of the
-    round's phase)."""
+    round's phase), each recorded with the plan's spending accountant."""
     mech = executed_mechanism(plan.method(row), plan.config)
     costs = []
     for r in range(start, rounds):
@@ -48,8 +54,34 @@ def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[G
                 sigma = phase_sigma
                 break
             left -= length
-        costs.append([GroupRound(q, s) for q, s in zip(mech.q, sigma)])
+        costs.append([GroupRound(q, s, accountant=plan.config.spending_accountant) for q, s in zip(mech.q, sigma)])
     return costs
+
+
+def distributed_costs(
+    *, q, noise_multipliers, sizes, model_dim: int, start: int, rounds: int
+) -> list[list[GroupRound]]:
+    """Rounds ``start``..``rounds``−1 of distributed discrete Gaussian noise under secure aggregation: each group's
+    q_m, z_m and Proposition 14's τ·d' (:func:`~hdp_planner.distributed.rounds.group_tau_d`)."""
+    groups = [GroupRound(float(qm), float(z), group_tau_d(int(size), model_dim))
+              for qm, z, size in zip(q, noise_multipliers, sizes, strict=True)]  # fmt: skip
+    return [list(groups) for _ in range(start, rounds)]
+
+
+def executed_costs(plan: Plan, row: str, doc: Mapping[str, Any], *, start: int, rounds: int) -> list[list[GroupRound]]:
+    """What rounds ``start``..``rounds``−1 of a run of ``row`` execute: under a plan that trusts secure aggregation,
+    the trust object's distributed rounds (z_m of the row, q_m and sizes of the row, the planned model dimension);
+    under a trusted server, the plan's sampled Gaussian rounds (:func:`round_costs`). ValueError (one line) for a
+    row with no distributed form."""
+    trust = trust_from_dict(doc)
+    if trust.kind != "secagg":
+        return round_costs(plan, row, start=start, rounds=rounds)
+    entry = doc["trust"]["rows"].get(row)
+    if not entry or entry.get("noise_multiplier") is None:
+        raise ValueError(f"{row} has no distributed form under the plan's secagg trust model")
+    m = plan.method(row)
+    return distributed_costs(q=m.q, noise_multipliers=entry["noise_multiplier"], sizes=m.size,
+                             model_dim=int(trust.model_dim or 0), start=start, rounds=rounds)  # fmt: skip
 
 
 def simulated_clients(plan: Plan, row: str) -> tuple[dict[str, int], dict[str, float]]:

@@ -1,125 +1,65 @@
-"""The privacy ledger: lifetime budgets, runs, members and per-round charges in one SQL database (SQLAlchemy Core:
-an embedded SQLite file by default, PostgreSQL for several servers).
+"""The privacy ledger: lifetime budgets, runs and per-round charges as an append-only hash chain of events
+(:mod:`.chain`, :mod:`.state`) in one SQL database (SQLAlchemy Core: an embedded SQLite file by default, PostgreSQL
+for several servers).
 
 A run **reserves** every round it plans when it starts, in one serialized transaction that first checks that no
 member would exceed its lifetime budget with everything already charged or reserved; each round is **released**
-(marked charged) before its model leaves the server; a run that ends early gives back the rounds it never
-released. Reservations of a run that dies (SIGKILL, power loss) stay counted, so the ledger errs on the safe side
-and loses nothing. Writers are serialized through one row of ``ledger_lock`` (a row lock in PostgreSQL, the
-database lock in SQLite).
+(charged) before its model leaves the server; a run that ends early gives back the rounds it never released.
+Reservations of a run that dies (SIGKILL, power loss) stay counted, so the ledger errs on the safe side and loses
+nothing. Each of these is an appended event; nothing is ever edited or deleted. Writers are serialized through one
+row of ``ledger_lock`` (a row lock in PostgreSQL, the database lock in SQLite), and every write first checks the
+whole chain: a ledger whose chain is broken refuses every run.
 
-A client's spending composes, with dp-accounting's RDP accountant (Mironov 2017; the sampled Gaussian of Mironov,
-Talwar and Zhang 2019), every Poisson-subsampled Gaussian round of every run it is a member of, in the group it
-was in, released or reserved: an upper bound on its (ε, δ) at its lifetime δ. A round of distributed discrete
-Gaussian noise under secure aggregation (a charge with ``tau_d``) has RDP α/(2z²) + τ·d' before sampling
-(:mod:`hdp_planner.distributed.accounting`, Proposition 14); a client with any such round has all its rounds
-composed at the integer orders 2..256 with Zhu and Wang's bound for Poisson subsampling (valid for every
-mechanism, the Gaussian's included, so mixing both kinds never under-reports) and converted as the
-distributed accounting does. Ledgers written before ``tau_d`` existed gain the column when opened.
+Budgets are those of a client id, for its lifetime, whatever federation name a run records: the name labels runs,
+it never separates budgets (:mod:`.state`). Ledgers of the earlier, unchained schema are copied into the chain when
+first opened (:mod:`.legacy`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import dp_accounting as dpa
-import numpy as np
-from dp_accounting.rdp import RdpAccountant
-from sqlalchemy import (
-    Column,
-    Float,
-    ForeignKey,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    create_engine,
-    delete,
-    insert,
-    inspect,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.engine import Engine
+from sqlalchemy import Column, Integer, MetaData, String, Table, Text, create_engine, insert, select, update
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from hdp_planner.accounting.calibration import quiet_dp_accounting
-from hdp_planner.accounting.rdp import kl_certifies_zero
-from hdp_planner.distributed.accounting import ORDERS, epsilon_from_rdp, poisson_subsampled_rdp, release_rdp
+from hdp_planner.ledger.chain import GENESIS, Event, chain_break, next_event
+from hdp_planner.ledger.composition import GroupRound, compose  # noqa: F401  (the ledger's API)
+from hdp_planner.ledger.legacy import has_legacy_tables, legacy_events
+from hdp_planner.ledger.state import ClientSpending, LedgerState, LedgerStateError, RunRecord, run_event
 
 metadata = MetaData()
 ledger_lock = Table("ledger_lock", metadata, Column("id", Integer, primary_key=True), Column("version", Integer))
-budgets = Table(
-    "budgets",
+events = Table(
+    "ledger_events",
     metadata,
-    Column("federation", String(200), primary_key=True),
-    Column("client_id", String(200), primary_key=True),
-    Column("epsilon", Float, nullable=False),
-    Column("delta", Float, nullable=False),
-)
-runs = Table(
-    "runs",
-    metadata,
-    Column("run_id", String(36), primary_key=True),
-    Column("federation", String(200), nullable=False),
-    Column("label", String(400), nullable=False),
-    Column("plan_sha256", String(64), nullable=False),
-    Column("planned_rounds", Integer, nullable=False),
-    Column("started", Float, nullable=False),
-    Column("status", String(16), nullable=False),  # running | finished
-)
-members = Table(
-    "members",
-    metadata,
-    Column("run_id", String(36), ForeignKey("runs.run_id"), primary_key=True),
-    Column("client_id", String(200), primary_key=True),
-    Column("group_index", Integer, nullable=False),
-)
-charges = Table(
-    "charges",
-    metadata,
-    Column("run_id", String(36), ForeignKey("runs.run_id"), primary_key=True),
-    Column("round", Integer, primary_key=True),
-    Column("group_index", Integer, primary_key=True),
-    Column("q", Float, nullable=False),
-    Column("noise_multiplier", Float, nullable=False),
-    Column("status", String(16), nullable=False),  # reserved | released
-    Column("tau_d", Float, nullable=True),  # distributed discrete Gaussian: Proposition 14's τ·d' (None: Gaussian)
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("kind", String(16), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("prev", String(64), nullable=False),
+    Column("digest", String(64), nullable=False),
 )
 
 
 class LedgerError(RuntimeError):
-    """The ledger refuses (a budget would be exceeded) or cannot be written: one line."""
+    """The ledger refuses (a budget would be exceeded, a broken chain) or cannot be read or written: one line."""
 
 
 @dataclass(frozen=True)
-class GroupRound:
-    """What one group's release of one round costs its members: a Poisson(q)-sampled Gaussian of multiplier σ, or,
-    with ``tau_d``, a distributed discrete Gaussian sum of multiplier z and Proposition 14's τ·d'."""
+class ChainReport:
+    """What ``ledger check`` reports of the chain: its length, its head (the last event's digest; GENESIS for an
+    empty ledger), the first break found (None: unbroken) and whether it began as a copy of an unchained ledger."""
 
-    q: float
-    noise_multiplier: float
-    tau_d: float | None = None
-
-
-@dataclass(frozen=True)
-class ClientSpending:
-    client_id: str
-    epsilon_budget: float
-    delta: float
-    epsilon_spent: float
-    released_rounds: int
-    reserved_rounds: int
-
-    @property
-    def remaining(self) -> float:
-        return self.epsilon_budget - self.epsilon_spent
+    events: int
+    head: str
+    problem: str | None
+    migrated: bool
 
 
 def ledger_url(target: str) -> str:
@@ -127,69 +67,70 @@ def ledger_url(target: str) -> str:
     return target if "://" in target else f"sqlite:///{Path(target).expanduser()}"
 
 
-def compose(rounds: Mapping[GroupRound, int], delta: float) -> float:
-    """ε at ``delta`` of the composition of ``rounds[g]`` rounds of each sampled Gaussian g: dp-accounting's RDP
-    accountant, or 0 where the closed-form bound of orders 1.1 … 2 certifies it (the planner's RDP accountant)."""
-    if not rounds:
-        return 0.0
-    if any(g.tau_d is not None for g in rounds):
-        return compose_distributed(rounds, delta)
-    if kl_certifies_zero([(g.noise_multiplier, g.q, count) for g, count in rounds.items()], delta):
-        return 0.0  # as the planner's accountant: dp-accounting's sums are float noise or loose there
-    acc = RdpAccountant()
-    with quiet_dp_accounting():  # its "failed to converge" lines exclude orders, never under-report
-        for g, count in rounds.items():
-            event = dpa.PoissonSampledDpEvent(g.q, dpa.GaussianDpEvent(g.noise_multiplier))
-            acc.compose(dpa.SelfComposedDpEvent(event, count))
-        return float(acc.get_epsilon(delta))
-
-
-def compose_distributed(rounds: Mapping[GroupRound, int], delta: float) -> float:
-    """ε at ``delta`` of ``rounds`` at the integer orders 2..256: each round's RDP α/(2z²) + τ·d' (0 for a Gaussian
-    round) amplified by Zhu and Wang's Poisson-subsampling bound, summed, converted by Canonne, Kamath and Steinke's
-    Proposition 12."""
-    total = np.zeros(ORDERS.size)
-    for g, count in rounds.items():
-        rdp = release_rdp(ORDERS, noise_multiplier=g.noise_multiplier, tau_d=g.tau_d or 0.0)
-        total += count * poisson_subsampled_rdp(ORDERS, rdp, g.q)
-    return epsilon_from_rdp(ORDERS, total, delta)
-
-
-def _add_missing_columns(engine: Engine) -> None:
-    """Columns added to the schema since a ledger was created (nullable, so old rows keep their meaning)."""
-    if "tau_d" in {c["name"] for c in inspect(engine).get_columns("charges")}:
-        return
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("ALTER TABLE charges ADD COLUMN tau_d FLOAT"))
-    except SQLAlchemyError:  # another process added it first
-        if "tau_d" not in {c["name"] for c in inspect(engine).get_columns("charges")}:
-            raise
-
-
 class Ledger:
-    """A privacy ledger at an SQLAlchemy URL (or an SQLite file path); tables are created on first use."""
+    """A privacy ledger at an SQLAlchemy URL (or an SQLite file path, created owner-only: 0600); tables are created
+    on first use, unless ``create`` is false (reading commands): then a missing SQLite file is refused."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, *, create: bool = True) -> None:
         url = ledger_url(target)
+        if "://" not in target and not Path(target).expanduser().is_file():
+            if not create:
+                raise LedgerError(f"no privacy ledger at {target}")
+            _create_owner_only(Path(target).expanduser())
         args = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+        self.target = target
         try:
             self.engine: Engine = create_engine(url, **args)
             metadata.create_all(self.engine)
-            _add_missing_columns(self.engine)
             with self.engine.begin() as conn:
                 if conn.execute(select(ledger_lock.c.id)).first() is None:
                     conn.execute(insert(ledger_lock).values(id=1, version=0))
+            self._migrate()
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot open the privacy ledger {target}: {_reason(exc)}") from None
-        self.target = target
 
-    def _write(self):
-        """A write transaction that holds the ledger's lock from its first statement."""
-        conn = self.engine.connect()
-        trans = conn.begin()
-        conn.execute(update(ledger_lock).where(ledger_lock.c.id == 1).values(version=ledger_lock.c.version + 1))
-        return conn, trans
+    def _migrate(self) -> None:
+        """Copy an unchained ledger into the chain, once (under the lock, so two processes never both copy it)."""
+        with self.engine.connect() as conn:
+            if conn.execute(select(events.c.seq).limit(1)).first() is not None or not has_legacy_tables(conn):
+                return
+        with self._writing() as conn:
+            if conn.execute(select(events.c.seq).limit(1)).first() is None and has_legacy_tables(conn):
+                last = None
+                for kind, data in legacy_events(conn):
+                    last = self._append(conn, last, kind, data)
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """A write transaction that holds the ledger's lock from its first statement (committed if no error)."""
+        with self.engine.connect() as conn, conn.begin():
+            conn.execute(update(ledger_lock).where(ledger_lock.c.id == 1).values(version=ledger_lock.c.version + 1))
+            yield conn
+
+    @staticmethod
+    def _events(conn: Connection) -> list[Event]:
+        return [
+            Event(r.seq, r.kind, r.body, r.prev, r.digest) for r in conn.execute(select(events).order_by(events.c.seq))
+        ]
+
+    def _state(self, conn: Connection, run_id: str | None = None) -> tuple[LedgerState, Event | None]:
+        """The replayed state (with ``run_id``: of that run only) and the last event, refused (LedgerError) if the
+        chain is broken."""
+        chain = self._events(conn)
+        problem = chain_break(chain)
+        try:
+            if problem is None:
+                return LedgerState.replay(chain, run_id), (chain[-1] if chain else None)
+        except LedgerStateError as exc:
+            problem = str(exc)
+        raise LedgerError(f"the privacy ledger {self.target} is broken: {problem}; it refuses every run until it is "
+                          "restored from a copy (see `hdp-plan ledger check`)")  # fmt: skip
+
+    @staticmethod
+    def _append(conn: Connection, last: Event | None, kind: str, data: dict) -> Event:
+        e = next_event(last, kind, data)
+        conn.execute(insert(events).values(seq=e.seq, kind=e.kind, body=e.body, prev=e.prev, digest=e.digest))
+        return e
 
     def start_run(
         self,
@@ -201,16 +142,21 @@ class Ledger:
         budgets_of: Mapping[str, float],
         delta: float,
         planned: Sequence[Sequence[GroupRound]],
+        start: int = 0,
         supersedes: str | None = None,
     ) -> str:
-        """Register a run and reserve its rounds (``planned[r][m]``: round r's cost to group m's members), or refuse
-        it before round 1 if any member would exceed its lifetime budget. Budgets are registered at first sight
-        (``budgets_of``: each client's ε, at ``delta``); a client's budget only ever decreases. ``supersedes``: the
-        run a resumed run continues (a run of the same plan and federation still open, e.g. killed): first its
-        unreleased rounds are given back and it is closed, its released rounds staying charged."""
+        """Register a run and reserve its rounds (``planned[r][m]``: the cost of its round r, the plan's round
+        ``start + r``, to group m's members), or refuse it before round 1 if any member would exceed its lifetime
+        budget. Budgets are registered at first sight (``budgets_of``: each client's ε, at ``delta``); a client's
+        budget only ever decreases. ``supersedes``: the run a resumed run continues (a run of the same plan still
+        open, e.g. killed): first its unreleased rounds are given back and it is finished, its released rounds
+        staying charged."""
         if supersedes is not None:
-            self.finish(supersedes, of=(federation, plan_sha256))
-        run_id, over = self._reserve(federation, label, plan_sha256, membership, budgets_of, delta, planned, True)
+            self.finish(supersedes, of=plan_sha256)
+        data = run_event(run_id=str(uuid.uuid4()), federation=federation, label=label, plan_sha256=plan_sha256,
+                         start=start, started=time.time(), delta=delta, membership=membership, budgets_of=budgets_of,
+                         planned=planned)  # fmt: skip
+        over = self._reserve(data, keep=True)
         if over:
             worst = max(over, key=lambda s: s.epsilon_spent / s.epsilon_budget)
             raise LedgerError(
@@ -218,155 +164,109 @@ class Ledger:
                 f"{self.target}, e.g. client {worst.client_id}: ε {worst.epsilon_spent:.4g} > {worst.epsilon_budget:g} "
                 f"with this run's {len(planned)} rounds; see `hdp-plan ledger show`"
             )
-        return run_id
+        return data["run_id"]
 
     def would_exceed(
         self,
         *,
-        federation: str,
         membership: Mapping[str, int],
         budgets_of: Mapping[str, float],
         delta: float,
         planned: Sequence[Sequence[GroupRound]],
+        federation: str = "",
     ) -> list[ClientSpending]:
         """The clients a run with these rounds would take past their budget (nothing is written)."""
-        return self._reserve(federation, "dry run", "0" * 64, membership, budgets_of, delta, planned, False)[1]
+        data = run_event(run_id=str(uuid.uuid4()), federation=federation, label="dry run", plan_sha256="0" * 64,
+                         start=0, started=time.time(), delta=delta, membership=membership, budgets_of=budgets_of,
+                         planned=planned)  # fmt: skip
+        return self._reserve(data, keep=False)
 
-    def _reserve(self, federation, label, plan_sha256, membership, budgets_of, delta, planned, keep):
-        run_id = str(uuid.uuid4())
+    def _reserve(self, data: dict, keep: bool) -> list[ClientSpending]:
         try:
-            conn, trans = self._write()
-            with conn:
-                self._register(conn, federation, budgets_of, delta)
-                conn.execute(
-                    insert(runs).values(
-                        run_id=run_id, federation=federation, label=label, plan_sha256=plan_sha256,
-                        planned_rounds=len(planned), started=time.time(), status="running",
-                    )
-                )  # fmt: skip
-                conn.execute(insert(members), [{"run_id": run_id, "client_id": c, "group_index": g}
-                                               for c, g in membership.items()])  # fmt: skip
-                rows = [{"run_id": run_id, "round": r, "group_index": m, "q": g.q,
-                         "noise_multiplier": g.noise_multiplier, "tau_d": g.tau_d, "status": "reserved"}
-                        for r, groups in enumerate(planned) for m, g in enumerate(groups)]  # fmt: skip
-                if rows:
-                    conn.execute(insert(charges), rows)
-                spent = self._spending(conn, federation, membership)
+            with self._writing() as conn:
+                state, last = self._state(conn)
+                state.apply((last.seq if last else 0) + 1, "run", data)
+                spent = state.spending(data["clients"])
                 over = [s for s in spent if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
-                if over or not keep:
-                    trans.rollback()
-                else:
-                    trans.commit()
+                if keep and not over:
+                    self._append(conn, last, "run", data)
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None
-        return run_id, over
+        return over
 
     def release(self, run_id: str, round_index: int) -> None:
-        """Mark round ``round_index`` of ``run_id`` released (before its model leaves the server)."""
+        """Charge round ``round_index`` of ``run_id`` (before its model leaves the server)."""
         try:
-            conn, trans = self._write()
-            with conn:
-                done = conn.execute(
-                    update(charges)
-                    .where(charges.c.run_id == run_id, charges.c.round == round_index, charges.c.status == "reserved")
-                    .values(status="released")
-                )
-                if done.rowcount == 0:
-                    trans.rollback()
+            with self._writing() as conn:
+                state, last = self._state(conn, run_id)
+                run = state.runs.get(run_id)
+                if run is None or run.finished or not 0 <= round_index < len(run.rounds) or round_index in run.released:
                     raise LedgerError(f"round {round_index + 1} of run {run_id} was not reserved: not released")
-                trans.commit()
+                self._append(conn, last, "release", {"run_id": run_id, "round": round_index})
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None
 
-    def finish(self, run_id: str, *, of: tuple[str, str] | None = None) -> None:
-        """The run is over: rounds it reserved and never released are given back. With ``of`` (federation, plan
-        digest): only if ``run_id`` is a run of that plan and federation still open (a resumed run's predecessor)."""
+    def finish(self, run_id: str, *, of: str | None = None) -> None:
+        """The run is over: rounds it reserved and never released are given back (a ``finish`` event; nothing if it
+        had finished). With ``of`` (a plan digest): only if ``run_id`` is a run of that plan (a resumed run's
+        predecessor)."""
         try:
-            conn, trans = self._write()
-            with conn:
-                old = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
-                open_run = old is not None and (old.federation, old.plan_sha256, old.status) == (*(of or ()), "running")
-                if of is None or open_run:
-                    conn.execute(delete(charges).where(charges.c.run_id == run_id, charges.c.status == "reserved"))
-                    conn.execute(update(runs).where(runs.c.run_id == run_id).values(status="finished"))
-                trans.commit()
+            with self._writing() as conn:
+                state, last = self._state(conn, run_id)
+                run = state.runs.get(run_id)
+                if run is None or run.finished or (of is not None and run.plan_sha256 != of):
+                    return
+                given_back = len(run.rounds) - len(run.released)
+                self._append(conn, last, "finish", {"run_id": run_id, "given_back": given_back})
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None
 
-    def spending(self, federation: str, clients: Iterable[str] | None = None) -> list[ClientSpending]:
-        """Every (or the given) client's spending in ``federation``, composed over all its runs."""
-        with self.engine.connect() as conn:
-            return self._spending(conn, federation, clients)
+    def state(self) -> LedgerState:
+        """The ledger's state, replayed from its events (LedgerError if the chain is broken)."""
+        try:
+            with self.engine.connect() as conn:
+                return self._state(conn)[0]
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"cannot read the privacy ledger {self.target}: {_reason(exc)}") from None
 
-    def runs(self, federation: str) -> list[dict]:
-        with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(select(runs).where(runs.c.federation == federation))]
+    def spending(self, federation: str | None = None, clients: Iterable[str] | None = None) -> list[ClientSpending]:
+        """Every (or each given) client's lifetime spending, composed over all its runs under any federation name;
+        with ``federation``, only the clients of runs that recorded that name."""
+        state = self.state()
+        if federation is not None:
+            named = {c for r in state.runs.values() if r.federation == federation for c in r.clients}
+            clients = named if clients is None else named & set(clients)
+        return state.spending(clients)
 
-    def _register(self, conn, federation: str, budgets_of: Mapping[str, float], delta: float) -> None:
-        known = {
-            r.client_id: (r.epsilon, r.delta)
-            for r in conn.execute(
-                select(budgets.c.client_id, budgets.c.epsilon, budgets.c.delta).where(
-                    budgets.c.federation == federation
-                )
-            )
-        }
-        new = [
-            {"federation": federation, "client_id": c, "epsilon": e, "delta": delta}
-            for c, e in budgets_of.items()
-            if c not in known
-        ]
-        if new:
-            conn.execute(insert(budgets), new)
-        for c, e in budgets_of.items():
-            if c in known and (e < known[c][0] or delta < known[c][1]):
-                conn.execute(
-                    update(budgets)
-                    .where(budgets.c.federation == federation, budgets.c.client_id == c)
-                    .values(epsilon=min(e, known[c][0]), delta=min(delta, known[c][1]))
-                )
+    def runs(self, federation: str | None = None) -> list[RunRecord]:
+        """The runs (those that recorded ``federation``, if given), in the order they started."""
+        return [r for r in self.state().runs.values() if federation is None or r.federation == federation]
 
-    def _spending(self, conn, federation: str, clients: Iterable[str] | None) -> list[ClientSpending]:
-        wanted = None if clients is None else set(clients)
-        budget = {
-            r.client_id: (r.epsilon, r.delta)
-            for r in conn.execute(
-                select(budgets.c.client_id, budgets.c.epsilon, budgets.c.delta).where(
-                    budgets.c.federation == federation
-                )
-            )
-        }
-        membership: dict[str, list[tuple[str, int]]] = defaultdict(list)
-        query = (
-            select(members.c.client_id, members.c.run_id, members.c.group_index)
-            .join(runs, runs.c.run_id == members.c.run_id)
-            .where(runs.c.federation == federation)
-        )
-        for r in conn.execute(query):
-            if wanted is None or r.client_id in wanted:
-                membership[r.client_id].append((r.run_id, r.group_index))
-        cost: dict[tuple[str, int], Counter] = defaultdict(Counter)
-        status: dict[tuple[str, int], Counter] = defaultdict(Counter)
-        for r in conn.execute(
-            select(charges).join(runs, runs.c.run_id == charges.c.run_id).where(runs.c.federation == federation)
-        ):
-            cost[(r.run_id, r.group_index)][GroupRound(r.q, r.noise_multiplier, r.tau_d)] += 1
-            status[(r.run_id, r.group_index)][r.status] += 1
-        cache: dict[tuple, float] = {}
-        out = []
-        for client in sorted(budget if wanted is None else wanted & set(budget)):
-            signature = tuple(sorted(membership.get(client, ())))
-            eps_budget, delta = budget[client]
-            key = (signature, delta)
-            if key not in cache:
-                total: Counter = Counter()
-                for s in signature:
-                    total.update(cost[s])
-                cache[key] = compose(total, delta)
-            released = sum(status[s]["released"] for s in signature)
-            reserved = sum(status[s]["reserved"] for s in signature)
-            out.append(ClientSpending(client, eps_budget, delta, cache[key], released, reserved))
-        return out
+    def check_chain(self, head: str | None = None) -> ChainReport:
+        """Check the whole chain (and that a pinned ``head`` is still in it) without refusing."""
+        try:
+            with self.engine.connect() as conn:
+                chain = self._events(conn)
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"cannot read the privacy ledger {self.target}: {_reason(exc)}") from None
+        problem = chain_break(chain, head)
+        migrated = any(e.kind == "migrated" for e in chain)
+        if problem is None:
+            try:
+                LedgerState.replay(chain)
+            except LedgerStateError as exc:
+                problem = str(exc)
+        return ChainReport(len(chain), chain[-1].digest if chain else GENESIS, problem, migrated)
+
+
+def _create_owner_only(path: Path) -> None:
+    """A new SQLite ledger file readable and writable by its owner only (0600); SQLite keeps the mode."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # another process created it first
+        pass
+    except OSError as exc:
+        raise LedgerError(f"cannot open the privacy ledger {path}: {exc.strerror or exc}") from None
 
 
 def _reason(exc: SQLAlchemyError) -> str:

@@ -9,8 +9,15 @@
   a checkpoint that ran fewer rounds than that (an older copy put back), or one whose counter was removed, is
   refused, so a run can never release more noisy rounds than its metrics report.
 
-The key and the counter live in the run's folder, so they stop a checkpoint that is copied in, edited or rolled
-back, not someone who can rewrite the whole folder: that needs a privacy ledger outside it.
+- **Counted outside the folder.** The key and ``rounds.spent`` live in the run's folder, so whoever can write it can
+  rewind the checkpoint and re-sign it with the run's own key. Every save therefore also records the rounds in the
+  user's data folder (``$XDG_DATA_HOME/hdp-planner/runs/<SHA-256 of the run key>.json``, owner-only: folder 0700,
+  file 0600, with the run folder's path), a count that only grows. A checkpoint behind that count, a run whose key
+  was replaced (its folder has a record under another key), or a run with no record at all is refused. A run that
+  charges a privacy ledger is also checked against the rounds the ledger released
+  (:func:`hdp_planner_train.simulator.scaffold.ledger_run`), which holds across machines.
+
+What none of this stops is someone who can rewrite both the run's folder and the user's data folder (and the ledger).
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from hdp_planner.ledger.runs import user_data_folder
 
 CHECKPOINT = "checkpoint.pt"
 KEY = "run.key"
@@ -81,18 +90,64 @@ def _opened(key: bytes, data: bytes, what: str) -> bytes:
     return payload
 
 
+def counter_path(key: bytes) -> Path:
+    """The run's count of rounds in the user's data folder, named by the SHA-256 of its key."""
+    return user_data_folder() / "runs" / f"{hashlib.sha256(key).hexdigest()}.json"
+
+
+def _recorded(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read the run's count of rounds {path}: {exc}") from None
+
+
+def _record(folder: Path, key: bytes, rounds: int) -> None:
+    """Raise the run's count outside its folder to ``rounds`` (never lower it); owner-only folder and file."""
+    path = counter_path(key)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    known = _recorded(path)
+    doc = {"rounds": max(rounds, int(known["rounds"]) if known else 0), "folder": str(folder.resolve())}
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(doc))
+    os.replace(tmp, path)
+
+
+def _recorded_rounds(folder: Path, key: bytes) -> int:
+    """The rounds the run recorded outside its folder; CheckpointError if there is no record of it."""
+    path = counter_path(key)
+    known = _recorded(path)
+    if known is not None:
+        return int(known["rounds"])
+    here = str(folder.resolve())
+    for other in sorted(path.parent.glob("*.json")):
+        if (_recorded(other) or {}).get("folder") == here:
+            raise CheckpointError(f"{folder / KEY} is not the key its rounds were recorded under ({other}): the run "
+                                  "folder was rewritten; rerun with --overwrite")  # fmt: skip
+    raise CheckpointError(f"no record of this run's rounds in {path.parent} (made by another user or machine, or "
+                          "before rounds were recorded there): it cannot be told apart from a rewound copy; rerun "
+                          "with --overwrite")  # fmt: skip
+
+
 def save(folder: Path, state: dict[str, Any]) -> None:
-    """Write ``state`` (with its ``next_round``) as the run's authenticated checkpoint, then the rounds spent."""
+    """Write ``state`` (with its ``next_round``) as the run's authenticated checkpoint, then the rounds spent, in
+    the folder and outside it."""
     key = _key(folder, create=True)
     buf = io.BytesIO()
     torch.save(_plain(state), buf)
     _write(folder / CHECKPOINT, _sealed(key, buf.getvalue()))
     spent = json.dumps({"rounds": int(state["next_round"])}).encode()
     _write(folder / SPENT, _sealed(key, spent))
+    _record(folder, key, int(state["next_round"]))
 
 
 def load(folder: Path) -> dict[str, Any]:
-    """The run's checkpoint, authenticated, as plain data; refused if it ran fewer rounds than ``rounds.spent``."""
+    """The run's checkpoint, authenticated, as plain data; refused if it ran fewer rounds than ``rounds.spent`` or
+    the count recorded outside the folder, or if that count is missing."""
     path = folder / CHECKPOINT
     key = _key(folder, create=False)
     payload = _opened(key, path.read_bytes(), str(path))
@@ -105,6 +160,7 @@ def load(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{spent_path} is missing: the run's count of rounds spent was removed, so an older "
                          "checkpoint cannot be told apart; rerun with --overwrite")  # fmt: skip
     spent = json.loads(_opened(key, spent_path.read_bytes(), str(spent_path)))["rounds"]
+    spent = max(spent, _recorded_rounds(folder, key))
     if int(state["next_round"]) < spent:
         raise CheckpointError(
             f"{path} ran {state['next_round']} rounds but this run has already spent {spent}: an older checkpoint "

@@ -23,7 +23,14 @@ import numpy as np
 import torch
 
 from hdp_planner.io.files import os_message, write_json_atomic, write_text_atomic
-from hdp_planner.ledger.runs import DEFAULT_LEDGER_ENV, default_ledger, plan_clients, plan_digest, round_costs
+from hdp_planner.ledger.runs import (
+    DEFAULT_LEDGER_ENV,
+    default_ledger,
+    distributed_costs,
+    plan_clients,
+    plan_digest,
+    round_costs,
+)
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
 from hdp_planner.planfile.document import read_document
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
@@ -31,6 +38,7 @@ from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
+from hdp_planner_train.simulator.interrupts import HeldInterrupt
 from hdp_planner_train.simulator.models import model_name
 from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
@@ -75,7 +83,7 @@ class TrainConfig:
     override_trust: bool = False  # allow --trust server on a plan solved for secure aggregation
     dropout: float = 0.0  # secagg: probability that a sampled client drops out before the sum (simulated)
     ledger: str | None = "auto"  # privacy ledger URL/file, none, or auto (ledger_target: who is charged by default)
-    federation: str = "simulation"  # whose clients the ledger charges
+    federation: str = "simulation"  # a name the ledger records with the run (budgets are per client id)
     groups: str | None = None  # hdp-plan assign's file: the clients the ledger charges, each with its own budget
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
     selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
@@ -278,7 +286,7 @@ def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dic
 
 class LedgerRun:
     """A run's account in the privacy ledger: its rounds reserved at the start, each released before it is applied,
-    the unreleased ones given back at the end (:mod:`hdp_planner.ledger`)."""
+    the unreleased ones given back at the end (:mod:`hdp_planner.ledger`), Ctrl-C held while they are."""
 
     def __init__(self, book: Ledger, run_id: str, start: int) -> None:
         self.book, self.run_id, self.start = book, run_id, start
@@ -291,22 +299,57 @@ class LedgerRun:
             raise TrainError(f"stopped before round {rnd + 1} was released: {exc}") from None
 
     def finish(self) -> None:
-        """Give the unreleased rounds back (once; later calls do nothing)."""
+        """Give the unreleased rounds back (once; later calls do nothing), a Ctrl-C meanwhile raised after."""
         if self.finished:
             return
         self.finished = True
-        with contextlib.suppress(LedgerError):  # a ledger that went away keeps the reservation: safe
-            self.book.finish(self.run_id)
+        held = HeldInterrupt()
+        held.hold()
+        try:
+            with contextlib.suppress(LedgerError):  # a ledger that went away keeps the reservation: safe
+                self.book.finish(self.run_id)
+        finally:
+            held.let_go()
+
+
+class CheckpointedRelease:
+    """A run's account whose every release holds Ctrl-C (:class:`HeldInterrupt`) until :meth:`checkpointed`: an
+    interrupt never falls between a round charged in the ledger and the checkpoint that records it, so the ledger
+    never holds more released rounds than the checkpoint and ``--resume`` continues."""
+
+    def __init__(self, account, held: HeldInterrupt) -> None:
+        self.account, self.held = account, held
+
+    def release(self, rnd: int) -> None:
+        self.held.hold()
+        self.account.release(rnd)
+
+    def finish(self) -> None:
+        self.account.finish()
+
+    def checkpointed(self, checkpoint: Callable[[], None]) -> Callable[[], None]:
+        """``checkpoint``, then the Ctrl-C held since the release, if any."""
+
+        def write() -> None:
+            checkpoint()
+            self.held.let_go()
+
+        return write
+
+
+NO_LEDGER_HINT = " (no ledger: --ledger none)"
+TRAIN_REFUSAL_HINT = " (a simulation: --seeded-noise; no ledger: --ledger none)"
 
 
 def ledger_run(
     cfg: TrainConfig, plan, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
-    supersedes: str | None = None,
+    supersedes: str | None = None, refusal_hint: str = TRAIN_REFUSAL_HINT,
 ) -> LedgerRun | None:  # fmt: skip
     """Open the run's account in the ledger (:func:`ledger_target`), refusing the run before round 1 if a client
     would exceed its lifetime budget.
     ``clients``: (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
-    ``cfg.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``)."""
+    ``cfg.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``).
+    ``refusal_hint``: the command's own ways around a refusal, appended to it."""
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     target = ledger_target(cfg, secure)[0]
     if not spec.private or target is None:
@@ -324,18 +367,34 @@ def ledger_run(
         if "://" not in target:
             Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
         book = Ledger(target)
+        if supersedes is not None:
+            check_released(book, supersedes, start)
         run_id = book.start_run(
             federation=cfg.federation, label=f"{cfg.method} {cfg.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
-            planned=planned_costs(plan, spec, row, start, rounds), supersedes=supersedes,
+            planned=planned_costs(plan, spec, row, start, rounds), start=start, supersedes=supersedes,
         )  # fmt: skip
     except LedgerError as exc:
-        hint = (" (a simulation: --seeded-noise; another population: --federation; no ledger: --ledger none)"
-                if "refused" in str(exc) else "")  # fmt: skip
-        raise TrainError(f"{exc}{hint}") from None
+        if "refused" in str(exc):  # a seeded run (compare's grid) charged all the same: no noise option helps
+            hint = NO_LEDGER_HINT if noise_kind(cfg) == "seeded" else refusal_hint
+            raise TrainError(f"{exc}{hint}") from None
+        raise TrainError(str(exc)) from None
     except OSError as exc:
         raise TrainError(f"cannot create the privacy ledger {target}: {exc.strerror or exc}") from None
     return LedgerRun(book, run_id, start)
+
+
+def check_released(book: Ledger, run_id: str, start: int) -> None:
+    """Refuse to resume at round ``start`` a run whose ledger run ``run_id`` released rounds past it: its checkpoint
+    is older than what was charged (put back, or the run was killed between a round's release and its checkpoint),
+    and resuming would release more rounds than the metrics report."""
+    run = book.state().runs.get(run_id)
+    if run is not None and run.released_through > start:
+        raise TrainError(
+            f"--resume: the ledger {book.target} released {run.released_through} rounds of this run but its "
+            f"checkpoint holds {start}: an older checkpoint, or a run killed between a round's release and its "
+            "checkpoint; resuming would release more rounds than the metrics report: rerun with --overwrite"
+        )
 
 
 def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[GroupRound]]:
@@ -343,11 +402,8 @@ def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[Gr
     aggregation, the trust object's distributed discrete Gaussian rounds (z_m, q_m, τ·d' of the group)."""
     if spec.secagg is None:
         return round_costs(plan, row, start=start, rounds=rounds)
-    from hdp_planner.distributed.rounds import group_tau_d
-
-    groups = [GroupRound(q, z, group_tau_d(size, spec.secagg.model_dim))
-              for q, z, size in zip(spec.q, spec.noise_multiplier, spec.sizes)]  # fmt: skip
-    return [list(groups) for _ in range(start, rounds)]
+    return distributed_costs(q=spec.q, noise_multipliers=spec.noise_multiplier, sizes=spec.sizes,
+                             model_dim=spec.secagg.model_dim, start=start, rounds=rounds)  # fmt: skip
 
 
 def device_arrays(data, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -408,7 +464,11 @@ def train_rounds(
             progress.update(task, description=describe(done, entry))
         progress.update(task, completed=done)
 
-    with progress:
+    held = HeldInterrupt()
+    if account is not None and checkpoint is not None:
+        account = CheckpointedRelease(account, held)
+        checkpoint = account.checkpointed(checkpoint)
+    with progress, held:
         run_rounds(schedule, log, step=step, evaluate=evaluate, account=account, report=report, checkpoint=checkpoint)
 
 

@@ -97,6 +97,7 @@ def test_compare_charges_every_run_to_the_same_clients(tmp_path):
     assert not ledger.exists()
     result = runner.invoke(app, [*args, "--out", str(tmp_path / "on"), "--ledger", str(ledger)])
     assert result.exit_code == 2 and "refused before round 1" in result.output
+    assert "--seeded-noise" not in result.output  # compare's runs are seeded already: only --ledger helps
     assert (tmp_path / "on" / "dp-fedavg" / "seed0" / "run.json").is_file()
     assert not (tmp_path / "on" / "gdpfed+" / "seed0" / "metrics.json").exists()
     doc = json.loads(runner.invoke(app, ["ledger", "show", str(tmp_path / "on" / "plan.json"), "--ledger",
@@ -158,7 +159,8 @@ def test_a_training_run_killed_mid_run_keeps_its_charge_and_resumes_under_it(tmp
     """A real ``hdp-plan train`` killed with SIGKILL after a few rounds: its released rounds stay charged and its
     reservation stays counted. ``--resume`` closes the killed run's reservation in the transaction that opens its
     own: it continues when the checkpoint holds every released round; when the kill fell between a round's release
-    and its checkpoint, that round was spent for nothing and the plan no longer fits the budget: refused."""
+    and its checkpoint, the ledger has released more rounds than the checkpoint holds: refused, the round staying
+    charged."""
     pytest.importorskip("torch")
     from hdp_planner_train.simulator import checkpoint
 
@@ -188,7 +190,7 @@ def test_a_training_run_killed_mid_run_keeps_its_charge_and_resumes_under_it(tmp
         assert done.returncode == 0, done.stderr
         assert {s.released_rounds for s in after} == {rounds}
     else:
-        assert done.returncode == 2 and "refused before round 1" in done.stderr
+        assert done.returncode == 2 and "but its checkpoint holds" in done.stderr
         assert {s.released_rounds for s in after} == {released}
 
 
@@ -259,12 +261,36 @@ def postgres():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def fresh_database(server: str, name: str) -> str:
+    """A new, empty database on the test cluster (budgets are lifetime budgets of client ids: tests that reuse the
+    simulated ids 0..n-1 need ledgers of their own)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(server, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return server.rsplit("/", 1)[0] + "/" + name
+
+
 def test_postgresql_ledger(postgres, small):
-    check_ledger(postgres, small)
+    """As on SQLite, and the chain holds there too: an edited event is found and refuses every run."""
+    from sqlalchemy import text
+
+    url = fresh_database(postgres, "composes")
+    check_ledger(url, small)
+    book = Ledger(url)
+    assert book.check_chain().problem is None
+    with book.engine.begin() as conn:
+        conn.execute(text("UPDATE ledger_events SET body = replace(body, :old, :new) WHERE seq = 3"),
+                     {"old": '"round":1', "new": '"round":2'})  # fmt: skip
+    assert "event 3 (release) was edited" in book.check_chain().problem
+    with pytest.raises(LedgerError, match="is broken"):
+        _start(book, small, rounds=1)
 
 
 def test_postgresql_two_runs_at_once_never_overspend(postgres, small):
-    assert _two_at_once(postgres, small, "race") == ["refused", "started"]
+    assert _two_at_once(fresh_database(postgres, "race"), small, "race") == ["refused", "started"]
 
 
 def test_distributed_rounds_compose_as_the_distributed_accounting():
@@ -272,7 +298,7 @@ def test_distributed_rounds_compose_as_the_distributed_accounting():
     client with both kinds of rounds is charged at least what either kind alone would cost, and the generic bound
     used for mixing never reports less than dp-accounting's exact sampled Gaussian."""
     from hdp_planner.distributed.accounting import epsilon_third_parties
-    from hdp_planner.ledger.store import compose_distributed
+    from hdp_planner.ledger.composition import compose_distributed
 
     ddg, gauss = GroupRound(0.05, 1.3, 1e-6), GroupRound(0.05, 1.3)
     planned = epsilon_third_parties(noise_multiplier=1.3, q=0.05, rounds=20, delta=1e-5, tau_d=1e-6)
@@ -280,23 +306,3 @@ def test_distributed_rounds_compose_as_the_distributed_accounting():
     mixed = compose({ddg: 10, gauss: 10}, 1e-5)
     assert compose({gauss: 20}, 1e-5) <= mixed <= compose({ddg: 20}, 1e-5) * (1 + 1e-12)
     assert compose_distributed({gauss: 20}, 1e-5) >= compose({gauss: 20}, 1e-5) * (1 - 1e-9)
-
-
-def test_a_ledger_written_before_distributed_noise_gains_the_column(tmp_path, small):
-    import sqlite3
-
-    path = tmp_path / "old.db"
-    book = Ledger(str(path))
-    run_id = _start(book, small, rounds=3)
-    for r in range(3):
-        book.release(run_id, r)
-    before = {s.client_id: s.epsilon_spent for s in book.spending("f")}
-    book.engine.dispose()
-    with sqlite3.connect(path) as db:  # the schema as it was: no tau_d
-        db.execute("ALTER TABLE charges DROP COLUMN tau_d")
-    reopened = Ledger(str(path))
-    assert {s.client_id: s.epsilon_spent for s in reopened.spending("f")} == before
-    run_id = reopened.start_run(label="secagg", plan_sha256="0" * 64, **{
-        **_run_args(small, 1), "planned": [[GroupRound(0.2, 3.0, 1e-9) for _ in small.groups.size]]})  # fmt: skip
-    reopened.release(run_id, 0)
-    assert all(s.epsilon_spent > before[s.client_id] for s in reopened.spending("f"))

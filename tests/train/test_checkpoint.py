@@ -1,12 +1,15 @@
-"""``--resume`` trusts nothing in the checkpoint: plain data only, authenticated against the run, rounds only grow."""
+"""``--resume`` trusts nothing in the checkpoint: plain data only, authenticated against the run, rounds only grow,
+counted outside the run's folder too (the user's data folder, and the ledger)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import io
+import json
 import os
 import pickle
+import stat
 
 import pytest
 
@@ -104,3 +107,72 @@ def test_another_runs_checkpoint_is_refused(tmp_path):
     (tmp_path / "b" / checkpoint.CHECKPOINT).write_bytes((tmp_path / "a" / checkpoint.CHECKPOINT).read_bytes())
     with pytest.raises(checkpoint.CheckpointError, match="another run"):
         checkpoint.load(tmp_path / "b")
+
+
+def _rewind(folder, rounds: int) -> None:
+    """What whoever can write the run's folder can do: an older state and a matching ``rounds.spent``, both sealed
+    with the run's own key (kept in the folder)."""
+    key = (folder / checkpoint.KEY).read_bytes()
+
+    def sealed(payload: bytes) -> bytes:
+        return checkpoint.MAGIC + hmac.new(key, payload, hashlib.sha256).digest() + payload
+
+    buf = io.BytesIO()
+    torch.save(_state(rounds), buf)
+    (folder / checkpoint.CHECKPOINT).write_bytes(sealed(buf.getvalue()))
+    (folder / checkpoint.SPENT).write_bytes(sealed(json.dumps({"rounds": rounds}).encode()))
+
+
+def test_a_rewound_checkpoint_resigned_with_the_runs_own_key_is_refused(tmp_path):
+    checkpoint.save(tmp_path, _state(6))
+    _rewind(tmp_path, 3)
+    with pytest.raises(checkpoint.CheckpointError, match="already spent 6"):
+        checkpoint.load(tmp_path)
+
+
+def test_a_run_whose_key_was_replaced_is_refused(tmp_path):
+    checkpoint.save(tmp_path, _state(6))
+    (tmp_path / checkpoint.KEY).write_bytes(os.urandom(32))
+    _rewind(tmp_path, 3)
+    with pytest.raises(checkpoint.CheckpointError, match="not the key its rounds were recorded under"):
+        checkpoint.load(tmp_path)
+
+
+def test_a_run_with_no_count_outside_its_folder_is_refused(tmp_path):
+    checkpoint.save(tmp_path, _state(6))
+    checkpoint.counter_path((tmp_path / checkpoint.KEY).read_bytes()).unlink()
+    with pytest.raises(checkpoint.CheckpointError, match="no record of this run's rounds"):
+        checkpoint.load(tmp_path)
+
+
+def test_the_count_outside_the_folder_is_owner_only_and_only_grows(tmp_path):
+    checkpoint.save(tmp_path, _state(6))
+    checkpoint.save(tmp_path, _state(4))  # a save never lowers it
+    path = checkpoint.counter_path((tmp_path / checkpoint.KEY).read_bytes())
+    assert path.is_relative_to(os.environ["XDG_DATA_HOME"])  # outside the run's folder
+    assert json.loads(path.read_text())["rounds"] == 6
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_a_rewound_checkpoint_of_a_ledger_run_is_refused_by_the_ledger(tmp_path):
+    """Whoever rewrites the run's folder and the user's data folder: the ledger still knows the rounds it released
+    (it holds across machines), and refuses to resume behind them."""
+    from hdp_planner import plan
+    from hdp_planner.planfile.document import save_plan
+    from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run
+
+    path, out, ledger = tmp_path / "plan.json", tmp_path / "run", str(tmp_path / "l.sqlite")
+    save_plan(plan((1.0, 2.0, 4.0), 120, rounds=4, q=0.2, clip=1.0), path)
+
+    def cfg(rounds, resume):
+        return TrainConfig(plan=str(path), dataset="digits", out=str(out), rounds=rounds, resume=resume,
+                           progress=False, ledger=ledger, eval_every=10)  # fmt: skip
+
+    run(cfg(2, False))
+    state = checkpoint.load(out)
+    state["next_round"] = 1
+    checkpoint.save(out, state)  # sealed with the run's key
+    counter = checkpoint.counter_path((out / checkpoint.KEY).read_bytes())
+    counter.write_text(json.dumps({"rounds": 1, "folder": str(out.resolve())}))
+    with pytest.raises(TrainError, match="released 2 rounds of this run but its checkpoint holds 1"):
+        run(cfg(4, True))

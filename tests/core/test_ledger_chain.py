@@ -1,0 +1,236 @@
+"""The ledger is an append-only hash chain: a deleted or edited event, deleted charges, or a run moved to another
+federation name are found by ``ledger check`` and refuse every run; a pinned head finds a removed tail; a ledger of
+the unchained schema is copied into the chain; budgets are a client id's, whatever federation name a run uses; and
+every ledger subcommand's bad input ends in one line."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+from hdp_planner import plan
+from hdp_planner.ledger.chain import canonical, event_digest
+from hdp_planner.ledger.runs import round_costs, simulated_clients
+from hdp_planner.ledger.store import Ledger, LedgerError
+from hdp_planner_cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return plan((1.0, 2.0), 40, rounds=10, q=0.2, clip=1.0)
+
+
+def _start(book, p, rounds, federation="f"):
+    membership, budgets = simulated_clients(p, p.groups.name)
+    return book.start_run(federation=federation, label="run", plan_sha256="0" * 64, membership=membership,
+                          budgets_of=budgets, delta=p.config.delta,
+                          planned=round_costs(p, p.groups.name, start=0, rounds=rounds))  # fmt: skip
+
+
+def _ledger(tmp_path, p, runs=2, rounds=4):
+    path = tmp_path / "l.sqlite"
+    book = Ledger(str(path))
+    for _ in range(runs):
+        run_id = _start(book, p, rounds)
+        for r in range(rounds):
+            book.release(run_id, r)
+        book.finish(run_id)
+    book.engine.dispose()
+    return path
+
+
+def _sql(path, statement, *args):
+    with sqlite3.connect(path) as db:
+        db.execute(statement, args)
+
+
+def _check(path, *extra):
+    return runner.invoke(app, ["ledger", "check", "--ledger", str(path), *extra])
+
+
+def _refused(path, p):
+    with pytest.raises(LedgerError, match=r"is broken: .*refuses every run"):
+        _start(Ledger(str(path)), p, 1)
+
+
+def test_an_unbroken_chain_checks_and_prints_its_head(tmp_path, small):
+    path = _ledger(tmp_path, small)
+    done = _check(path)
+    assert done.exit_code == 0, done.output
+    assert "chain: 12 events unbroken" in done.output and "OK: 40 clients within budget" in done.output
+    head = Ledger(str(path)).check_chain().head
+    assert head in done.output and _check(path, "--head", head).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("statement", "found"),
+    [
+        ("DELETE FROM ledger_events WHERE seq = 3", "event 3 deleted"),  # one release removed
+        ("DELETE FROM ledger_events WHERE kind = 'release'", "deleted"),  # every charge removed
+        ("DELETE FROM ledger_events WHERE seq <= 6", "event 1..6 deleted"),  # the first run removed
+        (
+            'UPDATE ledger_events SET body = replace(body, \'"federation":"f"\', \'"federation":"g"\') '
+            "WHERE kind = 'run'",
+            "was edited",
+        ),  # runs moved to another federation name
+        ("UPDATE ledger_events SET kind = 'finish' WHERE seq = 2", "was edited"),
+    ],
+)
+def test_deleted_or_edited_events_are_found_and_refuse_every_run(tmp_path, small, statement, found):
+    path = _ledger(tmp_path, small)
+    _sql(path, statement)
+    done = _check(path)
+    assert done.exit_code == 1 and "FAIL the hash chain" in done.output and found in done.output, done.output
+    _refused(path, small)
+
+
+def test_a_run_under_way_refuses_to_release_once_the_chain_is_broken(tmp_path, small):
+    path = _ledger(tmp_path, small, runs=1)
+    book = Ledger(str(path))
+    run_id = _start(book, small, 2)
+    book.release(run_id, 0)
+    _sql(path, "UPDATE ledger_events SET body = replace(body, '\"round\":1', '\"round\":0') WHERE seq = 3")
+    with pytest.raises(LedgerError, match=r"is broken: event 3 \(release\) was edited"):
+        book.release(run_id, 1)
+
+
+def test_an_edit_with_its_digest_recomputed_breaks_the_next_link(tmp_path, small):
+    """Someone who edits a run's σ and recomputes that event's digest: the next event no longer follows it."""
+    path = _ledger(tmp_path, small)
+    with sqlite3.connect(path) as db:
+        seq, kind, body, prev = db.execute("SELECT seq, kind, body, prev FROM ledger_events WHERE seq = 1").fetchone()
+        data = json.loads(body)
+        data["rounds"] = [[[q, s * 10, t, a] for q, s, t, a in groups] for groups in data["rounds"]]
+        body = canonical(data)
+        digest = event_digest(seq=seq, kind=kind, prev=prev, body=body)
+        db.execute("UPDATE ledger_events SET body = ?, digest = ? WHERE seq = 1", (body, digest))
+    done = _check(path)
+    assert done.exit_code == 1 and "event 2 does not follow event 1" in done.output
+    _refused(path, small)
+
+
+def test_a_removed_tail_is_found_by_the_pinned_head(tmp_path, small):
+    """Deleting the last run's events leaves a shorter chain that is still unbroken: only a head pinned before
+    finds it. That is what the printed head is for."""
+    path = _ledger(tmp_path, small)
+    head = Ledger(str(path)).check_chain().head
+    _sql(path, "DELETE FROM ledger_events WHERE seq > 6")
+    assert _check(path).exit_code == 0
+    done = _check(path, "--head", head)
+    assert done.exit_code == 1 and "pinned head" in done.output
+
+
+def test_a_new_sqlite_ledger_is_owner_only(tmp_path):
+    import stat
+
+    Ledger(str(tmp_path / "l.sqlite"))
+    assert stat.S_IMODE((tmp_path / "l.sqlite").stat().st_mode) == 0o600
+
+
+def test_budgets_are_a_client_ids_whatever_the_federation_name(tmp_path, small):
+    """The plan's whole budget spent under one name: a run under another name, for the same client ids, is
+    refused before round 1, and each client's spending is the same whichever name is asked."""
+    book = Ledger(str(tmp_path / "l.sqlite"))
+    run_id = _start(book, small, 10, federation="first")
+    for r in range(10):
+        book.release(run_id, r)
+    book.finish(run_id)
+    with pytest.raises(LedgerError, match="refused before round 1"):
+        _start(book, small, 1, federation="second")
+    assert book.spending("first") == book.spending() and book.spending("second") == []
+
+
+def test_a_run_that_releases_an_unreserved_round_is_refused(tmp_path, small):
+    book = Ledger(str(tmp_path / "l.sqlite"))
+    run_id = _start(book, small, 2)
+    book.release(run_id, 0)
+    for bad in (0, 2):
+        with pytest.raises(LedgerError, match="was not reserved"):
+            book.release(run_id, bad)
+    book.finish(run_id)
+    with pytest.raises(LedgerError, match="was not reserved"):
+        book.release(run_id, 1)
+    assert [s.released_rounds + s.reserved_rounds for s in book.spending()][:1] == [1]  # the given-back round
+
+
+OLD_SCHEMA = """
+CREATE TABLE ledger_lock (id INTEGER PRIMARY KEY, version INTEGER);
+CREATE TABLE budgets (federation VARCHAR(200), client_id VARCHAR(200), epsilon FLOAT NOT NULL, delta FLOAT NOT NULL,
+                      PRIMARY KEY (federation, client_id));
+CREATE TABLE runs (run_id VARCHAR(36) PRIMARY KEY, federation VARCHAR(200) NOT NULL, label VARCHAR(400) NOT NULL,
+                   plan_sha256 VARCHAR(64) NOT NULL, planned_rounds INTEGER NOT NULL, started FLOAT NOT NULL,
+                   status VARCHAR(16) NOT NULL);
+CREATE TABLE members (run_id VARCHAR(36), client_id VARCHAR(200), group_index INTEGER NOT NULL,
+                      PRIMARY KEY (run_id, client_id));
+CREATE TABLE charges (run_id VARCHAR(36), round INTEGER, group_index INTEGER, q FLOAT NOT NULL,
+                      noise_multiplier FLOAT NOT NULL, status VARCHAR(16) NOT NULL, tau_d FLOAT,
+                      PRIMARY KEY (run_id, round, group_index));
+"""
+
+
+def test_a_ledger_of_the_unchained_schema_is_copied_into_the_chain(tmp_path, small):
+    """Two runs under two federation names (one finished after 4 rounds, one killed after 2 of 3 reserved): the
+    copy keeps every charge, merges the budgets by client id, records itself, and refuses what no longer fits."""
+    path = tmp_path / "old.sqlite"
+    membership, budgets = simulated_clients(small, small.groups.name)
+    costs = round_costs(small, small.groups.name, start=0, rounds=4)
+    with sqlite3.connect(path) as db:
+        db.executescript(OLD_SCHEMA)
+        for fed, run_id, planned, released, status in (("a", "r1", 4, 4, "finished"), ("b", "r2", 3, 2, "running")):
+            db.executemany("INSERT OR IGNORE INTO budgets VALUES (?, ?, ?, ?)",
+                           [(fed, c, budgets[c], small.config.delta) for c in membership])  # fmt: skip
+            db.execute("INSERT INTO runs VALUES (?, ?, 'old', ?, ?, ?, ?)", (run_id, fed, "0" * 64, planned,
+                                                                              float(planned), status))  # fmt: skip
+            db.executemany("INSERT INTO members VALUES (?, ?, ?)", [(run_id, c, g) for c, g in membership.items()])
+            db.executemany("INSERT INTO charges VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                           [(run_id, r, m, g.q, g.noise_multiplier, "released" if r < released else "reserved")
+                            for r in range(planned) for m, g in enumerate(costs[r])])  # fmt: skip
+    book = Ledger(str(path))
+    spent = {s.client_id: s for s in book.spending()}
+    assert {(s.released_rounds, s.reserved_rounds) for s in spent.values()} == {(6, 1)}
+    same = Ledger(str(tmp_path / "chained.sqlite"))  # the same runs written by this ledger
+    r1, r2 = _start(same, small, 4), _start(same, small, 3)
+    for r in range(4):
+        same.release(r1, r)
+    same.finish(r1)
+    for r in range(2):
+        same.release(r2, r)
+    assert {c: s.epsilon_spent for c, s in spent.items()} == {s.client_id: s.epsilon_spent for s in same.spending()}
+    report = book.check_chain()
+    assert report.problem is None and report.migrated
+    assert Ledger(str(path)).check_chain().events == report.events  # copied once
+    assert "copy of an unchained ledger" in _check(path).output
+    with pytest.raises(LedgerError, match="refused before round 1"):
+        _start(book, small, 4)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", "{plan}", "--ledger", "/nonexistent/dir/l.sqlite"],
+        ["check", "--ledger", "/nonexistent/dir/l.sqlite"],
+        ["check", "{plan}", "--ledger", "/nonexistent/dir/l.sqlite"],
+        ["show", "{missing}"],
+        ["check", "{plan}", "--rounds", "0"],
+        ["show", "{plan}", "--ledger", "{notadb}"],
+        ["check", "--ledger", "{notadb}"],
+        ["check", "--ledger", "nosuchdriver://x/y"],
+        ["check", "--head", "abc"],
+    ],
+)
+def test_bad_input_to_every_ledger_subcommand_is_one_line(tmp_path, small, args):
+    from hdp_planner.planfile.document import save_plan
+
+    save_plan(small, tmp_path / "plan.json")
+    (tmp_path / "notadb").write_text("not a database\n")
+    names = {"plan": tmp_path / "plan.json", "missing": tmp_path / "missing.json", "notadb": tmp_path / "notadb"}
+    done = runner.invoke(app, ["ledger", *(a.format(**names) for a in args)])
+    assert done.exit_code == 2, done.output
+    assert done.output.startswith("error: ") and done.output.count("\n") == 1, done.output
+    assert done.exception is None or isinstance(done.exception, SystemExit)
+    assert not (tmp_path / "l.sqlite").exists()
