@@ -205,7 +205,7 @@ def secagg_plan(tmp_path: Path) -> Path:
     from hdp_planner_train.simulator.models import model_dim
 
     path = tmp_path / "digits-secagg.json"
-    args = ["solve", "--eps", "1,2,4", "--n", "120", "--rounds", "3", "--q", "0.2", "--trust", "secagg",
+    args = ["solve", "--eps", "1,2,4", "--n", "120", "--rounds", "3", "--q", "0.7", "--trust", "secagg",
             "--model-dim", str(model_dim("digits")), "-o", str(path)]  # fmt: skip
     assert runner.invoke(app, args).exit_code == 0
     return path
