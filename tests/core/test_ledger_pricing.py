@@ -24,7 +24,7 @@ DIM = 2410  # the digits model's d
 
 @pytest.fixture(scope="module")
 def secagg_plan(tmp_path_factory):
-    p = plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.2, clip=1.0)
+    p = plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.7, clip=1.0)
     trust = TrustModel(kind="secagg", model_dim=DIM)
     doc = plan_to_dict(p) | {"trust": trust_to_dict(p, trust, secagg_rows(p, trust))}
     path = tmp_path_factory.mktemp("plans") / "secagg.json"
