@@ -3,7 +3,7 @@
 Ten million clients fit in a few hundred megabytes this way (a Python string per id would take gigabytes): a CSV
 file is parsed by numpy a block of lines at a time (:func:`read_plain_csv`), the prefix every id shares is kept
 once, and the digest a plan records of its budgets (:meth:`BudgetColumns.digest`) is computed over blocks of
-sorted lines: the same SHA-256 as :func:`hdp_planner.planning.budgets.budgets_digest` of the same ids and budgets.
+sorted lines: the same SHA-256 as :func:`hdp_planner.planning.budget_files.budgets_digest` of the same ids and budgets.
 """
 
 from __future__ import annotations

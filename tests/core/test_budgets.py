@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.document import load_plan, verify
+from hdp_planner.planning import budget_counts, budget_grouping
 from hdp_planner.planning import budgets as B
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PlanConfig
@@ -190,12 +191,12 @@ def test_candidate_path_is_never_worse_than_quantile(seed, m):
     rng = np.random.default_rng(seed)
     eps = np.round(rng.lognormal(0.3, 0.9, 3000), 3)
     cfg = config(len(eps))
-    old = B.EXACT_LIMIT
-    B.EXACT_LIMIT = 64
+    old = budget_grouping.EXACT_LIMIT
+    budget_grouping.EXACT_LIMIT = 64
     try:
         approx = B.groups_from_budgets(eps, m, "optimal", cfg)
     finally:
-        B.EXACT_LIMIT = old
+        budget_grouping.EXACT_LIMIT = old
     exact = B.groups_from_budgets(eps, m, "optimal", cfg)
     quant = B.groups_from_budgets(eps, m, "quantile", cfg)
     assert approx.noise_term <= quant.noise_term * (1 + 1e-12)
@@ -236,19 +237,19 @@ def test_histogram_streams_chunks(budgets, chunk, hash_limit):
     """Chunk by chunk, hashed or sorted (past ``HASH_LIMIT`` distinct budgets), the distinct budgets and their
     counts are np.unique's over all clients."""
     eps = np.array(budgets)
-    old = B.HISTOGRAM_CHUNK, B.HASH_LIMIT
-    B.HISTOGRAM_CHUNK, B.HASH_LIMIT = chunk, hash_limit
+    old = budget_counts.HISTOGRAM_CHUNK, budget_counts.HASH_LIMIT
+    budget_counts.HISTOGRAM_CHUNK, budget_counts.HASH_LIMIT = chunk, hash_limit
     try:
         values, counts = B.budget_histogram(eps)
     finally:
-        B.HISTOGRAM_CHUNK, B.HASH_LIMIT = old
+        budget_counts.HISTOGRAM_CHUNK, budget_counts.HASH_LIMIT = old
     expected = np.unique(eps, return_counts=True)
     assert values.tolist() == expected[0].tolist() and counts.tolist() == expected[1].tolist()
 
 
 @pytest.mark.parametrize("distinct", [1, 3000, 5000])  # below and above HASH_LIMIT = 4096
 def test_histogram_of_many_clients_and_budgets(distinct, monkeypatch):
-    monkeypatch.setattr(B, "HISTOGRAM_CHUNK", 1 << 14)
+    monkeypatch.setattr(budget_counts, "HISTOGRAM_CHUNK", 1 << 14)
     rng = np.random.default_rng(distinct)
     eps = rng.choice(rng.uniform(0.1, 10.0, distinct), size=200_000)
     values, counts = B.budget_histogram(eps)
@@ -258,7 +259,7 @@ def test_histogram_of_many_clients_and_budgets(distinct, monkeypatch):
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_histogram_rejects_a_bad_budget_in_any_chunk(bad, monkeypatch):
-    monkeypatch.setattr(B, "HISTOGRAM_CHUNK", 3)
+    monkeypatch.setattr(budget_counts, "HISTOGRAM_CHUNK", 3)
     with pytest.raises(B.BudgetError, match="positive finite"):
         B.budget_histogram([1.0, 2.0, 3.0, 1.0, bad, 2.0])
 

@@ -1,0 +1,46 @@
+"""Assigning clients to a plan's groups: each joins the group whose ε is the largest ≤ its budget."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hdp_planner.planning.budget_files import BudgetError
+
+
+@dataclass(frozen=True, eq=False)
+class Assignment:
+    """Clients assigned to a plan's groups: 0-based group per client, and unused budget per group."""
+
+    group: np.ndarray
+    group_epsilon: np.ndarray
+    counts: tuple[int, ...]
+    unused: tuple[float, ...]
+    total_unused: float
+
+
+def assign_to_groups(eps: np.ndarray, group_epsilons: Sequence[float], ids: Sequence[str]) -> Assignment:
+    """Each client joins the group (in the plan's order) whose ε is the largest ≤ its budget."""
+    ge = np.asarray(group_epsilons, dtype=float)
+    order = np.argsort(ge, kind="stable")
+    sorted_eps = ge[order]
+    pos = np.searchsorted(sorted_eps, eps, side="right") - 1
+    if np.any(pos < 0):
+        i = int(np.flatnonzero(pos < 0)[0])
+        raise BudgetError(
+            f"client {ids[i]!r} has budget ε = {eps[i]:g}, below the strictest group's ε = {sorted_eps[0]:g}"
+        )
+    # ties in the plan's ε: the first listed group with that ε
+    first = {}
+    for j in order[::-1]:
+        first[ge[j]] = j
+    group = np.asarray([first[v] for v in sorted_eps], dtype=np.int64)[pos]
+    m = len(ge)
+    counts = np.bincount(group, minlength=m)
+    unused = np.bincount(group, weights=eps - ge[group], minlength=m)
+    return Assignment(
+        group, ge[group], tuple(int(c) for c in counts), tuple(float(u) for u in unused), float(math.fsum(unused))
+    )
