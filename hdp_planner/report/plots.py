@@ -140,7 +140,16 @@ def save_sweep(result: Any, path: str | os.PathLike[str], title: str | None = No
 # --------------------------------------------------------------------------------------------- plans
 
 
-def _draw_comparison(plt: Any, p: Plan) -> Any:
+def draw_comparison(plt: Any, p: Plan) -> Any:
+    """Table 5 as a figure: every row's σ_m² per group of plan ``p`` (left) and each row's Λ (right).
+
+    Args:
+        plt: matplotlib's pyplot (:func:`pyplot`).
+        p: the plan; every method row it holds is drawn, the GDPFed rows and each baseline.
+
+    Returns:
+        The figure (the caller saves and closes it).
+    """
     g = p.groups
     m_count = len(g.size)
     names = [meth.name for meth in p.methods]  # the GDPFed rows and every baseline the plan holds
@@ -280,7 +289,7 @@ def plot_plan(
         return math.sqrt(closed_form_sigma2(epsilon=e, delta=c.delta, q=float(q), rounds=c.rounds))
 
     drawers = {
-        "comparison": lambda: _draw_comparison(plt, p),
+        "comparison": lambda: draw_comparison(plt, p),
         "epsilon_spent": lambda: _draw_spent(plt, p, spent),
         "sigma_vs_q": lambda: _draw_sigma(plt, p, sigma_of, bound_of),
     }
