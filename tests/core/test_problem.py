@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hdp_planner.accounting.calibration import closed_form_sigma2
-from hdp_planner.planning.problem import Coefficients, SamplingProblem, closed_form_k_ratio, objective, reweighting
+from hdp_planner.planning.problem import (
+    K_FLOOR,
+    Coefficients,
+    SamplingProblem,
+    closed_form_k_ratio,
+    objective,
+    reweighting,
+)
 from hdp_planner.rules.noise import aggregation_weights, lambda_exact
 
 COEF = Coefficients(lr=0.1, local_steps=5)
@@ -78,12 +85,31 @@ def test_accountant_model_minimizes_the_true_noise_and_says_when_it_starves_a_gr
     assert not any("starved" in n for n in bound.notes)
 
 
-def test_remark3_k_ratio_and_clamp():
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda m: st.tuples(
+            st.lists(st.floats(0.5, 500), min_size=m, max_size=m),
+            st.lists(st.floats(0.0, 500), min_size=m, max_size=m),
+            st.lists(st.floats(K_FLOOR, 1.0), min_size=m, max_size=m),
+        )
+    )
+)
+def test_remark3_k_ratio_is_the_best_sparsity_for_problem_1(case):
+    """Remark 3's k_m/d minimises Problem 1's objective over every k in [K_FLOOR, 1]^M (the objective is
+    convex in each k_m), so the clamp to K_FLOOR is where the objective still falls at the floor."""
+    r, s2, other = (np.asarray(v) for v in case)
+    k, clamped = closed_form_k_ratio(reweighting(r), s2, r, COEF)
+    assert np.all((K_FLOOR <= k) & (k <= 1)) and np.array_equal(clamped, k == K_FLOOR)
+    best = objective(r, s2, COEF, None)
+    assert best == objective(r, s2, COEF, k)
+    assert best <= objective(r, s2, COEF, other) * (1 + 1e-12)
+
+
+def test_remark3_clamps_a_group_whose_noise_would_drop_every_coordinate():
     w, s2, r = np.array([0.001, 0.5]), np.array([1.0, 50.0]), np.array([40.0, 1.0])
     k, clamped = closed_form_k_ratio(w, s2, r, COEF)
-    raw0 = 1 - 2 * 0.001 * 1.0 / (0.1 * 5 * COEF.mu4 * 1600)
-    assert k[0] == pytest.approx(raw0)
-    assert not clamped[0] and clamped[1] and k[1] == pytest.approx(0.01)
+    assert not clamped[0] and 0.99 < k[0] < 1 and clamped[1] and k[1] == K_FLOOR
 
 
 @given(st.lists(st.floats(0.5, 500), min_size=1, max_size=6))
