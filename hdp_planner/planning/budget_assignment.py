@@ -23,7 +23,20 @@ class Assignment:
 
 
 def assign_to_groups(eps: np.ndarray, group_epsilons: Sequence[float], ids: Sequence[str]) -> Assignment:
-    """Each client joins the group (in the plan's order) whose ε is the largest ≤ its budget."""
+    """Each client joins the group (in the plan's order) whose ε is the largest ≤ its budget, so no client's group
+    spends more than its budget; ties in the plan's ε go to the first listed group.
+
+    Args:
+        eps: every client's budget ε_i.
+        group_epsilons: the plan's ε_m, in its group order.
+        ids: the client ids (for the error message).
+
+    Returns:
+        Each client's 0-based group and its group's ε, the clients per group and the budget each group leaves unused.
+
+    Raises:
+        BudgetError: a client whose budget is below every group's ε.
+    """
     ge = np.asarray(group_epsilons, dtype=float)
     order = np.argsort(ge, kind="stable")
     sorted_eps = ge[order]

@@ -201,7 +201,15 @@ def _read_checked(path: Path) -> tuple[list[str], np.ndarray, list[float] | None
 
 def budgets_digest(ids: Sequence[str], epsilons: Sequence[float]) -> str:
     """SHA-256 of the budgets as ``client_id,repr(ε)`` lines sorted by id: what a plan records of the budgets it was
-    made from, and what every consumer of a budgets or groups file recomputes."""
+    made from, and what every consumer of a budgets or groups file recomputes.
+
+    Args:
+        ids: the client ids.
+        epsilons: each client's budget ε_i, in the order of ``ids``.
+
+    Returns:
+        The hexadecimal digest; it does not depend on the order of the clients.
+    """
     lines = sorted(f"{cid},{float(e)!r}" for cid, e in zip(ids, epsilons))
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
@@ -209,11 +217,24 @@ def budgets_digest(ids: Sequence[str], epsilons: Sequence[float]) -> str:
 def read_assignment(
     path: str | os.PathLike[str], group_epsilons: Sequence[float], digest: str | None
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Read ``hdp-plan assign --output``'s CSV (client_id, epsilon, group 1-based, group_epsilon) against a plan whose
-    groups have budgets ``group_epsilons`` (increasing): every client's ε_i must be at least its group's ε (and the
-    row's group_epsilon the plan's), and, when the plan recorded the ``digest`` of the budgets it was made from, the
-    file's budgets must be those. Returns (ids, 0-based groups, budgets ε_i) in file order; raises
-    :class:`BudgetError`."""
+    """Read ``hdp-plan assign --output``'s CSV (client_id, epsilon, group 1-based, group_epsilon) against a plan.
+
+    Every client's ε_i must be at least its group's ε (and the row's group_epsilon the plan's), so no client joins a
+    group that would spend more than its budget.
+
+    Args:
+        path: the groups file.
+        group_epsilons: the plan's ε_m, in its group order (increasing).
+        digest: the :func:`budgets_digest` the plan recorded of the budgets it was made from (the file's budgets
+            must be those), or None when the plan recorded none.
+
+    Returns:
+        (ids, 0-based groups, budgets ε_i), in file order.
+
+    Raises:
+        BudgetError: an unreadable file, a missing column, a bad value, a client below its group's ε, a duplicate
+            id or a digest mismatch (one line).
+    """
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.DictReader(fh))

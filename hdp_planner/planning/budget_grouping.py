@@ -251,11 +251,25 @@ def groups_from_budgets(
     config: PlanConfig,  # its n must be the number of clients
     progress: Callable[[str], None] | None = None,
 ) -> Grouping:
-    """Group clients with budgets ``eps`` into ``groups`` groups (None: choose M by the objective: the
-    fewest M ≤ min(AUTO_CAP, distinct budgets) whose closed-form H is within AUTO_TOL of the best).
+    """Group clients by budget into contiguous groups, each with the smallest budget of its members as its ε.
 
-    ``config`` supplies δ, T, q, η, τ for the objective; ``config.n`` must equal ``len(eps)``. Only the budget
-    histogram (:func:`budget_histogram`) is used: see :func:`groups_from_histogram`.
+    Only the budget histogram (:func:`~hdp_planner.planning.budget_counts.budget_histogram`) is used: see
+    :func:`groups_from_histogram`.
+
+    Args:
+        eps: every client's budget ε_i.
+        groups: the number of groups M, or None to choose it by the objective: the fewest M ≤ min(AUTO_CAP, distinct
+            budgets) whose closed-form H is within AUTO_TOL of the best.
+        method: ``unique``, ``quantile`` or ``optimal`` (the module docstring describes them).
+        config: δ, T, q, η and τ for the objective; ``config.n`` must equal ``len(eps)``.
+        progress: called with a line before a long optimal grouping, or None.
+
+    Returns:
+        The grouping, with its unused budget and closed-form objective.
+
+    Raises:
+        BudgetError: a bad budget, an unknown method, n not the number of budgets, or more groups than distinct
+            budgets or than MAX_GROUPS.
     """
     values, counts = budget_histogram(eps)
     return groups_from_histogram(values, counts, groups, method, config, progress)
@@ -269,8 +283,23 @@ def groups_from_histogram(
     config: PlanConfig,
     progress: Callable[[str], None] | None = None,
 ) -> Grouping:
-    """:func:`groups_from_budgets` from the distinct budgets ``values`` (ascending, positive) and their client
-    counts: time and memory depend on the number of distinct budgets, not on the number of clients."""
+    """:func:`groups_from_budgets` from the budget histogram: time and memory depend on the number of distinct
+    budgets, not on the number of clients.
+
+    Args:
+        values: the distinct budgets, ascending and positive.
+        counts: how many clients hold each of ``values``.
+        groups: as in :func:`groups_from_budgets`.
+        method: as in :func:`groups_from_budgets`.
+        config: as in :func:`groups_from_budgets`; ``config.n`` must equal ``counts.sum()``.
+        progress: as in :func:`groups_from_budgets`.
+
+    Returns:
+        The grouping.
+
+    Raises:
+        BudgetError: as :func:`groups_from_budgets`.
+    """
     if method not in GROUPINGS:
         raise BudgetError(f"grouping must be one of {', '.join(GROUPINGS)}, got {method!r}")
     n = int(counts.sum())

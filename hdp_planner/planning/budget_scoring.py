@@ -31,13 +31,30 @@ if TYPE_CHECKING:
 
 
 def budget_score(epsilon: np.ndarray | float, delta: float) -> np.ndarray:
-    """f(ε) = ε²/(ε + 2 log(1/δ)): a group of size g and budget ε adds g²·f(ε)/(7T) to H."""
+    """f(ε) = ε²/(ε + 2 log(1/δ)): a group of size g and budget ε adds g²·f(ε)/(7T) to H (Theorem 1's bound).
+
+    Args:
+        epsilon: one budget or an array of them.
+        delta: the plan's δ.
+
+    Returns:
+        f at every ``epsilon``.
+    """
     e = np.asarray(epsilon, dtype=float)
     return e * e / (e + 2.0 * math.log(1.0 / delta))
 
 
 def closed_form_noise_term(sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> float:
-    """The grouping-dependent part μ5/(R²H) of the closed-form optimum (μ4/R does not depend on the groups)."""
+    """The grouping-dependent part μ5/(R²H) of the closed-form optimum (μ4/R does not depend on the groups).
+
+    Args:
+        sizes: |G_m| per group.
+        epsilons: ε_m per group.
+        config: δ, T, q, η and τ of the plan (``config.n`` is not read).
+
+    Returns:
+        μ5/(R²H) with R = q·Σ|G_m| and H = Σ_m |G_m|² f(ε_m)/(7T).
+    """
     g = np.asarray(sizes, dtype=float)
     h = float(np.sum(g * g * budget_score(np.asarray(epsilons), config.delta))) / (7.0 * config.rounds)
     total = config.q * float(g.sum())
@@ -45,13 +62,31 @@ def closed_form_noise_term(sizes: Sequence[int], epsilons: Sequence[float], conf
 
 
 def closed_form_objective(sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> float:
-    """Problem 1's optimum under Theorem 1's bound with φ = 0, ignoring q_m ≤ 1: μ4/R + μ5/(R²H)."""
+    """Problem 1's optimum under Theorem 1's bound with φ = 0, ignoring q_m ≤ 1.
+
+    Args:
+        sizes: |G_m| per group.
+        epsilons: ε_m per group.
+        config: δ, T, q, η and τ of the plan (``config.n`` is not read).
+
+    Returns:
+        J* = μ4/R + μ5/(R²H) (the module docstring derives it).
+    """
     total = config.q * float(sum(sizes))
     return config.coefficients.mu4 / total + closed_form_noise_term(sizes, epsilons, config)
 
 
 def closed_form_q(sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> np.ndarray:
-    """The q_m of that optimum: r_m ∝ |G_m|/√a_m with Σ r_m = qn (may exceed 1 for tiny groups)."""
+    """The q_m of the closed-form optimum: r_m ∝ |G_m|/√a_m with Σ r_m = qn.
+
+    Args:
+        sizes: |G_m| per group.
+        epsilons: ε_m per group.
+        config: δ, T, q, η and τ of the plan (``config.n`` is not read).
+
+    Returns:
+        q_m per group (may exceed 1 for tiny groups: the closed form ignores q_m ≤ 1).
+    """
     g = np.asarray(sizes, dtype=float)
     e = np.asarray(epsilons, dtype=float)
     a = 7.0 * config.rounds * (e + 2.0 * math.log(1.0 / config.delta)) / (e * e)
@@ -61,7 +96,16 @@ def closed_form_q(sizes: Sequence[int], epsilons: Sequence[float], config: PlanC
 
 
 def closed_form_check(groups: Groups, config: PlanConfig) -> tuple[float, float]:
-    """(closed form J*, SamplingProblem's solved objective) for ``groups``; they agree to O(B²/μ4)."""
+    """Compare the closed form with Problem 1 solved in full (Remark 3's φ_m*, q_m ≤ 1).
+
+    Args:
+        groups: the groups.
+        config: the plan's settings.
+
+    Returns:
+        (closed form J*, :class:`~hdp_planner.planning.problem.SamplingProblem`'s solved objective); they agree to
+        O(B²/μ4).
+    """
     from hdp_planner.planning.plan import sigma2_model
     from hdp_planner.planning.problem import SamplingProblem
 

@@ -46,7 +46,18 @@ def reweighting(expected_clients: Sequence[float]) -> np.ndarray:
 def closed_form_k_ratio(
     weight: np.ndarray, sigma2: np.ndarray, expected_clients: np.ndarray, coef: Coefficients
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Remark 3: k_m/d = 1 - 2ω_mσ_m²/(ητμ4 r_m²), clamped to [K_FLOOR, 1]; also returns which clamped."""
+    """Remark 3: k_m/d = 1 - 2ω_mσ_m²/(ητμ4 r_m²), clamped to [K_FLOOR, 1]: the sparsity that minimises
+    Problem 1's objective (convex in each k_m).
+
+    Args:
+        weight: ω_m per group (:func:`reweighting`).
+        sigma2: σ_m² per group.
+        expected_clients: r_m = q_m|G_m| per group.
+        coef: η, τ and μ4.
+
+    Returns:
+        (k_m/d per group, which groups were clamped to K_FLOOR).
+    """
     raw = 1.0 - 2.0 * weight * sigma2 / (coef.lr * coef.local_steps * coef.mu4 * expected_clients**2)
     return np.clip(raw, K_FLOOR, 1.0), raw < K_FLOOR
 
@@ -57,10 +68,19 @@ def objective(
     coef: Coefficients,
     k_ratio: np.ndarray | None,
 ) -> float:
-    """Problem 1's objective at r_m with noise σ_m²; ``k_ratio=None`` uses Remark 3's optimal k_m.
+    """Problem 1's objective Σ_m ω_m(μ4(1 + φ_m) + μ5(1-√φ_m)σ_m²ω_m/r_m²), with φ_m = (1 - k_m/d)².
 
-    Its noise term μ5(1-√φ_m)ω_mσ_m²/r_m² weighs each group's *average* (Appendix F), so it is
-    μ5/(C²(qn)²) times the exact Λ of the aggregation the trainer applies (``noise.aggregation_weights``).
+    Its noise term weighs each group's *average* (Appendix F), so it is μ5/(C²(qn)²) times the exact Λ of the
+    aggregation the trainer applies (``noise.aggregation_weights``).
+
+    Args:
+        expected_clients: r_m = q_m|G_m| per group.
+        sigma2: σ_m² per group.
+        coef: μ4, μ5 (and η, τ for Remark 3).
+        k_ratio: k_m/d per group, or None for Remark 3's optimal k_m (:func:`closed_form_k_ratio`).
+
+    Returns:
+        The objective's value.
     """
     w = reweighting(expected_clients)
     if k_ratio is None:
