@@ -28,15 +28,35 @@ def per_example_grads(model: nn.Module):
 
 
 def clip_per_example(grads: torch.Tensor, clip: float) -> torch.Tensor:
-    """Scale every row g_i by min(1, C/‖g_i‖) (Algorithm 1, line 15)."""
+    """Scale every row g_i by min(1, C/‖g_i‖) (Algorithm 1, line 15).
+
+    Args:
+        grads: (b, d) per-example gradients.
+        clip: C.
+
+    Returns:
+        The clipped rows: no norm exceeds C as stored.
+    """
     return clip_rows(grads, clip)[0]  # the one clipping rule: the norm never exceeds C as stored
 
 
 def noisy_mean_gradient(
     grads: torch.Tensor, clip: float, multiplier: float, expected_batch: float, source: NoiseSource
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Σ_i clip(g_i) + N(0, z²C²I)) / (r|M|) and the noise part: the accounted record-level Gaussian step.
-    The divisor is the *expected* batch size, so the sensitivity of the mean is C/(r|M|) whatever the batch."""
+    """(Σ_i clip(g_i) + N(0, z²C²I)) / (r|M|): the accounted record-level Gaussian step.
+
+    The divisor is the *expected* batch size, so the sensitivity of the mean is C/(r|M|) whatever the batch.
+
+    Args:
+        grads: (b, d) per-example gradients of the Poisson batch (b may be 0).
+        clip: C.
+        multiplier: z.
+        expected_batch: r|M|.
+        source: the noise source.
+
+    Returns:
+        (the noisy mean gradient, its noise part).
+    """
     d = grads.shape[1]
     total = clip_per_example(grads, clip).sum(0)
     noise = source.normal(d, multiplier * clip, grads.device, grads.dtype)
@@ -56,8 +76,24 @@ def dp_sgd_client(
     momentum: float,
     source: NoiseSource,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One client's τ local DP-SGD steps from θ on its examples (x, y), ``batches`` the Poisson-sampled positions
-    of every step. Returns the update Δ = θ_τ − θ and its noise part (the same momentum recursion on the noise)."""
+    """One client's τ local DP-SGD steps from θ on its examples, each a :func:`noisy_mean_gradient`.
+
+    Args:
+        grad_fn: per-example gradients (:func:`per_example_grads`).
+        theta: θ, the flat global parameters.
+        x: the client's inputs.
+        y: the client's labels.
+        batches: the Poisson-sampled positions of every step (:func:`poisson_batches`).
+        clip: C.
+        multiplier: z.
+        expected_batch: r|M|.
+        lr: the learning rate.
+        momentum: SGD momentum μ.
+        source: the noise source.
+
+    Returns:
+        (Δ = θ_τ − θ, its noise part, by the same momentum recursion on the noise).
+    """
     local = theta.clone()
     buf = noise_buf = None
     noise_part = torch.zeros_like(theta)
@@ -77,10 +113,28 @@ def dp_sgd_client(
 
 
 def poisson_batches(rng: np.random.Generator, size: int, rate: float, steps: int) -> list[np.ndarray]:
-    """Positions (into a client's examples) of ``steps`` Poisson samples, every example kept with prob. ``rate``."""
+    """Poisson samples of a client's examples, every example kept with probability ``rate`` at every step.
+
+    Args:
+        rng: the random source.
+        size: |M|, the client's examples.
+        rate: r.
+        steps: how many samples.
+
+    Returns:
+        The positions kept at every step.
+    """
     return [np.flatnonzero(rng.random(size) < rate) for _ in range(steps)]
 
 
 def noise_coefficients(steps: int, momentum: float) -> np.ndarray:
-    """c_s with Δ's noise = −lr Σ_s c_s n_s under SGD with momentum: c_s = Σ_{i<τ−s} μ^i."""
+    """c_s with Δ's noise = −lr Σ_s c_s n_s under SGD with momentum: c_s = Σ_{i<τ−s} μ^i.
+
+    Args:
+        steps: τ.
+        momentum: μ.
+
+    Returns:
+        c_s for s = 0 … τ − 1.
+    """
     return np.array([sum(momentum**i for i in range(steps - s)) for s in range(steps)])

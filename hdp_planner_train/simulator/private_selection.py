@@ -63,7 +63,19 @@ __all__ = ["SELECTION_METHODS", "check_selection_options", "client_losses", "pow
 def client_losses(
     model: nn.Module, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, clients: list[np.ndarray], ids
 ) -> np.ndarray:
-    """Mean cross-entropy of the model θ on each client's examples (power-of-choice's selection signal)."""
+    """Mean cross-entropy of the model θ on each client's examples (power-of-choice's selection signal).
+
+    Args:
+        model: the model (its parameters are set to θ).
+        theta: θ, the flat parameters.
+        x: all inputs.
+        y: all labels.
+        clients: every client's example positions.
+        ids: the clients to evaluate.
+
+    Returns:
+        The loss of every client in ``ids``.
+    """
     vector_to_parameters(theta.clone(), model.parameters())
     out = []
     for k in ids:
@@ -73,14 +85,39 @@ def client_losses(
 
 
 def power_of_choice(losses: np.ndarray, candidates: np.ndarray, per_round: int) -> np.ndarray:
-    """The ``per_round`` candidates with the highest loss (ties: the earlier candidate)."""
+    """Power-of-choice's selection: the candidates with the highest loss (ties: the earlier candidate).
+
+    Args:
+        losses: every candidate's loss.
+        candidates: the round's candidates.
+        per_round: K.
+
+    Returns:
+        The K selected client ids.
+    """
     order = np.argsort(-np.asarray(losses), kind="stable")[:per_round]
     return np.asarray(candidates)[order]
 
 
 def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, device: torch.device) -> dict[str, Any]:
-    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`SELECTION_METHODS`; metrics.json adds the privacy
-    model, the selection probabilities and every client's noise and ε spent."""
+    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`SELECTION_METHODS`.
+
+    Args:
+        cfg: the run's configuration.
+        plan: the plan (each client takes its group's ε).
+        data: the federated data.
+        rounds: the rounds to run.
+        batch: B, the expected local batch.
+        momentum: local SGD momentum.
+        device: where to train.
+
+    Returns:
+        The metrics (also written to ``cfg.out``): the privacy model, the selection probabilities and every client's
+        noise and ε spent besides the accuracy.
+
+    Raises:
+        TrainError: bad options, or noise that would exceed a client's budget (refused before training).
+    """
     from hdp_planner_train.rounds.loop import RunLog
     from hdp_planner_train.simulator.models import make_model, model_name
     from hdp_planner_train.simulator.scaffold import (
@@ -220,7 +257,22 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
 
 
 def selection_metrics(cfg, plan, data, problem, solution, p, privacy, participations, spent) -> dict[str, Any]:
-    """The method's settings, every client's noise and ε spent, and the per-group summary (min/max over clients)."""
+    """The method's settings, every client's noise and ε spent, and the per-group summary (min/max over clients).
+
+    Args:
+        cfg: the run's configuration.
+        plan: the plan.
+        data: the federated data.
+        problem: Problem 1.
+        solution: its solution, or None (the baselines).
+        p: the selection probabilities.
+        privacy: every client's noise.
+        participations: every client's selections.
+        spent: every client's ε spent.
+
+    Returns:
+        The selection part of metrics.json.
+    """
     c, traits = plan.config, REGISTRY[cfg.method].selection
     z_ratio = np.divide(privacy.multiplier_paper, privacy.multiplier_exact, out=np.zeros(len(p)),
                         where=privacy.multiplier_exact > 0)  # fmt: skip

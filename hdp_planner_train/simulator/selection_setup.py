@@ -76,7 +76,18 @@ def check_selection_options(cfg) -> None:
 
 
 def client_groups(plan, n_clients: int) -> tuple[np.ndarray, np.ndarray]:
-    """(group, ε) of every client: clients 0..n-1 join the plan's groups in order of the group sizes."""
+    """Every client's plan group and budget: clients 0..n-1 join the plan's groups in order of the group sizes.
+
+    Args:
+        plan: the plan.
+        n_clients: the partition's number of clients.
+
+    Returns:
+        (0-based group, ε) of every client.
+
+    Raises:
+        ValueError: the plan's groups do not hold ``n_clients`` clients.
+    """
     g = plan.groups
     if sum(g.size) != n_clients:
         raise ValueError(f"the plan's groups hold {sum(g.size)} clients, the partition {n_clients}")
@@ -85,7 +96,19 @@ def client_groups(plan, n_clients: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def selection_problem(plan, clients: list[np.ndarray], rounds: int, per_round: int, batch: int, eta: float):
-    """Problem 1 for the partition ``clients`` under ``plan`` (ε per group, δ, C, τ) over the ``rounds`` run."""
+    """The selection paper's Problem 1 for a partition under a plan's ε per group, δ, C and τ.
+
+    Args:
+        plan: the plan.
+        clients: every client's example positions.
+        rounds: the rounds run.
+        per_round: K, clients drawn per round.
+        batch: B, the expected local batch (r_k = min(1, B/|M_k|)).
+        eta: η, the weight of the DP term.
+
+    Returns:
+        The :class:`~hdp_planner.methods.selection.SelectionProblem`.
+    """
     _, eps = client_groups(plan, len(clients))
     c = plan.config
     return SelectionProblem(
@@ -102,7 +125,15 @@ def selection_problem(plan, clients: list[np.ndarray], rounds: int, per_round: i
 
 
 def selection_probabilities(problem: SelectionProblem, traits: SelectionTraits) -> tuple[np.ndarray, Any]:
-    """p of a selection method: Problem 1's optimum (privacy-aware, with its solution) or p^u (the baselines, None)."""
+    """The selection probabilities p of a selection method.
+
+    Args:
+        problem: Problem 1.
+        traits: the method's selection traits.
+
+    Returns:
+        (p, solution): Problem 1's optimum and its solution (privacy-aware), or p^u ∝ |M_k| and None (eq. 5).
+    """
     if traits.optimised:
         sol = solve_selection(problem)
         return np.asarray(sol.p, dtype=float), sol
@@ -110,22 +141,55 @@ def selection_probabilities(problem: SelectionProblem, traits: SelectionTraits) 
 
 
 def preselect(p: np.ndarray, rounds: int, per_round: int, seed: int) -> np.ndarray:
-    """(rounds, K) client ids: every round K draws *with replacement* from p (Algorithm 1, line 3)."""
+    """Every round's selected clients, drawn up front: K draws *with replacement* from p (Algorithm 1, line 3).
+
+    Args:
+        p: selection probabilities (normalised here).
+        rounds: the rounds run.
+        per_round: K.
+        seed: the run's seed.
+
+    Returns:
+        (rounds, K) client ids.
+    """
     rng = np.random.default_rng(np.random.SeedSequence([seed, _PRESELECT_STREAM]))
     p = np.asarray(p, dtype=float) / np.sum(p)
     return rng.choice(len(p), size=(rounds, per_round), replace=True, p=p)
 
 
 def candidate_sets(p: np.ndarray, rounds: int, candidates: int, seed: int) -> np.ndarray:
-    """(rounds, d) power-of-choice candidates: every round d distinct clients drawn ∝ p."""
+    """Power-of-choice's candidates, drawn up front: every round d distinct clients drawn ∝ p.
+
+    Args:
+        p: selection probabilities (normalised here).
+        rounds: the rounds run.
+        candidates: d.
+        seed: the run's seed.
+
+    Returns:
+        (rounds, d) client ids.
+    """
     rng = np.random.default_rng(np.random.SeedSequence([seed, _PRESELECT_STREAM]))
     p = np.asarray(p, dtype=float) / np.sum(p)
     return np.stack([rng.choice(len(p), size=candidates, replace=False, p=p) for _ in range(rounds)])
 
 
 def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, group: np.ndarray) -> ClientPrivacy:
-    """Both noise multipliers of every client for its T_k·τ steps (shared by clients with equal ε, r, steps);
-    ``group`` is every client's plan group."""
+    """Both noise multipliers of every client for its T_k·τ DP-SGD steps
+    (:func:`~hdp_planner.methods.selection.record_noise_multiplier`: eqs. 6-7 and the exact RDP accountant).
+
+    Args:
+        problem: Problem 1 (ε_k, δ, r_k, τ).
+        counts: T_k, the selections each client's noise is calibrated for.
+        rule: the noise rule applied, ``paper`` or ``exact``.
+        group: every client's plan group.
+
+    Returns:
+        Every client's budget, rate, count and both multipliers (0 where T_k = 0).
+
+    Raises:
+        TrainError: a client whose noise cannot be calibrated.
+    """
     from hdp_planner_train.simulator.scaffold import TrainError
 
     rates, eps = problem.rates, np.asarray(problem.epsilon)
@@ -150,7 +214,16 @@ def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, 
 
 
 def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, delta: float) -> np.ndarray:
-    """ε each client spent for its ``steps`` DP-SGD steps at its z_k (exact RDP accountant; 0 without a step)."""
+    """ε each client spent for its DP-SGD steps at its z_k and r_k, by the exact RDP accountant.
+
+    Args:
+        privacy: every client's noise.
+        steps: every client's steps.
+        delta: δ.
+
+    Returns:
+        ε per client (0 without a step).
+    """
     out = np.zeros(len(steps))
     cache: dict[tuple[float, float, int], float] = {}
     for k, n in enumerate(steps):
@@ -164,7 +237,20 @@ def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, delta: float) -> np
 
 
 def check_budgets(privacy: ClientPrivacy, steps: np.ndarray, delta: float, rule: str) -> np.ndarray:
-    """ε spent per client for ``steps`` (:func:`spent_epsilon`); refuses a client whose ε exceeds its budget."""
+    """:func:`spent_epsilon`, refusing a client whose ε would exceed its budget.
+
+    Args:
+        privacy: every client's noise.
+        steps: every client's steps.
+        delta: δ.
+        rule: the noise rule (for the message).
+
+    Returns:
+        ε per client.
+
+    Raises:
+        TrainError: a client whose ε exceeds its budget.
+    """
     from hdp_planner_train.simulator.scaffold import TrainError
 
     spent = spent_epsilon(privacy, steps, delta)
