@@ -41,7 +41,7 @@ def clip_per_example(grads: torch.Tensor, clip: float) -> torch.Tensor:
 
 
 def noisy_mean_gradient(
-    grads: torch.Tensor, clip: float, multiplier: float, expected_batch: float, source: NoiseSource
+    grads: torch.Tensor, *, clip: float, multiplier: float, expected_batch: float, source: NoiseSource
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(Σ_i clip(g_i) + N(0, z²C²I)) / (r|M|): the accounted record-level Gaussian step.
 
@@ -69,6 +69,7 @@ def dp_sgd_client(
     x: torch.Tensor,
     y: torch.Tensor,
     batches: list[np.ndarray],
+    *,
     clip: float,
     multiplier: float,
     expected_batch: float,
@@ -102,7 +103,9 @@ def dp_sgd_client(
             g_ex = grad_fn(local, x[idx], y[idx])
         else:
             g_ex = theta.new_zeros((0, theta.numel()))
-        step, noise = noisy_mean_gradient(g_ex, clip, multiplier, expected_batch, source)
+        step, noise = noisy_mean_gradient(
+            g_ex, clip=clip, multiplier=multiplier, expected_batch=expected_batch, source=source
+        )
         if momentum:
             buf = step if buf is None else buf.mul_(momentum).add_(step)
             noise_buf = noise if noise_buf is None else noise_buf.mul_(momentum).add_(noise)
@@ -112,7 +115,7 @@ def dp_sgd_client(
     return local - theta, noise_part
 
 
-def poisson_batches(rng: np.random.Generator, size: int, rate: float, steps: int) -> list[np.ndarray]:
+def poisson_batches(rng: np.random.Generator, *, size: int, rate: float, steps: int) -> list[np.ndarray]:
     """Poisson samples of a client's examples, every example kept with probability ``rate`` at every step.
 
     Args:
@@ -127,7 +130,7 @@ def poisson_batches(rng: np.random.Generator, size: int, rate: float, steps: int
     return [np.flatnonzero(rng.random(size) < rate) for _ in range(steps)]
 
 
-def noise_coefficients(steps: int, momentum: float) -> np.ndarray:
+def noise_coefficients(*, steps: int, momentum: float) -> np.ndarray:
     """c_s with Δ's noise = −lr Σ_s c_s n_s under SGD with momentum: c_s = Σ_{i<τ−s} μ^i.
 
     Args:

@@ -84,7 +84,7 @@ def client_losses(
     return np.asarray(out)
 
 
-def power_of_choice(losses: np.ndarray, candidates: np.ndarray, per_round: int) -> np.ndarray:
+def power_of_choice(losses: np.ndarray, candidates: np.ndarray, *, per_round: int) -> np.ndarray:
     """Power-of-choice's selection: the candidates with the highest loss (ties: the earlier candidate).
 
     Args:
@@ -141,20 +141,20 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         raise TrainError(f"--candidates d must lie between K = {per_round} clients per round and n = {n}, got {d_cand}")
     eta = float(opts.eta if opts.eta is not None else DEFAULT_ETA)
     try:
-        problem = selection_problem(plan, data.clients, rounds, per_round, batch, eta)
+        problem = selection_problem(plan, data.clients, rounds=rounds, per_round=per_round, batch=batch, eta=eta)
         p, solution = selection_probabilities(problem, traits)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     group, _ = client_groups(plan, n)
     if traits.candidates:
-        cand = candidate_sets(p, rounds, d_cand, cfg.seed)
+        cand = candidate_sets(p, rounds=rounds, candidates=d_cand, seed=cfg.seed)
         counts = np.bincount(cand.ravel(), minlength=n)
         chosen = None
     else:
-        chosen = preselect(p, rounds, per_round, cfg.seed)
+        chosen = preselect(p, rounds=rounds, per_round=per_round, seed=cfg.seed)
         counts = np.bincount(chosen.ravel(), minlength=n)
     privacy = calibrate_clients(problem, counts, rule, group)
-    check_budgets(privacy, counts * c.local_steps, float(c.delta), rule)  # before training: refuse early
+    check_budgets(privacy, counts * c.local_steps, delta=float(c.delta), rule=rule)  # before training: refuse early
 
     out = Path(cfg.out) if cfg.out else None
     torch.manual_seed(cfg.seed)
@@ -163,7 +163,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     grad_fn = per_example_grads(model)
     x_train, y_train, x_test, y_test = device_arrays(data, device)
     sigma = privacy.sigma(c.clip)
-    coef2 = float(np.sum(noise_coefficients(c.local_steps, momentum) ** 2))
+    coef2 = float(np.sum(noise_coefficients(steps=c.local_steps, momentum=momentum) ** 2))
     participations = np.zeros(n, dtype=np.int64)
     lam_planned, selected_log = [], []
     log = RunLog(diagnostics=kind == "seeded")  # per-round noise and times: simulations only
@@ -171,7 +171,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     def step(r: int, lr: float):
         if chosen is None:
             losses = client_losses(model, theta, x_train, y_train, data.clients, cand[r])
-            ids = power_of_choice(losses, cand[r], per_round)
+            ids = power_of_choice(losses, cand[r], per_round=per_round)
         else:
             ids = chosen[r]
         rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 1))
@@ -181,10 +181,11 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         for k in ids:
             k = int(k)
             own = torch.as_tensor(data.clients[k], device=device)
-            batches = poisson_batches(rng, len(own), float(privacy.rates[k]), c.local_steps)
+            batches = poisson_batches(rng, size=len(own), rate=float(privacy.rates[k]), steps=c.local_steps)
             delta, noise = dp_sgd_client(
-                grad_fn, theta, x_train[own], y_train[own], batches, c.clip, float(privacy.multiplier[k]),
-                float(privacy.rates[k] * privacy.sizes[k]), lr, momentum, gen,
+                grad_fn, theta, x_train[own], y_train[own], batches, clip=c.clip,
+                multiplier=float(privacy.multiplier[k]), expected_batch=float(privacy.rates[k] * privacy.sizes[k]),
+                lr=lr, momentum=momentum, source=gen,
             )  # fmt: skip
             total += delta
             noise_total += noise
@@ -216,7 +217,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     )
     history = log.history
 
-    spent = check_budgets(privacy, participations * c.local_steps, float(c.delta), rule)
+    spent = check_budgets(privacy, participations * c.local_steps, delta=float(c.delta), rule=rule)
     metrics = selection_metrics(cfg, plan, data, problem, solution, p, privacy, participations, spent)
     metrics.update(
         {

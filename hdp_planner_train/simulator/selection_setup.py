@@ -95,7 +95,7 @@ def client_groups(plan, n_clients: int) -> tuple[np.ndarray, np.ndarray]:
     return group, np.asarray(g.epsilon, dtype=float)[group]
 
 
-def selection_problem(plan, clients: list[np.ndarray], rounds: int, per_round: int, batch: int, eta: float):
+def selection_problem(plan, clients: list[np.ndarray], *, rounds: int, per_round: int, batch: int, eta: float):
     """The selection paper's Problem 1 for a partition under a plan's ε per group, δ, C and τ.
 
     Args:
@@ -140,7 +140,7 @@ def selection_probabilities(problem: SelectionProblem, traits: SelectionTraits) 
     return problem.unbiased, None
 
 
-def preselect(p: np.ndarray, rounds: int, per_round: int, seed: int) -> np.ndarray:
+def preselect(p: np.ndarray, *, rounds: int, per_round: int, seed: int) -> np.ndarray:
     """Every round's selected clients, drawn up front: K draws *with replacement* from p (Algorithm 1, line 3).
 
     Args:
@@ -157,7 +157,7 @@ def preselect(p: np.ndarray, rounds: int, per_round: int, seed: int) -> np.ndarr
     return rng.choice(len(p), size=(rounds, per_round), replace=True, p=p)
 
 
-def candidate_sets(p: np.ndarray, rounds: int, candidates: int, seed: int) -> np.ndarray:
+def candidate_sets(p: np.ndarray, *, rounds: int, candidates: int, seed: int) -> np.ndarray:
     """Power-of-choice's candidates, drawn up front: every round d distinct clients drawn ∝ p.
 
     Args:
@@ -213,7 +213,7 @@ def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, 
     )
 
 
-def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, delta: float) -> np.ndarray:
+def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, *, delta: float) -> np.ndarray:
     """ε each client spent for its DP-SGD steps at its z_k and r_k, by the exact RDP accountant.
 
     Args:
@@ -236,7 +236,7 @@ def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, delta: float) -> np
     return out
 
 
-def check_budgets(privacy: ClientPrivacy, steps: np.ndarray, delta: float, rule: str) -> np.ndarray:
+def check_budgets(privacy: ClientPrivacy, steps: np.ndarray, *, delta: float, rule: str) -> np.ndarray:
     """:func:`spent_epsilon`, refusing a client whose ε would exceed its budget.
 
     Args:
@@ -253,7 +253,7 @@ def check_budgets(privacy: ClientPrivacy, steps: np.ndarray, delta: float, rule:
     """
     from hdp_planner_train.simulator.scaffold import TrainError
 
-    spent = spent_epsilon(privacy, steps, delta)
+    spent = spent_epsilon(privacy, steps, delta=delta)
     over = np.flatnonzero(spent > privacy.epsilon * (1 + 1e-9))
     if over.size:
         k = int(over[0])
