@@ -111,7 +111,10 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
         k_plus = list(config.sparsity)
     else:
         k_arr, clamped = closed_form_k_ratio(
-            reweighting(op.expected_clients), np.asarray(op.sigma2), np.asarray(op.expected_clients), coef
+            weight=reweighting(op.expected_clients),
+            sigma2=np.asarray(op.sigma2),
+            expected_clients=np.asarray(op.expected_clients),
+            coef=coef,
         )
         k_plus = k_arr.tolist()
         for e, c in zip(eps, clamped):

@@ -22,7 +22,7 @@ class Assignment:
     total_unused: float
 
 
-def assign_to_groups(eps: np.ndarray, group_epsilons: Sequence[float], ids: Sequence[str]) -> Assignment:
+def assign_to_groups(eps: np.ndarray, *, group_epsilons: Sequence[float], ids: Sequence[str]) -> Assignment:
     """Each client joins the group (in the plan's order) whose ε is the largest ≤ its budget, so no client's group
     spends more than its budget; ties in the plan's ε go to the first listed group.
 

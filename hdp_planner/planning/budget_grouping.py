@@ -226,8 +226,8 @@ def _make(method: str, starts: np.ndarray, values: np.ndarray, counts: np.ndarra
         max_budget=tuple(float(values[b - 1]) for b in ends),
         unused=unused,
         total_unused=float(math.fsum(unused)),
-        objective=closed_form_objective(sizes, groups.epsilons, config),
-        noise_term=closed_form_noise_term(sizes, groups.epsilons, config),
+        objective=closed_form_objective(sizes=sizes, epsilons=groups.epsilons, config=config),
+        noise_term=closed_form_noise_term(sizes=sizes, epsilons=groups.epsilons, config=config),
     )
 
 
@@ -246,6 +246,7 @@ def parse_group_count(text: str | int | None) -> int | None:
 
 def groups_from_budgets(
     eps: Sequence[float] | np.ndarray,
+    *,
     groups: int | None,
     method: str,
     config: PlanConfig,  # its n must be the number of clients
@@ -272,12 +273,13 @@ def groups_from_budgets(
             budgets or than MAX_GROUPS.
     """
     values, counts = budget_histogram(eps)
-    return groups_from_histogram(values, counts, groups, method, config, progress)
+    return groups_from_histogram(values, counts, groups=groups, method=method, config=config, progress=progress)
 
 
 def groups_from_histogram(
     values: np.ndarray,
     counts: np.ndarray,
+    *,
     groups: int | None,
     method: str,
     config: PlanConfig,
@@ -321,7 +323,7 @@ def groups_from_histogram(
             )
         return _make("unique", np.arange(k), values, counts, config)
     top = groups if groups is not None else min(AUTO_CAP, k)
-    score = budget_score(values, config.delta)
+    score = budget_score(values, delta=config.delta)
     if method == "quantile":
         options = {m: _quantile_starts(prefix, m) for m in (range(1, top + 1) if groups is None else [groups])}
     else:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from hdp_planner.planning.plan import PlanConfig
 
 
-def budget_score(epsilon: np.ndarray | float, delta: float) -> np.ndarray:
+def budget_score(epsilon: np.ndarray | float, *, delta: float) -> np.ndarray:
     """f(ε) = ε²/(ε + 2 log(1/δ)): a group of size g and budget ε adds g²·f(ε)/(7T) to H (Theorem 1's bound).
 
     Args:
@@ -44,7 +44,7 @@ def budget_score(epsilon: np.ndarray | float, delta: float) -> np.ndarray:
     return e * e / (e + 2.0 * math.log(1.0 / delta))
 
 
-def closed_form_noise_term(sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> float:
+def closed_form_noise_term(*, sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> float:
     """The grouping-dependent part μ5/(R²H) of the closed-form optimum (μ4/R does not depend on the groups).
 
     Args:
@@ -56,12 +56,12 @@ def closed_form_noise_term(sizes: Sequence[int], epsilons: Sequence[float], conf
         μ5/(R²H) with R = q·Σ|G_m| and H = Σ_m |G_m|² f(ε_m)/(7T).
     """
     g = np.asarray(sizes, dtype=float)
-    h = float(np.sum(g * g * budget_score(np.asarray(epsilons), config.delta))) / (7.0 * config.rounds)
+    h = float(np.sum(g * g * budget_score(np.asarray(epsilons), delta=config.delta))) / (7.0 * config.rounds)
     total = config.q * float(g.sum())
     return config.coefficients.mu5 / (total * total * h)
 
 
-def closed_form_objective(sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> float:
+def closed_form_objective(*, sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> float:
     """Problem 1's optimum under Theorem 1's bound with φ = 0, ignoring q_m ≤ 1.
 
     Args:
@@ -73,10 +73,10 @@ def closed_form_objective(sizes: Sequence[int], epsilons: Sequence[float], confi
         J* = μ4/R + μ5/(R²H) (the module docstring derives it).
     """
     total = config.q * float(sum(sizes))
-    return config.coefficients.mu4 / total + closed_form_noise_term(sizes, epsilons, config)
+    return config.coefficients.mu4 / total + closed_form_noise_term(sizes=sizes, epsilons=epsilons, config=config)
 
 
-def closed_form_q(sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> np.ndarray:
+def closed_form_q(*, sizes: Sequence[int], epsilons: Sequence[float], config: PlanConfig) -> np.ndarray:
     """The q_m of the closed-form optimum: r_m ∝ |G_m|/√a_m with Σ r_m = qn.
 
     Args:
@@ -110,4 +110,4 @@ def closed_form_check(groups: Groups, config: PlanConfig) -> tuple[float, float]
     from hdp_planner.planning.problem import SamplingProblem
 
     problem = SamplingProblem(groups.sizes, config.q, sigma2_model(groups, config), config.coefficients)
-    return closed_form_objective(groups.sizes, groups.epsilons, config), problem.solve().objective
+    return closed_form_objective(sizes=groups.sizes, epsilons=groups.epsilons, config=config), problem.solve().objective

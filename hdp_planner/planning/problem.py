@@ -44,7 +44,7 @@ def reweighting(expected_clients: Sequence[float]) -> np.ndarray:
 
 
 def closed_form_k_ratio(
-    weight: np.ndarray, sigma2: np.ndarray, expected_clients: np.ndarray, coef: Coefficients
+    *, weight: np.ndarray, sigma2: np.ndarray, expected_clients: np.ndarray, coef: Coefficients
 ) -> tuple[np.ndarray, np.ndarray]:
     """Remark 3: k_m/d = 1 - 2ω_mσ_m²/(ητμ4 r_m²), clamped to [K_FLOOR, 1]: the sparsity that minimises
     Problem 1's objective (convex in each k_m).
@@ -63,6 +63,7 @@ def closed_form_k_ratio(
 
 
 def objective(
+    *,
     expected_clients: np.ndarray,
     sigma2: np.ndarray,
     coef: Coefficients,
@@ -84,7 +85,7 @@ def objective(
     """
     w = reweighting(expected_clients)
     if k_ratio is None:
-        k_ratio, _ = closed_form_k_ratio(w, sigma2, expected_clients, coef)
+        k_ratio, _ = closed_form_k_ratio(weight=w, sigma2=sigma2, expected_clients=expected_clients, coef=coef)
     phi = (1.0 - k_ratio) ** 2
     noise = w * sigma2 / expected_clients**2
     return float(np.sum(w * (coef.mu4 * (1.0 + phi) + coef.mu5 * k_ratio * noise)))
@@ -127,7 +128,7 @@ class SamplingProblem:
         """Problem 1's objective at per-group ratios ``q_vec``."""
         g = np.asarray(self.sizes, dtype=float)
         qv = np.asarray(q_vec, dtype=float)
-        return objective(qv * g, self.sigma2_of(qv), self.coef, None)
+        return objective(expected_clients=qv * g, sigma2=self.sigma2_of(qv), coef=self.coef, k_ratio=None)
 
     def solve(self) -> SamplingSolution:
         """Minimize with SLSQP on the shares s_m = r_m/qn (scaled to order one; the raw objective is

@@ -99,16 +99,16 @@ def test_remark3_k_ratio_is_the_best_sparsity_for_problem_1(case):
     """Remark 3's k_m/d minimises Problem 1's objective over every k in [K_FLOOR, 1]^M (the objective is
     convex in each k_m), so the clamp to K_FLOOR is where the objective still falls at the floor."""
     r, s2, other = (np.asarray(v) for v in case)
-    k, clamped = closed_form_k_ratio(reweighting(r), s2, r, COEF)
+    k, clamped = closed_form_k_ratio(weight=reweighting(r), sigma2=s2, expected_clients=r, coef=COEF)
     assert np.all((K_FLOOR <= k) & (k <= 1)) and np.array_equal(clamped, k == K_FLOOR)
-    best = objective(r, s2, COEF, None)
-    assert best == objective(r, s2, COEF, k)
-    assert best <= objective(r, s2, COEF, other) * (1 + 1e-12)
+    best = objective(expected_clients=r, sigma2=s2, coef=COEF, k_ratio=None)
+    assert best == objective(expected_clients=r, sigma2=s2, coef=COEF, k_ratio=k)
+    assert best <= objective(expected_clients=r, sigma2=s2, coef=COEF, k_ratio=other) * (1 + 1e-12)
 
 
 def test_remark3_clamps_a_group_whose_noise_would_drop_every_coordinate():
     w, s2, r = np.array([0.001, 0.5]), np.array([1.0, 50.0]), np.array([40.0, 1.0])
-    k, clamped = closed_form_k_ratio(w, s2, r, COEF)
+    k, clamped = closed_form_k_ratio(weight=w, sigma2=s2, expected_clients=r, coef=COEF)
     assert not clamped[0] and 0.99 < k[0] < 1 and clamped[1] and k[1] == K_FLOOR
 
 
@@ -117,7 +117,9 @@ def test_sampling_term_depends_only_on_the_expected_clients(r):
     """Without noise and sparsification, Problem 1's objective is μ4/(qn) whatever the split of the qn = Σ r_m
     expected clients among the groups: the reweighting ω_m sums to 1/(qn)."""
     r = np.asarray(r)
-    assert objective(r, np.zeros_like(r), COEF, np.ones_like(r)) == pytest.approx(COEF.mu4 / r.sum(), rel=1e-12)
+    assert objective(expected_clients=r, sigma2=np.zeros_like(r), coef=COEF, k_ratio=np.ones_like(r)) == pytest.approx(
+        COEF.mu4 / r.sum(), rel=1e-12
+    )
 
 
 @given(
@@ -133,7 +135,9 @@ def test_noise_term_is_the_exact_lambda_of_the_applied_aggregation(args):
     """Problem 1's noise term measures exactly the noise the trainer's update θ + Σ ω_m y_m carries."""
     r, s2, k = (np.asarray(x) for x in args)
     w = reweighting(r)
-    noise_term = objective(r, s2, COEF, k) - COEF.mu4 * np.sum(w * (1 + (1 - k) ** 2))
+    noise_term = objective(expected_clients=r, sigma2=s2, coef=COEF, k_ratio=k) - COEF.mu4 * np.sum(
+        w * (1 + (1 - k) ** 2)
+    )
     lam = lambda_exact(aggregation_weights(r), np.sqrt(s2), k, clip=1.0)
     assert noise_term == pytest.approx(COEF.mu5 * lam / r.sum() ** 2, rel=1e-9)
 
