@@ -80,7 +80,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
     eps, sizes = groups.epsilons, groups.sizes
     uniform = [config.q] * m
 
-    problem = SamplingProblem(sizes, config.q, sigma2_of, coef, config.min_share)
+    problem = SamplingProblem(sizes=sizes, q=config.q, sigma2_of=sigma2_of, coef=coef, min_share=config.min_share)
     if config.fixed_q is not None:
         q_op = list(config.fixed_q)
         total = sum(q * s for q, s in zip(q_op, sizes))

@@ -11,7 +11,7 @@ import numpy as np
 from hdp_planner.planning.budget_files import BudgetError
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Assignment:
     """Clients assigned to a plan's groups: 0-based group per client, and unused budget per group."""
 
@@ -55,5 +55,9 @@ def assign_to_groups(eps: np.ndarray, *, group_epsilons: Sequence[float], ids: S
     counts = np.bincount(group, minlength=m)
     unused = np.bincount(group, weights=eps - ge[group], minlength=m)
     return Assignment(
-        group, ge[group], tuple(int(c) for c in counts), tuple(float(u) for u in unused), float(math.fsum(unused))
+        group=group,
+        group_epsilon=ge[group],
+        counts=tuple(int(c) for c in counts),
+        unused=tuple(float(u) for u in unused),
+        total_unused=float(math.fsum(unused)),
     )

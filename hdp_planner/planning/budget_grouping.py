@@ -53,7 +53,7 @@ _DP_BLOCK = 1 << 20  # (cut, previous cut) pairs per block of the DP
 _DP_CACHE = 1 << 21  # largest number of pairs whose gains the DP keeps across group counts
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Grouping:
     """A grouping of clients by budget.
 

@@ -109,5 +109,7 @@ def closed_form_check(groups: Groups, config: PlanConfig) -> tuple[float, float]
     from hdp_planner.planning.plan import sigma2_model
     from hdp_planner.planning.problem import SamplingProblem
 
-    problem = SamplingProblem(groups.sizes, config.q, sigma2_model(groups, config), config.coefficients)
+    problem = SamplingProblem(
+        sizes=groups.sizes, q=config.q, sigma2_of=sigma2_model(groups, config), coef=config.coefficients
+    )
     return closed_form_objective(sizes=groups.sizes, epsilons=groups.epsilons, config=config), problem.solve().objective

@@ -91,7 +91,7 @@ def objective(
     return float(np.sum(w * (coef.mu4 * (1.0 + phi) + coef.mu5 * k_ratio * noise)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingSolution:
     """Problem 1's answer: per-group q_m and the objective there (and at uniform q, for comparison)."""
 
@@ -100,7 +100,7 @@ class SamplingSolution:
     uniform_objective: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingProblem:
     """Problem 1 over q_m subject to Σ_m q_m|G_m| = qn and 0 < q_m ≤ 1.
 
@@ -138,7 +138,7 @@ class SamplingProblem:
         uniform = np.full(len(g), self.q)
         uniform_value = self.value(uniform)
         if len(g) == 1:
-            return SamplingSolution((self.q,), uniform_value, uniform_value)
+            return SamplingSolution(q=(self.q,), objective=uniform_value, uniform_objective=uniform_value)
         upper = np.minimum(g / total, 1.0)
         lower = np.full(len(g), 1e-6)
         pop = g / g.sum()
@@ -177,4 +177,6 @@ class SamplingProblem:
                 "(a small group would need q_m > 1); lower --min-share or raise --q"
             )
         q_opt = np.minimum(best_s * total / g, 1.0)
-        return SamplingSolution(tuple(float(x) for x in q_opt), best_val * uniform_value, uniform_value)
+        return SamplingSolution(
+            q=tuple(float(x) for x in q_opt), objective=best_val * uniform_value, uniform_objective=uniform_value
+        )

@@ -28,7 +28,7 @@ ACCOUNTANT = "rdp: Poisson-subsampled Gaussian, add/remove-one example, composed
 _PRESELECT_STREAM = 3  # SeedSequence([seed, stream]): the whole run's selections, drawn before training
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClientPrivacy:
     """Every client's budget, data size, sampling rate, selection count, noise multipliers and ε spent."""
 
@@ -209,7 +209,14 @@ def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, 
                 raise TrainError(f"client {k}: cannot calibrate its noise: {exc}") from None
         paper[k], exact[k] = cache[key]
     return ClientPrivacy(
-        np.asarray(group), eps, np.asarray(problem.num_samples), rates, np.asarray(counts), paper, exact, rule
+        group=np.asarray(group),
+        epsilon=eps,
+        sizes=np.asarray(problem.num_samples),
+        rates=rates,
+        counts=np.asarray(counts),
+        multiplier_paper=paper,
+        multiplier_exact=exact,
+        rule=rule,
     )
 
 

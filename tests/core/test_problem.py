@@ -51,7 +51,7 @@ def test_reweighting_sums_to_one_over_expected_participants(r):
 def test_solution_meets_constraint_and_beats_uniform(eps, size, q, skew):
     sizes = tuple(max(10, int(size * skew**i)) for i in range(len(eps)))
     n = sum(sizes)
-    problem = SamplingProblem(sizes, q, bound_model(eps, n**-1.1, 50), COEF)
+    problem = SamplingProblem(sizes=sizes, q=q, sigma2_of=bound_model(eps, n**-1.1, 50), coef=COEF)
     sol = problem.solve()
     r = np.array(sol.q) * np.array(sizes)
     assert r.sum() == pytest.approx(q * n, rel=1e-6)
@@ -64,7 +64,7 @@ def test_bound_model_optimum_is_the_cauchy_schwarz_closed_form():
     # With φ ≈ 0, σ_m² = a_m q_m² and ω ∝ r²: the optimum is r_m ∝ |G_m| ε_m / sqrt(ε_m + 2 log(1/δ)).
     eps, n = (0.5, 1.5, 3.0), 6000
     delta = n**-1.1
-    sol = SamplingProblem((2000, 2000, 2000), 0.02, bound_model(eps, delta, 50), COEF).solve()
+    sol = SamplingProblem(sizes=(2000, 2000, 2000), q=0.02, sigma2_of=bound_model(eps, delta, 50), coef=COEF).solve()
     x = np.array([e / math.sqrt(e + 2 * math.log(1 / delta)) for e in eps])
     expected = 0.02 * 3 * x / x.sum()
     assert np.allclose(sol.q, expected, rtol=2e-3)

@@ -30,7 +30,6 @@ from hdp_planner_train.simulator.dp_sgd import (  # noqa: E402
 from hdp_planner_train.simulator.models import make_model  # noqa: E402
 from hdp_planner_train.simulator.private_selection import client_losses, power_of_choice  # noqa: E402
 from hdp_planner_train.simulator.selection_setup import (  # noqa: E402
-    ClientPrivacy,
     calibrate_clients,
     candidate_sets,
     check_budgets,
@@ -187,8 +186,7 @@ def test_calibration_follows_the_realized_counts_and_budgets_are_checked(small_p
     assert priv.multiplier_exact[1] > priv.multiplier_exact[0] and priv.multiplier_exact[2] == 0  # never selected
     spent = check_budgets(priv, counts * 5, delta=problem.delta, rule="exact")
     assert np.all(spent <= priv.epsilon + 1e-9) and spent[0] == pytest.approx(0.5, rel=1e-3) and spent[2] == 0
-    weak = ClientPrivacy(priv.group, priv.epsilon, priv.sizes, priv.rates, counts, priv.multiplier_exact / 2,
-                         priv.multiplier_exact, "paper")  # fmt: skip
+    weak = dataclasses.replace(priv, counts=counts, multiplier_paper=priv.multiplier_exact / 2, rule="paper")
     with pytest.raises(TrainError, match="spends ε"):
         check_budgets(weak, counts * 5, delta=problem.delta, rule="paper")
 
