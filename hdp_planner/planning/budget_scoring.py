@@ -66,7 +66,8 @@ def closed_form_objective(*, sizes: Sequence[int], epsilons: Sequence[float], co
 
     Args:
         sizes: |G_m| per group.
-        epsilons: ε_m per group.
+        epsilons: ε_m per group, the smallest budget of each group's members (no member's budget is
+            exceeded).
         config: δ, T, q, η and τ of the plan (``config.n`` is not read).
 
     Returns:

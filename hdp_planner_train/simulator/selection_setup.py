@@ -152,26 +152,31 @@ def preselect(p: np.ndarray, *, rounds: int, per_round: int, seed: int) -> np.nd
     Returns:
         (rounds, K) client ids.
     """
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _PRESELECT_STREAM]))
-    p = np.asarray(p, dtype=float) / np.sum(p)
+    rng, p = _run_draws(p, seed)
     return rng.choice(len(p), size=(rounds, per_round), replace=True, p=p)
 
 
 def candidate_sets(p: np.ndarray, *, rounds: int, candidates: int, seed: int) -> np.ndarray:
-    """Power-of-choice's candidates, drawn up front: every round d distinct clients drawn ∝ p.
+    """Power-of-choice's candidates, drawn up front from the stream of :func:`preselect`: every round d distinct
+    clients drawn ∝ p, without replacement.
 
     Args:
-        p: selection probabilities (normalised here).
-        rounds: the rounds run.
-        candidates: d.
-        seed: the run's seed.
+        p: as in :func:`preselect`.
+        rounds: as in :func:`preselect`.
+        candidates: d, at most the number of clients.
+        seed: as in :func:`preselect`.
 
     Returns:
-        (rounds, d) client ids.
+        (rounds, d) client ids, distinct within a round.
     """
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _PRESELECT_STREAM]))
-    p = np.asarray(p, dtype=float) / np.sum(p)
+    rng, p = _run_draws(p, seed)
     return np.stack([rng.choice(len(p), size=candidates, replace=False, p=p) for _ in range(rounds)])
+
+
+def _run_draws(p: np.ndarray, seed: int) -> tuple[np.random.Generator, np.ndarray]:
+    """The run's selection stream SeedSequence([seed, 3]) and p normalised to sum to 1."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, _PRESELECT_STREAM]))
+    return rng, np.asarray(p, dtype=float) / np.sum(p)
 
 
 def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, group: np.ndarray) -> ClientPrivacy:
