@@ -3,7 +3,7 @@
 A budgets file is CSV (``client_id,epsilon`` and an optional ``delta`` column) or JSON (a list of
 ``{client_id, epsilon}`` objects or an ``{id: epsilon}`` mapping); a groups file is ``hdp-plan assign
 --output``'s CSV. Every reader checks ids (present, unique) and budgets (ε positive and finite, δ in (0, 1)) and
-raises :class:`BudgetError` with one line naming the file, the line and the client.
+raises :class:`BudgetError`: one line naming the file and, where they apply, the line and the client.
 """
 
 from __future__ import annotations
