@@ -31,7 +31,7 @@ def budgets(n: int, rng: np.random.Generator) -> np.ndarray:
 def run_plan(eps: np.ndarray, groups: int) -> None:
     clear_caches()
     config = PlanConfig(n=len(eps))
-    solve_plan(groups_from_budgets(eps, groups, "optimal", config).groups, config)
+    solve_plan(groups_from_budgets(eps, groups=groups, method="optimal", config=config).groups, config)
 
 
 def timed_plan(eps: np.ndarray, groups: int, repeats: int) -> tuple[float, float]:

@@ -86,7 +86,9 @@ def table1() -> Table:
         diff = max(abs(a - b) / b for a, b in zip(ours, paper))
         groups = Groups.from_budgets(eps, n)
         config = PlanConfig(n=n, rounds=rounds, q=q, clip=clip, local_steps=tau)
-        prob = SamplingProblem(groups.sizes, q, sigma2_model(groups, config), config.coefficients)
+        prob = SamplingProblem(
+            sizes=groups.sizes, q=q, sigma2_of=sigma2_model(groups, config), coef=config.coefficients
+        )
         on_constraint = [x / 100 * q * n / sum(x / 100 * s for x, s in zip(paper, groups.sizes)) for x in paper]
         constant = config.coefficients.mu4 / (q * n)  # μ4·Σω_m, the same for every q (φ* ≈ 0 here)
         ratio = (prob.value([x / 100 for x in ours]) - constant) / (prob.value(on_constraint) - constant)

@@ -219,7 +219,7 @@ def group_budgets(
         if config_options[2] is not None:  # --delta given
             raise CliError(f"--delta {config.delta:g} exceeds the smallest client delta in {budgets} ({file_delta:g})")
         config = dataclasses.replace(config, delta=file_delta)  # the default δ = 1/n^1.1, lowered to every client's
-    grouped = groups_from_histogram(columns.values, columns.counts, count, grouping, config)
+    grouped = groups_from_histogram(columns.values, columns.counts, groups=count, method=grouping, config=config)
     return grouped, config, columns.digest()
 
 
@@ -243,7 +243,7 @@ def assign_cmd(
         raise CliError(f"{budgets} holds other budgets than those {plan_file} was made from (digest mismatch): "
                        "assign the plan's own budgets, or re-plan with hdp-plan solve --budgets")  # fmt: skip
     g = p.groups
-    a = assign_to_groups(budget, g.epsilon, ids)
+    a = assign_to_groups(budget, group_epsilons=g.epsilon, ids=ids)
     if output:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")

@@ -33,14 +33,41 @@ NEGLIGIBLE_SPARSITY = 0.999
 def plan(epsilons: Sequence[float], n: int, sizes: Sequence[int] | None = None, **options: object) -> Plan:
     """Plan GDPFed+ for groups with budgets ``epsilons`` over ``n`` clients, as ``hdp-plan solve`` does.
 
-    ``options`` are :class:`PlanConfig`'s fields (rounds, q, delta, clip, lr, local_steps, accountant,
-    sigma_model, lambda_convention, sparsity, fixed_q, min_share). Example: ``plan([0.5, 1.5, 3.0], n=6000)``.
+    Example: ``plan([0.5, 1.5, 3.0], n=6000)``.
+
+    Args:
+        epsilons: ε_m of every group.
+        n: the number of clients.
+        sizes: |G_m| of every group, summing to n; None splits n evenly.
+        **options: :class:`~hdp_planner.planning.plan.PlanConfig`'s fields (rounds, q, delta, clip, lr,
+            local_steps, accountant, sigma_model, lambda_convention, sparsity, fixed_q, min_share).
+
+    Returns:
+        The solved plan (see :func:`solve_plan`).
+
+    Raises:
+        ValueError: an invalid budget, size or option (one line).
     """
     return solve_plan(Groups.from_budgets(epsilons, n, sizes), PlanConfig(n=n, **options))  # type: ignore[arg-type]
 
 
 def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
-    """Solve GDPFed+ for ``groups`` under ``config`` and compare it with DP-FedAvg, GDPFed and GDPFed-op."""
+    """Solve GDPFed+ for ``groups`` under ``config`` and compare it with DP-FedAvg, GDPFed and GDPFed-op.
+
+    The q_m solve Problem 1 (or are ``config.fixed_q``); every row's σ_m is calibrated by the plan's accountant so
+    that group m spends at most ε_m over T rounds at its sampling ratio; k_m follows Remark 3 (or
+    ``config.sparsity``).
+
+    Args:
+        groups: the groups' ε_m and |G_m|.
+        config: the plan's settings; ``config.n`` must be the groups' total size.
+
+    Returns:
+        The plan with its four rows, Problem 1's objective at the chosen and at uniform q, and notes.
+
+    Raises:
+        ValueError: sizes that do not sum to n, or sparsity or fixed q of the wrong length (one line).
+    """
     if groups.n != config.n:
         raise ValueError(f"group sizes sum to {groups.n}, not n = {config.n}")
     m = groups.count
@@ -53,7 +80,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
     eps, sizes = groups.epsilons, groups.sizes
     uniform = [config.q] * m
 
-    problem = SamplingProblem(sizes, config.q, sigma2_of, coef, config.min_share)
+    problem = SamplingProblem(sizes=sizes, q=config.q, sigma2_of=sigma2_of, coef=coef, min_share=config.min_share)
     if config.fixed_q is not None:
         q_op = list(config.fixed_q)
         total = sum(q * s for q, s in zip(q_op, sizes))
@@ -84,7 +111,10 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
         k_plus = list(config.sparsity)
     else:
         k_arr, clamped = closed_form_k_ratio(
-            reweighting(op.expected_clients), np.asarray(op.sigma2), np.asarray(op.expected_clients), coef
+            weight=reweighting(op.expected_clients),
+            sigma2=np.asarray(op.sigma2),
+            expected_clients=np.asarray(op.expected_clients),
+            coef=coef,
         )
         k_plus = k_arr.tolist()
         for e, c in zip(eps, clamped):
@@ -126,14 +156,30 @@ def _theorem1_shortfalls(methods: Sequence[MethodNoise], config: PlanConfig) -> 
 
 
 def op_check(p: Plan, m: MethodNoise) -> str | None:
-    """GDPFed-op samples at the plan's fixed q when one is given."""
+    """GDPFed-op samples at the plan's fixed q when one is given.
+
+    Args:
+        p: the plan.
+        m: its GDPFed-op row.
+
+    Returns:
+        What is wrong with the row, or None.
+    """
     if p.config.fixed_q is not None and not all_close(m.q, p.config.fixed_q):
         return "q must be the plan's fixed q"
     return None
 
 
 def plus_check(p: Plan, m: MethodNoise) -> str | None:
-    """GDPFed+ is GDPFed-op's q_m and σ_m with Top-k."""
+    """GDPFed+ is GDPFed-op's q_m and σ_m with Top-k.
+
+    Args:
+        p: the plan.
+        m: its GDPFed+ row.
+
+    Returns:
+        What is wrong with the row, or None.
+    """
     op = p.method("GDPFed-op")
     if not (all_close(m.q, op.q) and all_close(m.noise_multiplier, op.noise_multiplier)):
         return "q and σ must be GDPFed-op's"

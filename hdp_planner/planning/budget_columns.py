@@ -3,7 +3,7 @@
 Ten million clients fit in a few hundred megabytes this way (a Python string per id would take gigabytes): a CSV
 file is parsed by numpy a block of lines at a time (:func:`read_plain_csv`), the prefix every id shares is kept
 once, and the digest a plan records of its budgets (:meth:`BudgetColumns.digest`) is computed over blocks of
-sorted lines: the same SHA-256 as :func:`hdp_planner.planning.budgets.budgets_digest` of the same ids and budgets.
+sorted lines: the same SHA-256 as :func:`hdp_planner.planning.budget_files.budgets_digest` of the same ids and budgets.
 """
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ class BudgetColumns:
 
     @classmethod
     def from_lists(cls, ids: list[str], epsilon: np.ndarray, delta: list[float] | None = None) -> BudgetColumns:
+        """The columns of budgets read row by row.
+
+        Args:
+            ids: the client ids, in file order.
+            epsilon: their budgets.
+            delta: their δ_i, or None without a delta column.
+
+        Returns:
+            The same clients as columns (no shared prefix).
+        """
         encoded = np.array([i.encode() for i in ids], dtype=bytes) if ids else np.zeros(0, dtype="S8")
         values, codes = np.unique(np.asarray(epsilon, dtype=float), return_inverse=True)
         return cls(sort_keys(encoded), values, codes, None if delta is None else np.asarray(delta, float))
@@ -103,8 +113,15 @@ class BudgetColumns:
 
 
 def sort_keys(ids: np.ndarray, words: int | None = None) -> np.ndarray:
-    """Fixed-width bytes ``ids`` as rows of ``words`` (default: as few as hold them) native 8-byte words that
-    compare as the bytes do."""
+    """Fixed-width bytes ids as rows of native 8-byte words that compare as the bytes do.
+
+    Args:
+        ids: NUL-padded ids (numpy ``S`` array).
+        words: words per row, or None for as few as hold the ids.
+
+    Returns:
+        (len(ids), words) unsigned 8-byte words, read big-endian.
+    """
     words = words or max(-(-ids.dtype.itemsize // 8), 1)
     return ids.astype(f"S{8 * words}").view(">u8").reshape(len(ids), words).astype(np.uint64)
 

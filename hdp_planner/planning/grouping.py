@@ -10,7 +10,18 @@ from dataclasses import dataclass
 
 
 def even_sizes(n: int, groups: int) -> tuple[int, ...]:
-    """Split n clients into ``groups`` sizes that differ by at most one (earlier groups take the rest)."""
+    """Split n clients into group sizes that differ by at most one (earlier groups take the rest).
+
+    Args:
+        n: the number of clients.
+        groups: the number of groups.
+
+    Returns:
+        |G_m| per group, summing to n.
+
+    Raises:
+        ValueError: fewer than one group, or fewer clients than groups.
+    """
     if groups < 1:
         raise ValueError("at least one group is needed")
     if n < groups:
@@ -41,7 +52,19 @@ class Groups:
 
     @classmethod
     def from_budgets(cls, epsilons: Sequence[float], n: int, sizes: Sequence[int] | None = None) -> Groups:
-        """Groups with the given ε_m; sizes default to an even split of n and must sum to n."""
+        """Groups with the given ε_m.
+
+        Args:
+            epsilons: ε_m of every group (positive, finite).
+            n: the number of clients.
+            sizes: |G_m| of every group, summing to n; None splits n evenly (:func:`even_sizes`).
+
+        Returns:
+            The groups, in the order given.
+
+        Raises:
+            ValueError: a bad ε, n or size, or sizes that do not sum to n.
+        """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, got {n}")
         sizes = even_sizes(n, len(epsilons)) if sizes is None else tuple(sizes)

@@ -44,33 +44,54 @@ def reweighting(expected_clients: Sequence[float]) -> np.ndarray:
 
 
 def closed_form_k_ratio(
-    weight: np.ndarray, sigma2: np.ndarray, expected_clients: np.ndarray, coef: Coefficients
+    *, weight: np.ndarray, sigma2: np.ndarray, expected_clients: np.ndarray, coef: Coefficients
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Remark 3: k_m/d = 1 - 2ω_mσ_m²/(ητμ4 r_m²), clamped to [K_FLOOR, 1]; also returns which clamped."""
+    """Remark 3: k_m/d = 1 - 2ω_mσ_m²/(ητμ4 r_m²), clamped to [K_FLOOR, 1]: the sparsity that minimises
+    Problem 1's objective (convex in each k_m).
+
+    Args:
+        weight: ω_m per group (:func:`reweighting`).
+        sigma2: σ_m² per group.
+        expected_clients: r_m = q_m|G_m| per group.
+        coef: η, τ and μ4.
+
+    Returns:
+        (k_m/d per group, which groups were clamped to K_FLOOR).
+    """
     raw = 1.0 - 2.0 * weight * sigma2 / (coef.lr * coef.local_steps * coef.mu4 * expected_clients**2)
     return np.clip(raw, K_FLOOR, 1.0), raw < K_FLOOR
 
 
 def objective(
+    *,
     expected_clients: np.ndarray,
     sigma2: np.ndarray,
     coef: Coefficients,
     k_ratio: np.ndarray | None,
 ) -> float:
-    """Problem 1's objective at r_m with noise σ_m²; ``k_ratio=None`` uses Remark 3's optimal k_m.
+    """Problem 1's objective Σ_m ω_m(μ4(1 + φ_m) + μ5(1-√φ_m)σ_m²ω_m/r_m²), with φ_m = (1 - k_m/d)².
 
-    Its noise term μ5(1-√φ_m)ω_mσ_m²/r_m² weighs each group's *average* (Appendix F), so it is
-    μ5/(C²(qn)²) times the exact Λ of the aggregation the trainer applies (``noise.aggregation_weights``).
+    Its noise term weighs each group's *average* (Appendix F), so it is μ5/(C²(qn)²) times the exact Λ of the
+    aggregation the trainer applies (``noise.aggregation_weights``).
+
+    Args:
+        expected_clients: r_m = q_m|G_m| per group.
+        sigma2: σ_m² per group.
+        coef: μ4, μ5 (and η, τ for Remark 3).
+        k_ratio: k_m/d per group, or None for Remark 3's optimal k_m (:func:`closed_form_k_ratio`).
+
+    Returns:
+        The objective's value.
     """
     w = reweighting(expected_clients)
     if k_ratio is None:
-        k_ratio, _ = closed_form_k_ratio(w, sigma2, expected_clients, coef)
+        k_ratio, _ = closed_form_k_ratio(weight=w, sigma2=sigma2, expected_clients=expected_clients, coef=coef)
     phi = (1.0 - k_ratio) ** 2
     noise = w * sigma2 / expected_clients**2
     return float(np.sum(w * (coef.mu4 * (1.0 + phi) + coef.mu5 * k_ratio * noise)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingSolution:
     """Problem 1's answer: per-group q_m and the objective there (and at uniform q, for comparison)."""
 
@@ -79,7 +100,7 @@ class SamplingSolution:
     uniform_objective: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingProblem:
     """Problem 1 over q_m subject to Σ_m q_m|G_m| = qn and 0 < q_m ≤ 1.
 
@@ -107,7 +128,7 @@ class SamplingProblem:
         """Problem 1's objective at per-group ratios ``q_vec``."""
         g = np.asarray(self.sizes, dtype=float)
         qv = np.asarray(q_vec, dtype=float)
-        return objective(qv * g, self.sigma2_of(qv), self.coef, None)
+        return objective(expected_clients=qv * g, sigma2=self.sigma2_of(qv), coef=self.coef, k_ratio=None)
 
     def solve(self) -> SamplingSolution:
         """Minimize with SLSQP on the shares s_m = r_m/qn (scaled to order one; the raw objective is
@@ -117,7 +138,7 @@ class SamplingProblem:
         uniform = np.full(len(g), self.q)
         uniform_value = self.value(uniform)
         if len(g) == 1:
-            return SamplingSolution((self.q,), uniform_value, uniform_value)
+            return SamplingSolution(q=(self.q,), objective=uniform_value, uniform_objective=uniform_value)
         upper = np.minimum(g / total, 1.0)
         lower = np.full(len(g), 1e-6)
         pop = g / g.sum()
@@ -156,4 +177,6 @@ class SamplingProblem:
                 "(a small group would need q_m > 1); lower --min-share or raise --q"
             )
         q_opt = np.minimum(best_s * total / g, 1.0)
-        return SamplingSolution(tuple(float(x) for x in q_opt), best_val * uniform_value, uniform_value)
+        return SamplingSolution(
+            q=tuple(float(x) for x in q_opt), objective=best_val * uniform_value, uniform_objective=uniform_value
+        )

@@ -93,7 +93,15 @@ def round_ticks(ax: Any) -> None:
 
 
 def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
-    """Save ``fig`` to ``path`` (format from the suffix) through a temporary file and a rename."""
+    """Save ``fig`` through a temporary file and a rename, so no half-written figure is left behind.
+
+    Args:
+        fig: the matplotlib figure.
+        path: where to save it; its suffix gives the format.
+
+    Returns:
+        ``path``.
+    """
     path = Path(path)
     fmt = figure_format(path)
     check_figure_path(path)
@@ -106,8 +114,13 @@ def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
 
 
 def draw_sweep(ax: Any, result: Any, title: str | None = None) -> None:
-    """Draw optimal q_m (%) against the varied parameter on ``ax`` (a
-    :class:`~hdp_planner.report.sweep.SweepResult`)."""
+    """Draw the optimal q_m (%) of every group against the varied parameter.
+
+    Args:
+        ax: the matplotlib axes.
+        result: the sweep (:class:`~hdp_planner.report.sweep.SweepResult`).
+        title: the axes' title, or None for one naming the fixed settings.
+    """
     x = np.asarray(result.values)
     for m in range(result.count):
         eps = result.epsilons[0][m]
@@ -133,7 +146,16 @@ def draw_sweep(ax: Any, result: Any, title: str | None = None) -> None:
 
 
 def save_sweep(result: Any, path: str | os.PathLike[str], title: str | None = None) -> Path:
-    """Draw :func:`draw_sweep` into its own figure and save it."""
+    """Draw :func:`draw_sweep` into its own figure and save it (:func:`save_figure`).
+
+    Args:
+        result: the sweep.
+        path: where to save the figure.
+        title: as in :func:`draw_sweep`.
+
+    Returns:
+        ``path``.
+    """
     check_figure_path(path)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -148,7 +170,16 @@ def save_sweep(result: Any, path: str | os.PathLike[str], title: str | None = No
 # --------------------------------------------------------------------------------------------- plans
 
 
-def _draw_comparison(plt: Any, p: Plan) -> Any:
+def draw_comparison(plt: Any, p: Plan) -> Any:
+    """Table 5 as a figure: every row's σ_m² per group of plan ``p`` (left) and each row's Λ (right).
+
+    Args:
+        plt: matplotlib's pyplot (:func:`pyplot`).
+        p: the plan; every method row it holds is drawn, the GDPFed rows and each baseline.
+
+    Returns:
+        The figure (the caller saves and closes it).
+    """
     g = p.groups
     m_count = len(g.size)
     names = [meth.name for meth in p.methods]  # the GDPFed rows and every baseline the plan holds
@@ -269,7 +300,20 @@ def _draw_sigma(
 def plot_plan(
     p: Plan, out_dir: str | os.PathLike[str], fmt: str = "png", progress: Callable[[str], None] | None = None
 ) -> list[Path]:
-    """Draw comparison, epsilon_spent and sigma_vs_q figures of plan ``p`` into ``out_dir``."""
+    """Draw the comparison, epsilon_spent and sigma_vs_q figures of a plan.
+
+    Args:
+        p: the plan.
+        out_dir: the folder to write them in (created if missing).
+        fmt: the figures' format (png, svg or pdf).
+        progress: called with each figure's name before it is drawn, or None.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ValueError: an unknown format.
+    """
     from hdp_planner.accounting.calibration import GaussianRounds, calibrate_sigma, closed_form_sigma2, epsilon_spent
 
     if fmt not in FORMATS:
@@ -294,7 +338,7 @@ def plot_plan(
         return math.sqrt(closed_form_sigma2(epsilon=e, delta=c.delta, q=float(q), rounds=c.rounds))
 
     drawers = {
-        "comparison": lambda: _draw_comparison(plt, p),
+        "comparison": lambda: draw_comparison(plt, p),
         "epsilon_spent": lambda: _draw_spent(plt, p, spent),
         "sigma_vs_q": lambda: _draw_sigma(plt, p, sigma_of, bound_of),
     }

@@ -66,7 +66,15 @@ def machine_description() -> str:
 
 
 def write_result(result: Result, directory: str | os.PathLike[str] = RESULTS_DIR) -> Path:
-    """Write ``result`` to ``directory/<name>.json`` atomically and return the path."""
+    """Write ``result`` to ``directory/<name>.json`` atomically.
+
+    Args:
+        result: the result.
+        directory: the results folder.
+
+    Returns:
+        The path written.
+    """
     path = Path(directory) / f"{result.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, asdict(result))
@@ -98,14 +106,30 @@ def read_result(path: str | os.PathLike[str]) -> Result:
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A Markdown table."""
+    """A Markdown table.
+
+    Args:
+        columns: the header cells.
+        rows: the rows' cells.
+
+    Returns:
+        The table's lines, joined.
+    """
     lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def render_result(result: Result, heading_level: int = 2) -> str:
-    """A result as Markdown: its title, provenance line, tables and notes."""
+    """A result as Markdown: its title, provenance line, tables and notes.
+
+    Args:
+        result: the result.
+        heading_level: the level of its title's heading.
+
+    Returns:
+        The Markdown text.
+    """
     load = ", ".join(f"{x:.2f}" for x in result.load_average)
     out = [
         f"{'#' * heading_level} {result.title}",

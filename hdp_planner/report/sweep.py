@@ -61,7 +61,18 @@ class Varied:
 
 
 def parse_vary(vary: str | int, groups: Groups) -> Varied:
-    """``--vary``: a 1-based group index (its ε varies) or rounds | q | clip."""
+    """``--vary``: a 1-based group index (its ε varies) or rounds | q | clip.
+
+    Args:
+        vary: the option's text or a group number.
+        groups: the plan's groups (for the range of group numbers).
+
+    Returns:
+        What varies.
+
+    Raises:
+        ValueError: neither a parameter name nor a group number of ``groups`` (one line).
+    """
     text = str(vary).strip().lower()
     if text in CONFIG_PARAMETERS:
         return Varied(text)
@@ -109,7 +120,20 @@ def _check_count(values: tuple[float, ...], name: str) -> tuple[float, ...]:
 
 
 def vary_plan(groups: Groups, config: PlanConfig, varied: Varied, value: float) -> tuple[Groups, PlanConfig]:
-    """The (groups, config) of one sweep point; raises ValueError for an invalid value."""
+    """The (groups, config) of one sweep point.
+
+    Args:
+        groups: the plan's groups.
+        config: the plan's settings.
+        varied: what varies.
+        value: its value at this point.
+
+    Returns:
+        (groups, config) with ``value`` in place.
+
+    Raises:
+        ValueError: an invalid value for the varied parameter.
+    """
     if varied.group is not None:
         eps = list(groups.epsilons)
         eps[varied.group] = float(value)
@@ -177,9 +201,22 @@ def sweep_plan(
     values: Sequence[float],
     progress: Callable[[int], None] | None = None,
 ) -> SweepResult:
-    """Solve the plan at every value of the varied parameter (all values are validated first).
+    """Solve the plan (:func:`~hdp_planner.methods.gdpfed.solve_plan`) at every value of the varied parameter.
 
-    ``progress(i)`` is called after the i-th plan (1-based).
+    All values are validated before the first plan is solved.
+
+    Args:
+        groups: the plan's groups.
+        config: the plan's settings.
+        vary: what varies (as ``--vary`` or :class:`Varied`).
+        values: its values.
+        progress: called with i after the i-th plan (1-based), or None.
+
+    Returns:
+        Every point's ε_m, q_m, σ_m², each method's Λ and Problem 1's objective.
+
+    Raises:
+        ValueError: a bad ``vary``, no values, too many, or an invalid one.
     """
     varied = vary if isinstance(vary, Varied) else parse_vary(vary, groups)
     values = _check_count(tuple(float(v) for v in values), "values")

@@ -9,15 +9,15 @@ groups in order of the group sizes) and its data size |M_k| from the partition.
 - ``power-of-choice`` (Cho et al. 2022, the paper's "biased" baseline): every round, d candidates drawn ∝ |M_k|
   without replacement; the K with the highest local loss of the global model train.
 
-Every round K clients are drawn from p *with replacement* (a client drawn twice trains twice, as two virtual
-clients with independent batches and noise). As Algorithm 1 (lines 3-4), all rounds' selections are drawn up front
-from the seed (:func:`preselect`) and every client's noise is calibrated for its realized count T_k: T_k·τ local
-DP-SGD steps, each a Poisson sample of its examples at rate r_k = min(1, B/|M_k|), per-example gradients clipped to
-C, N(0, z_k²C²) added to the clipped sum, divided by the expected batch r_k|M_k| (:func:`noisy_mean_gradient`): the
-mechanism :func:`hdp_planner.methods.selection.record_noise_multiplier` accounts for. ``--noise-rule paper`` (default,
-the method as published) takes z_k from eqs. 6-7, ``exact`` from the RDP accountant (several times less noise); both
-are recorded, and the ε each client spent is measured with the exact (RDP) accountant for the steps it ran; a
-setting whose noise would exceed a budget is refused.
+Every round K clients are drawn from p *with replacement* (a client drawn twice trains twice, as two virtual clients
+with independent batches and noise). As Algorithm 1 (lines 3-4), all rounds' selections are drawn up front from the
+seed (:func:`.selection_setup.preselect`) and every client's noise is calibrated for its realized count T_k: T_k·τ
+local DP-SGD steps, each a Poisson sample of its examples at rate r_k = min(1, B/|M_k|), per-example gradients
+clipped to C, N(0, z_k²C²) added to the clipped sum, divided by the expected batch r_k|M_k|
+(:func:`.dp_sgd.noisy_mean_gradient`): the mechanism :func:`hdp_planner.methods.selection.record_noise_multiplier`
+accounts for. ``--noise-rule paper`` (default, the method as published) takes z_k from eqs. 6-7, ``exact`` from the
+RDP accountant (several times less noise); both are recorded, and the ε each client spent is measured with the exact
+(RDP) accountant for the steps it ran; a setting whose noise would exceed a budget is refused.
 Power-of-choice's selections depend on the model, so its noise is calibrated for the number of rounds a client is a
 *candidate* (drawn up front too), an upper bound on its participations; its loss reports are not privatized (as in
 the paper's baseline), so its ε covers the DP-SGD updates only. The server averages the K updates (Algorithm 1,
@@ -27,266 +27,55 @@ line 8): with selection ∝ p this is unbiased for Σ_k p_k f_k (eq. 5).
 from __future__ import annotations
 
 import hashlib
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner.accounting.calibration import GaussianRounds, epsilon_spent
-from hdp_planner.methods.method import SelectionTraits
-from hdp_planner.methods.registry import REGISTRY, keys
-from hdp_planner.methods.selection import PRIVACY_MODEL, SelectionProblem, record_noise_multiplier, solve_selection
+from hdp_planner.methods.registry import REGISTRY
+from hdp_planner.methods.selection import PRIVACY_MODEL
 from hdp_planner.rules.noise import SecureRandom
-from hdp_planner_train.rules.aggregate import NoiseSource, RoundStats, clip_rows, noise_source, round_seed
-from hdp_planner_train.simulator.engines import unflatten
+from hdp_planner_train.rules.aggregate import RoundStats, noise_source, round_seed
+from hdp_planner_train.simulator.dp_sgd import dp_sgd_client, noise_coefficients, per_example_grads, poisson_batches
+from hdp_planner_train.simulator.selection_setup import (
+    ACCOUNTANT,
+    DEFAULT_ETA,
+    SELECTION_METHODS,
+    calibrate_clients,
+    candidate_sets,
+    check_budgets,
+    check_selection_options,
+    client_groups,
+    preselect,
+    selection_probabilities,
+    selection_problem,
+)
 
-SELECTION_METHODS = keys("selection")
-CANDIDATE_METHODS = tuple(k for k in SELECTION_METHODS if REGISTRY[k].selection.candidates)  # --candidates applies
-OPTIMISED_METHODS = tuple(k for k in SELECTION_METHODS if REGISTRY[k].selection.optimised)  # --eta applies
-NOISE_RULES = ("exact", "paper")
-DEFAULT_ETA = 1e5  # SelectionProblem's default weight of the DP term
-ACCOUNTANT = "rdp: Poisson-subsampled Gaussian, add/remove-one example, composed over the client's steps"
-_PRESELECT_STREAM = 3  # SeedSequence([seed, stream]): the whole run's selections, drawn before training
-
-
-@dataclass(frozen=True)
-class ClientPrivacy:
-    """Every client's budget, data size, sampling rate, selection count, noise multipliers and ε spent."""
-
-    group: np.ndarray  # plan group (0-based) of each client
-    epsilon: np.ndarray
-    sizes: np.ndarray
-    rates: np.ndarray  # r_k
-    counts: np.ndarray  # T_k the noise is calibrated for (power-of-choice: candidate rounds)
-    multiplier_paper: np.ndarray  # z_k by eqs. 6-7 (0 where T_k = 0)
-    multiplier_exact: np.ndarray  # z_k by the RDP accountant (0 where T_k = 0)
-    rule: str
-
-    @property
-    def multiplier(self) -> np.ndarray:
-        return self.multiplier_exact if self.rule == "exact" else self.multiplier_paper
-
-    def sigma(self, clip: float) -> np.ndarray:
-        """σ_k = z_k C/(r_k|M_k|): the noise std on the averaged clipped gradient."""
-        return self.multiplier * clip / (self.rates * self.sizes)
-
-
-# ----------------------------------------------------------------------------------- options and setup
-
-
-def check_selection_options(cfg) -> None:
-    """Refuse the selection options where the method does not use them, and bad values (one line each)."""
-    from hdp_planner_train.simulator.scaffold import TrainError
-
-    chosen, opts = cfg.method in SELECTION_METHODS, cfg.selection
-    given = (("--noise-rule", opts.noise_rule), ("--eta", opts.eta), ("--clients-per-round", opts.per_round))
-    for name, value in given:
-        if value is not None and not chosen:
-            raise TrainError(f"{name} applies to {', '.join(SELECTION_METHODS)}, not {cfg.method}")
-    if opts.candidates is not None and cfg.method not in CANDIDATE_METHODS:
-        raise TrainError(f"--candidates applies to {', '.join(CANDIDATE_METHODS)}, not {cfg.method}")
-    if opts.eta is not None and cfg.method not in OPTIMISED_METHODS:
-        raise TrainError(f"--eta (Problem 1's weight) applies to {', '.join(OPTIMISED_METHODS)}, not {cfg.method}")
-    if opts.noise_rule is not None and opts.noise_rule not in NOISE_RULES:
-        raise TrainError(f"--noise-rule must be one of {', '.join(NOISE_RULES)}, got {opts.noise_rule!r}")
-    if opts.eta is not None and not (math.isfinite(opts.eta) and opts.eta > 0):
-        raise TrainError(f"--eta must be positive, got {opts.eta}")
-    if opts.per_round is not None and opts.per_round < 1:
-        raise TrainError(f"--clients-per-round must be ≥ 1, got {opts.per_round}")
-    if opts.candidates is not None and opts.candidates < 1:
-        raise TrainError(f"--candidates must be ≥ 1, got {opts.candidates}")
-    if chosen and cfg.resume:
-        raise TrainError(f"--resume is not supported for {cfg.method} (its noise is calibrated for the whole run)")
-
-
-def client_groups(plan, n_clients: int) -> tuple[np.ndarray, np.ndarray]:
-    """(group, ε) of every client: clients 0..n-1 join the plan's groups in order of the group sizes."""
-    g = plan.groups
-    if sum(g.size) != n_clients:
-        raise ValueError(f"the plan's groups hold {sum(g.size)} clients, the partition {n_clients}")
-    group = np.repeat(np.arange(len(g.size)), g.size)
-    return group, np.asarray(g.epsilon, dtype=float)[group]
-
-
-def selection_problem(plan, clients: list[np.ndarray], rounds: int, per_round: int, batch: int, eta: float):
-    """Problem 1 for the partition ``clients`` under ``plan`` (ε per group, δ, C, τ) over the ``rounds`` run."""
-    _, eps = client_groups(plan, len(clients))
-    c = plan.config
-    return SelectionProblem(
-        epsilon=tuple(eps.tolist()),
-        num_samples=tuple(len(m) for m in clients),
-        delta=float(c.delta),
-        batch_size=batch,
-        clients_per_round=per_round,
-        rounds=rounds,
-        local_steps=c.local_steps,
-        clip=c.clip,
-        eta=eta,
-    )
-
-
-def selection_probabilities(problem: SelectionProblem, traits: SelectionTraits) -> tuple[np.ndarray, Any]:
-    """p of a selection method: Problem 1's optimum (privacy-aware, with its solution) or p^u (the baselines, None)."""
-    if traits.optimised:
-        sol = solve_selection(problem)
-        return np.asarray(sol.p, dtype=float), sol
-    return problem.unbiased, None
-
-
-def preselect(p: np.ndarray, rounds: int, per_round: int, seed: int) -> np.ndarray:
-    """(rounds, K) client ids: every round K draws *with replacement* from p (Algorithm 1, line 3)."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _PRESELECT_STREAM]))
-    p = np.asarray(p, dtype=float) / np.sum(p)
-    return rng.choice(len(p), size=(rounds, per_round), replace=True, p=p)
-
-
-def candidate_sets(p: np.ndarray, rounds: int, candidates: int, seed: int) -> np.ndarray:
-    """(rounds, d) power-of-choice candidates: every round d distinct clients drawn ∝ p."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _PRESELECT_STREAM]))
-    p = np.asarray(p, dtype=float) / np.sum(p)
-    return np.stack([rng.choice(len(p), size=candidates, replace=False, p=p) for _ in range(rounds)])
-
-
-def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, group: np.ndarray) -> ClientPrivacy:
-    """Both noise multipliers of every client for its T_k·τ steps (shared by clients with equal ε, r, steps);
-    ``group`` is every client's plan group."""
-    from hdp_planner_train.simulator.scaffold import TrainError
-
-    rates, eps = problem.rates, np.asarray(problem.epsilon)
-    paper, exact = np.zeros(problem.count), np.zeros(problem.count)
-    cache: dict[tuple[float, float, int], tuple[float, float]] = {}
-    for k in range(problem.count):
-        steps = int(counts[k]) * problem.local_steps
-        if steps == 0:
-            continue
-        key = (float(eps[k]), float(rates[k]), steps)
-        if key not in cache:
-            try:
-                cache[key] = tuple(
-                    record_noise_multiplier(key[0], problem.delta, key[1], steps, r) for r in ("paper", "exact")
-                )
-            except ValueError as exc:
-                raise TrainError(f"client {k}: cannot calibrate its noise: {exc}") from None
-        paper[k], exact[k] = cache[key]
-    return ClientPrivacy(
-        np.asarray(group), eps, np.asarray(problem.num_samples), rates, np.asarray(counts), paper, exact, rule
-    )
-
-
-def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, delta: float) -> np.ndarray:
-    """ε each client spent for its ``steps`` DP-SGD steps at its z_k (exact RDP accountant; 0 without a step)."""
-    out = np.zeros(len(steps))
-    cache: dict[tuple[float, float, int], float] = {}
-    for k, n in enumerate(steps):
-        if n == 0:
-            continue
-        key = (float(privacy.multiplier[k]), float(privacy.rates[k]), int(n))
-        if key not in cache:
-            cache[key] = epsilon_spent(GaussianRounds(*key), delta=delta)
-        out[k] = cache[key]
-    return out
-
-
-def check_budgets(privacy: ClientPrivacy, steps: np.ndarray, delta: float, rule: str) -> np.ndarray:
-    """ε spent per client for ``steps`` (:func:`spent_epsilon`); refuses a client whose ε exceeds its budget."""
-    from hdp_planner_train.simulator.scaffold import TrainError
-
-    spent = spent_epsilon(privacy, steps, delta)
-    over = np.flatnonzero(spent > privacy.epsilon * (1 + 1e-9))
-    if over.size:
-        k = int(over[0])
-        raise TrainError(
-            f"client {k} (group {privacy.group[k] + 1}): the {rule} noise rule's z = {privacy.multiplier[k]:.4g} "
-            f"spends ε = {spent[k]:.4g} > its budget {privacy.epsilon[k]:g} over {steps[k]} steps at "
-            f"r = {privacy.rates[k]:.3g} (exact accountant): use --noise-rule exact"
-        )
-    return spent
-
-
-# ----------------------------------------------------------------------------------- local DP-SGD
-
-
-def per_example_grads(model: nn.Module):
-    """f(θ, x, y) → (b, d): the gradient of each example's loss at the flat parameters θ (torch.func vmap(grad))."""
-    params = unflatten(model)
-
-    def loss_one(flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(functional_call(model, params(flat), (x.unsqueeze(0),)), y.unsqueeze(0))
-
-    return vmap(grad(loss_one), in_dims=(None, 0, 0))
-
-
-def clip_per_example(grads: torch.Tensor, clip: float) -> torch.Tensor:
-    """Scale every row g_i by min(1, C/‖g_i‖) (Algorithm 1, line 15)."""
-    return clip_rows(grads, clip)[0]  # the one clipping rule: the norm never exceeds C as stored
-
-
-def noisy_mean_gradient(
-    grads: torch.Tensor, clip: float, multiplier: float, expected_batch: float, source: NoiseSource
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Σ_i clip(g_i) + N(0, z²C²I)) / (r|M|) and the noise part: the accounted record-level Gaussian step.
-    The divisor is the *expected* batch size, so the sensitivity of the mean is C/(r|M|) whatever the batch."""
-    d = grads.shape[1]
-    total = clip_per_example(grads, clip).sum(0)
-    noise = source.normal(d, multiplier * clip, grads.device, grads.dtype)
-    return (total + noise) / expected_batch, noise / expected_batch
-
-
-def dp_sgd_client(
-    grad_fn,
-    theta: torch.Tensor,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    batches: list[np.ndarray],
-    clip: float,
-    multiplier: float,
-    expected_batch: float,
-    lr: float,
-    momentum: float,
-    source: NoiseSource,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One client's τ local DP-SGD steps from θ on its examples (x, y), ``batches`` the Poisson-sampled positions
-    of every step. Returns the update Δ = θ_τ − θ and its noise part (the same momentum recursion on the noise)."""
-    local = theta.clone()
-    buf = noise_buf = None
-    noise_part = torch.zeros_like(theta)
-    for idx in batches:
-        if len(idx):
-            g_ex = grad_fn(local, x[idx], y[idx])
-        else:
-            g_ex = theta.new_zeros((0, theta.numel()))
-        step, noise = noisy_mean_gradient(g_ex, clip, multiplier, expected_batch, source)
-        if momentum:
-            buf = step if buf is None else buf.mul_(momentum).add_(step)
-            noise_buf = noise if noise_buf is None else noise_buf.mul_(momentum).add_(noise)
-            step, noise = buf, noise_buf
-        local = local - lr * step
-        noise_part -= lr * noise
-    return local - theta, noise_part
-
-
-def poisson_batches(rng: np.random.Generator, size: int, rate: float, steps: int) -> list[np.ndarray]:
-    """Positions (into a client's examples) of ``steps`` Poisson samples, every example kept with prob. ``rate``."""
-    return [np.flatnonzero(rng.random(size) < rate) for _ in range(steps)]
-
-
-def noise_coefficients(steps: int, momentum: float) -> np.ndarray:
-    """c_s with Δ's noise = −lr Σ_s c_s n_s under SGD with momentum: c_s = Σ_{i<τ−s} μ^i."""
-    return np.array([sum(momentum**i for i in range(steps - s)) for s in range(steps)])
+__all__ = ["SELECTION_METHODS", "check_selection_options", "client_losses", "power_of_choice", "run_selection",
+           "selection_metrics", "summary_lines"]  # fmt: skip
 
 
 @torch.no_grad()
 def client_losses(
     model: nn.Module, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, clients: list[np.ndarray], ids
 ) -> np.ndarray:
-    """Mean cross-entropy of the model θ on each client's examples (power-of-choice's selection signal)."""
+    """Mean cross-entropy of the model θ on each client's examples (power-of-choice's selection signal).
+
+    Args:
+        model: the model (its parameters are set to θ).
+        theta: θ, the flat parameters.
+        x: all inputs.
+        y: all labels.
+        clients: every client's example positions.
+        ids: the clients to evaluate.
+
+    Returns:
+        The loss of every client in ``ids``.
+    """
     vector_to_parameters(theta.clone(), model.parameters())
     out = []
     for k in ids:
@@ -295,18 +84,40 @@ def client_losses(
     return np.asarray(out)
 
 
-def power_of_choice(losses: np.ndarray, candidates: np.ndarray, per_round: int) -> np.ndarray:
-    """The ``per_round`` candidates with the highest loss (ties: the earlier candidate)."""
+def power_of_choice(losses: np.ndarray, candidates: np.ndarray, *, per_round: int) -> np.ndarray:
+    """Power-of-choice's selection: the candidates with the highest loss (ties: the earlier candidate).
+
+    Args:
+        losses: every candidate's loss.
+        candidates: the round's candidates.
+        per_round: K.
+
+    Returns:
+        The K selected client ids.
+    """
     order = np.argsort(-np.asarray(losses), kind="stable")[:per_round]
     return np.asarray(candidates)[order]
 
 
-# ----------------------------------------------------------------------------------- training
-
-
 def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, device: torch.device) -> dict[str, Any]:
-    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`SELECTION_METHODS`; metrics.json adds the privacy
-    model, the selection probabilities and every client's noise and ε spent."""
+    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`SELECTION_METHODS`.
+
+    Args:
+        cfg: the run's configuration.
+        plan: the plan (each client takes its group's ε).
+        data: the federated data.
+        rounds: the rounds to run.
+        batch: B, the expected local batch.
+        momentum: local SGD momentum.
+        device: where to train.
+
+    Returns:
+        The metrics (also written to ``cfg.out``): the privacy model, the selection probabilities and every client's
+        noise and ε spent besides the accuracy.
+
+    Raises:
+        TrainError: bad options, or noise that would exceed a client's budget (refused before training).
+    """
     from hdp_planner_train.rounds.loop import RunLog
     from hdp_planner_train.simulator.models import make_model, model_name
     from hdp_planner_train.simulator.scaffold import (
@@ -330,20 +141,20 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         raise TrainError(f"--candidates d must lie between K = {per_round} clients per round and n = {n}, got {d_cand}")
     eta = float(opts.eta if opts.eta is not None else DEFAULT_ETA)
     try:
-        problem = selection_problem(plan, data.clients, rounds, per_round, batch, eta)
+        problem = selection_problem(plan, data.clients, rounds=rounds, per_round=per_round, batch=batch, eta=eta)
         p, solution = selection_probabilities(problem, traits)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     group, _ = client_groups(plan, n)
     if traits.candidates:
-        cand = candidate_sets(p, rounds, d_cand, cfg.seed)
+        cand = candidate_sets(p, rounds=rounds, candidates=d_cand, seed=cfg.seed)
         counts = np.bincount(cand.ravel(), minlength=n)
         chosen = None
     else:
-        chosen = preselect(p, rounds, per_round, cfg.seed)
+        chosen = preselect(p, rounds=rounds, per_round=per_round, seed=cfg.seed)
         counts = np.bincount(chosen.ravel(), minlength=n)
     privacy = calibrate_clients(problem, counts, rule, group)
-    check_budgets(privacy, counts * c.local_steps, float(c.delta), rule)  # before training: refuse early
+    check_budgets(privacy, counts * c.local_steps, delta=float(c.delta), rule=rule)  # before training: refuse early
 
     out = Path(cfg.out) if cfg.out else None
     torch.manual_seed(cfg.seed)
@@ -352,7 +163,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     grad_fn = per_example_grads(model)
     x_train, y_train, x_test, y_test = device_arrays(data, device)
     sigma = privacy.sigma(c.clip)
-    coef2 = float(np.sum(noise_coefficients(c.local_steps, momentum) ** 2))
+    coef2 = float(np.sum(noise_coefficients(steps=c.local_steps, momentum=momentum) ** 2))
     participations = np.zeros(n, dtype=np.int64)
     lam_planned, selected_log = [], []
     log = RunLog(diagnostics=kind == "seeded")  # per-round noise and times: simulations only
@@ -360,7 +171,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     def step(r: int, lr: float):
         if chosen is None:
             losses = client_losses(model, theta, x_train, y_train, data.clients, cand[r])
-            ids = power_of_choice(losses, cand[r], per_round)
+            ids = power_of_choice(losses, cand[r], per_round=per_round)
         else:
             ids = chosen[r]
         rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 1))
@@ -370,10 +181,11 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         for k in ids:
             k = int(k)
             own = torch.as_tensor(data.clients[k], device=device)
-            batches = poisson_batches(rng, len(own), float(privacy.rates[k]), c.local_steps)
+            batches = poisson_batches(rng, size=len(own), rate=float(privacy.rates[k]), steps=c.local_steps)
             delta, noise = dp_sgd_client(
-                grad_fn, theta, x_train[own], y_train[own], batches, c.clip, float(privacy.multiplier[k]),
-                float(privacy.rates[k] * privacy.sizes[k]), lr, momentum, gen,
+                grad_fn, theta, x_train[own], y_train[own], batches, clip=c.clip,
+                multiplier=float(privacy.multiplier[k]), expected_batch=float(privacy.rates[k] * privacy.sizes[k]),
+                lr=lr, momentum=momentum, source=gen,
             )  # fmt: skip
             total += delta
             noise_total += noise
@@ -405,7 +217,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     )
     history = log.history
 
-    spent = check_budgets(privacy, participations * c.local_steps, float(c.delta), rule)
+    spent = check_budgets(privacy, participations * c.local_steps, delta=float(c.delta), rule=rule)
     metrics = selection_metrics(cfg, plan, data, problem, solution, p, privacy, participations, spent)
     metrics.update(
         {
@@ -446,7 +258,22 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
 
 
 def selection_metrics(cfg, plan, data, problem, solution, p, privacy, participations, spent) -> dict[str, Any]:
-    """The method's settings, every client's noise and ε spent, and the per-group summary (min/max over clients)."""
+    """The method's settings, every client's noise and ε spent, and the per-group summary (min/max over clients).
+
+    Args:
+        cfg: the run's configuration.
+        plan: the plan.
+        data: the federated data.
+        problem: Problem 1.
+        solution: its solution, or None (the baselines).
+        p: the selection probabilities.
+        privacy: every client's noise.
+        participations: every client's selections.
+        spent: every client's ε spent.
+
+    Returns:
+        The selection part of metrics.json.
+    """
     c, traits = plan.config, REGISTRY[cfg.method].selection
     z_ratio = np.divide(privacy.multiplier_paper, privacy.multiplier_exact, out=np.zeros(len(p)),
                         where=privacy.multiplier_exact > 0)  # fmt: skip

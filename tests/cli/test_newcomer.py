@@ -102,22 +102,17 @@ def test_negligible_sparsity_is_said():
     assert not any("GDPFed+ is GDPFed-op" in n for n in sparse.notes)
 
 
-def test_plot_draws_every_row_of_the_plan(tmp_path, monkeypatch):
+def test_plot_draws_every_row_of_the_plan(tmp_path):
     from hdp_planner import add_baselines
     from hdp_planner.report import plots
 
     p = add_baselines(plan([0.5, 1.5, 3.0], n=6000, clip=1.5), ("HDP-Pooled", "IDP-FedAvg-Scale"))
-    drawn: list[str] = []
-    real = plots._draw_comparison
-
-    def spy(plt, p_):
-        fig = real(plt, p_)
-        drawn.extend(t.get_text() for t in fig.axes[1].get_yticklabels())
-        return fig
-
-    monkeypatch.setattr(plots, "_draw_comparison", spy)
-    plots.plot_plan(p, tmp_path)
+    plt = plots.pyplot()
+    fig = plots.draw_comparison(plt, p)
+    drawn = [t.get_text() for t in fig.axes[1].get_yticklabels()]
+    plt.close(fig)
     assert sorted(drawn) == sorted(m.name for m in p.methods) and "HDP-Pooled" in drawn
+    assert (tmp_path / "comparison.png") in plots.plot_plan(p, tmp_path)
 
 
 def test_sweep_title_does_not_fix_the_varied_parameter():

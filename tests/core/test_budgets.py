@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.document import load_plan, verify
+from hdp_planner.planning import budget_counts, budget_grouping
 from hdp_planner.planning import budgets as B
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PlanConfig
@@ -97,7 +98,9 @@ def test_closed_form_matches_problem_1(eps, n, rounds, q):
     closed, solved = B.closed_form_check(groups, cfg)
     assert closed == pytest.approx(solved, rel=1e-9)
     plan = solve_plan(groups, cfg)
-    np.testing.assert_allclose(plan.groups.q, B.closed_form_q(groups.sizes, groups.epsilons, cfg), rtol=1e-3)
+    np.testing.assert_allclose(
+        plan.groups.q, B.closed_form_q(sizes=groups.sizes, epsilons=groups.epsilons, config=cfg), rtol=1e-3
+    )
 
 
 # --------------------------------------------------------------------------------------------- grouping laws
@@ -106,7 +109,7 @@ def test_closed_form_matches_problem_1(eps, n, rounds, q):
 def brute_force_best(values, counts, m, delta):
     """max H over every contiguous partition of the distinct values into m groups (exhaustive)."""
     k = len(values)
-    f = B.budget_score(np.asarray(values), delta)
+    f = B.budget_score(np.asarray(values), delta=delta)
     best = -np.inf
     for cuts in itertools.combinations(range(1, k), m - 1):
         starts = (0, *cuts)
@@ -137,8 +140,8 @@ def test_dp_is_exact_against_enumeration(pairs, m):
     values, counts = np.unique(eps, return_counts=True)
     m = min(m, len(values))
     cfg = config(len(eps))
-    g = B.groups_from_budgets(eps, m, "optimal", cfg)
-    h = float(np.sum(np.square(g.groups.sizes) * B.budget_score(np.asarray(g.groups.epsilons), cfg.delta)))
+    g = B.groups_from_budgets(eps, groups=m, method="optimal", config=cfg)
+    h = float(np.sum(np.square(g.groups.sizes) * B.budget_score(np.asarray(g.groups.epsilons), delta=cfg.delta)))
     assert h == pytest.approx(brute_force_best(values.tolist(), counts.tolist(), m, cfg.delta), rel=1e-12)
 
 
@@ -148,9 +151,9 @@ def test_no_client_budget_is_exceeded(pairs, m, method):
     eps = expand(pairs)
     k = len(np.unique(eps))
     m = k if method == "unique" else min(m, k)
-    g = B.groups_from_budgets(eps, m, method, config(len(eps)))
+    g = B.groups_from_budgets(eps, groups=m, method=method, config=config(len(eps)))
     # each client joins the group `assign` gives it: the largest group ε ≤ the client's budget
-    assigned = B.assign_to_groups(eps, g.groups.epsilons, [str(i) for i in range(len(eps))])
+    assigned = B.assign_to_groups(eps, group_epsilons=g.groups.epsilons, ids=[str(i) for i in range(len(eps))])
     group_eps = assigned.group_epsilon
     assert np.all(group_eps <= eps)
     assert g.groups.n == len(eps) and g.count == m
@@ -166,8 +169,8 @@ def test_optimal_never_worse_than_quantile(pairs, m):
     eps = expand(pairs)
     m = min(m, len(np.unique(eps)))
     cfg = config(len(eps))
-    opt = B.groups_from_budgets(eps, m, "optimal", cfg)
-    qua = B.groups_from_budgets(eps, m, "quantile", cfg)
+    opt = B.groups_from_budgets(eps, groups=m, method="optimal", config=cfg)
+    qua = B.groups_from_budgets(eps, groups=m, method="quantile", config=cfg)
     assert opt.noise_term <= qua.noise_term * (1 + 1e-12)
     assert opt.objective <= qua.objective * (1 + 1e-12)
 
@@ -178,8 +181,8 @@ def test_optimal_beats_quantile_in_problem_1(monkeypatch):
     eps = rng.choice([0.5, 1.0, 1.5, 2.0, 3.0, 5.0], size=6000)
     cfg = config(6000)
     for m in (2, 3, 4):
-        opt = solve_plan(B.groups_from_budgets(eps, m, "optimal", cfg).groups, cfg)
-        qua = solve_plan(B.groups_from_budgets(eps, m, "quantile", cfg).groups, cfg)
+        opt = solve_plan(B.groups_from_budgets(eps, groups=m, method="optimal", config=cfg).groups, cfg)
+        qua = solve_plan(B.groups_from_budgets(eps, groups=m, method="quantile", config=cfg).groups, cfg)
         assert opt.objective <= qua.objective * (1 + 1e-9)
 
 
@@ -190,14 +193,14 @@ def test_candidate_path_is_never_worse_than_quantile(seed, m):
     rng = np.random.default_rng(seed)
     eps = np.round(rng.lognormal(0.3, 0.9, 3000), 3)
     cfg = config(len(eps))
-    old = B.EXACT_LIMIT
-    B.EXACT_LIMIT = 64
+    old = budget_grouping.EXACT_LIMIT
+    budget_grouping.EXACT_LIMIT = 64
     try:
-        approx = B.groups_from_budgets(eps, m, "optimal", cfg)
+        approx = B.groups_from_budgets(eps, groups=m, method="optimal", config=cfg)
     finally:
-        B.EXACT_LIMIT = old
-    exact = B.groups_from_budgets(eps, m, "optimal", cfg)
-    quant = B.groups_from_budgets(eps, m, "quantile", cfg)
+        budget_grouping.EXACT_LIMIT = old
+    exact = B.groups_from_budgets(eps, groups=m, method="optimal", config=cfg)
+    quant = B.groups_from_budgets(eps, groups=m, method="quantile", config=cfg)
     assert approx.noise_term <= quant.noise_term * (1 + 1e-12)
     assert exact.noise_term <= approx.noise_term * (1 + 1e-12)
 
@@ -205,11 +208,11 @@ def test_candidate_path_is_never_worse_than_quantile(seed, m):
 def test_auto_and_unique():
     eps = np.repeat([0.5, 1.5, 3.0], 2000)
     cfg = config(6000)
-    g = B.groups_from_budgets(eps, None, "optimal", cfg)
+    g = B.groups_from_budgets(eps, groups=None, method="optimal", config=cfg)
     assert g.groups.epsilons == (0.5, 1.5, 3.0) and g.total_unused == 0
-    u = B.groups_from_budgets(eps, None, "unique", cfg)
+    u = B.groups_from_budgets(eps, groups=None, method="unique", config=cfg)
     assert u.groups.sizes == (2000, 2000, 2000)
-    one = B.groups_from_budgets(eps, 1, "optimal", cfg)
+    one = B.groups_from_budgets(eps, groups=1, method="optimal", config=cfg)
     assert one.groups.epsilons == (0.5,) and one.total_unused == pytest.approx(2000 * 1.0 + 2000 * 2.5)
 
 
@@ -219,7 +222,7 @@ def test_auto_and_unique():
 )
 def test_grouping_errors(m, method, message):
     with pytest.raises(B.BudgetError, match=message):
-        B.groups_from_budgets(np.repeat([0.5, 1.5, 3.0], 10), m, method, config(30))
+        B.groups_from_budgets(np.repeat([0.5, 1.5, 3.0], 10), groups=m, method=method, config=config(30))
 
 
 @settings(max_examples=60, deadline=None)
@@ -236,19 +239,19 @@ def test_histogram_streams_chunks(budgets, chunk, hash_limit):
     """Chunk by chunk, hashed or sorted (past ``HASH_LIMIT`` distinct budgets), the distinct budgets and their
     counts are np.unique's over all clients."""
     eps = np.array(budgets)
-    old = B.HISTOGRAM_CHUNK, B.HASH_LIMIT
-    B.HISTOGRAM_CHUNK, B.HASH_LIMIT = chunk, hash_limit
+    old = budget_counts.HISTOGRAM_CHUNK, budget_counts.HASH_LIMIT
+    budget_counts.HISTOGRAM_CHUNK, budget_counts.HASH_LIMIT = chunk, hash_limit
     try:
         values, counts = B.budget_histogram(eps)
     finally:
-        B.HISTOGRAM_CHUNK, B.HASH_LIMIT = old
+        budget_counts.HISTOGRAM_CHUNK, budget_counts.HASH_LIMIT = old
     expected = np.unique(eps, return_counts=True)
     assert values.tolist() == expected[0].tolist() and counts.tolist() == expected[1].tolist()
 
 
 @pytest.mark.parametrize("distinct", [1, 3000, 5000])  # below and above HASH_LIMIT = 4096
 def test_histogram_of_many_clients_and_budgets(distinct, monkeypatch):
-    monkeypatch.setattr(B, "HISTOGRAM_CHUNK", 1 << 14)
+    monkeypatch.setattr(budget_counts, "HISTOGRAM_CHUNK", 1 << 14)
     rng = np.random.default_rng(distinct)
     eps = rng.choice(rng.uniform(0.1, 10.0, distinct), size=200_000)
     values, counts = B.budget_histogram(eps)
@@ -258,7 +261,7 @@ def test_histogram_of_many_clients_and_budgets(distinct, monkeypatch):
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_histogram_rejects_a_bad_budget_in_any_chunk(bad, monkeypatch):
-    monkeypatch.setattr(B, "HISTOGRAM_CHUNK", 3)
+    monkeypatch.setattr(budget_counts, "HISTOGRAM_CHUNK", 3)
     with pytest.raises(B.BudgetError, match="positive finite"):
         B.budget_histogram([1.0, 2.0, 3.0, 1.0, bad, 2.0])
 
@@ -273,10 +276,15 @@ def test_grouping_memory_does_not_grow_with_clients():
     for n in (1_000_000, 4_000_000):
         eps = rng.choice(levels, size=n)
         tracemalloc.start()
-        g = B.groups_from_budgets(eps, 10, "optimal", config(n))
+        g = B.groups_from_budgets(eps, groups=10, method="optimal", config=config(n))
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
-        assert g.groups == B.groups_from_histogram(*np.unique(eps, return_counts=True), 10, "optimal", config(n)).groups
+        assert (
+            g.groups
+            == B.groups_from_histogram(
+                *np.unique(eps, return_counts=True), groups=10, method="optimal", config=config(n)
+            ).groups
+        )
     assert peaks[1] < 1.2 * peaks[0] < 16 * 2**20
 
 
@@ -286,9 +294,11 @@ def test_a_million_clients_are_grouped():
     n = 1_000_000
     cfg = config(n)
     for eps in (rng.choice(np.linspace(0.2, 10, 50), size=n), rng.lognormal(0.5, 0.8, n)):
-        g = B.groups_from_budgets(eps, None, "optimal", cfg)
+        g = B.groups_from_budgets(eps, groups=None, method="optimal", config=cfg)
         assert g.groups.n == n and g.groups.epsilons[0] == eps.min()
-        a = B.assign_to_groups(eps, g.groups.epsilons, [])  # no client gets a group ε above its own budget
+        a = B.assign_to_groups(
+            eps, group_epsilons=g.groups.epsilons, ids=[]
+        )  # no client gets a group ε above its own budget
         assert (a.group_epsilon <= eps).all() and a.counts == g.groups.sizes
 
 

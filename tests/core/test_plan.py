@@ -40,7 +40,9 @@ def test_our_q_is_at_least_as_good_as_table1_under_problem_1(name):
     s = PAPER[name]
     groups = Groups.from_budgets(s["eps"], s["n"])
     config = PlanConfig(n=s["n"], rounds=s["rounds"], q=s["q"], clip=s["clip"], local_steps=s["local_steps"])
-    problem = SamplingProblem(groups.sizes, config.q, sigma2_model(groups, config), config.coefficients)
+    problem = SamplingProblem(
+        sizes=groups.sizes, q=config.q, sigma2_of=sigma2_model(groups, config), coef=config.coefficients
+    )
     ours = solve_plan(groups, config).groups.q
     paper = np.array(s["table1"]) / 100
     paper *= config.q * config.n / np.sum(paper * groups.sizes)  # onto Σ r_m = qn (SVHN's sums to 5.003%)

@@ -170,10 +170,11 @@ def test_audited_round_equals_the_simulators_audit(flower_plan, method):
     ids = np.concatenate(sampled)
     group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
     deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, d)
+    clients = len(group_of_row)
     deltas, group_of_row = theirs.insert(deltas, group_of_row, 0)
+    assert len(group_of_row) > clients  # canaries joined this round
     update, _ = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), 0, [], observe=theirs.observe)
     assert torch.equal(flatten(result.arrays), flatten(arrays) + update)
-    assert any(len(j) for j in theirs._joins)  # canaries joined this round
     for z_ours, z_theirs in zip(ours.z, theirs.z):
         np.testing.assert_array_equal(np.stack(z_ours), np.stack(z_theirs))
     assert ours.clients == theirs.clients and ours.unfaithful == theirs.unfaithful == [0] * len(spec.sizes)
@@ -399,24 +400,26 @@ def test_flower_simulation_writes_the_trainers_metrics(simulated, flower_plan):
     assert (out / "metrics.csv").read_text().startswith("round,accuracy,loss")
 
 
-def test_cli_prints_no_per_round_diagnostics_by_default(plan_path, monkeypatch):
-    """Without --diagnostics the metrics hold no measured noise or round times, and the summary line says Λ planned."""
-    import hdp_planner_flower.simulation as simulation
-
-    seen = {}
-
-    def fake(cfg, progress):
-        seen["cfg"] = cfg
-        progress("round 1/1 acc 50.00% loss 1.000 ε spent 0.1")
-        return {"method": cfg.method, "dataset": cfg.dataset, "flwr_version": "1.41.0", "trust": cfg.trust,
-                "final_accuracy": 50.0, "rounds": 1, "epsilon_spent": [{"epsilon_spent": 0.1}],
-                "noise_lambda_planned": 1e-3, "stopped": None}  # fmt: skip
-
-    monkeypatch.setattr(simulation, "run_flower", fake)
-    res = CliRunner().invoke(cli_app, ["flower", str(plan_path), "--dataset", "digits", "--clients", str(N)])
+@pytest.mark.parametrize("diagnostics", [False, True])
+def test_cli_reports_per_round_diagnostics_only_with_the_flag(plan_path, tmp_path, diagnostics):
+    """The command's own path, in this process instead of Ray: only --diagnostics adds who joined, the measured Λ
+    and the round times, to the progress lines, the summary and metrics.json alike; without it none appear."""
+    out = tmp_path / "run"
+    args = ["flower", str(plan_path), "--dataset", "digits", "--clients", str(N), "--rounds", "1", "--in-process",
+            "--ledger", "none", "--out", str(out), *(["--diagnostics"] if diagnostics else [])]  # fmt: skip
+    res = CliRunner().invoke(cli_app, args)
     assert res.exit_code == 0, res.output
-    assert not seen["cfg"].diagnostics and not seen["cfg"].audit
-    assert "Λ planned 0.001" in res.output and "joined" not in res.output and "median round" not in res.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    revealing = {"simulation_diagnostics", "noise_lambda_measured", "joined_per_round_mean", "round_seconds"}
+    assert metrics["rounds"] == 1 and metrics["flower_engine"] == "in-process"
+    if diagnostics:
+        assert revealing <= set(metrics) and len(metrics["round_seconds"]) == 1
+        assert sum(metrics["joined_per_round_mean"]) > 0 and metrics["noise_lambda_measured"] > 0
+        assert "joined" in res.output and "Λ measured" in res.output and "median round" in res.output
+    else:
+        assert not revealing & set(metrics)
+        assert "joined" not in res.output and "median round" not in res.output
+        assert f"Λ planned {metrics['noise_lambda_planned']:.4g}" in res.output
 
 
 def _toy_row(plan_, options):

@@ -21,19 +21,19 @@ from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.api import train_config  # noqa: E402
 from hdp_planner_train.rules.aggregate import SeededNoise  # noqa: E402
 from hdp_planner_train.simulator.data import DataError, load_federated, mixed_partition, mixed_split  # noqa: E402
-from hdp_planner_train.simulator.models import make_model  # noqa: E402
-from hdp_planner_train.simulator.private_selection import (  # noqa: E402
-    ClientPrivacy,
-    calibrate_clients,
-    candidate_sets,
-    check_budgets,
-    client_groups,
-    client_losses,
+from hdp_planner_train.simulator.dp_sgd import (  # noqa: E402
     clip_per_example,
     dp_sgd_client,
     noisy_mean_gradient,
     per_example_grads,
-    power_of_choice,
+)
+from hdp_planner_train.simulator.models import make_model  # noqa: E402
+from hdp_planner_train.simulator.private_selection import client_losses, power_of_choice  # noqa: E402
+from hdp_planner_train.simulator.selection_setup import (  # noqa: E402
+    calibrate_clients,
+    candidate_sets,
+    check_budgets,
+    client_groups,
     preselect,
     selection_probabilities,
     selection_problem,
@@ -75,7 +75,7 @@ def aware_run(plan_path):
 
 
 def test_privacy_aware_p_is_problem_1s_optimum_and_positive(small_plan, digits):
-    problem = selection_problem(small_plan, digits.clients, ROUNDS, 4, 16, 1e5)
+    problem = selection_problem(small_plan, digits.clients, rounds=ROUNDS, per_round=4, batch=16, eta=1e5)
     p, sol = selection_probabilities(problem, REGISTRY["privacy-aware"].selection)
     assert np.all(p > 0) and p.sum() == pytest.approx(1.0)
     np.testing.assert_allclose(p, solve_selection(problem).p, rtol=1e-9, atol=1e-12)
@@ -90,7 +90,7 @@ def test_privacy_aware_p_is_problem_1s_optimum_and_positive(small_plan, digits):
 
 
 def test_trainer_uses_that_p(aware_run, small_plan, digits):
-    problem = selection_problem(small_plan, digits.clients, ROUNDS, 4, 16, 1e5)
+    problem = selection_problem(small_plan, digits.clients, rounds=ROUNDS, per_round=4, batch=16, eta=1e5)
     recorded = [c["p"] for c in aware_run["client_privacy"]]
     np.testing.assert_allclose(recorded, solve_selection(problem).p, rtol=1e-9, atol=1e-12)
 
@@ -103,16 +103,16 @@ def test_preselection_is_with_replacement_and_follows_p():
     freq = np.bincount(chosen.ravel(), minlength=5) / chosen.size
     se = np.sqrt(p * (1 - p) / chosen.size)
     assert np.all(np.abs(freq - p) < 4 * se)  # 4 standard errors
-    np.testing.assert_array_equal(chosen, preselect(p, 4000, 5, seed=3))
-    cand = candidate_sets(p, 50, 3, seed=0)  # power-of-choice candidates: distinct within a round
+    np.testing.assert_array_equal(chosen, preselect(p, rounds=4000, per_round=5, seed=3))
+    cand = candidate_sets(p, rounds=50, candidates=3, seed=0)  # power-of-choice candidates: distinct within a round
     assert all(len(set(row)) == 3 for row in cand)
 
 
 def test_power_of_choice_picks_the_highest_loss_candidates(digits):
     cand = np.array([7, 3, 11, 0, 5])
     losses = np.array([0.2, 1.5, 0.9, 3.0, 0.1])
-    np.testing.assert_array_equal(power_of_choice(losses, cand, 2), [0, 3])
-    np.testing.assert_array_equal(power_of_choice(losses, cand, 3), [0, 3, 11])
+    np.testing.assert_array_equal(power_of_choice(losses, cand, per_round=2), [0, 3])
+    np.testing.assert_array_equal(power_of_choice(losses, cand, per_round=3), [0, 3, 11])
     model = make_model("digits")
     theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     x, y = torch.as_tensor(digits.x_train), torch.as_tensor(digits.y_train)
@@ -151,7 +151,9 @@ def test_noise_std_is_z_c_over_expected_batch_and_doubles_with_c():
     stds = []
     for clip in (0.5, 1.0):
         gen = SeededNoise(1, 0)
-        mean, noise = noisy_mean_gradient(torch.zeros(3, d, dtype=torch.float64), clip, z, batch, gen)
+        mean, noise = noisy_mean_gradient(
+            torch.zeros(3, d, dtype=torch.float64), clip=clip, multiplier=z, expected_batch=batch, source=gen
+        )
         torch.testing.assert_close(mean, noise)  # zero gradients: only the noise
         stds.append(float(noise.std()))
         assert stds[-1] == pytest.approx(z * clip / batch, rel=0.01)
@@ -163,8 +165,8 @@ def test_noise_std_is_z_c_over_expected_batch_and_doubles_with_c():
     for clip in (0.5, 1.0):
         gen = SeededNoise(2, 0)
         deltas = [
-            dp_sgd_client(per_example_grads(model), theta, None, None, [np.zeros(0, int)], clip, z, batch, 1.0, 0.0,
-                          gen)[0]
+            dp_sgd_client(per_example_grads(model), theta, None, None, [np.zeros(0, int)], clip=clip, multiplier=z,
+                          expected_batch=batch, lr=1.0, momentum=0.0, source=gen)[0]
             for _ in range(40)
         ]  # fmt: skip
         measured.append(float(torch.cat(deltas).std()))
@@ -173,7 +175,7 @@ def test_noise_std_is_z_c_over_expected_batch_and_doubles_with_c():
 
 
 def test_calibration_follows_the_realized_counts_and_budgets_are_checked(small_plan, digits):
-    problem = selection_problem(small_plan, digits.clients, ROUNDS, 4, 16, 1e5)
+    problem = selection_problem(small_plan, digits.clients, rounds=ROUNDS, per_round=4, batch=16, eta=1e5)
     group, _ = client_groups(small_plan, N)
     counts = np.zeros(N, dtype=int)
     counts[[0, 1, 19]] = [1, 3, 2]
@@ -182,12 +184,11 @@ def test_calibration_follows_the_realized_counts_and_budgets_are_checked(small_p
     assert priv.multiplier_exact[0] == pytest.approx(record_noise_multiplier(0.5, problem.delta, r0, 5, "exact"))
     assert priv.multiplier_paper[1] == pytest.approx(record_noise_multiplier(0.5, problem.delta, r0, 15, "paper"))
     assert priv.multiplier_exact[1] > priv.multiplier_exact[0] and priv.multiplier_exact[2] == 0  # never selected
-    spent = check_budgets(priv, counts * 5, problem.delta, "exact")
+    spent = check_budgets(priv, counts * 5, delta=problem.delta, rule="exact")
     assert np.all(spent <= priv.epsilon + 1e-9) and spent[0] == pytest.approx(0.5, rel=1e-3) and spent[2] == 0
-    weak = ClientPrivacy(priv.group, priv.epsilon, priv.sizes, priv.rates, counts, priv.multiplier_exact / 2,
-                         priv.multiplier_exact, "paper")  # fmt: skip
+    weak = dataclasses.replace(priv, counts=counts, multiplier_paper=priv.multiplier_exact / 2, rule="paper")
     with pytest.raises(TrainError, match="spends ε"):
-        check_budgets(weak, counts * 5, problem.delta, "paper")
+        check_budgets(weak, counts * 5, delta=problem.delta, rule="paper")
 
 
 # ------------------------------------------------------------------ the mixed partition
