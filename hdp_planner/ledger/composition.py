@@ -14,6 +14,7 @@ the bounds that hold for the whole composition (each is an upper bound, so their
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,20 +32,28 @@ from hdp_planner.distributed.accounting import ORDERS, epsilon_from_rdp, poisson
 class GroupRound:
     """What one group's release of one round costs its members: a Poisson(q)-sampled Gaussian of multiplier σ, or,
     with ``tau_d``, a distributed discrete Gaussian sum of multiplier z and Proposition 14's τ·d'. ``accountant``:
-    the registered accountant that planned it (its spending accountant)."""
+    the registered accountant that planned it (its spending accountant). ``delta_cost``: the δ the round spends
+    outside any accountant, the law-breaking events of a distributed round (:attr:`~hdp_planner.distributed.law.
+    GroupLaw.event_rate`: the release is (ε, δ')-DP by the accountant and those events add their probability)."""
 
     q: float
     noise_multiplier: float
     tau_d: float | None = None
     accountant: str = "rdp"
+    delta_cost: float = 0.0
 
 
 def compose(rounds: Mapping[GroupRound, int], delta: float) -> float:
     """ε at ``delta`` of the composition of ``rounds[g]`` rounds of each g: the smallest of the upper bounds that hold
     for the whole composition (each is one, so their minimum is one): RDP always (:func:`compose_rdp`), and, where
-    every round is a sampled Gaussian and one was planned by PLD, dp-accounting's PLD (:func:`compose_pld`)."""
+    every round is a sampled Gaussian and one was planned by PLD, dp-accounting's PLD (:func:`compose_pld`). The
+    rounds' ``delta_cost`` is paid first: the accountants measure ε at δ − Σ count·delta_cost (infinite where that
+    leaves nothing), since the composition's failure probability adds the events' (basic composition of δ)."""
     if not rounds:
         return 0.0
+    delta -= sum(count * g.delta_cost for g, count in rounds.items())
+    if delta <= 0:
+        return math.inf
     bounds = [compose_rdp(rounds, delta)]
     if all(g.tau_d is None for g in rounds) and any(get_accountant(g.accountant).refines for g in rounds):
         bounds.append(compose_pld(rounds, delta))

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hdp_planner.distributed.rounds import group_tau_d
+from hdp_planner.distributed.trust import secagg_row
 from hdp_planner.ledger.composition import GroupRound
 from hdp_planner.planfile.document import budgets_digest_of, plan_to_dict
 from hdp_planner.planfile.mechanism import executed_mechanism
@@ -59,12 +60,13 @@ def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[G
 
 
 def distributed_costs(
-    *, q, noise_multipliers, sizes, model_dim: int, start: int, rounds: int
+    *, q, noise_multipliers, sizes, delta_costs, model_dim: int, start: int, rounds: int
 ) -> list[list[GroupRound]]:
     """Rounds ``start``..``rounds``−1 of distributed discrete Gaussian noise under secure aggregation: each group's
-    q_m, z_m and Proposition 14's τ·d' (:func:`~hdp_planner.distributed.rounds.group_tau_d`)."""
-    groups = [GroupRound(float(qm), float(z), group_tau_d(int(size), model_dim))
-              for qm, z, size in zip(q, noise_multipliers, sizes, strict=True)]  # fmt: skip
+    q_m, z_m, Proposition 14's τ·d' (:func:`~hdp_planner.distributed.rounds.group_tau_d`) and the δ its law's
+    rare events cost a round (:attr:`~hdp_planner.distributed.law.GroupLaw.event_rate`)."""
+    groups = [GroupRound(float(qm), float(z), group_tau_d(int(size), model_dim), delta_cost=float(cost))
+              for qm, z, size, cost in zip(q, noise_multipliers, sizes, delta_costs, strict=True)]  # fmt: skip
     return [list(groups) for _ in range(start, rounds)]
 
 
@@ -80,8 +82,12 @@ def executed_costs(plan: Plan, row: str, doc: Mapping[str, Any], *, start: int, 
     if not entry or entry.get("noise_multiplier") is None:
         raise ValueError(f"{row} has no distributed form under the plan's secagg trust model")
     m = plan.method(row)
+    laws = [g.law for g in secagg_row(m, plan, trust).groups or ()]
+    if len(laws) != len(m.size):
+        raise ValueError(f"{row} has no distributed form under the plan's secagg trust model")
     return distributed_costs(q=m.q, noise_multipliers=entry["noise_multiplier"], sizes=m.size,
-                             model_dim=int(trust.model_dim or 0), start=start, rounds=rounds)  # fmt: skip
+                             delta_costs=[law.event_rate for law in laws], model_dim=int(trust.model_dim or 0),
+                             start=start, rounds=rounds)  # fmt: skip
 
 
 def simulated_clients(plan: Plan, row: str) -> tuple[dict[str, int], dict[str, float]]:

@@ -86,7 +86,8 @@ def run_event(*, run_id: str, federation: str, label: str, plan_sha256: str, sta
         "run_id": run_id, "federation": federation, "label": label, "plan_sha256": plan_sha256, "start": start,
         "started": started, "delta": delta,
         "clients": {c: [int(g), float(budgets_of[c])] for c, g in membership.items()},
-        "rounds": [[[g.q, g.noise_multiplier, g.tau_d, g.accountant] for g in groups] for groups in planned],
+        "rounds": [[[g.q, g.noise_multiplier, g.tau_d, g.accountant, *([g.delta_cost] if g.delta_cost else [])]
+                    for g in groups] for groups in planned],
     }  # fmt: skip
 
 
@@ -158,8 +159,8 @@ class LedgerState:
         clients = {c: g for c, (g, _) in data["clients"].items()}
         self._registered.append((data["run_id"], data["clients"], float(data["delta"])))
         self._index = None
-        rounds = [[GroupRound(float(q), float(s), None if t is None else float(t), str(a)) for q, s, t, a in groups]
-                  for groups in data["rounds"]]  # fmt: skip
+        rounds = [[GroupRound(float(q), float(s), None if t is None else float(t), str(a), *map(float, cost))
+                   for q, s, t, a, *cost in groups] for groups in data["rounds"]]  # fmt: skip
         self.runs[data["run_id"]] = RunRecord(data["run_id"], data["federation"], data["label"], data["plan_sha256"],
                                               int(data["start"]), float(data["started"]), clients, rounds)  # fmt: skip
 

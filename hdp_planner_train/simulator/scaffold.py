@@ -403,6 +403,7 @@ def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[Gr
     if spec.secagg is None:
         return round_costs(plan, row, start=start, rounds=rounds)
     return distributed_costs(q=spec.q, noise_multipliers=spec.noise_multiplier, sizes=spec.sizes,
+                             delta_costs=[law.event_rate for law in spec.secagg.laws],
                              model_dim=spec.secagg.model_dim, start=start, rounds=rounds)  # fmt: skip
 
 
