@@ -259,7 +259,7 @@ def test_an_unwritable_plot_folder_fails_before_any_figure(digits_plan, monkeypa
     from hdp_planner.report import plots
 
     drawn = []
-    monkeypatch.setattr(plots, "_draw_comparison", lambda *args: drawn.append(1))
+    monkeypatch.setattr(plots, "draw_comparison", lambda *args: drawn.append(1))
     result = runner.invoke(app, ["plot", str(digits_plan), "--out", "/proc/self"])
     _one_line_error(result, "cannot write /proc/self")
     assert drawn == []
