@@ -7,7 +7,7 @@ it sends anything, the client checks the server's announcement against its own c
 (:meth:`PinnedPlan.check`): plan hash, trust model, method, its group, C_m, σ_m, q_m, the sampled count c as
 SecAgg+ itself shows it (a full neighbour graph over the c sampled clients), the reconstruction threshold t = ⌈F·c⌉
 (so that every released sum carries the noise the plan counted on) and the quantization settings of the exact
-integer path. It keeps its participations per plan hash in a file of its own (:class:`Participations`) and
+integer path. It keeps its participations per plan hash in its node state (:mod:`.node_state`) and
 refuses past the plan's cap K.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -38,12 +37,6 @@ class RoundRefused(ValueError):
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def default_state_dir() -> Path:
-    """Where a node keeps its participation counts: ``$XDG_STATE_HOME/hdp-planner/participations``."""
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "hdp-planner" / "participations"
 
 
 @dataclass(frozen=True)
@@ -153,26 +146,3 @@ def load_pinned(pin: Pin) -> PinnedPlan:
     groups = groups_from_file(pin.groups, spec, plan.groups.epsilon, budgets) if pin.groups else default_groups(spec)
     t = plan.config.rounds
     return PinnedPlan(digest, pin.method, spec, groups, t, trust.participations or t)
-
-
-class Participations:
-    """A node's participation count per plan hash, in ``DIR/client-I.json`` (written before each contribution)."""
-
-    def __init__(self, directory: str | Path, client: int) -> None:
-        self.path = Path(directory) / f"client-{client}.json"
-
-    def counts(self) -> dict[str, int]:
-        return json.loads(self.path.read_text()) if self.path.is_file() else {}
-
-    def take(self, sha256: str, cap: int) -> int:
-        """Count one more participation in the plan; refuses past ``cap``. Returns the new count."""
-        counts = self.counts()
-        used = int(counts.get(sha256, 0))
-        if used >= cap:
-            raise RoundRefused(f"this client has taken part in {used} rounds of the plan, its cap K = {cap}")
-        counts[sha256] = used + 1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(counts))
-        tmp.replace(self.path)
-        return used + 1

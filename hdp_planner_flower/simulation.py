@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ class FlowerConfig:
     audit_canaries: int | None = None
     ledger: str = "auto"  # privacy ledger (auto: the default ledger; Flower's noise is always secure)
     federation: str = "flower"  # whose clients the ledger charges (node config client-id)
-    node_state: str | None = None  # secagg: where simulated nodes keep participation counts (None: a temporary folder)
+    node_state: str | None = None  # secagg: the simulated nodes' state folder (None: the user's data folder)
     in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
     masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)
 
@@ -267,12 +266,11 @@ def run_config_server_app():
 
 @contextmanager
 def node_state(cfg: FlowerConfig) -> Iterator[str]:
-    """The simulated nodes' folder of participation counts: ``cfg.node_state``, or a temporary one for the run."""
-    if cfg.node_state:
-        yield cfg.node_state
-        return
-    with tempfile.TemporaryDirectory(prefix="hdp-nodes-") as folder:
-        yield folder
+    """The simulated nodes' state folder (:mod:`.node_state`): ``cfg.node_state``, or the user's data folder, so
+    that the counts and spent budgets outlive the run."""
+    from hdp_planner_flower.node_state import default_state_dir
+
+    yield cfg.node_state or str(default_state_dir())
 
 
 def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:

@@ -33,8 +33,9 @@ def _no_default_ledger():
 
 @pytest.fixture(autouse=True)
 def _own_ledger(tmp_path, monkeypatch):
-    """… and a fresh one for each test."""
+    """… and a fresh one for each test, with a data folder of its own (nodes keep their state there)."""
     monkeypatch.setenv("HDP_PLANNER_LEDGER", str(tmp_path / "ledger.sqlite"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
 # name: (epsilons, n, rounds, clip, q, local_steps, Table 1 q_m, Table 5 rows)
