@@ -3,19 +3,17 @@
 One SQLite file per client, ``DIR/client-I.sqlite``, in a folder of the node's own (node config ``state-dir``, else
 :func:`default_state_dir`, the user's data folder), readable by its owner only (folders 0700, files 0600; SQLite
 gives its journal the database file's mode). Every admission is one ``BEGIN IMMEDIATE`` transaction: read the
-counts, check them, write the new row; so concurrent ClientApp processes of one node serialize on the file's lock
+counts, check them, write the new rows; so concurrent ClientApp processes of one node serialize on the file's lock
 and the cap holds across processes, restarts and runs.
 
-A participation is refused (:class:`~hdp_planner_flower.pin.RoundRefused`, before the client sends anything) when
-
-- the client has already taken part in K rounds of the plan (its participation cap, counted per plan SHA-256 over
-  every run of it), or
-- joining a new run would take the client's spent budget past its own ε. The node charges each run it joins the
-  plan's ε for the client's group (the plan's verification guarantees a run spends at most that), and composes runs
-  by basic composition: the ε of runs add up (Dwork and Roth, *The Algorithmic Foundations of Differential Privacy*,
-  Theorem 3.16). The ledger composes the same runs with RDP, which never gives more, so the mirror never reports
-  less than the ledger charged. A run is Flower's run id; a round at or below the last one the node took part in
-  under that id counts as a new run (a server that reuses a run id cannot make the node under-count).
+The mirror is what the privacy ledger charges the client: each round of a run, up to the last one the node was
+sampled in, at its group's cost (the ledger's :class:`~hdp_planner.ledger.store.GroupRound`, from the trainer's
+``planned_costs``: the plan's sampled Gaussian, or the trust object's distributed discrete Gaussian), composed over
+every run with the ledger's own :func:`~hdp_planner.ledger.store.compose`. A run is Flower's run id; a round at or
+below the last one the node saw under that id counts as a new run, so a server that reuses a run id cannot make
+the node under-count. A participation is refused (:class:`~hdp_planner_flower.pin.RoundRefused`, before the client
+sends anything) when the client has already taken part in K rounds of the plan (its cap, per plan SHA-256 over every
+run), or when the rounds it would be charged would take its spent ε past its own budget.
 """
 
 from __future__ import annotations
@@ -25,21 +23,26 @@ import math
 import os
 import sqlite3
 import time
+from collections import Counter
+from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document
-from hdp_planner.planning.budgets import BudgetError, read_assignment
+from hdp_planner.ledger.runs import plan_clients
+from hdp_planner.ledger.store import GroupRound, compose
+from hdp_planner.planfile.document import load_plan, read_document, verify
+from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner_flower.mods import client_id
-from hdp_planner_flower.pin import Pin, RoundRefused
+from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
+from hdp_planner_train.rules.secagg import planned_groups
+from hdp_planner_train.simulator.scaffold import planned_costs
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS participations (
-    plan_sha256 TEXT NOT NULL, run_id INTEGER NOT NULL, server_round INTEGER NOT NULL,
-    charged REAL NOT NULL, at REAL NOT NULL)"""
-"""One row per participation; ``charged`` is the ε charged when the row opened a run (else 0)."""
+SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
+    plan_sha256 TEXT NOT NULL, run_id INTEGER NOT NULL, server_round INTEGER NOT NULL, participated INTEGER NOT NULL,
+    q REAL NOT NULL, noise_multiplier REAL NOT NULL, tau_d REAL, delta REAL NOT NULL, at REAL NOT NULL)"""
+"""One row per round charged to the client (``participated`` 1 where it contributed), with that round's cost."""
 
 
 def default_state_dir() -> Path:
@@ -60,6 +63,17 @@ def private_folder(path: str | Path) -> Path:
 
 
 @dataclass(frozen=True)
+class Terms:
+    """What the client accepted in a plan: each round's cost to its group (rounds 1..T), δ, its cap K and its
+    lifetime budget ε."""
+
+    costs: tuple[GroupRound, ...]
+    delta: float
+    cap: int
+    budget: float
+
+
+@dataclass(frozen=True)
 class Admission:
     """What the node counted for one participation: the plan's count after it, and the client's ε spent."""
 
@@ -68,7 +82,7 @@ class Admission:
 
 
 class NodeState:
-    """Client ``client``'s participations and spent budget in ``folder`` (see the module's docstring)."""
+    """Client ``client``'s participations and charged rounds in ``folder`` (see the module's docstring)."""
 
     def __init__(self, folder: str | Path, client: int) -> None:
         self.folder = Path(folder).expanduser()
@@ -83,31 +97,33 @@ class NodeState:
         conn.execute(SCHEMA)
         return conn
 
-    def admit(self, *, plan_sha256: str, run_id: int, server_round: int, cap: int, epsilon: float,
-              budget: float) -> Admission:  # fmt: skip
-        """Count one participation in round ``server_round`` of run ``run_id`` of the plan, or refuse it: past the
-        cap ``cap``, or, when it opens a run charged ``epsilon``, past ``budget``. Atomic across processes."""
+    def admit(self, *, plan_sha256: str, run_id: int, server_round: int, terms: Terms) -> Admission:
+        """Count a participation in round ``server_round`` of run ``run_id`` of the plan and charge the rounds since
+        the node's last one in that run (all of 1..``server_round`` for a new run), or refuse: past the cap, or
+        past the budget. Atomic across processes."""
+        if not 1 <= server_round <= len(terms.costs):
+            raise RoundRefused(f"round {server_round} is outside the plan's 1..{len(terms.costs)}")
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
-            used = conn.execute("SELECT COUNT(*) FROM participations WHERE plan_sha256 = ?", (plan_sha256,))
-            used = int(used.fetchone()[0])
-            if used >= cap:
-                raise RoundRefused(f"this client has taken part in {used} rounds of the plan, its cap K = {cap}")
-            last = conn.execute(
-                "SELECT server_round FROM participations WHERE plan_sha256 = ? AND run_id = ? ORDER BY rowid DESC "
-                "LIMIT 1",
-                (plan_sha256, run_id),
-            ).fetchone()
-            spent = float(conn.execute("SELECT COALESCE(SUM(charged), 0) FROM participations").fetchone()[0])
-            charge = epsilon if last is None or server_round <= int(last[0]) else 0.0
-            if charge and spent + charge > budget * (1 + 1e-12):
-                raise RoundRefused(f"joining this run would spend ε {spent + charge:.4g} of this client's budget "
-                                   f"{budget:.4g} (spent so far {spent:.4g})")  # fmt: skip
-            conn.execute("INSERT INTO participations VALUES (?, ?, ?, ?, ?)",
-                         (plan_sha256, run_id, server_round, charge, time.time()))  # fmt: skip
+            used = conn.execute("SELECT COUNT(*) FROM rounds WHERE plan_sha256 = ? AND participated = 1",
+                                (plan_sha256,)).fetchone()[0]  # fmt: skip
+            if used >= terms.cap:
+                raise RoundRefused(f"this client has taken part in {used} rounds of the plan, its cap K = {terms.cap}")
+            last = conn.execute("SELECT server_round FROM rounds WHERE plan_sha256 = ? AND run_id = ? ORDER BY rowid "
+                                "DESC LIMIT 1", (plan_sha256, run_id)).fetchone()  # fmt: skip
+            first = 1 if last is None or server_round <= int(last[0]) else int(last[0]) + 1
+            new = [(r, terms.costs[r - 1]) for r in range(first, server_round + 1)]
+            spent = _composed(conn, [g for _, g in new], terms.delta)
+            if spent > terms.budget * (1 + 1e-9):
+                raise RoundRefused(f"round {server_round} would bring this client's spent ε to {spent:.4g}, past its "
+                                   f"budget {terms.budget:.4g}")  # fmt: skip
+            now = time.time()
+            conn.executemany("INSERT INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             [(plan_sha256, run_id, r, int(r == server_round), g.q, g.noise_multiplier, g.tau_d,
+                               terms.delta, now) for r, g in new])  # fmt: skip
             conn.execute("COMMIT")
-            return Admission(used + 1, spent + charge)
+            return Admission(used + 1, spent)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -120,58 +136,78 @@ class NodeState:
         if not self.path.is_file():
             return 0
         with closing(self._connect()) as conn:
-            row = conn.execute("SELECT COUNT(*) FROM participations WHERE plan_sha256 = ?", (plan_sha256,))
+            row = conn.execute("SELECT COUNT(*) FROM rounds WHERE plan_sha256 = ? AND participated = 1",
+                               (plan_sha256,))  # fmt: skip
             return int(row.fetchone()[0])
 
-    def spent(self) -> float:
-        """ε the client has spent over every run it joined (sum of the runs' charges)."""
+    def spent(self, delta: float) -> float:
+        """ε at ``delta`` the client has spent over every round charged to it (0 without a state file)."""
         if not self.path.is_file():
             return 0.0
         with closing(self._connect()) as conn:
-            return float(conn.execute("SELECT COALESCE(SUM(charged), 0) FROM participations").fetchone()[0])
+            return _composed(conn, [], delta)
 
 
-@functools.lru_cache(maxsize=64)
-def client_terms(plan: str, sha256: str, groups: str | None, client: int) -> tuple[float, float]:
-    """(ε a run of the plan charges client ``client``: its group's ε in the plan's grouping; the client's own
-    budget: its ε_i in ``hdp-plan assign``'s file, else that group's ε). ``sha256`` keys the cache."""
-    p = load_plan(plan)
-    epsilons = tuple(float(e) for e in p.groups.epsilon)
-    if groups:
-        try:
-            ids, group, budgets = read_assignment(groups, epsilons, budgets_digest_of(read_document(plan)))
-        except BudgetError as exc:
-            raise RoundRefused(str(exc)) from None
-        if str(client) not in ids:
-            raise RoundRefused(f"client {client} is not in the groups file {groups}")
-        i = ids.index(str(client))
-        return epsilons[int(group[i])], float(budgets[i])
-    by_client = np.repeat(np.arange(len(epsilons)), p.groups.size)
-    if not 0 <= client < by_client.size:
-        raise RoundRefused(f"client {client} is outside the plan's 0..{by_client.size - 1}")
-    eps = epsilons[int(by_client[client])]
-    return eps, eps
+def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: float) -> float:
+    """ε at ``delta`` of the rounds charged so far plus ``extra`` (the ledger's composition)."""
+    rows = conn.execute("SELECT q, noise_multiplier, tau_d, COUNT(*) FROM rounds GROUP BY q, noise_multiplier, tau_d")
+    counts = Counter({GroupRound(q, z, tau): int(c) for q, z, tau, c in rows})
+    counts.update(extra)
+    return compose(counts, delta)
 
 
-def node_budget(config, default: float) -> float:
-    """The node config's ``budget`` (a client's own ε, when it is lower than the one its file records), else
-    ``default``; refuses anything but a positive number."""
+@functools.lru_cache(maxsize=16)
+def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
+    """The terms of client ``client`` in the plan ``pin`` pinned (its hash checked, the plan verified): its group
+    in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
+    or the plan's grouping), each round's cost to that group as the ledger charges it (``planned_costs``; under
+    ``secure`` the trust object's distributed rounds), δ, and the cap K (the plan's participations, else T)."""
+    path = Path(pin.plan)
+    if not path.is_file():
+        raise RoundRefused(f"pinned plan {pin.plan} not found")
+    digest = file_sha256(path)
+    if digest != pin.sha256:
+        raise RoundRefused(f"pinned plan {pin.plan} has SHA-256 {digest}, the node pinned {pin.sha256 or 'nothing'}")
+    plan, doc = load_plan(path), read_document(path)
+    problems = verify(plan)
+    if problems:
+        raise RoundRefused(f"pinned plan fails verification: {problems[0]}")
+    row = METHOD_NAMES.get(pin.method)
+    if row is None:
+        raise RoundRefused(f"the node pins method {pin.method!r}, not one of {', '.join(METHOD_NAMES)}")
+    try:
+        membership, budgets = plan_clients(plan, row, doc, pin.groups)
+        spec = method_spec(plan, pin.method)
+        if secure:
+            spec = planned_groups(doc, plan, spec, row)
+    except ValueError as exc:
+        raise RoundRefused(str(exc).splitlines()[0]) from None
+    if str(client) not in membership:
+        raise RoundRefused(f"client {client} is not one of the plan's clients")
+    m, rounds = membership[str(client)], plan.config.rounds
+    costs = tuple(r[m] for r in planned_costs(plan, spec, row, 0, rounds))
+    cap = trust_from_dict(doc).participations or rounds
+    return Terms(costs, plan.config.delta, cap, budgets[str(client)])
+
+
+def node_budget(config, terms: Terms) -> Terms:
+    """``terms`` with the node config's ``budget`` (the client's own ε, where it is below the plan's) in place;
+    refuses anything but a positive number."""
     if "budget" not in config:
-        return default
+        return terms
     try:
         value = float(config["budget"])
     except (TypeError, ValueError):
         value = math.nan
     if not value > 0:
         raise RoundRefused(f"node config budget must be a positive ε, got {config['budget']!r}")
-    return min(value, default)
+    return Terms(terms.costs, terms.delta, terms.cap, min(value, terms.budget))
 
 
-def admit_round(pin: Pin, ctxt, *, sha256: str, cap: int, server_round: int) -> Admission:
-    """Count this node's participation in ``server_round`` of the run ``ctxt.run_id`` of the plan ``pin`` pinned
-    (SHA-256 ``sha256``, cap ``cap``) in its state folder, or refuse it (:meth:`NodeState.admit`)."""
+def admit_round(pin: Pin, ctxt, *, server_round: int, secure: bool) -> Admission:
+    """Count this node's participation in ``server_round`` of the run ``ctxt.run_id`` of the plan ``pin`` pinned, in
+    its state folder, or refuse it (:meth:`NodeState.admit` with :func:`client_terms`)."""
     cid = client_id(ctxt)
-    epsilon, budget = client_terms(pin.plan, sha256, pin.groups, cid)
+    terms = node_budget(ctxt.node_config, client_terms(pin, cid, secure))
     state = NodeState(pin.state_dir or default_state_dir(), cid)
-    return state.admit(plan_sha256=sha256, run_id=int(ctxt.run_id), server_round=server_round, cap=cap,
-                       epsilon=epsilon, budget=node_budget(ctxt.node_config, budget))  # fmt: skip
+    return state.admit(plan_sha256=pin.sha256, run_id=int(ctxt.run_id), server_round=server_round, terms=terms)

@@ -48,7 +48,7 @@ def share_mod(pin: Pin | None = None, masked: bool = True):
         rules, settings = split_config(ins.config)
         cid = client_id(ctxt)
         m = pinned.check(rules, client=cid, **(secaggplus_view(ctxt) if masked else announced_view(rules, pinned)))
-        admit_round(chosen, ctxt, sha256=pinned.sha256, cap=pinned.cap, server_round=int(rules["server-round"]))
+        admit_round(chosen, ctxt, server_round=int(rules["server-round"]), secure=True)
         sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
         reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg), ctxt)
         if reply.has_error():

@@ -25,13 +25,14 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner.distributed.encoding import padded_dimension  # noqa: E402
 from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
+from hdp_planner.ledger.store import GroupRound  # noqa: E402
 from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower import secagg_mod  # noqa: E402
 from hdp_planner_flower.app import DataSettings, client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.masks import MASK_MODULUS, MASK_USERS, chacha_masks, secure_masks  # noqa: E402
-from hdp_planner_flower.node_state import NodeState  # noqa: E402
+from hdp_planner_flower.node_state import NodeState, Terms  # noqa: E402
 from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256, load_pinned  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, flatten  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
@@ -320,7 +321,9 @@ def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
     for i in range(N):
         state = NodeState(tmp_path, i)
         for r in range(4):
-            state.admit(plan_sha256=sha, run_id=7, server_round=r + 1, cap=4, epsilon=0.0, budget=1.0)
+            state.admit(
+                plan_sha256=sha, run_id=7, server_round=r + 1, terms=Terms((GroupRound(0.1, 50.0),) * 4, 1e-5, 4, 9.0)
+            )
     app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
     charged = []
     account = type("Account", (), {"release": lambda self, rnd: charged.append(rnd), "finish": lambda self: None})()
