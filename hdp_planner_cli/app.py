@@ -39,6 +39,7 @@ COMMANDS = (
 for _name, _command, _short in COMMANDS:
     app.command(_name, cls=PlainCommand, short_help=_short)(_command)
 app.add_typer(ledger.app, name="ledger", help="A privacy ledger: every client's spent and remaining budget.")
+app.add_typer(__import__("hdp_planner_cli.deploy").deploy.app, name="deploy", help="Flower's deployment engine.")
 
 
 def _version(value: bool) -> None:

@@ -35,6 +35,7 @@ from hdp_planner.planfile.document import load_plan, read_document, verify
 from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner_flower.mods import client_id
 from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256
+from hdp_planner_flower.records import HDP
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
 from hdp_planner_train.rules.secagg import planned_groups
 from hdp_planner_train.simulator.scaffold import planned_costs
@@ -211,3 +212,12 @@ def admit_round(pin: Pin, ctxt, *, server_round: int, secure: bool) -> Admission
     terms = node_budget(ctxt.node_config, client_terms(pin, cid, secure))
     state = NodeState(pin.state_dir or default_state_dir(), cid)
     return state.admit(plan_sha256=pin.sha256, run_id=int(ctxt.run_id), server_round=server_round, terms=terms)
+
+
+def guard_mod(msg, ctxt, call_next):
+    """Flower mod for a trusted server's train messages: a node whose config pins a plan (``plan``,
+    ``plan-sha256``) counts the round in its state first and refuses it past its cap or budget."""
+    if msg.metadata.message_type.startswith("train") and "plan" in ctxt.node_config:
+        pin = Pin.from_node_config(ctxt.node_config)
+        admit_round(pin, ctxt, server_round=int(msg.content[HDP]["server-round"]), secure=False)
+    return call_next(msg, ctxt)

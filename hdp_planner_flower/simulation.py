@@ -54,6 +54,7 @@ class FlowerConfig:
     node_state: str | None = None  # secagg: the simulated nodes' state folder (None: the user's data folder)
     in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
     masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)
+    nodes: str | None = None  # a deployment's registry (CSV node_id,client_id): no enrolment round
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ def serve(p: Prepared, grid, progress=print):
     """The ServerApp's work: :class:`HdpStrategy` over ``grid`` for the run's rounds, a progress line per round,
     central evaluation; returns the strategy (its ``log`` holds the run)."""
     from hdp_planner_flower.app import central_evaluation, model_arrays
+    from hdp_planner_flower.membership import read_node_clients
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.simulator.scaffold import round_description
 
@@ -144,6 +146,7 @@ def serve(p: Prepared, grid, progress=print):
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
         auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
+        node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None,
     )  # fmt: skip
     strategy.start(
         grid,
@@ -242,7 +245,7 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
 
 def run_config_server_app():
     """A ServerApp for ``flwr run``: the run's settings come from ``[tool.flwr.app.config]`` (plan, method, dataset,
-    rounds, seed, trust, groups, out, data-dir, clients; 0 or "" for the defaults)."""
+    rounds, seed, trust, groups, out, data-dir, clients, nodes; 0 or "" for the defaults)."""
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
@@ -250,12 +253,12 @@ def run_config_server_app():
     @app.main()
     def main(grid, context) -> None:
         rc = context.run_config
-        text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out")}
+        text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out", "nodes")}
         cfg = FlowerConfig(plan=str(rc["plan"]), method=str(rc.get("method", "gdpfed+")),
                            dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
                            clients=int(rc.get("clients", 0)) or None, rounds=int(rc.get("rounds", 0)) or None,
                            seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "server")), groups=text["groups"],
-                           out=text["out"])  # fmt: skip
+                           out=text["out"], nodes=text["nodes"])  # fmt: skip
         p = prepare(cfg)
         metrics = finish(p, serve(p, grid))
         print(f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds"

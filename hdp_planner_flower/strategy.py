@@ -37,7 +37,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
-from hdp_planner_flower.membership import FlowerRunError, default_groups
+from hdp_planner_flower.membership import FlowerRunError, default_groups, registered_members
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
@@ -78,6 +78,7 @@ class HdpStrategy(Strategy):
         auditor=None,
         plan_sha256: str = "",
         masks: bool = True,
+        node_clients: dict[int, int] | None = None,
     ) -> None:
         if trust not in TRUST_MODELS:
             raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
@@ -98,6 +99,7 @@ class HdpStrategy(Strategy):
         self.on_round = on_round
         self.account = account  # the privacy ledger's account of this run (released before each update), or None
         self.client_of_node: dict[int, int] = {}
+        self.node_clients = node_clients  # node id → client id from the deployment's registry: no enrolment round
         self.members: list[list[int]] = []  # node ids of each group, in client-id order
         self.sent: dict[int, int] = {}  # node id → group, this round
         self.joined: list[int] = []
@@ -110,8 +112,12 @@ class HdpStrategy(Strategy):
     # ------------------------------------------------------------------ enrolment
     def enroll(self, grid: Grid, timeout: float | None = None, wait: float = 600.0) -> None:
         """Ask every node for its client id; refuse a federation that is not the plan's n clients (nodes still
-        connecting are waited for up to ``wait`` seconds; more than n nodes are refused at once)."""
+        connecting are waited for up to ``wait`` seconds; more than n nodes are refused at once). With a deployment's
+        registry (``node_clients``) no message is sent: :func:`~.membership.registered_members`."""
         n = self.spec.n
+        if self.node_clients is not None:
+            self.set_members(registered_members(grid, self.node_clients, n, wait))
+            return
         deadline = time.monotonic() + wait
         nodes = sorted(grid.get_node_ids())
         while len(nodes) < n and time.monotonic() < deadline:
@@ -133,6 +139,10 @@ class HdpStrategy(Strategy):
             seen[node] = cid
         if len(seen) != n:
             raise FlowerRunError(f"only {len(seen)} of {n} nodes answered the enrolment")
+        self.set_members(seen)
+
+    def set_members(self, seen: dict[int, int]) -> None:
+        """Node id → client id of the whole federation: each group's nodes, in client-id order."""
         self.client_of_node = seen
         by_client = sorted(seen, key=seen.__getitem__)
         self.members = [
