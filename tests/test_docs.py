@@ -85,9 +85,9 @@ def test_command_examples_run(page: Path, workdir: Path) -> None:
 
 def test_no_shown_command_uses_an_unknown_subcommand() -> None:
     """Commands shown but not run (```shell) still name real ``hdp-plan`` subcommands."""
-    from hdp_planner_cli.app import COMMANDS
+    from hdp_planner_cli.app import COMMANDS, app
 
-    known = {name for name, *_ in COMMANDS}
+    known = {name for name, *_ in COMMANDS} | {group.name for group in app.registered_groups}
     for page in PAGES:
         for block in blocks(page, "shell"):
             for line in commands(block):
