@@ -54,6 +54,9 @@ def local(
     ] = None,
     out: Annotated[str | None, typer.Option("--out", help="Metrics of each run in OUT/TRUST/metrics.json.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 600.0,
+    round_timeout: Annotated[
+        float, typer.Option("--round-timeout", help="Seconds the server waits for a round's replies (then dropouts).")
+    ] = 120.0,
 ) -> None:
     """Run a plan on Flower's deployment engine on this machine: a SuperLink and one SuperNode per client as
     separate processes over TLS with node authentication; every process stopped afterwards, by PID."""
@@ -68,7 +71,7 @@ def local(
 
     cfg = DeployConfig(plan=plan_file, nodes=nodes, trust=tuple(t.strip() for t in trust.split(",") if t.strip()),
                        method=method, dataset=dataset, rounds=rounds, seed=seed, groups=groups, folder=folder,
-                       node_state=node_state, out=out, timeout=timeout)  # fmt: skip
+                       node_state=node_state, out=out, timeout=timeout, round_timeout=round_timeout)  # fmt: skip
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a stopped command stops its processes too
     try:
         results = deploy_local(cfg, progress=_say)

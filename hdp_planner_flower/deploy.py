@@ -60,6 +60,7 @@ trust = "server"
 groups = ""
 out = ""
 nodes = ""
+round-timeout = 0
 """
 """The Flower app ``flwr run`` submits: no code of its own, its components are :mod:`.deployed`'s."""
 
@@ -286,13 +287,14 @@ class LocalDeployment:
 
     # ------------------------------------------------------------------ runs
     def run(self, *, trust: str, out: str | Path, dataset: str = "digits", rounds: int | None = None,
-            seed: int = 0, timeout: float = 600.0, progress=print) -> dict:  # fmt: skip
+            seed: int = 0, timeout: float = 600.0, round_timeout: float = 120.0, progress=print) -> dict:  # fmt: skip
         """Run the plan under ``trust`` with ``flwr run`` (``progress`` gets the ServerApp's lines, with the seconds
-        since the run started); the run's metrics (``out/metrics.json``)."""
+        since the run started; a node that has not replied ``round_timeout`` seconds into a round is a dropout);
+        the run's metrics (``out/metrics.json``)."""
         out = Path(out).resolve()
         config = {"plan": self.plan, "method": self.method, "dataset": dataset, "clients": self.nodes,
                   "rounds": rounds or 0, "seed": seed, "trust": trust, "groups": self.groups or "",
-                  "out": str(out), "nodes": str(self.folder / "nodes.csv")}  # fmt: skip
+                  "out": str(out), "nodes": str(self.folder / "nodes.csv"), "round-timeout": round_timeout}  # fmt: skip
         text = " ".join(f"{k}={json.dumps(v)}" for k, v in config.items())
         log = self.folder / "logs" / f"run-{trust}.log"
         start = time.monotonic()
@@ -348,6 +350,7 @@ class DeployConfig:
     node_state: str | None = None  # None: the user's data folder (default_state_dir)
     out: str | None = None  # metrics of each run in OUT/TRUST/metrics.json (default: the deployment's folder)
     timeout: float = 600.0
+    round_timeout: float = 120.0
 
 
 def check_config(cfg: DeployConfig) -> None:
@@ -367,8 +370,8 @@ def check_config(cfg: DeployConfig) -> None:
         raise ValueError(f"--rounds must be within 1..{plan.config.rounds} (the plan's T), got {cfg.rounds}")
     if cfg.groups and not Path(cfg.groups).is_file():
         raise ValueError(f"groups file {cfg.groups} not found")
-    if cfg.timeout <= 0:
-        raise ValueError(f"--timeout must be > 0 seconds, got {cfg.timeout}")
+    if cfg.timeout <= 0 or cfg.round_timeout <= 0:
+        raise ValueError(f"--timeout and --round-timeout must be > 0 seconds, got {cfg.timeout}, {cfg.round_timeout}")
 
 
 def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
@@ -394,7 +397,8 @@ def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
         for trust in cfg.trust:
             t0 = time.monotonic()
             results[trust] = dep.run(trust=trust, out=out / trust, dataset=cfg.dataset, rounds=cfg.rounds,
-                                     seed=cfg.seed, timeout=cfg.timeout, progress=progress)  # fmt: skip
+                                     seed=cfg.seed, timeout=cfg.timeout, round_timeout=cfg.round_timeout,
+                                     progress=progress)  # fmt: skip
             results[trust]["deployment_run_seconds"] = time.monotonic() - t0
     left = [pid for pid in dep.stopped if alive(pid)]
     results["deployment"] = {"superlink_seconds": linked - start, "nodes_seconds": started - linked,

@@ -62,16 +62,18 @@ def read_node_clients(path: str | Path) -> dict[int, int]:
     return mapping
 
 
-def registered_members(grid, node_clients: dict[int, int], n: int, wait: float) -> dict[int, int]:
+CONNECT_WAIT = 60.0
+"""Seconds the server waits, before round 1, for the registered nodes to connect: one still offline after that is
+a dropout in the rounds it is sampled for (Flower answers for it with a node-unavailable error)."""
+
+
+def registered_members(grid, node_clients: dict[int, int], n: int, wait: float = CONNECT_WAIT) -> dict[int, int]:
     """The registry ``node_clients`` checked against the plan's n clients (ids 0..n−1, each once), once every
-    registered node is connected (up to ``wait`` seconds): no message is sent to learn who is who."""
+    registered node is connected or ``wait`` seconds have passed: no message is sent to learn who is who."""
     if sorted(node_clients.values()) != list(range(n)):
         raise FlowerRunError(f"the node registry has client ids {sorted(node_clients.values())[:5]}…; the plan "
                              f"has clients 0..{n - 1}")  # fmt: skip
     deadline = time.monotonic() + wait
-    while not set(node_clients) <= set(grid.get_node_ids()):
-        if time.monotonic() > deadline:
-            missing = len(set(node_clients) - set(grid.get_node_ids()))
-            raise FlowerRunError(f"{missing} registered nodes did not connect within {wait:.0f} s")
+    while not set(node_clients) <= set(grid.get_node_ids()) and time.monotonic() < deadline:
         time.sleep(0.5)
     return dict(node_clients)

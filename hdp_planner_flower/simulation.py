@@ -55,6 +55,7 @@ class FlowerConfig:
     in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
     masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)
     nodes: str | None = None  # a deployment's registry (CSV node_id,client_id): no enrolment round
+    round_timeout: float = 3600.0  # seconds the server waits for a round's replies (a dead node is a dropout after)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ def serve(p: Prepared, grid, progress=print):
         num_rounds=p.rounds,
         train_config=p.settings.record(),
         evaluate_fn=central_evaluation(p.cfg.dataset, p.data),
+        timeout=p.cfg.round_timeout,
     )
     return strategy
 
@@ -245,7 +247,7 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
 
 def run_config_server_app():
     """A ServerApp for ``flwr run``: the run's settings come from ``[tool.flwr.app.config]`` (plan, method, dataset,
-    rounds, seed, trust, groups, out, data-dir, clients, nodes; 0 or "" for the defaults)."""
+    rounds, seed, trust, groups, out, data-dir, clients, nodes, round-timeout; 0 or "" for the defaults)."""
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
@@ -258,7 +260,8 @@ def run_config_server_app():
                            dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
                            clients=int(rc.get("clients", 0)) or None, rounds=int(rc.get("rounds", 0)) or None,
                            seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "server")), groups=text["groups"],
-                           out=text["out"], nodes=text["nodes"])  # fmt: skip
+                           out=text["out"], nodes=text["nodes"],
+                           round_timeout=float(rc.get("round-timeout", 0)) or 3600.0)  # fmt: skip
         p = prepare(cfg)
         metrics = finish(p, serve(p, grid))
         print(f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds"

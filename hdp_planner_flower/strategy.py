@@ -37,7 +37,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
-from hdp_planner_flower.membership import FlowerRunError, default_groups, registered_members
+from hdp_planner_flower.membership import CONNECT_WAIT, FlowerRunError, default_groups, registered_members
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
@@ -116,7 +116,7 @@ class HdpStrategy(Strategy):
         registry (``node_clients``) no message is sent: :func:`~.membership.registered_members`."""
         n = self.spec.n
         if self.node_clients is not None:
-            self.set_members(registered_members(grid, self.node_clients, n, wait))
+            self.set_members(registered_members(grid, self.node_clients, n, min(wait, CONNECT_WAIT)))
             return
         deadline = time.monotonic() + wait
         nodes = sorted(grid.get_node_ids())

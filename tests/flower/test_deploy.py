@@ -21,7 +21,7 @@ from hdp_planner.planfile.document import load_plan  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower.app import DataSettings, client_app, deployed_client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.credentials import make_tls  # noqa: E402
-from hdp_planner_flower.deploy import LocalDeployment, alive, node_config  # noqa: E402
+from hdp_planner_flower.deploy import LocalDeployment, alive, descendants, node_config, stop_processes  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.membership import FlowerRunError, read_node_clients  # noqa: E402
 from hdp_planner_flower.node_state import NodeState  # noqa: E402
@@ -148,3 +148,26 @@ def test_hdp_plan_deploy_runs_a_secure_plan(tmp_path):
     assert res.exit_code == 0, res.output
     m = json.loads((tmp_path / "runs" / "secagg" / "metrics.json").read_text())
     assert m["trust"] == "secagg" and m["rounds"] == 1 and "; 0 left" in res.output
+
+
+@pytest.mark.slow
+def test_a_supernode_killed_mid_run_is_a_dropout_and_restarts_with_its_counts(deploy_plan, tmp_path):
+    """Kill one SuperNode (and its ClientApp processes) as the ServerApp starts: the run completes, that node's
+    replies count as dropouts after the round timeout; restarted with the same state folder, it keeps its counts."""
+    sha = file_sha256(deploy_plan)
+    with LocalDeployment(tmp_path / "dep", plan=str(deploy_plan), nodes=N, state_dir=tmp_path / "state") as dep:
+        dep.start_nodes()
+        victim = dep.procs["node-0"]
+
+        def kill_at_start(line: str) -> None:
+            if "] Flower " in line:
+                stop_processes([victim.pid, *descendants(victim.pid)])
+
+        m = dep.run(trust="server", out=tmp_path / "a", rounds=2, round_timeout=30, progress=kill_at_start)
+        assert m["rounds"] == 2 and not alive(victim.pid)
+        before = NodeState(tmp_path / "state", 0).participations(sha)
+        restarted = dep.start_node(dep.specs[0])
+        assert NodeState(tmp_path / "state", 0).participations(sha) == before
+        m = dep.run(trust="server", out=tmp_path / "b", rounds=2, round_timeout=60)
+        assert m["rounds"] == 2 and restarted.poll() is None
+        assert NodeState(tmp_path / "state", 0).participations(sha) >= before
