@@ -287,18 +287,21 @@ class LocalDeployment:
 
     # ------------------------------------------------------------------ runs
     def run(self, *, trust: str, out: str | Path, dataset: str = "digits", rounds: int | None = None,
-            seed: int = 0, timeout: float = 600.0, round_timeout: float = 120.0, progress=print) -> dict:  # fmt: skip
+            seed: int = 0, timeout: float = 600.0, round_timeout: float = 120.0, progress=print,
+            name: str | None = None) -> dict:  # fmt: skip
         """Run the plan under ``trust`` with ``flwr run`` (``progress`` gets the ServerApp's lines, with the seconds
         since the run started; a node that has not replied ``round_timeout`` seconds into a round is a dropout);
-        the run's metrics (``out/metrics.json``)."""
+        the run's metrics (``out/metrics.json``). ``name``: the run's process and log name (default ``run-TRUST``;
+        runs at once need names of their own)."""
         out = Path(out).resolve()
         config = {"plan": self.plan, "method": self.method, "dataset": dataset, "clients": self.nodes,
                   "rounds": rounds or 0, "seed": seed, "trust": trust, "groups": self.groups or "",
                   "out": str(out), "nodes": str(self.folder / "nodes.csv"), "round-timeout": round_timeout}  # fmt: skip
         text = " ".join(f"{k}={json.dumps(v)}" for k, v in config.items())
-        log = self.folder / "logs" / f"run-{trust}.log"
+        name = name or f"run-{trust}"
+        log = self.folder / "logs" / f"{name}.log"
         start = time.monotonic()
-        proc = self.spawn(f"run-{trust}", ["flwr", "run", str(self.folder / "app"), CONNECTION, "--stream",
+        proc = self.spawn(name, ["flwr", "run", str(self.folder / "app"), CONNECTION, "--stream",
                                            "--run-config", text], pipe=True)  # fmt: skip
         timer = threading.Timer(timeout, lambda: stop_processes([proc.pid, *descendants(proc.pid)], grace=5.0))
         timer.start()
@@ -311,7 +314,7 @@ class LocalDeployment:
             proc.wait()
         finally:
             timer.cancel()
-            self.procs.pop(f"run-{trust}", None)
+            self.procs.pop(name, None)
             stop_processes([proc.pid, *descendants(proc.pid)], grace=5.0)
             proc.wait()
         metrics = out / "metrics.json"

@@ -3,9 +3,12 @@ authentication; no enrolment round; refused impostors; every process stopped aft
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +32,13 @@ from hdp_planner_flower.pin import file_sha256  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, ENROLL  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.rules.aggregate import method_spec  # noqa: E402
+
+_LEDGER_TESTS = importlib.util.spec_from_file_location(
+    "ledger_tests", Path(__file__).parents[1] / "core" / "test_ledger.py"
+)
+_ledger_tests = importlib.util.module_from_spec(_LEDGER_TESTS)
+_LEDGER_TESTS.loader.exec_module(_ledger_tests)
+postgres = _ledger_tests.postgres  # the ledger tests' throwaway PostgreSQL cluster
 
 N = 5
 SETTINGS = DataSettings("digits", None, N, None, 0, 1, 10, 0.0, 0.1, 1.0)
@@ -171,3 +181,36 @@ def test_a_supernode_killed_mid_run_is_a_dropout_and_restarts_with_its_counts(de
         m = dep.run(trust="server", out=tmp_path / "b", rounds=2, round_timeout=60)
         assert m["rounds"] == 2 and restarted.poll() is None
         assert NodeState(tmp_path / "state", 0).participations(sha) >= before
+
+
+@pytest.mark.slow
+def test_two_server_processes_share_one_postgresql_ledger_without_overspending(postgres, tmp_path, monkeypatch):
+    """Two runs submitted at once, two ServerApp processes charging one PostgreSQL ledger; the plan's one round is
+    each client's whole budget: exactly one run goes ahead, the other is refused before round 1, and every client
+    is charged one round, once."""
+    from hdp_planner.ledger.store import Ledger
+
+    path = tmp_path / "plan.json"
+    save_plan(plan([1.0, 2.0, 4.0], n=N, rounds=1, q=0.8, clip=1.0), path)
+    monkeypatch.setenv("HDP_PLANNER_LEDGER", postgres)
+    outcomes: dict[str, str] = {}
+    with LocalDeployment(tmp_path / "dep", plan=str(path), nodes=N, state_dir=tmp_path / "state") as dep:
+        dep.start_nodes()
+
+        def submit(name: str) -> None:
+            try:
+                dep.run(trust="server", out=tmp_path / name, rounds=1, round_timeout=120, progress=lambda _: None,
+                        name=name)  # fmt: skip
+                outcomes[name] = "ran"
+            except Exception as exc:  # the refused run: its ServerApp wrote no metrics
+                outcomes[name] = str(exc)
+
+        threads = [threading.Thread(target=submit, args=(name,)) for name in ("first", "second")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(o == "ran" for o in outcomes.values()) == [False, True], outcomes
+    assert any("refused" in o for o in outcomes.values()), outcomes
+    spending = Ledger(postgres).spending("flower")
+    assert len(spending) == N and all(s.released_rounds == 1 and s.remaining >= -1e-9 for s in spending)
