@@ -31,10 +31,9 @@ from pathlib import Path
 
 from hdp_planner.ledger.runs import plan_clients
 from hdp_planner.ledger.store import GroupRound, compose
-from hdp_planner.planfile.document import load_plan, read_document, verify
 from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner_flower.mods import client_id
-from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256
+from hdp_planner_flower.pin import Pin, RoundRefused, read_pinned
 from hdp_planner_flower.records import HDP
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
 from hdp_planner_train.rules.secagg import planned_groups
@@ -163,16 +162,7 @@ def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
     in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
     or the plan's grouping), each round's cost to that group as the ledger charges it (``planned_costs``; under
     ``secure`` the trust object's distributed rounds), δ, and the cap K (the plan's participations, else T)."""
-    path = Path(pin.plan)
-    if not path.is_file():
-        raise RoundRefused(f"pinned plan {pin.plan} not found")
-    digest = file_sha256(path)
-    if digest != pin.sha256:
-        raise RoundRefused(f"pinned plan {pin.plan} has SHA-256 {digest}, the node pinned {pin.sha256 or 'nothing'}")
-    plan, doc = load_plan(path), read_document(path)
-    problems = verify(plan)
-    if problems:
-        raise RoundRefused(f"pinned plan fails verification: {problems[0]}")
+    _, plan, doc = read_pinned(pin)
     row = METHOD_NAMES.get(pin.method)
     if row is None:
         raise RoundRefused(f"the node pins method {pin.method!r}, not one of {', '.join(METHOD_NAMES)}")

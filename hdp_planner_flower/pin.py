@@ -25,6 +25,7 @@ import numpy as np
 from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
 from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document, verify
 from hdp_planner.planfile.trust import trust_from_dict
+from hdp_planner.planning.plan import Plan
 from hdp_planner_flower.masks import MASK_MODULUS
 from hdp_planner_flower.membership import default_groups, groups_from_file
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupSpec, method_spec
@@ -121,9 +122,8 @@ class PinnedPlan:
         return m
 
 
-@functools.lru_cache(maxsize=8)
-def load_pinned(pin: Pin) -> PinnedPlan:
-    """Read, hash-check and verify the pinned plan (once per process)."""
+def read_pinned(pin: Pin) -> tuple[str, Plan, dict]:
+    """The pinned plan file's SHA-256, plan and document, once the hash is the pinned one and the plan verifies."""
     path = Path(pin.plan)
     if not path.is_file():
         raise RoundRefused(f"pinned plan {pin.plan} not found")
@@ -134,7 +134,13 @@ def load_pinned(pin: Pin) -> PinnedPlan:
     problems = verify(plan)
     if problems:
         raise RoundRefused(f"pinned plan fails verification: {problems[0]}")
-    doc = read_document(path)
+    return digest, plan, read_document(path)
+
+
+@functools.lru_cache(maxsize=8)
+def load_pinned(pin: Pin) -> PinnedPlan:
+    """Read, hash-check and verify the pinned plan (once per process)."""
+    digest, plan, doc = read_pinned(pin)
     try:
         spec = planned_groups(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])
     except ValueError as exc:
