@@ -6,10 +6,12 @@ gives its journal the database file's mode). Every admission is one ``BEGIN IMME
 counts, check them, write the new rows; so concurrent ClientApp processes of one node serialize on the file's lock
 and the cap holds across processes, restarts and runs.
 
-The mirror is what the privacy ledger charges the client: each round of a run, up to the last one the node was
-sampled in, at its group's cost (the ledger's :class:`~hdp_planner.ledger.store.GroupRound`, from the trainer's
-``planned_costs``: the plan's sampled Gaussian, or the trust object's distributed discrete Gaussian), composed over
-every run with the ledger's own :func:`~hdp_planner.ledger.store.compose`. A run is Flower's run id; a round at or
+The mirror is what the privacy ledger charges the client, as far as the node can see it: each round of a run, up
+to the last one the node was sampled in (the ledger also charges the rounds after it, which the node never sees, so
+the mirror never exceeds the ledger's charge), at its group's cost (the ledger's
+:class:`~hdp_planner.ledger.store.GroupRound`, from the trainer's ``planned_costs``: the plan's sampled Gaussian,
+or the trust object's distributed discrete Gaussian), composed over every run with the ledger's own
+:func:`~hdp_planner.ledger.store.compose`. A run is Flower's run id; a round at or
 below the last one the node saw under that id counts as a new run, so a server that reuses a run id cannot make
 the node under-count. A participation is refused (:class:`~hdp_planner_flower.pin.RoundRefused`, before the client
 sends anything) when the client has already taken part in K rounds of the plan (its cap, per plan SHA-256 over every
