@@ -99,6 +99,23 @@ def test_node_config_quotes_paths():
     assert text.startswith("client-id=3 ") and 'plan="/p q/plan.json"' in text and 'state-dir="/a b/state"' in text
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "4"], "the plan has n = 5"),
+        (["--nodes", "5", "--trust", "server,cloud"], "--trust takes"),
+        (["--nodes", "5", "--rounds", "11"], "within 1..10"),
+        (["--nodes", "5", "--round-timeout", "0"], "must be > 0"),
+    ],
+)
+def test_hdp_plan_deploy_refuses_bad_input_in_one_line_before_starting_anything(deploy_plan, tmp_path, args, message):
+    res = CliRunner().invoke(cli_app, ["deploy", "local", str(deploy_plan), *args, "--folder", str(tmp_path / "d")])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "d").exists()
+    res = CliRunner().invoke(cli_app, ["deploy", "local", str(tmp_path / "none.json"), "--nodes", "5"])
+    assert res.exit_code == 2 and "not found" in res.output
+
+
 def wait_exit(proc: subprocess.Popen, seconds: float) -> int | None:
     deadline = time.monotonic() + seconds
     while proc.poll() is None and time.monotonic() < deadline:
