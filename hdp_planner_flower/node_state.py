@@ -42,9 +42,10 @@ from hdp_planner_train.rules.secagg import planned_groups
 from hdp_planner_train.simulator.scaffold import planned_costs
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
-    plan_sha256 TEXT NOT NULL, run_id INTEGER NOT NULL, server_round INTEGER NOT NULL, participated INTEGER NOT NULL,
+    plan_sha256 TEXT NOT NULL, run_id TEXT NOT NULL, server_round INTEGER NOT NULL, participated INTEGER NOT NULL,
     q REAL NOT NULL, noise_multiplier REAL NOT NULL, tau_d REAL, delta REAL NOT NULL, at REAL NOT NULL)"""
-"""One row per round charged to the client (``participated`` 1 where it contributed), with that round's cost."""
+"""One row per round charged to the client (``participated`` 1 where it contributed), with that round's cost; the
+run id is text (Flower's ids are unsigned 64-bit, beyond SQLite's signed INTEGER)."""
 
 
 def default_state_dir() -> Path:
@@ -113,7 +114,7 @@ class NodeState:
             if used >= terms.cap:
                 raise RoundRefused(f"this client has taken part in {used} rounds of the plan, its cap K = {terms.cap}")
             last = conn.execute("SELECT server_round FROM rounds WHERE plan_sha256 = ? AND run_id = ? ORDER BY rowid "
-                                "DESC LIMIT 1", (plan_sha256, run_id)).fetchone()  # fmt: skip
+                                "DESC LIMIT 1", (plan_sha256, str(run_id))).fetchone()  # fmt: skip
             first = 1 if last is None or server_round <= int(last[0]) else int(last[0]) + 1
             new = [(r, terms.costs[r - 1]) for r in range(first, server_round + 1)]
             spent = _composed(conn, [g for _, g in new], terms.delta)
@@ -122,7 +123,7 @@ class NodeState:
                                    f"budget {terms.budget:.4g}")  # fmt: skip
             now = time.time()
             conn.executemany("INSERT INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             [(plan_sha256, run_id, r, int(r == server_round), g.q, g.noise_multiplier, g.tau_d,
+                             [(plan_sha256, str(run_id), r, int(r == server_round), g.q, g.noise_multiplier, g.tau_d,
                                terms.delta, now) for r, g in new])  # fmt: skip
             conn.execute("COMMIT")
             return Admission(used + 1, spent)

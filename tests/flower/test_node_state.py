@@ -40,6 +40,8 @@ def test_participations_are_capped_per_plan_and_persist(tmp_path):
     other = NodeState(tmp_path, 3).admit(plan_sha256="b" * 64, run_id=1, server_round=1, terms=terms())
     assert other.participations == 1 and NodeState(tmp_path, 3).participations(SHA) == 3
     assert NodeState(tmp_path, 4).participations(SHA) == 0  # another client of the node
+    big = NodeState(tmp_path, 5)  # Flower's run ids are unsigned 64-bit
+    assert [admit(big, run=2**64 - 1, rnd=r).participations for r in (1, 2)] == [1, 2]
 
 
 def _contend(folder: str, barrier, results) -> None:
