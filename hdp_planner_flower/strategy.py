@@ -257,12 +257,12 @@ class HdpStrategy(Strategy):
         rows: list[dict[int, torch.Tensor]] = [{} for _ in self.spec.sizes]
         failed = 0
         for reply in replies:
+            if reply.has_error():  # a dropout; for a node that went away Flower's SuperLink answers in its own name
+                failed += 1
+                continue
             node = reply.metadata.src_node_id
             if node not in self.sent:
                 raise FlowerRunError(f"node {node} replied to a round it was not sampled for")
-            if reply.has_error():
-                failed += 1
-                continue
             m, cid = self.sent[node], self.client_of_node[node]
             meta = reply.content[HDP]
             if int(meta["group"]) != m or int(meta["client-id"]) != cid:
