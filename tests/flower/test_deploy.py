@@ -10,13 +10,14 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
-from flwr.app import Context, Message, RecordDict  # noqa: E402
+from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
@@ -74,6 +75,31 @@ def test_a_registry_replaces_the_enrolment_round(deploy_plan, tmp_path):
     registry.write_text("node,client\n1,2\n")
     with pytest.raises(FlowerRunError, match="node_id,client_id"):
         read_node_clients(registry)
+
+
+class UnreachableNode(InProcessGrid):
+    """Node 0 has gone away: Flower's SuperLink answers for it with an error in its own name (node id 1)."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for msg in messages:
+            if msg.metadata.dst_node_id == self.node_ids[0]:
+                reply = Message(Error(code=0, reason="node unavailable"), reply_to=msg)
+                reply.metadata.__dict__["_src_node_id"] = 1  # what the SuperLink sets (its own id)
+                replies.append(reply)
+            else:
+                replies.extend(super().send_and_receive([msg], timeout=timeout))
+        return replies
+
+
+def test_an_error_the_superlink_sends_for_a_dead_node_is_a_dropout(deploy_plan):
+    p = load_plan(deploy_plan)
+    grid = UnreachableNode(client_app(unchanged), N)
+    everyone = type("Everyone", (), {"random": lambda self, n: np.zeros(n)})()  # every node sampled every round
+    registry = {node: i for i, node in enumerate(grid.node_ids)}
+    strategy = HdpStrategy(p, method_spec(p, "gdpfed+"), uniform=everyone, node_clients=registry)
+    result = strategy.start(grid, model_arrays("digits", 10, 0), num_rounds=2, train_config=SETTINGS.record())
+    assert [int(result.train_metrics_clientapp[r]["failed"]) for r in (1, 2)] == [1, 1]
 
 
 def test_a_deployed_node_counts_a_trusted_servers_rounds_in_its_own_state(deploy_plan, tmp_path):
