@@ -83,8 +83,8 @@ def solve(folder: Path, n: int) -> Path:
     return path
 
 
-def one(n: int, rounds: int, trusts: list[str], timeout: float) -> list[list[str]]:
-    rows = []
+def one(n: int, rounds: int, trusts: list[str], timeout: float, done) -> None:
+    """Measure runs under each trust model against one deployment of ``n`` nodes; ``done(row)`` after each run."""
     with tempfile.TemporaryDirectory(prefix="bench-deploy-") as tmp:
         folder = Path(tmp)
         os.environ["HDP_PLANNER_LEDGER"] = str(folder / "ledger.sqlite")
@@ -103,12 +103,25 @@ def one(n: int, rounds: int, trusts: list[str], timeout: float) -> list[list[str
                     ends = [first] + [float(m.group(1)) for m in map(ROUND.search, lines) if m]
                     times = [b - a for a, b in itertools.pairwise(ends)]
                     node_peaks = [v for k, v in mem.peak.items() if k.startswith("node-")]
-                    rows.append([str(n), trust, f"{link:.1f}", f"{nodes:.1f}", f"{first:.1f}",
-                                 f"{statistics.median(times):.1f}", f"{min(times):.1f}",
-                                 f"{statistics.median(node_peaks):.0f}", f"{max(node_peaks):.0f}",
-                                 f"{mem.peak.get('superlink', 0):.0f}", f"{load:.1f}"])  # fmt: skip
-                    print(" | ".join(rows[-1]), flush=True)
-    return rows
+                    row = [str(n), trust, f"{link:.1f}", f"{nodes:.1f}", f"{first:.1f}",
+                           f"{statistics.median(times):.1f}", f"{min(times):.1f}",
+                           f"{statistics.median(node_peaks):.0f}", f"{max(node_peaks):.0f}",
+                           f"{mem.peak.get('superlink', 0):.0f}", f"{load:.1f}"]  # fmt: skip
+                    print(" | ".join(row), flush=True)
+                    done(row)
+
+
+def record(rows: list[list[str]], columns: tuple[str, ...], rounds: int) -> None:
+    """Write the rows measured so far as ``benchmarks/results/bench_deploy.json``."""
+    notes = ("Each SuperNode starts one ClientApp process per message (Flower 1.41's subprocess isolation): a "
+             "round costs each sampled node a Python start with torch, and SecAgg+ has four messages a round.",
+             "Node peak: the SuperNode process and the ClientApp processes alive at once, summed.",
+             "The machine is shared: the load average (1 min) is read before each run.")  # fmt: skip
+    table = Table(f"GDPFed+ on digits, {rounds} rounds per run, TLS and node authentication", columns,
+                  tuple(tuple(r) for r in rows))  # fmt: skip
+    result = Result(name="bench_deploy", title="A plan on Flower's deployment engine: start-up, rounds, memory",
+                    tables=(table,), notes=notes)  # fmt: skip
+    print(f"written to {write_result(result)}", flush=True)
 
 
 def main() -> None:
@@ -117,23 +130,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--trust", default="server,secagg")
     ap.add_argument("--timeout", type=float, default=3600.0)
-    ap.add_argument("--record", action="store_true")
+    ap.add_argument("--record", action="store_true", help="write the result file after every measured run")
     args = ap.parse_args()
     columns = ("nodes", "trust", "SuperLink s", "register + start nodes s", "run to ServerApp s", "round median s",
                "round min s", "node peak MiB median", "node peak MiB max", "SuperLink MiB", "load (1 min)")  # fmt: skip
     print(" | ".join(columns), flush=True)
-    rows = [r for n in map(int, args.nodes.split(",")) for r in one(n, args.rounds, args.trust.split(","),
-                                                                     args.timeout)]  # fmt: skip
-    if args.record:
-        notes = ("Each SuperNode starts one ClientApp process per message (Flower 1.41's subprocess isolation): a "
-                 "round costs each sampled node a Python start with torch, and SecAgg+ has four messages a round.",
-                 "Node peak: the SuperNode process and the ClientApp processes alive at once, summed.",
-                 "The machine is shared: the load average (1 min) is read before each run.")  # fmt: skip
-        table = Table(f"GDPFed+ on digits, {args.rounds} rounds per run, TLS and node authentication", columns,
-                      tuple(tuple(r) for r in rows))  # fmt: skip
-        result = Result(name="bench_deploy", title="A plan on Flower's deployment engine: start-up, rounds, memory",
-                        tables=(table,), notes=notes)  # fmt: skip
-        print(f"written to {write_result(result)}")
+    rows: list[list[str]] = []
+
+    def done(row: list[str]) -> None:
+        rows.append(row)
+        if args.record:
+            record(rows, columns, args.rounds)
+
+    for n in map(int, args.nodes.split(",")):
+        one(n, args.rounds, args.trust.split(","), args.timeout, done)
 
 
 if __name__ == "__main__":

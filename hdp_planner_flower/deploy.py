@@ -306,7 +306,7 @@ class LocalDeployment:
         timer = threading.Timer(timeout, lambda: stop_processes([proc.pid, *descendants(proc.pid)], grace=5.0))
         timer.start()
         try:
-            with open(log, "a") as fh:
+            with open(log, "a", buffering=1) as fh:  # line by line: a run in progress can be followed
                 for line in proc.stdout:
                     fh.write(f"{time.monotonic() - start:8.2f} {line}")
                     if line.startswith(SERVER_LINES):
