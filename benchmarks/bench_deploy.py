@@ -7,10 +7,13 @@ each trust model of ``--trust`` against the same nodes. It reports the SuperLink
 and start, the time from ``flwr run`` to the ServerApp's first line, each round's time (median and minimum, from the
 ServerApp's progress lines), and the peak resident memory of one node (its SuperNode process and the ClientApp
 processes it starts, summed; median and maximum over the nodes, sampled every second). The ledger and the node
-state live in the run's temporary folder. Usage::
+state live in the run's temporary folder. ``--startup 5,10,20,30`` measures start-up alone against the node count
+(the SuperLink, registering the keys, starting the SuperNodes until the SuperLink counts them all online), no run.
+Usage::
 
     PYTHONPATH=. nice -n 10 python benchmarks/bench_deploy.py [--nodes 10,50,100] [--rounds 5]
         [--trust server,secagg] [--record]
+    PYTHONPATH=. nice -n 10 python benchmarks/bench_deploy.py --startup 5,10,20,30 [--record]
 """
 
 from __future__ import annotations
@@ -111,6 +114,29 @@ def one(n: int, rounds: int, trusts: list[str], timeout: float, done) -> None:
                     done(row)
 
 
+def startup(n: int) -> list[str]:
+    """Start-up of ``n`` nodes: the SuperLink, the keys registered, the SuperNodes all online (seconds)."""
+    with tempfile.TemporaryDirectory(prefix="bench-deploy-") as tmp:
+        folder = Path(tmp)
+        plan = solve(folder, n)
+        load = os.getloadavg()[0]
+        t0 = time.monotonic()
+        with LocalDeployment(folder / "dep", plan=str(plan), nodes=n, state_dir=folder / "state") as dep:
+            link = time.monotonic() - t0
+            for spec in dep.specs:
+                dep.register(spec.key)
+            registered = time.monotonic() - t0 - link
+            for spec in dep.specs:
+                dep.start_node(spec)
+            while dep.online() < n:
+                time.sleep(0.5)
+            online = time.monotonic() - t0 - link - registered
+    row = [str(n), f"{link:.1f}", f"{registered:.1f}", f"{registered / n:.2f}", f"{online:.1f}",
+           f"{link + registered + online:.1f}", f"{load:.1f}"]  # fmt: skip
+    print(" | ".join(row), flush=True)
+    return row
+
+
 def record(rows: list[list[str]], columns: tuple[str, ...], rounds: int) -> None:
     """Write the rows measured so far as ``benchmarks/results/bench_deploy.json``."""
     notes = ("Each SuperNode starts one ClientApp process per message (Flower 1.41's subprocess isolation): a "
@@ -130,8 +156,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--trust", default="server,secagg")
     ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument("--startup", default=None, help="node counts: measure start-up alone")
     ap.add_argument("--record", action="store_true", help="write the result file after every measured run")
     args = ap.parse_args()
+    if args.startup:
+        columns = ("nodes", "SuperLink s", "register keys s", "per key s", "nodes online s", "total s", "load")
+        print(" | ".join(columns), flush=True)
+        rows = [startup(n) for n in map(int, args.startup.split(","))]
+        if args.record:
+            table = Table("start-up with TLS and node authentication, no enrolment round", columns,
+                          tuple(map(tuple, rows)))  # fmt: skip
+            note = ("The SuperLink sends no message per node before round 1 (the registry maps nodes to clients); "
+                    "each key is registered by its own `flwr supernode register` process.",)  # fmt: skip
+            result = Result(name="bench_deploy_startup", title="Deployment start-up against the node count",
+                            tables=(table,), notes=note)  # fmt: skip
+            print(f"written to {write_result(result)}")
+        return
     columns = ("nodes", "trust", "SuperLink s", "register + start nodes s", "run to ServerApp s", "round median s",
                "round min s", "node peak MiB median", "node peak MiB max", "SuperLink MiB", "load (1 min)")  # fmt: skip
     print(" | ".join(columns), flush=True)

@@ -275,6 +275,11 @@ class LocalDeployment:
             "--host", "127.0.0.1", "--port", str(spec.port), "--max-retries", "5", "--max-wait-time", "60",
         ])  # fmt: skip
 
+    def online(self) -> int:
+        """How many nodes the SuperLink counts online (``flwr supernode ls``)."""
+        nodes = json.loads(self.flwr("supernode", "ls", CONNECTION, "--format", "json"))["nodes"]
+        return sum(node["status"] == "online" for node in nodes)
+
     def start_nodes(self) -> dict[int, int]:
         """Register every node's key, write the registry (``nodes.csv``: node id, client id), then start every
         SuperNode; node id → client id."""
