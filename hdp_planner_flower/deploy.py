@@ -261,6 +261,14 @@ class LocalDeployment:
                     raise DeployError(f"the SuperLink did not listen on port {self.port} within {wait:.0f} s") from None
                 time.sleep(0.2)
 
+    def restart_superlink(self) -> None:
+        """Kill the SuperLink and its children (SIGKILL, by PID) and start it again on the same port and database
+        (the registered keys are kept there)."""
+        proc = self.procs.pop("superlink")
+        self.stopped += stop_processes([proc.pid, *descendants(proc.pid)], grace=0.0)
+        proc.wait()
+        self.start_superlink()
+
     def register(self, key: NodeKey) -> int:
         """Register a node's public key on the SuperLink; its node id."""
         out = self.flwr("supernode", "register", str(key.public), CONNECTION, "--format", "json")

@@ -257,3 +257,34 @@ def test_two_server_processes_share_one_postgresql_ledger_without_overspending(p
     assert any("refused" in o for o in outcomes.values()), outcomes
     spending = Ledger(postgres).spending("flower")
     assert len(spending) == N and all(s.released_rounds == 1 and s.remaining >= -1e-9 for s in spending)
+
+
+@pytest.mark.slow
+def test_the_superlink_killed_and_restarted_loses_the_run_in_progress_and_runs_the_next(
+    deploy_plan, tmp_path, monkeypatch
+):
+    """Kill the SuperLink after round 1 of a run: that run is lost (no metrics), its released round stays charged
+    in the ledger; restarted on its database, the same nodes run the next run to the end."""
+    from hdp_planner.ledger.store import Ledger
+
+    ledger = tmp_path / "ledger.sqlite"
+    monkeypatch.setenv("HDP_PLANNER_LEDGER", str(ledger))
+    with LocalDeployment(tmp_path / "dep", plan=str(deploy_plan), nodes=N, state_dir=tmp_path / "state") as dep:
+        dep.start_nodes()
+        first = dep.procs["superlink"].pid
+
+        def kill_after_round_1(line: str) -> None:
+            if "] round 1/" in line:
+                dep.restart_superlink()
+
+        with pytest.raises(Exception, match=r"wrote no metrics|did not finish"):
+            dep.run(trust="server", out=tmp_path / "lost", rounds=3, round_timeout=60, timeout=400,
+                    progress=kill_after_round_1)  # fmt: skip
+        assert not alive(first) and dep.procs["superlink"].pid != first
+        for spec in dep.specs:  # a node that gave up while the SuperLink was down starts again, its state kept
+            if dep.procs[f"node-{spec.client}"].poll() is not None:
+                dep.start_node(spec)
+        m = dep.run(trust="server", out=tmp_path / "next", rounds=2, round_timeout=60, timeout=400)
+    assert m["rounds"] == 2 and not (tmp_path / "lost" / "metrics.json").exists()
+    spending = Ledger(str(ledger)).spending("flower")
+    assert all(s.released_rounds == 1 + 2 for s in spending)  # round 1 of the lost run, then the next run's two
