@@ -29,9 +29,10 @@ COMMANDS = (
     ("compare", "train:compare", "Train several methods over seeds: GDPFed's Table 2."),
     ("flower", "flower:flower", "Train a plan's method on Flower's simulation engine."),
     ("ledger", "ledger:app", "A privacy ledger: every client's spent and remaining budget."),
+    ("deploy", "deploy:app", "Run a plan on Flower's deployment engine (SuperLink, SuperNodes, TLS)."),
 )
-"""Every command in ``--help`` order: its name, ``module:function`` in :mod:`hdp_planner_cli` (``ledger``: a typer
-app of subcommands) and its line in the command list."""
+"""Every command in ``--help`` order: its name, ``module:function`` in :mod:`hdp_planner_cli` (``ledger``, ``deploy``:
+typer apps of subcommands) and its line in the command list."""
 
 
 def load_command(name: str, target: str, short: str) -> click.Command:

@@ -70,8 +70,8 @@ def flower(
         str | None,
         typer.Option(
             "--node-state",
-            help="secagg: folder where the simulated nodes keep their participation counts per plan (each refuses "
-            "past the plan's cap K) [a temporary folder per run].",
+            help="secagg: folder where the simulated nodes keep their participation counts and spent budgets (each "
+            "refuses past the plan's cap K or its budget, across runs) [$XDG_DATA_HOME/hdp-planner/nodes].",
         ),
     ] = None,
     in_process: Annotated[

@@ -114,6 +114,26 @@ def client_app(
     return app
 
 
+def deployed_client_app(train_fn=train) -> ClientApp:
+    """The ClientApp of a deployed node (``flower-supernode --node-config "client-id=I plan=PATH plan-sha256=HEX
+    state-dir=DIR"``), for runs of either trust model: SecAgg+ messages go through :func:`client_app`'s secure mods
+    (the plan pinned in the node config), the others through the trusted server's mod after the node's own count
+    and budget check (:func:`~.node_state.guard_mod`)."""
+    from hdp_planner_flower.local import stage_of
+    from hdp_planner_flower.node_state import guard_mod
+
+    secure = client_app(train_fn, secagg=True)
+    trusted = client_app(train_fn, mods=[guard_mod], secagg=False)
+    app = ClientApp()
+
+    @app.train()
+    def dispatch(msg: Message, context: Context) -> Message:
+        return (secure if stage_of(msg) is not None else trusted)(msg, context)
+
+    app.query("hdp_enroll")(enroll)
+    return app
+
+
 def model_arrays(dataset: str, num_classes: int, seed: int) -> ArrayRecord:
     """The initial model as the simulator makes it (``torch.manual_seed(seed)``, then the dataset's model)."""
     torch.manual_seed(seed)

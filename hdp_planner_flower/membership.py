@@ -1,7 +1,11 @@
-"""Which group each node's client trains in: the plan's group order over client ids, or ``hdp-plan assign``'s file."""
+"""Which group each node's client trains in: the plan's group order over client ids, or ``hdp-plan assign``'s file;
+and which client each node is: its answer to the enrolment query, or, in a deployment, the registry of node ids the
+SuperLink gave each client's key (:func:`read_node_clients`), so that no enrolment round is needed."""
 
 from __future__ import annotations
 
+import csv
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,3 +43,37 @@ def groups_from_file(
     if counts != tuple(spec.sizes):
         raise FlowerRunError(f"groups file {path} puts {counts} clients in the groups; the plan has {spec.sizes}")
     return by_id
+
+
+def read_node_clients(path: str | Path) -> dict[int, int]:
+    """Node id → client id from a deployment's registry (CSV ``node_id,client_id``, one row per registered key)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise FlowerRunError(f"cannot read the node registry {path}: {exc.strerror or exc}") from None
+    try:
+        pairs = [(int(r["node_id"]), int(r["client_id"])) for r in rows]
+    except (KeyError, TypeError, ValueError):
+        raise FlowerRunError(f"node registry {path}: needs integer columns node_id,client_id") from None
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs) or len(set(mapping.values())) != len(pairs):
+        raise FlowerRunError(f"node registry {path} repeats a node id or a client id")
+    return mapping
+
+
+CONNECT_WAIT = 60.0
+"""Seconds the server waits, before round 1, for the registered nodes to connect: one still offline after that is
+a dropout in the rounds it is sampled for (Flower answers for it with a node-unavailable error)."""
+
+
+def registered_members(grid, node_clients: dict[int, int], n: int, wait: float = CONNECT_WAIT) -> dict[int, int]:
+    """The registry ``node_clients`` checked against the plan's n clients (ids 0..n−1, each once), once every
+    registered node is connected or ``wait`` seconds have passed: no message is sent to learn who is who."""
+    if sorted(node_clients.values()) != list(range(n)):
+        raise FlowerRunError(f"the node registry has client ids {sorted(node_clients.values())[:5]}…; the plan "
+                             f"has clients 0..{n - 1}")  # fmt: skip
+    deadline = time.monotonic() + wait
+    while not set(node_clients) <= set(grid.get_node_ids()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return dict(node_clients)

@@ -9,15 +9,14 @@ threshold, which must be max(t_m, ⌊c/2⌋ + 1) for the plan's t_m of its group
 least t_m shares, and a strict majority: with Flower's SecAgg+, which has no consistency round, a threshold at or below
 c/2 lets a server that tells two halves different dropouts rebuild both of a client's secrets), and the quantization
 settings of the exact integer path. Its share is sized from the plan's law alone, never from a count the server
-announces. It keeps its participations per plan hash in a file of its own (:class:`Participations`) and refuses past the
-plan's cap K.
+announces. It keeps its participations per plan hash in its node state (:mod:`.node_state`) and refuses past the plan's
+cap K.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import numpy as np
 from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
 from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document, verify
 from hdp_planner.planfile.trust import trust_from_dict
+from hdp_planner.planning.plan import Plan
 from hdp_planner_flower.masks import MASK_MODULUS
 from hdp_planner_flower.membership import default_groups, groups_from_file
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupSpec, method_spec
@@ -40,12 +40,6 @@ class RoundRefused(ValueError):
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def default_state_dir() -> Path:
-    """Where a node keeps its participation counts: ``$XDG_STATE_HOME/hdp-planner/participations``."""
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "hdp-planner" / "participations"
 
 
 @dataclass(frozen=True)
@@ -133,9 +127,8 @@ class PinnedPlan:
         return m
 
 
-@functools.lru_cache(maxsize=8)
-def load_pinned(pin: Pin) -> PinnedPlan:
-    """Read, hash-check and verify the pinned plan (once per process)."""
+def read_pinned(pin: Pin) -> tuple[str, Plan, dict]:
+    """The pinned plan file's SHA-256, plan and document, once the hash is the pinned one and the plan verifies."""
     path = Path(pin.plan)
     if not path.is_file():
         raise RoundRefused(f"pinned plan {pin.plan} not found")
@@ -146,7 +139,13 @@ def load_pinned(pin: Pin) -> PinnedPlan:
     problems = verify(plan)
     if problems:
         raise RoundRefused(f"pinned plan fails verification: {problems[0]}")
-    doc = read_document(path)
+    return digest, plan, read_document(path)
+
+
+@functools.lru_cache(maxsize=8)
+def load_pinned(pin: Pin) -> PinnedPlan:
+    """Read, hash-check and verify the pinned plan (once per process)."""
+    digest, plan, doc = read_pinned(pin)
     try:
         spec = planned_groups(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])
     except ValueError as exc:
@@ -158,26 +157,3 @@ def load_pinned(pin: Pin) -> PinnedPlan:
     groups = groups_from_file(pin.groups, spec, plan.groups.epsilon, budgets) if pin.groups else default_groups(spec)
     t = plan.config.rounds
     return PinnedPlan(digest, pin.method, spec, groups, t, trust.participations or t)
-
-
-class Participations:
-    """A node's participation count per plan hash, in ``DIR/client-I.json`` (written before each contribution)."""
-
-    def __init__(self, directory: str | Path, client: int) -> None:
-        self.path = Path(directory) / f"client-{client}.json"
-
-    def counts(self) -> dict[str, int]:
-        return json.loads(self.path.read_text()) if self.path.is_file() else {}
-
-    def take(self, sha256: str, cap: int) -> int:
-        """Count one more participation in the plan; refuses past ``cap``. Returns the new count."""
-        counts = self.counts()
-        used = int(counts.get(sha256, 0))
-        if used >= cap:
-            raise RoundRefused(f"this client has taken part in {used} rounds of the plan, its cap K = {cap}")
-        counts[sha256] = used + 1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(counts))
-        tmp.replace(self.path)
-        return used + 1

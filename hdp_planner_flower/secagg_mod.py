@@ -24,7 +24,8 @@ from flwr.compat.common import recorddict_compat as compat
 from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner_flower.masks import MASK_MODULUS, secure_masks
 from hdp_planner_flower.mods import client_id
-from hdp_planner_flower.pin import Participations, Pin, default_state_dir, load_pinned
+from hdp_planner_flower.node_state import admit_round
+from hdp_planner_flower.pin import Pin, load_pinned
 from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, split_config
 from hdp_planner_train.rules.secagg import client_message, round_plan
 
@@ -47,7 +48,7 @@ def share_mod(pin: Pin | None = None, masked: bool = True):
         rules, settings = split_config(ins.config)
         cid = client_id(ctxt)
         m = pinned.check(rules, client=cid, **(secaggplus_view(ctxt) if masked else announced_view(rules, pinned)))
-        Participations(chosen.state_dir or default_state_dir(), cid).take(pinned.sha256, pinned.cap)
+        admit_round(chosen, ctxt, server_round=int(rules["server-round"]), secure=True)
         sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
         reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg), ctxt)
         if reply.has_error():

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -52,10 +51,12 @@ class FlowerConfig:
     audit_canaries: int | None = None
     ledger: str = "auto"  # privacy ledger (auto: the default ledger; Flower's noise is always secure)
     federation: str = "flower"  # a name the ledger records with the run (budgets are per client id)
-    node_state: str | None = None  # secagg: where simulated nodes keep participation counts (None: a temporary folder)
+    node_state: str | None = None  # secagg: the simulated nodes' state folder (None: the user's data folder)
     in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
     masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)
     override_trust: bool = False  # allow trust server on a plan solved for secure aggregation
+    nodes: str | None = None  # a deployment's registry (CSV node_id,client_id): no enrolment round
+    round_timeout: float = 3600.0  # seconds the server waits for a round's replies (a dead node is a dropout after)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ def serve(p: Prepared, grid, account, progress=print):
     (:func:`open_account`), a progress line per round, central evaluation; returns the strategy (its ``log`` holds
     the run)."""
     from hdp_planner_flower.app import central_evaluation, model_arrays
+    from hdp_planner_flower.membership import read_node_clients
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.simulator.scaffold import round_description
 
@@ -153,6 +155,7 @@ def serve(p: Prepared, grid, account, progress=print):
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
         auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
+        node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None,
     )  # fmt: skip
     strategy.start(
         grid,
@@ -160,6 +163,7 @@ def serve(p: Prepared, grid, account, progress=print):
         num_rounds=p.rounds,
         train_config=p.settings.record(),
         evaluate_fn=central_evaluation(p.cfg.dataset, p.data),
+        timeout=p.cfg.round_timeout,
     )
     return strategy
 
@@ -267,7 +271,7 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
 
 def run_config_server_app():
     """A ServerApp for ``flwr run``: the run's settings come from ``[tool.flwr.app.config]`` (plan, method, dataset,
-    rounds, seed, trust, groups, out, data-dir, clients; 0 or "" for the defaults)."""
+    rounds, seed, trust, groups, out, data-dir, clients, nodes, round-timeout; 0 or "" for the defaults)."""
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
@@ -276,12 +280,13 @@ def run_config_server_app():
     def main(grid, context) -> None:
         logging.getLogger("flwr").setLevel(logging.INFO)  # SecAgg+'s per-stage DEBUG lines: not for users
         rc = context.run_config
-        text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out")}
+        text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out", "nodes")}
         cfg = FlowerConfig(plan=str(rc["plan"]), method=str(rc.get("method", "gdpfed+")),
                            dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
                            clients=int(rc.get("clients", 0)) or None, rounds=int(rc.get("rounds", 0)) or None,
                            seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "")) or None, groups=text["groups"],
-                           out=text["out"])  # fmt: skip
+                           out=text["out"], nodes=text["nodes"],
+                           round_timeout=float(rc.get("round-timeout", 0)) or 3600.0)  # fmt: skip
         from hdp_planner_train.simulator.scaffold import output_folder
 
         p = prepare(cfg)
@@ -300,12 +305,11 @@ def run_config_server_app():
 
 @contextmanager
 def node_state(cfg: FlowerConfig) -> Iterator[str]:
-    """The simulated nodes' folder of participation counts: ``cfg.node_state``, or a temporary one for the run."""
-    if cfg.node_state:
-        yield cfg.node_state
-        return
-    with tempfile.TemporaryDirectory(prefix="hdp-nodes-") as folder:
-        yield folder
+    """The simulated nodes' state folder (:mod:`.node_state`): ``cfg.node_state``, or the user's data folder, so
+    that the counts and spent budgets outlive the run."""
+    from hdp_planner_flower.node_state import default_state_dir
+
+    yield cfg.node_state or str(default_state_dir())
 
 
 def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from hdp_planner.distributed.encoding import top_up
 from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
-from hdp_planner_flower.membership import FlowerRunError, default_groups
+from hdp_planner_flower.membership import CONNECT_WAIT, FlowerRunError, default_groups, registered_members
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
@@ -82,6 +82,7 @@ class HdpStrategy(Strategy):
         auditor=None,
         plan_sha256: str = "",
         masks: bool = True,
+        node_clients: dict[int, int] | None = None,
     ) -> None:
         if trust not in TRUST_MODELS:
             raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
@@ -102,6 +103,7 @@ class HdpStrategy(Strategy):
         self.on_round = on_round
         self.account = account  # the privacy ledger's account of this run (released before each update), or None
         self.client_of_node: dict[int, int] = {}
+        self.node_clients = node_clients  # node id → client id from the deployment's registry: no enrolment round
         self.members: list[list[int]] = []  # node ids of each group, in client-id order
         self.sent: dict[int, int] = {}  # node id → group, this round
         self.joined: list[int] = []
@@ -114,8 +116,12 @@ class HdpStrategy(Strategy):
     # ------------------------------------------------------------------ enrolment
     def enroll(self, grid: Grid, timeout: float | None = None, wait: float = 600.0) -> None:
         """Ask every node for its client id; refuse a federation that is not the plan's n clients (nodes still
-        connecting are waited for up to ``wait`` seconds; more than n nodes are refused at once)."""
+        connecting are waited for up to ``wait`` seconds; more than n nodes are refused at once). With a deployment's
+        registry (``node_clients``) no message is sent: :func:`~.membership.registered_members`."""
         n = self.spec.n
+        if self.node_clients is not None:
+            self.set_members(registered_members(grid, self.node_clients, n, min(wait, CONNECT_WAIT)))
+            return
         deadline = time.monotonic() + wait
         nodes = sorted(grid.get_node_ids())
         while len(nodes) < n and time.monotonic() < deadline:
@@ -137,6 +143,10 @@ class HdpStrategy(Strategy):
             seen[node] = cid
         if len(seen) != n:
             raise FlowerRunError(f"only {len(seen)} of {n} nodes answered the enrolment")
+        self.set_members(seen)
+
+    def set_members(self, seen: dict[int, int]) -> None:
+        """Node id → client id of the whole federation: each group's nodes, in client-id order."""
         self.client_of_node = seen
         by_client = sorted(seen, key=seen.__getitem__)
         self.members = [
@@ -252,12 +262,12 @@ class HdpStrategy(Strategy):
         rows: list[dict[int, torch.Tensor]] = [{} for _ in self.spec.sizes]
         failed = 0
         for reply in replies:
+            if reply.has_error():  # a dropout; for a node that went away Flower's SuperLink answers in its own name
+                failed += 1
+                continue
             node = reply.metadata.src_node_id
             if node not in self.sent:
                 raise FlowerRunError(f"node {node} replied to a round it was not sampled for")
-            if reply.has_error():
-                failed += 1
-                continue
             m, cid = self.sent[node], self.client_of_node[node]
             meta = reply.content[HDP]
             if int(meta["group"]) != m or int(meta["client-id"]) != cid:

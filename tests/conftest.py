@@ -33,7 +33,7 @@ def _no_default_ledger():
 
 @pytest.fixture(autouse=True)
 def _own_ledger(tmp_path, monkeypatch):
-    """… and a fresh one for each test, with a data folder of its own (runs' counts of rounds)."""
+    """… and a fresh one for each test, with a data folder of its own (runs' counts of rounds, nodes' state)."""
     monkeypatch.setenv("HDP_PLANNER_LEDGER", str(tmp_path / "ledger.sqlite"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 

@@ -26,13 +26,15 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner.distributed.encoding import padded_dimension  # noqa: E402
 from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
+from hdp_planner.ledger.store import GroupRound  # noqa: E402
 from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower import secagg_mod  # noqa: E402
 from hdp_planner_flower.app import DataSettings, client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.masks import MASK_MODULUS, MASK_USERS, chacha_masks, secure_masks  # noqa: E402
-from hdp_planner_flower.pin import Participations, Pin, RoundRefused, file_sha256, load_pinned  # noqa: E402
+from hdp_planner_flower.node_state import NodeState, Terms  # noqa: E402
+from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256, load_pinned  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, flatten  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa: E402
@@ -314,21 +316,15 @@ def test_a_client_refuses_a_plan_file_that_is_not_the_pinned_one(secagg_plan, tm
         load_pinned(Pin(str(other), file_sha256(secagg_plan), "gdpfed+", None, str(tmp_path)))
 
 
-def test_participations_are_capped_per_plan_and_persist(tmp_path):
-    book = Participations(tmp_path, 3)
-    assert [book.take("a" * 64, 2), book.take("a" * 64, 2)] == [1, 2]
-    with pytest.raises(RoundRefused, match="cap K = 2"):
-        Participations(tmp_path, 3).take("a" * 64, 2)  # a new process reads the same file
-    assert Participations(tmp_path, 3).take("b" * 64, 2) == 1
-
-
 def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
     """The plan caps K = 4 participations; nodes that already used them refuse, SecAgg+ sees them as dropouts."""
     sha = file_sha256(secagg_plan)
     for i in range(N):
-        book = Participations(tmp_path, i)
-        for _ in range(4):
-            book.take(sha, 4)
+        state = NodeState(tmp_path, i)
+        for r in range(4):
+            state.admit(
+                plan_sha256=sha, run_id=7, server_round=r + 1, terms=Terms((GroupRound(0.1, 50.0),) * 4, 1e-5, 4, 9.0)
+            )
     app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
     charged = []
     account = type("Account", (), {"release": lambda self, rnd: charged.append(rnd), "finish": lambda self: None})()

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# A plan on Flower's deployment engine on this machine: a SuperLink and one SuperNode per client as separate
+# processes, over TLS with node authentication, the trusted-server run and then the secagg run against the same
+# nodes; every process stopped afterwards, by PID. Usage (from the repository root):
+#   examples/deploy/run.sh [NODES] [ROUNDS]        e.g. examples/deploy/run.sh 5 2
+# Writes runs/deploy-example/{plan.json,server,secagg}; the deployment's certificates, keys and logs go to
+# runs/deploy-example/deployment, the nodes' state to runs/deploy-example/nodes (one SQLite file per client).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+NODES=${1:-5}; ROUNDS=${2:-2}
+OUT=${OUT:-$ROOT/runs/deploy-example}
+export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+mkdir -p "$OUT"
+DIM=$(python -c "from hdp_planner_train.simulator.models import make_model as m; print(sum(p.numel() for p in m('digits').parameters()))")
+hdp-plan solve --eps 1,2,4 --n "$NODES" --rounds 10 --q 0.8 --clip 1.0 --methods gdpfed,gdpfed+ --trust secagg \
+  --bits 16 --survivors 0.75 --model-dim "$DIM" --participations 8 -o "$OUT/plan.json" > /dev/null
+hdp-plan deploy local "$OUT/plan.json" --nodes "$NODES" --rounds "$ROUNDS" --folder "$OUT/deployment" \
+  --node-state "$OUT/nodes" --out "$OUT"

@@ -1,0 +1,93 @@
+"""``hdp-plan deploy local``: a plan on Flower's deployment engine, a SuperLink and one SuperNode per client as
+separate processes on this machine (TLS, node authentication). Imports flwr and torch only when the command runs."""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated
+
+import typer
+
+from hdp_planner_cli.command import PlainCommand
+from hdp_planner_cli.console import fail as _fail
+from hdp_planner_cli.console import result_out as _out
+from hdp_planner_cli.options import DatasetOpt, GroupsFile
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+
+def _say(line: str) -> None:
+    _out.print(line, highlight=False, markup=False)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command("local", cls=PlainCommand)
+def local(
+    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    nodes: Annotated[int, typer.Option("--nodes", help="SuperNodes to start: the plan's n, one per client.")],
+    trust: Annotated[
+        str, typer.Option("--trust", help="Trust models to run in turn, comma-separated: server, secagg.")
+    ] = "server,secagg",
+    method: Annotated[str, typer.Option("--method", help="The plan's row to train.")] = "gdpfed+",
+    dataset: DatasetOpt = "digits",
+    rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds of each run (≤ the plan's T) [T].")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Data partition, initial model, local batches.")] = 0,
+    groups: GroupsFile = None,
+    folder: Annotated[
+        str | None,
+        typer.Option(
+            "--folder",
+            help="Where certificates, keys, logs and the app go [a temporary folder, removed "
+            "after a run that succeeded].",
+        ),
+    ] = None,
+    node_state: Annotated[
+        str | None,
+        typer.Option(
+            "--node-state",
+            help="The nodes' state folder: participation counts and spent budgets per "
+            "client [$XDG_DATA_HOME/hdp-planner/nodes].",
+        ),
+    ] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Metrics of each run in OUT/TRUST/metrics.json.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 600.0,
+    round_timeout: Annotated[
+        float, typer.Option("--round-timeout", help="Seconds the server waits for a round's replies (then dropouts).")
+    ] = 120.0,
+) -> None:
+    """Run a plan on Flower's deployment engine on this machine: a SuperLink and one SuperNode per client as
+    separate processes over TLS with node authentication; every process stopped afterwards, by PID."""
+    from hdp_planner_flower import require_flwr
+
+    try:
+        require_flwr()
+        import torch  # noqa: F401
+    except (RuntimeError, ImportError) as exc:
+        _fail(str(exc) if isinstance(exc, RuntimeError) else "hdp-plan deploy needs PyTorch: install the flower extra")
+    from hdp_planner_flower.deploy import DeployConfig, DeployError, deploy_local
+
+    cfg = DeployConfig(plan=plan_file, nodes=nodes, trust=tuple(t.strip() for t in trust.split(",") if t.strip()),
+                       method=method, dataset=dataset, rounds=rounds, seed=seed, groups=groups, folder=folder,
+                       node_state=node_state, out=out, timeout=timeout, round_timeout=round_timeout)  # fmt: skip
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a stopped command stops its processes too
+    try:
+        results = deploy_local(cfg, progress=_say)
+    except (ValueError, OSError, DeployError) as exc:
+        _fail(str(exc) or type(exc).__name__)
+        return
+    except KeyboardInterrupt:
+        _fail("interrupted: every process the deployment started was stopped")
+        return
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    dep = results.pop("deployment")
+    for name, m in results.items():
+        eps = ", ".join(f"{e['epsilon_spent']:.3g}" for e in m["epsilon_spent"])
+        _say(f"{m['method']} on {m['dataset']}, {nodes} SuperNodes, trust {name}: accuracy "
+             f"{m['final_accuracy']:.2f}% after {m['rounds']} rounds in {m['deployment_run_seconds']:.1f} s; "
+             f"ε spent per group: {eps}")  # fmt: skip
+    _say(f"stopped {dep['processes_stopped']} processes, by PID; {len(dep['processes_left'])} left"
+         + (f"; metrics in {out}/TRUST/metrics.json" if out else ""))  # fmt: skip

@@ -1,0 +1,216 @@
+"""What a node keeps between processes: its client's participations and a mirror of the budget it has spent.
+
+One SQLite file per client, ``DIR/client-I.sqlite``, in a folder of the node's own (node config ``state-dir``, else
+:func:`default_state_dir`, the user's data folder), readable by its owner only (folders 0700, files 0600; SQLite
+gives its journal the database file's mode). Every admission is one ``BEGIN IMMEDIATE`` transaction: read the
+counts, check them, write the new rows; so concurrent ClientApp processes of one node serialize on the file's lock
+and the cap holds across processes, restarts and runs.
+
+The mirror is what the privacy ledger charges the client, as far as the node can see it: each round of a run, up
+to the last one the node was sampled in (the ledger also charges the rounds after it, which the node never sees, so
+the mirror never exceeds the ledger's charge), at its group's cost (the ledger's
+:class:`~hdp_planner.ledger.store.GroupRound`, from the trainer's ``planned_costs``: the plan's sampled Gaussian,
+or the trust object's distributed discrete Gaussian), composed over every run with the ledger's own
+:func:`~hdp_planner.ledger.store.compose`. A run is Flower's run id; a round at or
+below the last one the node saw under that id counts as a new run, so a server that reuses a run id cannot make
+the node under-count. A participation is refused (:class:`~hdp_planner_flower.pin.RoundRefused`, before the client
+sends anything) when the client has already taken part in K rounds of the plan (its cap, per plan SHA-256 over every
+run), or when the rounds it would be charged would take its spent ε past its own budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from hdp_planner.ledger.runs import plan_clients
+from hdp_planner.ledger.store import GroupRound, compose
+from hdp_planner.planfile.trust import trust_from_dict
+from hdp_planner_flower.mods import client_id
+from hdp_planner_flower.pin import Pin, RoundRefused, read_pinned
+from hdp_planner_flower.records import HDP
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
+from hdp_planner_train.rules.secagg import planned_groups
+from hdp_planner_train.simulator.scaffold import planned_costs
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
+    plan_sha256 TEXT NOT NULL, run_id TEXT NOT NULL, server_round INTEGER NOT NULL, participated INTEGER NOT NULL,
+    q REAL NOT NULL, noise_multiplier REAL NOT NULL, tau_d REAL, delta REAL NOT NULL, at REAL NOT NULL)"""
+"""One row per round charged to the client (``participated`` 1 where it contributed), with that round's cost; the
+run id is text (Flower's ids are unsigned 64-bit, beyond SQLite's signed INTEGER)."""
+
+
+def default_state_dir() -> Path:
+    """Where a node keeps its state unless told otherwise: ``$XDG_DATA_HOME/hdp-planner/nodes`` (by default
+    ``~/.local/share/hdp-planner/nodes``)."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "hdp-planner" / "nodes"
+
+
+def private_folder(path: str | Path) -> Path:
+    """``path`` created if missing (parents too) and set to mode 0700; refuses a folder another user owns."""
+    folder = Path(path).expanduser()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != os.getuid():
+        raise RoundRefused(f"node state folder {folder} belongs to another user")
+    folder.chmod(0o700)
+    return folder
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What the client accepted in a plan: each round's cost to its group (rounds 1..T), δ, its cap K and its
+    lifetime budget ε."""
+
+    costs: tuple[GroupRound, ...]
+    delta: float
+    cap: int
+    budget: float
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the node counted for one participation: the plan's count after it, and the client's ε spent."""
+
+    participations: int
+    spent: float
+
+
+class NodeState:
+    """Client ``client``'s participations and charged rounds in ``folder`` (see the module's docstring)."""
+
+    def __init__(self, folder: str | Path, client: int) -> None:
+        self.folder = Path(folder).expanduser()
+        self.path = self.folder / f"client-{client}.sqlite"
+
+    def _connect(self) -> sqlite3.Connection:
+        private_folder(self.folder)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # the mode before SQLite opens it
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+        conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
+        conn.execute(SCHEMA)
+        return conn
+
+    def admit(self, *, plan_sha256: str, run_id: int, server_round: int, terms: Terms) -> Admission:
+        """Count a participation in round ``server_round`` of run ``run_id`` of the plan and charge the rounds since
+        the node's last one in that run (all of 1..``server_round`` for a new run), or refuse: past the cap, or
+        past the budget. Atomic across processes."""
+        if not 1 <= server_round <= len(terms.costs):
+            raise RoundRefused(f"round {server_round} is outside the plan's 1..{len(terms.costs)}")
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            used = conn.execute("SELECT COUNT(*) FROM rounds WHERE plan_sha256 = ? AND participated = 1",
+                                (plan_sha256,)).fetchone()[0]  # fmt: skip
+            if used >= terms.cap:
+                raise RoundRefused(f"this client has taken part in {used} rounds of the plan, its cap K = {terms.cap}")
+            last = conn.execute("SELECT server_round FROM rounds WHERE plan_sha256 = ? AND run_id = ? ORDER BY rowid "
+                                "DESC LIMIT 1", (plan_sha256, str(run_id))).fetchone()  # fmt: skip
+            first = 1 if last is None or server_round <= int(last[0]) else int(last[0]) + 1
+            new = [(r, terms.costs[r - 1]) for r in range(first, server_round + 1)]
+            spent = _composed(conn, [g for _, g in new], terms.delta)
+            if spent > terms.budget * (1 + 1e-9):
+                raise RoundRefused(f"round {server_round} would bring this client's spent ε to {spent:.4g}, past its "
+                                   f"budget {terms.budget:.4g}")  # fmt: skip
+            now = time.time()
+            conn.executemany("INSERT INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             [(plan_sha256, str(run_id), r, int(r == server_round), g.q, g.noise_multiplier, g.tau_d,
+                               terms.delta, now) for r, g in new])  # fmt: skip
+            conn.execute("COMMIT")
+            return Admission(used + 1, spent)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+    def participations(self, plan_sha256: str) -> int:
+        """Rounds of the plan the client has taken part in (0 without a state file)."""
+        if not self.path.is_file():
+            return 0
+        with closing(self._connect()) as conn:
+            row = conn.execute("SELECT COUNT(*) FROM rounds WHERE plan_sha256 = ? AND participated = 1",
+                               (plan_sha256,))  # fmt: skip
+            return int(row.fetchone()[0])
+
+    def spent(self, delta: float) -> float:
+        """ε at ``delta`` the client has spent over every round charged to it (0 without a state file)."""
+        if not self.path.is_file():
+            return 0.0
+        with closing(self._connect()) as conn:
+            return _composed(conn, [], delta)
+
+
+def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: float) -> float:
+    """ε at ``delta`` of the rounds charged so far plus ``extra`` (the ledger's composition)."""
+    rows = conn.execute("SELECT q, noise_multiplier, tau_d, COUNT(*) FROM rounds GROUP BY q, noise_multiplier, tau_d")
+    counts = Counter({GroupRound(q, z, tau): int(c) for q, z, tau, c in rows})
+    counts.update(extra)
+    return compose(counts, delta)
+
+
+@functools.lru_cache(maxsize=16)
+def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
+    """The terms of client ``client`` in the plan ``pin`` pinned (its hash checked, the plan verified): its group
+    in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
+    or the plan's grouping), each round's cost to that group as the ledger charges it (``planned_costs``; under
+    ``secure`` the trust object's distributed rounds), δ, and the cap K (the plan's participations, else T)."""
+    _, plan, doc = read_pinned(pin)
+    row = METHOD_NAMES.get(pin.method)
+    if row is None:
+        raise RoundRefused(f"the node pins method {pin.method!r}, not one of {', '.join(METHOD_NAMES)}")
+    try:
+        membership, budgets = plan_clients(plan, row, doc, pin.groups)
+        spec = method_spec(plan, pin.method)
+        if secure:
+            spec = planned_groups(doc, plan, spec, row)
+    except ValueError as exc:
+        raise RoundRefused(str(exc).splitlines()[0]) from None
+    if str(client) not in membership:
+        raise RoundRefused(f"client {client} is not one of the plan's clients")
+    m, rounds = membership[str(client)], plan.config.rounds
+    costs = tuple(r[m] for r in planned_costs(plan, spec, row, 0, rounds))
+    cap = trust_from_dict(doc).participations or rounds
+    return Terms(costs, plan.config.delta, cap, budgets[str(client)])
+
+
+def node_budget(config, terms: Terms) -> Terms:
+    """``terms`` with the node config's ``budget`` (the client's own ε, where it is below the plan's) in place;
+    refuses anything but a positive number."""
+    if "budget" not in config:
+        return terms
+    try:
+        value = float(config["budget"])
+    except (TypeError, ValueError):
+        value = math.nan
+    if not value > 0:
+        raise RoundRefused(f"node config budget must be a positive ε, got {config['budget']!r}")
+    return Terms(terms.costs, terms.delta, terms.cap, min(value, terms.budget))
+
+
+def admit_round(pin: Pin, ctxt, *, server_round: int, secure: bool) -> Admission:
+    """Count this node's participation in ``server_round`` of the run ``ctxt.run_id`` of the plan ``pin`` pinned, in
+    its state folder, or refuse it (:meth:`NodeState.admit` with :func:`client_terms`)."""
+    cid = client_id(ctxt)
+    terms = node_budget(ctxt.node_config, client_terms(pin, cid, secure))
+    state = NodeState(pin.state_dir or default_state_dir(), cid)
+    return state.admit(plan_sha256=pin.sha256, run_id=int(ctxt.run_id), server_round=server_round, terms=terms)
+
+
+def guard_mod(msg, ctxt, call_next):
+    """Flower mod for a trusted server's train messages: a node whose config pins a plan (``plan``,
+    ``plan-sha256``) counts the round in its state first and refuses it past its cap or budget."""
+    if msg.metadata.message_type.startswith("train") and "plan" in ctxt.node_config:
+        pin = Pin.from_node_config(ctxt.node_config)
+        admit_round(pin, ctxt, server_round=int(msg.content[HDP]["server-round"]), secure=False)
+    return call_next(msg, ctxt)
