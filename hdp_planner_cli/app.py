@@ -40,7 +40,7 @@ def load_command(name: str, target: str, short: str) -> click.Command:
     module, _, attribute = target.partition(":")
     obj = getattr(importlib.import_module(f"hdp_planner_cli.{module}"), attribute)
     if isinstance(obj, typer.Typer):  # a group of subcommands
-        group = typer.main.get_command(obj)
+        group = typer.main.get_group(obj)  # a group even with one subcommand (deploy local)
         group.name, group.help, group.short_help = name, short, short
         return group
     single = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
