@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, create_engine, insert, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, ProgrammingError, SQLAlchemyError
 
 from hdp_planner.ledger.chain import GENESIS, Event, chain_break, next_event
 from hdp_planner.ledger.composition import GroupRound, compose  # noqa: F401  (the ledger's API)
@@ -81,10 +81,7 @@ class Ledger:
         self.target = target
         try:
             self.engine: Engine = create_engine(url, **args)
-            metadata.create_all(self.engine)
-            with self.engine.begin() as conn:
-                if conn.execute(select(ledger_lock.c.id)).first() is None:
-                    conn.execute(insert(ledger_lock).values(id=1, version=0))
+            _create_schema(self.engine)
             self._migrate()
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot open the privacy ledger {target}: {_reason(exc)}") from None
@@ -257,6 +254,23 @@ class Ledger:
             except LedgerStateError as exc:
                 problem = str(exc)
         return ChainReport(len(chain), chain[-1].digest if chain else GENESIS, problem, migrated)
+
+
+def _create_schema(engine: Engine, attempts: int = 5) -> None:
+    """The tables and the lock's row. Processes opening a new ledger at once race on CREATE TABLE and on the row
+    (PostgreSQL refuses the loser with a duplicate-key or duplicate-table error): the loser tries again and finds the
+    winner's schema."""
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine)
+            with engine.begin() as conn:
+                if conn.execute(select(ledger_lock.c.id)).first() is None:
+                    conn.execute(insert(ledger_lock).values(id=1, version=0))
+            return
+        except (IntegrityError, ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 def _create_owner_only(path: Path) -> None:
