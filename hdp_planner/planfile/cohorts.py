@@ -4,7 +4,6 @@ of the recommended row; :func:`verify_hidden` re-derives all of it from the file
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,10 +11,9 @@ from hdp_planner.distributed.accounting import epsilon_third_parties
 from hdp_planner.distributed.cohorts import CohortRow, cohort_frontier, cohort_row
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.trust import TrustModel
-from hdp_planner.planfile.trust import trust_from_dict
+from hdp_planner.planfile.trust import REL_TOL, recorded_matches, trust_from_dict
 from hdp_planner.planning.plan import Plan
 
-REL_TOL = 1e-9
 KEY = "hidden_participation"
 GROUP_FIELDS = ("cohort", "coin", "memberships", "threshold", "noise_multiplier", "epsilon_server",
                 "effective_noise_multiplier")  # fmt: skip
@@ -104,14 +102,14 @@ def verify_hidden(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
                 problems.append(f"{where}: no cohort under these caps, but the file gives it numbers")
             continue
         for key, want in row_numbers(r).items():
-            if not isinstance(entry, dict) or not _close(entry.get(key), want):
+            if not isinstance(entry, dict) or not recorded_matches(entry.get(key), want):
                 got = entry.get(key) if isinstance(entry, dict) else entry
                 problems.append(f"{where}: {key} {got!r} differs from the recomputed {want!r}")
     best = recommended_cohort(rows, plan)
     if obj.get("recommendation") != (None if best is None else best.name):
         problems.append(f"{KEY}: the file recommends {obj.get('recommendation')!r}, its rows give "
                         f"{None if best is None else best.name!r}")  # fmt: skip
-    if not _close(obj.get("frontier"), frontier_numbers(plan, trust, best)):
+    if not recorded_matches(obj.get("frontier"), frontier_numbers(plan, trust, best)):
         problems.append(f"{KEY}: the frontier differs from the recomputed one")
     return problems
 
@@ -136,13 +134,3 @@ def _budgets_met(plan: Plan, trust: TrustModel, recorded: Mapping[str, Any]) -> 
         except (KeyError, TypeError, ValueError):
             problems.append(f"{KEY}, {name}: noise_multiplier, coin, memberships and cohort must be lists of numbers")
     return problems
-
-
-def _close(got: Any, want: Any) -> bool:
-    if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(_close(got[k], want[k]) for k in want)
-    if isinstance(want, list):
-        return isinstance(got, list) and len(got) == len(want) and all(_close(g, w) for g, w in zip(got, want))
-    if want is None:
-        return got is None
-    return isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=REL_TOL)

@@ -120,7 +120,7 @@ def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
                 if spent > eps * (1 + 1e-9):
                     problems.append(f"{where}, group {i + 1}: z={z:.6g} spends ε={spent:.6g} > budget {eps:g}")
         for key, want in row_numbers(r).items():
-            if not _close(entry.get(key), want):
+            if not recorded_matches(entry.get(key), want):
                 problems.append(f"{where}: {key} {entry.get(key)!r} differs from the recomputed {want!r}")
     best = recommended(rows, plan)
     if obj.get("recommendation") != (None if best is None else best.name):
@@ -129,7 +129,17 @@ def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _close(got: Any, want: Any) -> bool:
+def recorded_matches(got: Any, want: Any) -> bool:
+    """Whether a number, list, object or null read from a plan file equals the recomputed one (numbers to a relative
+    :data:`REL_TOL`; a boolean is never a number)."""
+    if isinstance(want, dict):
+        return (
+            isinstance(got, dict) and got.keys() == want.keys() and all(recorded_matches(got[k], want[k]) for k in want)
+        )
     if isinstance(want, list):
-        return isinstance(got, list) and len(got) == len(want) and all(_close(g, w) for g, w in zip(got, want))
+        return (
+            isinstance(got, list) and len(got) == len(want) and all(recorded_matches(g, w) for g, w in zip(got, want))
+        )
+    if want is None:
+        return got is None
     return isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, want, rel_tol=REL_TOL)
