@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hdp_planner.planning import budget_columns
 from hdp_planner.planning.budget_columns import BudgetColumns, read_plain_csv
@@ -77,3 +79,30 @@ def test_random_ids_sort_and_digest_as_python_does():
     assert [ids[i] for i in columns.order] == sorted(ids)
     assert columns.digest() == budgets_digest(ids, eps) and not columns.duplicate()
     assert BudgetColumns.from_lists([*ids, ids[5]], np.append(eps, 1.0)).duplicate()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.integers(1, 600),
+    st.integers(0, 2**32),
+    st.sampled_from([2, 5, 32]),
+    st.sampled_from([1, 7, 64]),
+)
+def test_sorted_rows_sorts_as_a_whole_argsort(words, rows, seed, buckets, block):
+    """Range by range, a block of rows at a time, in 4-byte positions: the same order as one lexsort, for any keys,
+    including many rows sharing a first word (one range holds them all) and ranges left empty."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 2**64, size=(rows, words), dtype=np.uint64, endpoint=False)
+    keys[: rows // 2, 0] = rng.choice(keys[:, 0], size=3)[rng.integers(0, 3, rows // 2)]  # repeated first words
+    keys[rows // 3 :, 1:] = 0
+    original = budget_columns.SORT_BLOCK
+    try:
+        budget_columns.SORT_BLOCK = block
+        order = budget_columns.sorted_rows(keys, buckets)
+    finally:
+        budget_columns.SORT_BLOCK = original
+    assert sorted(order.tolist()) == list(range(rows))
+    expected = np.lexsort(keys.T[::-1])
+    assert np.array_equal(keys[order], keys[expected])
+    assert order.dtype == (np.uint32 if rows > block else np.int64)
