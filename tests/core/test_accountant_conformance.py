@@ -104,6 +104,26 @@ def test_calibration_meets_its_target_and_is_nearly_minimal(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_groups_calibrated_together_each_meet_their_target_as_alone(name):
+    """A plan calibrates its groups in one call: each group's σ is the one it gets alone, and the ε the calibration
+    reports spent (where it measures it) is the accountant's own ε at that σ."""
+    acc = get_accountant(name)
+
+    @given(groups=st.lists(st.tuples(budgets, rates), min_size=2, max_size=3), rounds=rounds_, delta=deltas)
+    def body(groups, rounds, delta):
+        eps_, q = np.array([e for e, _ in groups]), np.array([x for _, x in groups])
+        sigma, spent = acc.calibrate_sigmas(eps_, delta=delta, q=q, rounds=rounds)
+        for m, (e, qm) in enumerate(groups):
+            alone = acc.calibrate_sigmas(np.array([e]), delta=delta, q=np.array([qm]), rounds=rounds)[0][0]
+            assert sigma[m] == pytest.approx(alone, rel=1e-6)
+        if spent is not None:
+            assert spent == pytest.approx(acc.epsilons(sigma, q, rounds=rounds, delta=delta), rel=1e-9)
+            assert np.all(spent <= eps_)
+
+    run(name, body, {"pld": 1, "ddg": 3})
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_composition_of_mixed_rounds_is_never_below_either_part(name):
     acc = get_accountant(name)
 
