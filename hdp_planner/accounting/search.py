@@ -10,6 +10,10 @@ Illinois regula falsi inside the bracket (superlinear on smooth gaps), expanding
 bisection wherever a step would leave it or a gap is infinite (ε = 0 or ∞), so only monotonicity is needed for the
 result, smoothness only for its speed. A caller that knows its cost's shape better may propose the steps itself;
 the bracket, the termination and the guarantee stay here.
+
+:func:`smallest_meeting_each` is the same search for many independent targets at once (the groups of a plan), each
+evaluation vectorised over the groups still searching; there the caller always proposes the steps, and may ask for
+two points 0.4·xtol either side of a predicted root, which close the bracket in one evaluation when it holds.
 """
 
 from __future__ import annotations
@@ -18,7 +22,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Found", "Proposal", "smallest_meeting"]
+import numpy as np
+
+__all__ = [
+    "Evaluated",
+    "Found",
+    "FoundEach",
+    "Measure",
+    "Proposal",
+    "Proposals",
+    "smallest_meeting",
+    "smallest_meeting_each",
+]
 
 Proposal = Callable[[float, float, float, float], float]
 """(x, gap(x), a, b) → the next x to evaluate, for a bracket (a, b] (a = −inf while nothing failed, b = +inf while
@@ -110,3 +125,129 @@ def _illinois(a: float, ga: float, b: float, gb: float, side: int, repeats: int,
     ga_, gb_ = (ga, gb * weight) if side > 0 else (ga * weight, gb)
     x = a + (b - a) * ga_ / (ga_ - gb_)
     return min(max(x, a + 0.4 * xtol), b - 0.4 * xtol)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """Points evaluated by :func:`smallest_meeting_each`, one per entry of ``groups`` (a group may appear twice)."""
+
+    groups: np.ndarray
+    x: np.ndarray
+    value: np.ndarray
+    """What the caller's :data:`Measure` recorded at each point."""
+    detail: np.ndarray
+    """The caller's details at each point (first axis: the points)."""
+
+
+Measure = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""(points, groups) → per point: whether the target is met (bool), a value (kept at the safe end) and the details
+for the proposals (an array whose first axis runs over the points)."""
+
+Proposals = Callable[[Evaluated, Evaluated, np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+"""(current, paired, a, b, iteration) → per group of ``current`` (the groups still searching, at their last point):
+the predicted step d from ``current.x`` (NaN: none), and whether the root is predicted to within xtol (then the two
+points x + d ± 0.4·xtol are evaluated next, if x + d lies inside the bracket). ``paired`` holds the upper points of
+the pairs just evaluated, the natural previous points of their groups; (a, b] is each current group's bracket."""
+
+
+@dataclass(frozen=True)
+class FoundEach:
+    """The answer of :func:`smallest_meeting_each`, per group."""
+
+    x: np.ndarray
+    """The safe end (``lo`` if ``lo`` meets, +inf if ``hi`` does not, NaN where not found in max_evaluations)."""
+    value: np.ndarray
+    """The measured value at x (NaN where x is not finite)."""
+
+
+def smallest_meeting_each(
+    measure: Measure,
+    propose: Proposals,
+    *,
+    lo: float,
+    hi: float,
+    start: np.ndarray,
+    xtol: float,
+    paired: np.ndarray | None = None,
+    bisect_after: int = 12,
+    max_step: float = 3.0,
+    max_evaluations: int = 40,
+) -> FoundEach:
+    """Per group, the smallest x ∈ [lo, hi] at which its target is met (for a target met from some x on), to within
+    ``xtol``: :func:`smallest_meeting` for many groups at once, with the caller's steps.
+
+    Args:
+        measure: evaluates points (:data:`Measure`); each call holds one point per group still searching, two for the
+            groups evaluating a pair.
+        propose: the caller's steps (:data:`Proposals`).
+        lo, hi: the search range.
+        start: the first point of each group (clipped to the range).
+        xtol: a group stops once its bracket (a, b] is this narrow.
+        paired: the groups whose start is predicted to within xtol (a pair around it is evaluated first).
+        bisect_after: from this evaluation on, a bracketed group bisects (and evaluates no pairs), so that the search
+            ends.
+        max_step: the largest step.
+        max_evaluations: then the groups still searching are returned as NaN.
+
+    Returns:
+        :class:`FoundEach`: every finite ``x`` was evaluated (or is ``lo``) and meets its target, and the x just
+        below it within ``xtol`` was evaluated and failed. Steps aim just past the predicted root (so the bracket
+        closes from both sides); a step that would leave the bracket, or that has no prediction, bisects it.
+    """
+    n = start.size
+    x = np.clip(start, lo, hi)
+    a = np.full(n, -np.inf)  # the largest x evaluated that fails
+    b = np.full(n, np.inf)  # the smallest x evaluated that meets
+    value_b, out = np.full(n, np.nan), np.full(n, np.nan)
+    todo = np.arange(n)
+    pair = np.zeros(n, dtype=bool) if paired is None else paired.copy()
+    for it in range(max_evaluations):
+        two = todo[pair[todo]]
+        points = np.concatenate([np.where(pair[todo], x[todo] - 0.4 * xtol, x[todo]), x[two] + 0.4 * xtol])
+        points = np.clip(points, lo, hi)
+        owner = np.concatenate([todo, two])
+        ok, value, detail = measure(points, owner)
+        np.maximum.at(a, owner[~ok], points[~ok])
+        np.minimum.at(b, owner[ok], points[ok])
+        at_b = ok & (points == b[owner])
+        value_b[owner[at_b]] = value[at_b]
+        m = todo.size
+        ag, bg = a[todo], b[todo]
+        finished = (bg - ag <= xtol) | (bg <= lo) | (ag >= hi)
+        out[todo[finished]] = np.where(bg[finished] <= lo, lo, bg[finished])
+        live = ~finished
+        todo, ag, bg = todo[live], ag[live], bg[live]
+        if not todo.size:
+            break
+        current = Evaluated(todo, points[:m][live], value[:m][live], detail[:m][live])
+        d, close = propose(current, Evaluated(two, points[m:], value[m:], detail[m:]), ag, bg, it)
+        bisect = it >= bisect_after
+        inside = (ag < current.x + d) & (current.x + d < bg)  # a pair outside the bracket would not narrow it
+        pair[todo] = close & inside & ~(np.isfinite(ag) & np.isfinite(bg) & bisect)
+        x[todo] = np.where(pair[todo], current.x + d, _step(current.x, d, ag, bg, bisect, lo, hi, xtol, max_step))
+    return FoundEach(out, value_b)
+
+
+def _step(
+    x: np.ndarray,
+    d: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    bisect: bool,
+    lo: float,
+    hi: float,
+    xtol: float,
+    cap: float,
+) -> np.ndarray:
+    """The next point from x for a predicted step d within the bracket (a, b] (±inf while open): aimed just past the
+    root so that the bracket closes from both sides, at most ``cap`` in x, and the bracket's midpoint where
+    ``bisect``, where d is NaN or where the step would leave it, so that termination is guaranteed; while the bracket
+    is open, a NaN step expands it by ``cap``."""
+    blind = np.isnan(d)
+    d = np.where(blind, np.where(np.isfinite(b), -cap, cap), d)
+    d = d + np.copysign(0.3 * xtol + 1e-3 * np.abs(d), d)
+    xn = x + np.clip(d, -cap, cap)
+    bracketed = np.isfinite(a) & np.isfinite(b)
+    xn = np.clip(np.where(bracketed & (bisect | blind | (xn <= a) | (xn >= b)), 0.5 * (a + b), xn), lo, hi)
+    xn = np.where(xn <= a, 0.5 * (a + np.minimum(b, hi)), xn)
+    return np.where(xn >= b, 0.5 * (b + np.maximum(a, lo)), xn)

@@ -19,28 +19,8 @@ min u + ‖(u, √(ηV) ∘ p)‖₂, where the norm is increasing in u ≥ 0, s
 At the optimum every p_k > 0 (Proposition 2), and p = p^u exactly when η ≤ η* (see
 :attr:`SelectionProblem.unbiased_threshold`).
 
-**The paper's noise rule** (eqs. 6-7, Lemmas 1-2): σ_k² = V_k T_k T^l C² with
-
-    V_k = 8 log(e + ε'_k/δ'_k) / ((|M_k| r_k)² ε'_k²),   ε'_k = log(1 + (e^ε_k − 1)/r_k),   δ'_k = δ/r_k,
-
-the inverse subsampling lemma (Lemma 1, sampling without replacement at r_k) applied to the strong-composition
-Gaussian bound (Lemma 2) over the T_k T^l local steps. σ_k is the std of the noise on the *averaged* clipped
-gradient, so it equals z_k C/(r_k|M_k|) with noise multiplier z_k = sqrt(8 T_k T^l log(e + ε'_k/δ'_k))/ε'_k.
-
-**The exact alternative** (:func:`record_noise_multiplier` with ``"exact"``): the same T_k T^l steps accounted
-by :func:`hdp_planner.accounting.calibration.calibrate_sigma` (RDP): each step is a Poisson sample of the client's
-examples at rate q = r_k under add/remove-one-example neighbours, the noise N(0, z²C²) is added to the clipped *sum* and
-divided by the expected batch size r_k|M_k| (not the realized one), so the mean's sensitivity is C/(r_k|M_k|),
-exactly the sensitivity the paper's rule assumes. Where the paper is ambiguous we take the privacy-safe reading:
-
-- **no amplification from client selection**: the honest-but-curious server knows whom it selected, so only
-  the example sampling inside a client amplifies; T_k is a count of participations, not a sampling rate;
-- **T_k**: Algorithm 1 preselects all rounds (line 3) and calibrates to the realized count (line 4); a plan has
-  only its expectation T^g K p_k and uses ⌈T^g K p_k⌉ (at least 1). A trainer must recompute σ_k for the
-  realized count with :func:`record_noise_multiplier`;
-- **neighbours**: the paper's rule takes the mean's sensitivity as C/B, which holds for add/remove-one; under its
-  own "differ in one entry" wording (replace-one) the sensitivity would be 2C/B. The exact σ is for add/remove
-  with Poisson sampling, which the trainer must implement (not fixed-size batches).
+The record-level noise rules (eqs. 6-7, and the exact RDP alternative) are in :mod:`.selection_noise`, reading
+the client table in :mod:`.selection_clients`.
 
 Baselines: ``unbiased`` is p = p^u (:attr:`SelectionProblem.unbiased`); ``power-of-choice`` (highest local loss
 among d candidates) needs losses and is the trainer's.
@@ -48,22 +28,53 @@ among d candidates) needs losses and is the trainer's.
 
 from __future__ import annotations
 
-import csv
 import math
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from hdp_planner.accounting.calibration import GaussianRounds, calibrate_sigma, epsilon_spent
+from hdp_planner.accounting.calibration import GaussianRounds, epsilon_spent
 from hdp_planner.accounting.validation import check_delta
 from hdp_planner.methods.method import Method, SelectionTraits
+from hdp_planner.methods.selection_clients import CSV_COLUMNS, read_clients
+from hdp_planner.methods.selection_noise import (
+    COUNT_RULE,
+    SELECTION_FAILURE,
+    NoiseRule,
+    check_count,
+    inverse_subsampled_epsilon,
+    paper_noise_factor,
+    record_noise_multiplier,
+    selection_counts,
+)
 
-NoiseRule = Literal["paper", "exact"]
+__all__ = [
+    "ACCOUNTANTS",
+    "COUNT_RULE",
+    "CSV_COLUMNS",
+    "METHODS",
+    "NOISE_REPORTS",
+    "PRIVACY_MODEL",
+    "SELECTION_FAILURE",
+    "ClientNoise",
+    "NoiseReport",
+    "NoiseRule",
+    "SelectionProblem",
+    "SelectionSolution",
+    "client_noise",
+    "config_dict",
+    "inverse_subsampled_epsilon",
+    "kkt_residual",
+    "paper_noise_factor",
+    "read_clients",
+    "record_noise_multiplier",
+    "selection_counts",
+    "solve_selection",
+]
+
 Accountant = Literal["paper", "exact", "both"]
 
 
@@ -86,14 +97,8 @@ PRIVACY_MODEL = (
     "record-level (ε_k, δ)-DP for each client k on its own examples (add/remove one example); "
     "local DP-SGD with per-example clipping, clients selected with replacement"
 )
-CSV_COLUMNS: tuple[str, ...] = ("client_id", "epsilon", "num_samples")
 _SOLVER_TOL = 1e-12  # Clarabel's gap and feasibility tolerances (1e-10 left p 1.6e-5 off in near-flat instances)
 _GOOD_KKT = 1e-6  # a residual above this triggers the second, rescaled solve
-
-
-def _check_count(name: str, value: int, least: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name} must be an integer ≥ {least}, got {value}")
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -130,16 +135,16 @@ class SelectionProblem:
             if not (math.isfinite(e) and e > 0):
                 raise ValueError(f"every epsilon must be positive and finite, got {e}")
         for m in self.num_samples:
-            _check_count("every num_samples", m)
+            check_count("every num_samples", m)
         object.__setattr__(self, "num_samples", tuple(int(m) for m in self.num_samples))
         check_delta(self.delta)
         if not (isinstance(self.sample_rate, (int, float)) and 0 < self.sample_rate <= 1):
             raise ValueError(f"sample rate must lie in (0, 1], got {self.sample_rate}")
         if self.batch_size is not None:
-            _check_count("batch size", self.batch_size)
-        _check_count("clients per round", self.clients_per_round)
-        _check_count("rounds", self.rounds)
-        _check_count("local steps", self.local_steps)
+            check_count("batch size", self.batch_size)
+        check_count("clients per round", self.clients_per_round)
+        check_count("rounds", self.rounds)
+        check_count("local steps", self.local_steps)
         _check_positive("clip", self.clip)
         _check_positive("eta", self.eta)
 
@@ -184,69 +189,6 @@ class SelectionProblem:
         p = np.asarray(p, dtype=float)
         gap = float(np.abs(p - self.unbiased).sum())
         return gap + math.sqrt(gap * gap + self.eta * float(np.sum(self.noise_factor * p * p)))
-
-
-def inverse_subsampled_epsilon(epsilon: np.ndarray | Sequence[float], rate: np.ndarray | float) -> np.ndarray:
-    """ε' = log(1 + (e^ε − 1)/r) of Lemma 1, evaluated as ε + log(e^−ε + (1 − e^−ε)/r) (no overflow)."""
-    e = np.asarray(epsilon, dtype=float)
-    return e + np.log(np.exp(-e) - np.expm1(-e) / rate)
-
-
-def paper_noise_factor(
-    epsilon: Sequence[float] | np.ndarray,
-    delta: float,
-    num_samples: Sequence[int] | np.ndarray,
-    rate: np.ndarray | float,
-) -> np.ndarray:
-    """V_k of eq. (7): 8 log(e + ε'/δ') / ((|M_k| r_k)² ε'²) with ε' from Lemma 1 and δ' = δ/r_k."""
-    eps_p = inverse_subsampled_epsilon(epsilon, rate)
-    batch = np.asarray(num_samples, dtype=float) * rate
-    return 8.0 * np.log(math.e + rate * eps_p / delta) / (batch**2 * eps_p**2)
-
-
-def record_noise_multiplier(epsilon: float, delta: float, rate: float, steps: int, rule: NoiseRule) -> float:
-    """Noise multiplier z of one client's ``steps`` local DP-SGD steps at example sampling rate ``rate``:
-    the noise std on the averaged clipped gradient is σ = z·C/(r|M|), linear in the clip bound C.
-
-    ``paper``: z = sqrt(8·steps·log(e + ε'/δ'))/ε' (eqs. 6-7 with steps = T_k T^l); ``exact``: the smallest z
-    whose Poisson(r)-subsampled Gaussian, composed ``steps`` times, meets (ε, δ) by RDP.
-    """
-    _check_count("steps", steps)
-    if rule == "exact":
-        return calibrate_sigma(epsilon=epsilon, delta=delta, q=rate, rounds=steps)
-    if rule != "paper":
-        raise ValueError(f"unknown noise rule {rule!r}; choose paper or exact")
-    eps_p = float(inverse_subsampled_epsilon([epsilon], rate)[0])
-    return math.sqrt(8.0 * steps * math.log(math.e + rate * eps_p / delta)) / eps_p
-
-
-SELECTION_FAILURE = 1e-6
-"""β: the probability, per client, that a run draws the client more often than the planned T_k."""
-COUNT_RULE = (
-    "T_k = the smallest count that client k's Binomial(T·K, p_k) number of draws (with replacement) exceeds with "
-    "probability ≤ β = {beta:g} (at least ⌈T·K·p_k⌉ and 1); σ_k is calibrated for T_k, so the planned σ_k holds for "
-    "the run unless a client is drawn more often (probability ≤ β per client), and the trainer recalibrates σ_k "
-    "for the realized draws"
-)
-
-
-def selection_counts(
-    p: Sequence[float] | np.ndarray, rounds: int, clients_per_round: int, failure: float = SELECTION_FAILURE
-) -> np.ndarray:
-    """T_k: a high-probability upper bound on client k's number of draws, P(Binomial(T^g K, p_k) > T_k) ≤ β.
-
-    The expectation ⌈T^g K p_k⌉ is exceeded by about half the clients of a run (32% drew more than
-    planned); the planner must not promise a σ_k the run will not keep. At least 1 and at least ⌈T^g K p_k⌉."""
-    from scipy.stats import binom
-
-    if not 0 < failure < 1:
-        raise ValueError(f"failure probability must lie in (0, 1), got {failure}")
-    draws = rounds * clients_per_round
-    prob = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
-    counts = np.asarray(binom.isf(failure, draws, prob), dtype=float)
-    counts = np.where(binom.sf(counts, draws, prob) > failure, counts + 1, counts)  # isf's rounding: never below
-    expected = np.ceil(np.round(draws * prob, 9))
-    return np.maximum(1, np.maximum(counts, expected)).astype(int)
 
 
 @dataclass(frozen=True)
@@ -395,67 +337,6 @@ def client_noise(problem: SelectionProblem, p: Sequence[float] | np.ndarray, acc
 def config_dict(problem: SelectionProblem) -> dict[str, object]:
     """The problem's settings (everything but the per-client columns), for output files."""
     return {f.name: getattr(problem, f.name) for f in fields(problem) if f.name not in ("epsilon", "num_samples")}
-
-
-# --------------------------------------------------------------------------------------------- reading
-
-
-def _number(text: str, where: str, cid: str, column: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{where}: client {cid!r} has {column} {text!r}, not a number") from None
-
-
-def read_clients(path: str | os.PathLike[str]) -> tuple[list[str], tuple[float, ...], tuple[int, ...]]:
-    """Read a CSV with columns client_id, epsilon, num_samples (any order, extra columns ignored).
-
-    Raises ValueError with a one-line message for a missing file or column, an empty file, a non-numeric
-    value, ε ≤ 0 or not finite, num_samples not a whole number ≥ 1, and a duplicate client_id.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: file not found")
-    ids: list[str] = []
-    eps: list[float] = []
-    sizes: list[int] = []
-    seen: set[str] = set()
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None or not any(h.strip() for h in header):
-            raise ValueError(f"{path}: empty file; expected a header {','.join(CSV_COLUMNS)} and one row per client")
-        names = [h.strip().lower() for h in header]
-        for col in CSV_COLUMNS:
-            if col not in names:
-                raise ValueError(f"{path}: missing column {col!r} (header has: {', '.join(header)})")
-        ci, ei, si = (names.index(c) for c in CSV_COLUMNS)
-        for line, row in enumerate(reader, start=2):
-            if not row or all(not c.strip() for c in row):
-                continue
-            where = f"{path}, line {line}"
-            if len(row) <= max(ci, ei, si):
-                raise ValueError(f"{where}: expected {len(names)} columns, got {len(row)}")
-            cid = row[ci].strip()
-            if not cid:
-                raise ValueError(f"{where}: empty client_id")
-            if cid in seen:
-                raise ValueError(f"{where}: duplicate client_id {cid!r}")
-            seen.add(cid)
-            e = _number(row[ei].strip(), where, cid, "epsilon")
-            if not (math.isfinite(e) and e > 0):
-                raise ValueError(
-                    f"{where}: client {cid!r} has epsilon {row[ei].strip()}; ε must be positive and finite"
-                )
-            m = _number(row[si].strip(), where, cid, "num_samples")
-            if not (math.isfinite(m) and m.is_integer() and m >= 1):
-                raise ValueError(f"{where}: client {cid!r} has num_samples {row[si].strip()}; need a whole number ≥ 1")
-            ids.append(cid)
-            eps.append(e)
-            sizes.append(int(m))
-    if not ids:
-        raise ValueError(f"{path}: no clients (only a header)")
-    return ids, tuple(eps), tuple(sizes)
 
 
 METHODS = tuple(  # the trainer's selection family: each client the ε of its group in the plan's GDPFed+ row

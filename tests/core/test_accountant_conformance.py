@@ -3,8 +3,9 @@
 
 Laws: ε never below dp-accounting's where both measure the same mechanism; ε does not fall as q or T grow, nor rise
 as σ grows; a calibrated σ meets its target, and a slightly smaller one does not; rounds of several kinds compose
-to at least each part. The draws keep each accountant to seconds (the PLD accountant builds a distribution per
-point, and dp-accounting measures the distributed accountant's 1,558 orders slowly: fewer draws);
+to at least each part; the ledger, composing rounds recorded as planned by an accountant, never reports less than
+that accountant's spending accountant. The draws keep each accountant to seconds (the PLD accountant builds a
+distribution per point, and dp-accounting measures the distributed accountant's 1,558 orders slowly: fewer draws);
 ``HYPOTHESIS_PROFILE=explore`` draws new ones each run.
 """
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from hdp_planner.accounting.accountants import accountant_names, get_accountant
 from hdp_planner.accounting.calibration import dp_event, quiet_dp_accounting
+from hdp_planner.ledger.composition import GroupRound, compose
 
 NAMES = accountant_names()
 DRAWS = {"pld": 2}
@@ -102,6 +104,26 @@ def test_calibration_meets_its_target_and_is_nearly_minimal(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_groups_calibrated_together_each_meet_their_target_as_alone(name):
+    """A plan calibrates its groups in one call: each group's σ is the one it gets alone, and the ε the calibration
+    reports spent (where it measures it) is the accountant's own ε at that σ."""
+    acc = get_accountant(name)
+
+    @given(groups=st.lists(st.tuples(budgets, rates), min_size=2, max_size=3), rounds=rounds_, delta=deltas)
+    def body(groups, rounds, delta):
+        eps_, q = np.array([e for e, _ in groups]), np.array([x for _, x in groups])
+        sigma, spent = acc.calibrate_sigmas(eps_, delta=delta, q=q, rounds=rounds)
+        for m, (e, qm) in enumerate(groups):
+            alone = acc.calibrate_sigmas(np.array([e]), delta=delta, q=np.array([qm]), rounds=rounds)[0][0]
+            assert sigma[m] == pytest.approx(alone, rel=1e-6)
+        if spent is not None:
+            assert spent == pytest.approx(acc.epsilons(sigma, q, rounds=rounds, delta=delta), rel=1e-9)
+            assert np.all(spent <= eps_)
+
+    run(name, body, {"pld": 1, "ddg": 3})
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_composition_of_mixed_rounds_is_never_below_either_part(name):
     acc = get_accountant(name)
 
@@ -111,6 +133,31 @@ def test_composition_of_mixed_rounds_is_never_below_either_part(name):
         both = acc.compose([first, second], delta=delta)
         assert both >= max(alone) * (1 - 1e-9) - 1e-12
         assert alone[0] == pytest.approx(eps(name, *first, delta), rel=1e-6, abs=1e-12)
+
+    run(name, body)
+
+
+def recorded(name, sigma, q):
+    """One round as the ledger records a round planned by ``name``: the sampled Gaussian, tagged with the spending
+    accountant, or, for an accountant of the distributed discrete Gaussian (one with τ·d'), that release."""
+    acc = get_accountant(name)
+    return GroupRound(q, sigma, getattr(acc, "tau_d", None), accountant=acc.spending)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_ledger_never_reports_less_than_the_spending_accountant(name):
+    """What the ledger composes (one kind of round, and two kinds mixed) is at least what the accountant that
+    measures the plan's σ says they spend: the ledger never lets a client spend beyond the plan's own accounting."""
+    spending = get_accountant(get_accountant(name).spending)
+
+    @given(first=st.tuples(sigmas, rates, rounds_), second=st.tuples(sigmas, rates, rounds_), delta=deltas)
+    def body(first, second, delta):
+        (s1, q1, t1), (s2, q2, t2) = first, second
+        alone = compose({recorded(name, s1, q1): t1}, delta)
+        assert alone >= eps(spending.name, s1, q1, t1, delta) * (1 - 1e-9) - 1e-12
+        mixed = {recorded(name, s1, q1): t1}
+        mixed[recorded(name, s2, q2)] = mixed.get(recorded(name, s2, q2), 0) + t2  # the same kind twice: one count
+        assert compose(mixed, delta) >= spending.compose([first, second], delta=delta) * (1 - 1e-9) - 1e-12
 
     run(name, body)
 
