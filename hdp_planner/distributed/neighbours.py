@@ -11,9 +11,9 @@ The rule (proof on the trust-model page, "A sparse neighbour graph"): with at le
 (the run's threshold) and at most k colluders, the honest survivors number at least s − k, so at most
 u = c − s + k clients are colluders or gone. The honest survivors' masks hide everything but their sum as long as
 their subgraph is connected; for d = 2h + 1 it is not only if two disjoint runs of h ring positions are all among
-those u, and :func:`split_bound` bounds that probability over the random order. The degree is the least odd d whose
-bound is at most 2^−σ, with τ = ⌊d/2⌋ + 1 > k (so colluders alone never hold τ shares of anyone); none below c:
-the full graph.
+those u, and :func:`split_bound` bounds that probability over the random order. The degree is the least odd d > τ
+whose bound is at most 2^−σ, with τ = max(2, k + 1): colluders alone never hold τ shares of anyone, and a server
+that follows the protocol asks for only one of each client's two secrets. None below c: the full graph.
 """
 
 from __future__ import annotations
@@ -56,15 +56,15 @@ def split_bound(*, clients: int, degree: int, outside: int) -> float:
 def sparse_graph(
     *, clients: int, survivors: int, colluders: int, security: int = SECURITY_BITS
 ) -> NeighbourGraph | None:
-    """The least odd degree d < c with τ = ⌊d/2⌋ + 1 > ``colluders`` and :func:`split_bound` at most 2^−σ when at
-    least ``survivors`` of the c ``clients`` stay, or None: no such d, the run keeps the full graph."""
+    """The least odd degree τ < d < c with :func:`split_bound` at most 2^−σ when at least ``survivors`` of the c
+    ``clients`` stay, τ = max(2, k + 1) for k ``colluders``; or None: no such d, the run keeps the full graph."""
     if not 0 <= colluders < survivors <= clients:
         raise ValueError(f"{survivors} survivors with {colluders} colluders among {clients} clients")
-    outside = clients - survivors + colluders
-    degree = max(3, 2 * colluders + 1)  # the least odd d with ⌊d/2⌋ + 1 > k
+    outside, threshold = clients - survivors + colluders, max(2, colluders + 1)
+    degree = (threshold + 1) | 1  # the least odd d > τ
     while degree < clients:
         failure = split_bound(clients=clients, degree=degree, outside=outside)
         if failure <= 2.0**-security:
-            return NeighbourGraph(clients, degree, degree // 2 + 1, failure)
+            return NeighbourGraph(clients, degree, threshold, failure)
         degree += 2
     return None

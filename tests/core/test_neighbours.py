@@ -78,9 +78,9 @@ def test_the_degree_is_the_least_odd_one_meeting_the_security_parameter():
     for clients, survivors, colluders in [(100, 75, 0), (200, 101, 0), (200, 150, 3), (400, 300, 0), (400, 360, 5)]:
         graph = sparse_graph(clients=clients, survivors=survivors, colluders=colluders)
         d, outside = graph.degree, clients - survivors + colluders
-        assert d % 2 == 1 and d < clients and graph.threshold == d // 2 + 1 > colluders
+        assert d % 2 == 1 and graph.threshold == max(2, colluders + 1) < d < clients
         assert graph.failure == split_bound(clients=clients, degree=d, outside=outside) <= 2.0**-SECURITY_BITS
-        if d - 2 > 2 * colluders:
+        if d - 2 > graph.threshold:
             assert split_bound(clients=clients, degree=d - 2, outside=outside) > 2.0**-SECURITY_BITS
     assert sparse_graph(clients=100, survivors=75, colluders=0, security=60).degree > 21
 
@@ -89,7 +89,7 @@ def test_the_degree_grows_logarithmically_and_runs_with_few_survivors_keep_the_f
     degrees = [sparse_graph(clients=c, survivors=math.ceil(0.75 * c), colluders=0).degree for c in (100, 1000, 10000)]
     assert degrees == sorted(degrees) and degrees[-1] < 2 * degrees[0]  # 21, 31, 35: O(log c), not O(c)
     small = sparse_graph(clients=8, survivors=6, colluders=0)  # 2 removed never make two runs of h = 2
-    assert (small.degree, small.threshold, small.failure) == (5, 3, 0.0)
+    assert (small.degree, small.threshold, small.failure) == (5, 2, 0.0)
     assert sparse_graph(clients=20, survivors=2, colluders=0) is None  # only the full graph keeps 2 survivors joined
     assert sparse_graph(clients=20, survivors=12, colluders=4).degree == 15  # u = 12: h = 7 leaves no two runs
 
