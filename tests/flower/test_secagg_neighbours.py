@@ -183,3 +183,21 @@ def test_the_pin_reads_its_consent_from_the_node_config_and_the_environment(plan
     assert not Pin.from_environment().sparse_graph
     monkeypatch.setenv("HDP_SPARSE_GRAPH", "1")
     assert Pin.from_environment().sparse_graph
+
+
+class Everyone:
+    """Sampling that takes every node (tests only)."""
+
+    def random(self, size):
+        return np.zeros(size)
+
+
+def test_the_strategy_runs_each_group_over_the_sparse_graph_when_asked(plan_path, tmp_path):
+    """``HdpStrategy(sparse_graph=True)``: both groups of 40 run SecAgg+ at degree 13 and release (topped up)."""
+    pin = Pin(str(plan_path), file_sha256(plan_path), "gdpfed+", None, str(tmp_path), True)
+    grid = InProcessGrid(client_app(step, pin=pin), N, keep=True)
+    strategy = HdpStrategy(load_plan(plan_path), spec_of(plan_path), trust="secagg", plan_sha256=file_sha256(plan_path),
+                           uniform=Everyone(), sparse_graph=True, diagnostics=True)  # fmt: skip
+    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    assert strategy.stats.withheld == 0 and strategy.joined == [40, 40]
+    assert {secagg_mod.secaggplus_view(grid.contexts[n])["share_number"] for n in grid.node_ids} == {13}
