@@ -116,7 +116,13 @@ def test_a_sparse_run_sums_exactly_with_each_client_sharing_with_its_d_neighbour
 
 
 @pytest.mark.parametrize(
-    "stage,lost", [("collect_masked_vectors", 10), ("collect_masked_vectors", 11), ("share_keys", 11), ("unmask", 11)]
+    "stage,lost",
+    [
+        ("collect_masked_vectors", 10),
+        ("collect_masked_vectors", 11),
+        pytest.param("share_keys", 11, marks=pytest.mark.slow),
+        pytest.param("unmask", 11, marks=pytest.mark.slow),
+    ],
 )
 def test_a_sparse_run_releases_down_to_the_runs_threshold_and_nothing_below(plan_path, tmp_path, seeded, stage, lost):
     """10 of 40 lost leave the run's threshold max(t, ⌊c/2⌋ + 1) = 30: the sum of the survivors (those who sent their
