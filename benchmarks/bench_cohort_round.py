@@ -85,7 +85,7 @@ def one_size(m: int, rounds: int, full: bool, folder: Path) -> dict:
     law = spec.secagg.laws[0]
     graph = sparse_graph(clients=m, survivors=law.run_threshold(m), colluders=law.colluders)
     sha = file_sha256(plan_path)
-    pin = Pin(str(plan_path.resolve()), sha, "gdpfed+", None, str(folder / f"nodes-{m}"), True)
+    pin = Pin(str(plan_path.resolve()), sha, "gdpfed+", None, str(folder / f"nodes-{m}-{os.getpid()}"), True)
     settings = DataSettings("digits", None, m, None, 0, 1, 10, 0.0, 0.1, 1.0)
 
     def unchanged(msg: Message, ctxt) -> Message:  # ours: an update of 0, the share still drawn and added
@@ -168,9 +168,41 @@ def exponent(points: list[tuple[int, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
+def record(results: dict[str, dict], growth: dict[str, float]) -> None:
+    """Write the sizes' timings as a result file (its table and notes), the raw timings kept under ``sizes``."""
+    from dataclasses import asdict
+
+    from hdp_planner.io.files import write_json_atomic
+    from hdp_planner.report.results import Result, Table
+
+    def cell(run: dict, variant: str) -> str:
+        times = run["seconds"].get(variant)
+        return f"{statistics.median(times):.2f} ({min(times):.2f})" if times else "—"
+
+    columns = ("m", "degree d", "run's threshold", "ours, sparse graph", "Flower's workflow, same d",
+               "ours, full graph", "rounds each", "load average")  # fmt: skip
+    rows = tuple(
+        (str(r["clients"]), str(r["degree"]), str(r["run_threshold"]), cell(r, "ours"), cell(r, "bare"),
+         cell(r, "full"), str(len(r["seconds"]["ours"])), f"{min(r['load_average']):.1f}-{max(r['load_average']):.1f}")
+        for r in sorted(results.values(), key=lambda r: r["clients"])
+    )  # fmt: skip
+    caption = (f"Seconds per round, median (minimum): one cohort of m clients (q = 1, --survivors {SURVIVORS}, "
+               "digits model, clients that do not train) on Flower's simulation engine, one CPU per virtual client, "
+               f"{os.cpu_count()} cores shared with other work; variants alternate round by round")  # fmt: skip
+    notes = (
+        f"Growth of the median over these sizes: ours m^{growth['ours']:.2f}, Flower's workflow m^{growth['bare']:.2f};"
+        f" m·log m over the same sizes is m^{growth['m_log_m']:.2f}.",
+        "Each size ran in its own simulation; the raw timings, load averages and commands are under `sizes`.",
+    )
+    result = Result(name=RESULT.stem, title="A cohort's secure round over a sparse neighbour graph",
+                    tables=(Table(caption, columns, rows),), notes=notes)  # fmt: skip
+    write_json_atomic(RESULT, asdict(result) | {"sizes": results})
+    print(f"written to {RESULT}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="50,100,200,400")
+    parser.add_argument("--sizes", default="50,100,200,400", help="empty with --record: rewrite the recorded sizes")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--full", default="50", help="sizes at which our full-graph round is timed too")
     parser.add_argument("--out", default="runs/bench_cohort_round")
@@ -184,7 +216,7 @@ def main() -> None:
         print(json.dumps(one_size(args.one, args.rounds, args.one in full, folder)))
         return
     results = json.loads(RESULT.read_text())["sizes"] if args.record and RESULT.is_file() else {}
-    for m in (int(s) for s in args.sizes.split(",")):
+    for m in (int(s) for s in args.sizes.split(",") if s):
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         cmd = [sys.executable, __file__, "--one", str(m), "--rounds", str(args.rounds), "--full", args.full,
                "--out", str(folder)]  # fmt: skip
@@ -193,25 +225,19 @@ def main() -> None:
             sys.exit(f"m = {m} failed:\n{proc.stderr[-3000:]}")
         print(proc.stderr.strip())
         run = json.loads(proc.stdout.strip().splitlines()[-1])
+        run["command"] = f"--sizes {m} --rounds {args.rounds} --full {args.full or chr(34) * 2}"
         results[str(m)] = run
         line = ", ".join(f"{v} {statistics.median(s):.2f} s (min {min(s):.2f})" for v, s in run["seconds"].items())
         print(f"m = {m}, degree {run['degree']} (threshold {run['threshold']}): {line}", flush=True)
     sizes = sorted(results.values(), key=lambda r: r["clients"])
-    summary = {}
-    for variant in ("ours", "bare"):
-        points = [(r["clients"], statistics.median(r["seconds"][variant])) for r in sizes]
-        if len(points) > 1:
-            summary[variant] = round(exponent(points), 3)
-            print(f"{variant}: seconds per round ~ m^{summary[variant]:.2f}")
+    growth = {}
     if len(sizes) > 1:
-        summary["m_log_m"] = round(exponent([(r["clients"], r["clients"] * math.log(r["clients"])) for r in sizes]), 3)
-        print(f"m log m over the same sizes: m^{summary['m_log_m']:.2f}")
+        for variant in ("ours", "bare"):
+            growth[variant] = exponent([(r["clients"], statistics.median(r["seconds"][variant])) for r in sizes])
+        growth["m_log_m"] = exponent([(r["clients"], r["clients"] * math.log(r["clients"])) for r in sizes])
+        print(", ".join(f"{k}: ~ m^{v:.2f}" for k, v in growth.items()))
     if args.record:
-        doc = {"benchmark": "a secure round of one cohort on Flower's simulation engine (Ray), digits model",
-               "cpus": os.cpu_count(), "survivors": SURVIVORS, "sizes": results,
-               "growth_exponent": summary}  # fmt: skip
-        RESULT.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"written to {RESULT}")
+        record(results, growth)
 
 
 if __name__ == "__main__":
