@@ -13,11 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
+from flwr.common import bytes_to_ndarray  # noqa: E402
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from flwr.server.workflow.secure_aggregation import secaggplus_workflow  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -113,6 +116,13 @@ def test_a_sparse_run_sums_exactly_with_each_client_sharing_with_its_d_neighbour
     assert alive == set(configs)
     assert np.array_equal(totals, expected_sums(grid, alive, spec_of(plan_path)))
     assert secaggplus_workflow.random is secagg_workflow.SYSTEM_RANDOM  # the ring's order: not Flower's global MT
+    masked = [bytes_to_ndarray(b) for r in grid.received if not r.has_error()
+              for b in r.content.config_records.get(RECORD_KEY_CONFIGS, {}).get(Key.MASKED_PARAMETERS, [])]  # fmt: skip
+    vectors = [v for v in masked if v.size > 1]
+    assert len(vectors) == 40  # what the server sees of each client: uniform modulo 2^32 with 12 neighbours' masks
+    for v in vectors:
+        counts = np.bincount(v.astype(np.int64) >> 26, minlength=64)  # 64 equal bins of [0, 2^32)
+        assert stats.chisquare(counts).pvalue > 1e-6
 
 
 @pytest.mark.parametrize(
