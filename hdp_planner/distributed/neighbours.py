@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 
 SECURITY_BITS = 40
-"""σ: a sparse graph splits a release's honest survivors with probability at most 2^−σ per run (Bell et al.'s
-statistical security parameter is also 40)."""
+"""σ: a sparse graph splits a release's honest survivors with probability at most 2^−σ per run, a statistical
+security parameter stated beside the cryptography's, not charged to the plan's δ."""
 
 
 @dataclass(frozen=True)
