@@ -8,9 +8,11 @@ sampled count c as SecAgg+ itself shows it (a full neighbour graph over the c sa
 threshold, which must be max(t_m, ⌊c/2⌋ + 1) for the plan's t_m of its group (so that every released sum carries at
 least t_m shares, and a strict majority: with Flower's SecAgg+, which has no consistency round, a threshold at or below
 c/2 lets a server that tells two halves different dropouts rebuild both of a client's secrets), and the quantization
-settings of the exact integer path. Its share is sized from the plan's law alone, never from a count the server
-announces. It keeps its participations per plan hash in its node state (:mod:`.node_state`) and refuses past the plan's
-cap K.
+settings of the exact integer path. A node that accepts a sparse neighbour graph (``sparse-graph``: it trusts the
+server to follow the protocol) also accepts exactly the degree and threshold of
+:func:`hdp_planner.distributed.neighbours.sparse_graph` for a run of c, and nothing else. Its share is sized from the
+plan's law alone, never from a count the server announces. It keeps its participations per plan hash in its node state
+(:mod:`.node_state`) and refuses past the plan's cap K.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hdp_planner.distributed.law import GroupLaw
+from hdp_planner.distributed.neighbours import sparse_graph
 from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
 from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document, verify
 from hdp_planner.planfile.trust import trust_from_dict
@@ -45,32 +49,37 @@ def file_sha256(path: str | Path) -> str:
 @dataclass(frozen=True)
 class Pin:
     """The plan a node accepted (``plan`` with SHA-256 ``sha256``), the method it trains, the groups file that
-    maps client ids to groups (None: the plan's group order) and where it keeps its participation counts."""
+    maps client ids to groups (None: the plan's group order), where it keeps its participation counts, and whether
+    it accepts a sparse neighbour graph (``sparse_graph``: it trusts the server to draw the graph at random)."""
 
     plan: str
     sha256: str
     method: str = "gdpfed+"
     groups: str | None = None
     state_dir: str | None = None
+    sparse_graph: bool = False
 
     @classmethod
     def from_environment(cls) -> Pin | None:
         """The node process's own pin from ``HDP_PLAN``, ``HDP_PLAN_SHA256`` and optionally ``HDP_METHOD``,
-        ``HDP_GROUPS``, ``HDP_STATE_DIR`` (None when ``HDP_PLAN`` is unset)."""
+        ``HDP_GROUPS``, ``HDP_STATE_DIR``, ``HDP_SPARSE_GRAPH`` (``1``: accept a sparse graph); None when
+        ``HDP_PLAN`` is unset."""
         env = os.environ
         if not env.get("HDP_PLAN"):
             return None
         return cls(env["HDP_PLAN"], env.get("HDP_PLAN_SHA256", ""), env.get("HDP_METHOD", "gdpfed+"),
-                   env.get("HDP_GROUPS") or None, env.get("HDP_STATE_DIR") or None)  # fmt: skip
+                   env.get("HDP_GROUPS") or None, env.get("HDP_STATE_DIR") or None,
+                   env.get("HDP_SPARSE_GRAPH") == "1")  # fmt: skip
 
     @classmethod
     def from_node_config(cls, config, fallback: Pin | None = None) -> Pin:
-        """The node config's pin (keys ``plan``, ``plan-sha256``, ``method``, ``groups``, ``state-dir``), else
-        ``fallback``; a node with neither cannot contribute."""
+        """The node config's pin (keys ``plan``, ``plan-sha256``, ``method``, ``groups``, ``state-dir``,
+        ``sparse-graph``), else ``fallback``; a node with neither cannot contribute."""
         if "plan" in config:
             return cls(str(config["plan"]), str(config.get("plan-sha256", "")), str(config.get("method", "gdpfed+")),
                        str(config["groups"]) if config.get("groups") else None,
-                       str(config["state-dir"]) if config.get("state-dir") else None)  # fmt: skip
+                       str(config["state-dir"]) if config.get("state-dir") else None,
+                       str(config.get("sparse-graph", "")).lower() in ("1", "true"))  # fmt: skip
         if fallback is None:
             raise RoundRefused("no pinned plan: start the node with --node-config 'plan=PATH plan-sha256=HEX'")
         return fallback
@@ -86,6 +95,7 @@ class PinnedPlan:
     group_of_client: np.ndarray
     rounds: int
     cap: int
+    sparse_graph: bool = False
 
     def check(self, rules, *, client: int, sampled: int, share_number: int, threshold: int, keys: int,
               quantization: tuple[float, int, int, float]) -> int:  # fmt: skip
@@ -106,12 +116,17 @@ class PinnedPlan:
             if not math.isclose(float(rules[key]), want, rel_tol=1e-12):
                 raise RoundRefused(f"the server announces {key} {float(rules[key])!r}, the plan has {want!r}")
         size = int(rules["run-size"])
-        if not sampled == share_number == size:
-            raise RoundRefused(f"the server announces a run of {size} clients; SecAgg+ shows {sampled} sampled and "
-                               f"{share_number} shares (a full neighbour graph is required)")  # fmt: skip
+        if sampled != size:
+            raise RoundRefused(f"the server announces a run of {size} clients; SecAgg+ shows {sampled} sampled")
         if not spec.secagg.survivors > 0.5:
             raise RoundRefused(f"the plan's survivors F = {spec.secagg.survivors} are not a strict majority")
+        b = spec.secagg.bits
+        if quantization != (float(1 << (b - 1)), 1 << b, MASK_MODULUS, 1.0):
+            raise RoundRefused(f"SecAgg+ quantization {quantization} is not the exact {b}-bit path")
         law = spec.secagg.laws[m]
+        if share_number != size:
+            self.check_graph(law, size=size, share_number=share_number, threshold=threshold, keys=keys)
+            return m
         t = law.run_threshold(size)
         if 2 * threshold <= size:
             raise RoundRefused(f"the reconstruction threshold {threshold} is at most half of the {size} clients: a "
@@ -121,10 +136,22 @@ class PinnedPlan:
                                f"(t = {law.threshold} of the group, a majority of {size})")  # fmt: skip
         if not t <= keys <= size:
             raise RoundRefused(f"SecAgg+ shows {keys} public keys for {size} sampled clients and threshold {t}")
-        b = spec.secagg.bits
-        if quantization != (float(1 << (b - 1)), 1 << b, MASK_MODULUS, 1.0):
-            raise RoundRefused(f"SecAgg+ quantization {quantization} is not the exact {b}-bit path")
         return m
+
+    def check_graph(self, law: GroupLaw, *, size: int, share_number: int, threshold: int, keys: int) -> None:
+        """Refuse a sparse neighbour graph unless this node accepts one and it is exactly the rule's for a run of
+        ``size`` that releases only with the run's threshold max(t, ⌊c/2⌋ + 1) of survivors."""
+        if not self.sparse_graph:
+            raise RoundRefused(f"SecAgg+ shows {share_number} shares among {size} clients: this node accepts only the "
+                               f"full neighbour graph (a server could choose its neighbours)")  # fmt: skip
+        graph = sparse_graph(clients=size, survivors=law.run_threshold(size), colluders=law.colluders)
+        if graph is None or (share_number, threshold) != (graph.degree, graph.threshold):
+            need = "the full graph" if graph is None else f"{graph.degree} shares of threshold {graph.threshold}"
+            raise RoundRefused(f"SecAgg+ shows {share_number} shares of threshold {threshold} among {size} clients; "
+                               f"the neighbour rule needs {need}")  # fmt: skip
+        if not graph.threshold <= keys <= graph.degree:
+            raise RoundRefused(f"SecAgg+ shows {keys} public keys for {graph.degree} neighbours and threshold "
+                               f"{graph.threshold}")  # fmt: skip
 
 
 def read_pinned(pin: Pin) -> tuple[str, Plan, dict]:
@@ -156,4 +183,4 @@ def load_pinned(pin: Pin) -> PinnedPlan:
         raise RoundRefused(DEFAULT_MAPPING_REFUSED)
     groups = groups_from_file(pin.groups, spec, plan.groups.epsilon, budgets) if pin.groups else default_groups(spec)
     t = plan.config.rounds
-    return PinnedPlan(digest, pin.method, spec, groups, t, trust.participations or t)
+    return PinnedPlan(digest, pin.method, spec, groups, t, trust.participations or t, pin.sparse_graph)

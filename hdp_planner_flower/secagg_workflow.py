@@ -16,12 +16,20 @@ the sampled set and the neighbour lists to the nodes that distributed their shar
 the sum; the protocol's messages and cryptography are untouched.
 
 The workflow's parameters make its float path an exact integer shift (see :mod:`.secagg_mod`): clipping range
-2^(b−1), quantization range 2^b, modulus 2^32, maximum weight 1 and a full neighbour graph (every sampled client
-holds a share of every other's secrets). The workflow returns the survivors' mean; times their count plus
-c·2^(b−1) it is the sum, exact in float64, reduced modulo 2^b.
+2^(b−1), quantization range 2^b, modulus 2^32 and maximum weight 1. The workflow returns the survivors' mean; times
+their count plus c·2^(b−1) it is the sum, exact in float64, reduced modulo 2^b.
+
+The neighbour graph is full by default: every sampled client holds a share of every other's secrets, and SecAgg+
+itself refuses a release below the run's threshold, whatever the server does. ``sparse`` runs
+(:mod:`hdp_planner.distributed.neighbours`, for a server trusted to follow the protocol, and clients that accept it)
+use the degree d(c) ≪ c of that rule: the server draws the ring's order from the OS's CSPRNG (Flower draws it with
+``random.shuffle``, a Mersenne Twister) and halts, as the protocol asks of it, when fewer than the run's threshold
+send their masked vectors.
 """
 
 from __future__ import annotations
+
+import secrets
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -34,7 +42,9 @@ from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
+from flwr.server.workflow.secure_aggregation import secaggplus_workflow
 
+from hdp_planner.distributed.neighbours import sparse_graph
 from hdp_planner_flower.masks import MASK_MODULUS, secure_masks
 
 
@@ -80,8 +90,23 @@ class GridNodes(SimpleClientManager):
         return len(list(self.grid.get_node_ids()))
 
 
+SYSTEM_RANDOM = secrets.SystemRandom()
+"""Draws the order of SecAgg+'s neighbour ring (Flower's setup stage shuffles with its module's ``random``)."""
+
+
 class SecAggPlus(SecAggPlusWorkflow):
-    """Flower's ``SecAggPlusWorkflow``, after the share-keys stage knowing only the nodes that shared their keys."""
+    """Flower's ``SecAggPlusWorkflow``, after the share-keys stage knowing only the nodes that shared their keys, its
+    neighbour graph drawn from the OS's CSPRNG, halting when fewer than ``survivors`` send their masked vectors."""
+
+    survivors = 2  # the run's threshold, set per run: SecAgg+ needs two clients at least
+
+    def setup_stage(self, grid, context, state) -> bool:
+        secaggplus_workflow.random = SYSTEM_RANDOM  # the ring's order: ``random.shuffle`` in Flower's setup stage
+        return super().setup_stage(grid, context, state)
+
+    def collect_masked_vectors_stage(self, grid, context, state) -> bool:
+        complete = super().collect_masked_vectors_stage(grid, context, state)
+        return complete and len(state.active_node_ids) >= self.survivors
 
     def share_keys_stage(self, grid, context, state) -> bool:
         complete = super().share_keys_stage(grid, context, state)
@@ -115,21 +140,26 @@ def run_secaggplus(
 
 def modular_sums(
     grid, *, configs: dict[int, dict], server_round: int, arrays: ArrayRecord, bits: int, threshold: int,
-    masks: bool = True, timeout: float | None = None,
+    masks: bool = True, timeout: float | None = None, sparse: bool = False, colluders: int = 0,
 ) -> tuple[np.ndarray, set[int]] | None:  # fmt: skip
     """The survivors' integer messages summed modulo 2^b, and who the survivors are, from one SecAgg+ run over the
     nodes of ``configs`` (each sent its own config); None when there are fewer than two nodes or SecAgg+ halted below
-    ``threshold`` survivors. ``masks`` False (simulations of long runs only): the same messages without SecAgg+,
-    summed in the clear; its masks cancel exactly, so the sums are equal bit for bit."""
+    ``threshold`` survivors. ``sparse``: the neighbour graph of :func:`~hdp_planner.distributed.neighbours.
+    sparse_graph` for ``threshold`` survivors and ``colluders`` (the full graph where it has none), for a server
+    trusted to follow the protocol. ``masks`` False (simulations of long runs only): the same messages without
+    SecAgg+, summed in the clear; its masks cancel exactly, so the sums are equal bit for bit."""
     if len(configs) < 2:
         return None
     check_room(bits, len(configs))
     shift = 1 << (bits - 1)
     if masks:
+        graph = sparse_graph(clients=len(configs), survivors=threshold, colluders=colluders) if sparse else None
+        shares = (1.0, threshold) if graph is None else (graph.degree, graph.threshold)
         workflow = SecAggPlus(
-            num_shares=1.0, reconstruction_threshold=threshold, max_weight=1.0, clipping_range=float(shift),
+            num_shares=shares[0], reconstruction_threshold=shares[1], max_weight=1.0, clipping_range=float(shift),
             quantization_range=1 << bits, modulus_range=MASK_MODULUS, timeout=timeout,
         )  # fmt: skip
+        workflow.survivors = threshold
         with secure_masks():
             result = run_secaggplus(grid, workflow, configs=configs, server_round=server_round, arrays=arrays)
         if result is None:

@@ -83,6 +83,7 @@ class HdpStrategy(Strategy):
         plan_sha256: str = "",
         masks: bool = True,
         node_clients: dict[int, int] | None = None,
+        sparse_graph: bool = False,
     ) -> None:
         if trust not in TRUST_MODELS:
             raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
@@ -96,6 +97,7 @@ class HdpStrategy(Strategy):
         if not masks and not diagnostics:
             raise FlowerRunError("--no-masks is for simulations only: it needs --diagnostics")
         self.masks = masks  # secagg without SecAgg+ (sums in the clear): simulations of long runs only
+        self.sparse_graph = sparse_graph  # SecAgg+ over the neighbour rule's sparse graph: an honest-but-curious server
         self.auditor = auditor  # hdp_planner_train.audit.canaries.CanaryAuditor: canary clients through the same round
         self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
@@ -234,7 +236,7 @@ class HdpStrategy(Strategy):
                 )
                 out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
                                    threshold=law.run_threshold(len(nodes)), masks=self.masks,
-                                   timeout=timeout)  # fmt: skip
+                                   timeout=timeout, sparse=self.sparse_graph, colluders=law.colluders)  # fmt: skip
                 if out is not None:
                     totals, alive = out
                     ys[m] = release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
