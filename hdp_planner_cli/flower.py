@@ -82,6 +82,15 @@ def flower(
             "ClientApp code; slower per round with many nodes, no start-up, easy to debug).",
         ),
     ] = False,
+    sparse_graph: Annotated[
+        bool,
+        typer.Option(
+            "--sparse-graph",
+            help="secagg: each group's SecAgg+ shares keys with O(log c) neighbours instead of all c (rounds grow "
+            "about as c^1.3, not c^2.4); every node accepts it. Only against an honest-but-curious server: the server "
+            "draws the graph, and a malicious one could surround a client (see the trust model).",
+        ),
+    ] = False,
     no_masks: Annotated[
         bool,
         typer.Option(
@@ -106,7 +115,8 @@ def flower(
                        groups=groups, out=out,
                        cpus_per_client=cpus_per_client, diagnostics=diagnostics, audit=audit,
                        audit_canaries=audit_canaries, ledger=ledger, federation=federation,
-                       node_state=node_state, in_process=in_process, masks=not no_masks)  # fmt: skip
+                       node_state=node_state, in_process=in_process, masks=not no_masks,
+                       sparse_graph=sparse_graph)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:

@@ -57,6 +57,7 @@ class FlowerConfig:
     override_trust: bool = False  # allow trust server on a plan solved for secure aggregation
     nodes: str | None = None  # a deployment's registry (CSV node_id,client_id): no enrolment round
     round_timeout: float = 3600.0  # seconds the server waits for a round's replies (a dead node is a dropout after)
+    sparse_graph: bool = False  # secagg: SecAgg+ over the neighbour rule's sparse graph (an honest-but-curious server)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ def prepare(cfg: FlowerConfig) -> Prepared:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
     if not cfg.masks and (cfg.trust != "secagg" or not cfg.diagnostics):
         raise ValueError("--no-masks is for simulations of --trust secagg only: it needs --diagnostics")
+    if cfg.sparse_graph and (cfg.trust != "secagg" or not cfg.masks):
+        raise ValueError("--sparse-graph is a SecAgg+ neighbour graph: it needs --trust secagg and the masks")
     offline_env()
     from hdp_planner.ledger.runs import plan_clients
     from hdp_planner.planfile.document import budgets_digest_of, read_document
@@ -155,7 +158,7 @@ def serve(p: Prepared, grid, account, progress=print):
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
         auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
-        node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None,
+        node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None, sparse_graph=p.cfg.sparse_graph,
     )  # fmt: skip
     strategy.start(
         grid,
@@ -253,7 +256,8 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
             from hdp_planner_flower.pin import Pin
 
             pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
-                      str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir)  # fmt: skip
+                      str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir,
+                      sparse_graph=cfg.sparse_graph)  # fmt: skip
         if cfg.in_process:
             from hdp_planner_flower.local import InProcessGrid
 
@@ -325,8 +329,9 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     block["participation_cap"] = cap
     block["epsilon_server"] = [epsilon_server_spent(p.spec, m, participations=cap, delta=p.plan.config.delta)
                                for m in range(len(p.spec.sizes))]  # fmt: skip
+    graph = "sparse neighbour graph (honest-but-curious server)" if p.cfg.sparse_graph else "full neighbour graph"
     block["masks"] = (
-        "Flower SecAgg+, full neighbour graph, masks expanded with ChaCha20"
+        f"Flower SecAgg+, {graph}, masks expanded with ChaCha20"
         if p.cfg.masks
         else "none: the messages summed in the clear (a simulation; the sums equal SecAgg+'s bit for bit)"
     )

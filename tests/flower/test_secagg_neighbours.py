@@ -217,3 +217,19 @@ def test_the_strategy_runs_each_group_over_the_sparse_graph_when_asked(plan_path
     strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
     assert strategy.stats.withheld == 0 and strategy.joined == [40, 40]
     assert {secagg_mod.secaggplus_view(grid.contexts[n])["share_number"] for n in grid.node_ids} == {13}
+
+
+def test_hdp_plan_flower_sparse_graph_runs_and_says_so(plan_path, tmp_path):
+    """``hdp-plan flower --sparse-graph``: the simulated nodes accept the rule's graph, the run releases, and its
+    metrics name the graph and the server it needs; without secagg the option is refused in one line."""
+    from hdp_planner_flower.simulation import FlowerConfig, run_flower
+
+    cfg = FlowerConfig(plan=str(plan_path), dataset="digits", clients=N, rounds=1, trust="secagg", in_process=True,
+                       ledger="none", node_state=str(tmp_path / "nodes"), sparse_graph=True,
+                       diagnostics=True)  # fmt: skip
+    metrics = run_flower(cfg, progress=lambda line: None)
+    assert "sparse neighbour graph (honest-but-curious server)" in metrics["secagg"]["masks"]
+    assert metrics["joined_per_round_mean"] == [40.0, 40.0]  # every node accepted the graph and replied
+    out = CliRunner().invoke(cli_app, ["flower", str(plan_path), "--trust", "server", "--sparse-graph",
+                                       "--override-trust", "--in-process", "--ledger", "none"])  # fmt: skip
+    assert out.exit_code != 0 and "--sparse-graph" in out.output and "Traceback" not in out.output
