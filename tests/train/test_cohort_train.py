@@ -154,3 +154,15 @@ def test_bad_input_is_one_line(cohort_plan, kw, message):
     with pytest.raises(TrainError, match=message) as exc:
         validate_config(_cfg(cohort_plan, None, noise="seeded", **kw))
     assert "\n" not in str(exc.value)
+
+
+def test_compare_trains_the_grid_with_cohorts(tmp_path):
+    out = tmp_path / "grid"
+    result = runner.invoke(app, ["compare", "--dataset", "digits", "--methods", "gdpfed+", "--seeds", "1", "--rounds",
+                                 "2", "--trust", "secagg", "--hide-sample", "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "gdpfed+" / "seed0" / "run.json").read_text())
+    hidden = json.loads((out / "plan.json").read_text())["hidden_participation"]["rows"]["GDPFed+"]
+    assert row["hidden_participation"] and row["noise_lambda_planned"] == pytest.approx(hidden["lambda_cohort"])
+    refused = runner.invoke(app, ["compare", "--dataset", "digits", "--hide-sample", "--out", str(tmp_path / "x")])
+    assert refused.exit_code == 2 and "needs --trust secagg" in refused.output
