@@ -31,7 +31,7 @@ from hdp_planner.planning.plan import Plan
 from hdp_planner_flower.masks import MASK_MODULUS
 from hdp_planner_flower.membership import default_groups, groups_from_file
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupSpec, method_spec
-from hdp_planner_train.rules.secagg import planned_groups
+from hdp_planner_train.rules.cohort import planned_secure
 
 
 class RoundRefused(ValueError):
@@ -106,6 +106,11 @@ class PinnedPlan:
             if not math.isclose(float(rules[key]), want, rel_tol=1e-12):
                 raise RoundRefused(f"the server announces {key} {float(rules[key])!r}, the plan has {want!r}")
         size = int(rules["run-size"])
+        cohort = spec.secagg.cohorts[m] if spec.secagg.cohorts is not None else None
+        if cohort is not None and not (size == cohort.cohort and math.isclose(float(rules["coin"]), cohort.coin,
+                                                                              rel_tol=1e-12)):  # fmt: skip
+            raise RoundRefused(f"the server announces a cohort of {size} with coin {float(rules['coin'])!r}; the plan "
+                               f"has {cohort.cohort} and {cohort.coin!r}")  # fmt: skip
         if not sampled == share_number == size:
             raise RoundRefused(f"the server announces a run of {size} clients; SecAgg+ shows {sampled} sampled and "
                                f"{share_number} shares (a full neighbour graph is required)")  # fmt: skip
@@ -147,7 +152,7 @@ def load_pinned(pin: Pin) -> PinnedPlan:
     """Read, hash-check and verify the pinned plan (once per process)."""
     digest, plan, doc = read_pinned(pin)
     try:
-        spec = planned_groups(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])
+        spec = planned_secure(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])
     except ValueError as exc:
         raise RoundRefused(str(exc)) from None
     trust = trust_from_dict(doc)

@@ -37,6 +37,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from hdp_planner.distributed.coins import choose_cohort
 from hdp_planner.distributed.encoding import top_up
 from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner.planning.plan import Plan
@@ -105,6 +106,7 @@ class HdpStrategy(Strategy):
         self.client_of_node: dict[int, int] = {}
         self.node_clients = node_clients  # node id → client id from the deployment's registry: no enrolment round
         self.members: list[list[int]] = []  # node ids of each group, in client-id order
+        self.used: list[np.ndarray] = []  # hidden participation: each client's cohorts named so far, per group
         self.sent: dict[int, int] = {}  # node id → group, this round
         self.joined: list[int] = []
         self.arrays = ArrayRecord()
@@ -168,6 +170,12 @@ class HdpStrategy(Strategy):
         drawn = [poisson_sample(self.uniform, size + e, q) for size, e, q in zip(sizes, extra, self.spec.q)]
         if self.auditor is not None:
             drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
+        if self.spec.secagg is not None and self.spec.secagg.cohorts is not None:  # public cohorts: the rotation
+            if not self.used:
+                self.used = [np.zeros(len(nodes), np.int64) for nodes in self.members]
+            drawn = [choose_cohort(u, g.cohort, self.uniform) for u, g in zip(self.used, self.spec.secagg.cohorts)]
+            for u, idx in zip(self.used, drawn):
+                u[idx] += 1
         picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
         self.joined = [len(p) for p in picked]
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
@@ -189,6 +197,8 @@ class HdpStrategy(Strategy):
         if self.trust == "secagg":
             rules.update({"q": float(spec.q[m]), "method": spec.method, "plan-sha256": self.plan_sha256})
             rules["run-size"] = self.joined[m]
+            if spec.secagg.cohorts is not None:  # hidden participation: the member's coin (its cohort is the run)
+                rules["coin"] = float(spec.secagg.cohorts[m].coin)
         return ConfigRecord(rules)
 
     def configure_train(

@@ -24,7 +24,7 @@ from hdp_planner.ledger.composition import GroupRound
 from hdp_planner.planfile.cohorts import GROUP_FIELDS, KEY, verify_hidden
 from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner.rules.noise import SecureRandom
-from hdp_planner_train.rules.secagg import SecaggSpec
+from hdp_planner_train.rules.secagg import SecaggSpec, planned_groups
 
 COIN_STREAM = 0xC0
 """The seeded simulation's coins: SeedSequence([seed, round, group, COIN_STREAM]) (secure runs: the OS's CSPRNG)."""
@@ -54,6 +54,13 @@ def planned_cohorts(doc: dict, plan, spec, method: str, dropout: float = 0.0):
     secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), laws, dropout,
                         entry["lambda_cohort"], cohorts=groups)  # fmt: skip
     return dataclasses.replace(spec, noise_multiplier=tuple(g.noise_multiplier for g in groups), secagg=secagg)
+
+
+def planned_secure(doc: dict, plan, spec, method: str, dropout: float = 0.0):
+    """``spec`` under secure aggregation as the plan file says to run it: with public cohorts where it was solved
+    with ``--hide-sample`` (:func:`planned_cohorts`), else with the server's Poisson sample
+    (:func:`~hdp_planner_train.rules.secagg.planned_groups`)."""
+    return (planned_cohorts if is_cohort_plan(doc) else planned_groups)(doc, plan, spec, method, dropout)
 
 
 def cohort_round(

@@ -32,8 +32,7 @@ from hdp_planner_train.rules.aggregate import (
     round_seed,
     sample_round,
 )
-from hdp_planner_train.rules.cohort import cohort_round, epsilon_spent, is_cohort_plan, planned_cohorts
-from hdp_planner_train.rules.secagg import planned_groups
+from hdp_planner_train.rules.cohort import cohort_round, epsilon_spent, planned_secure
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.simulator.engines import (
     ENGINES,
@@ -86,10 +85,8 @@ def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
                          "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
     if not 0 <= cfg.dropout < 1:
         raise TrainError(f"--dropout must lie in [0, 1), got {cfg.dropout}")
-    doc = read_document(cfg.plan)
-    build = planned_cohorts if is_cohort_plan(doc) else planned_groups
     try:
-        return build(doc, plan, spec, METHOD_NAMES[spec.method], cfg.dropout)
+        return planned_secure(read_document(cfg.plan), plan, spec, METHOD_NAMES[spec.method], cfg.dropout)
     except ValueError as exc:
         raise TrainError(str(exc).replace("this plan", cfg.plan)) from None
 
