@@ -52,12 +52,18 @@ def share_mod(pin: Pin | None = None, masked: bool = True):
         m = pinned.check(rules, client=cid, **(secaggplus_view(ctxt) if masked else announced_view(rules, pinned)))
         admit_round(chosen, ctxt, server_round=int(rules["server-round"]), secure=True)
         sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
-        reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg), ctxt)
         spec, rnd = pinned.spec, int(rules["server-round"]) - 1
         cohorts = spec.secagg.cohorts
-        if reply.has_error() and cohorts is None:
+        try:
+            reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg),
+                              ctxt)  # fmt: skip
+        except Exception:
+            if cohorts is None:
+                raise
+            reply = None
+        if cohorts is None and reply.has_error():
             return reply
-        if reply.has_error():  # a cohort member that failed to train sends its share alone: dropouts hide no coin
+        if reply is None or reply.has_error():  # a cohort member that failed to train sends its share alone
             delta, coin = np.zeros(spec.secagg.model_dim), 0
         else:
             delta = (flatten(reply.content[ARRAYS]) - flatten(sent)).double().numpy()

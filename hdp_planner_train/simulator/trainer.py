@@ -104,6 +104,7 @@ def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> 
             "cohort": [g.cohort for g in sa.cohorts], "coin": [g.coin for g in sa.cohorts],
             "memberships": [g.memberships for g in sa.cohorts],
             "epsilon_server": [epsilon_spent(sa, m, rounds=rounds, delta=delta) for m in groups],
+            "coins": "OS CSPRNG" if withheld is None else "seeded: a simulation's, regenerated from the seed",
             **({"group_rounds_withheld": withheld} if withheld is not None else {}),
         }  # fmt: skip
     doc = {

@@ -161,6 +161,19 @@ def test_hdp_plan_flower_in_process_runs_a_cohort_plan(cohort_plan, tmp_path):
     sa = metrics["secagg"]
     row = read_document(cohort_plan)["hidden_participation"]["rows"]["GDPFed+"]
     assert sa["hidden_participation"] and sa["cohort"] == row["cohort"]
-    assert sa["participation_cap"] == [2, 2, 2]
+    assert sa["participation_cap"] == [2, 2, 2] and sa["coins"] == "OS CSPRNG"
     assert all(e <= b * (1 + 1e-9) for e, b in zip(sa["epsilon_server"], (1.0, 2.0, 4.0)))
     assert metrics["noise_lambda_planned"] == pytest.approx(row["lambda_cohort"])
+
+
+def test_a_member_whose_training_fails_sends_its_share_and_does_not_drop_out(cohort_plan, tmp_path):
+    """A failure must not look like tails' absence: the member still sends its noise share (a zero contribution)."""
+
+    def failing(msg: Message, context: Context) -> Message:
+        raise RuntimeError("out of memory")
+
+    grid = InProcessGrid(client_app(failing, pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
+    strategy = strategy_for(cohort_plan)
+    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    assert strategy.stats.withheld == 0
+    assert not any(r.has_error() for r in grid.received)

@@ -111,6 +111,7 @@ def test_a_cohort_run_aggregates_the_named_cohorts_and_charges_the_planned_epsil
     metrics = run(_cfg(cohort_plan, None, noise="seeded", ledger=str(ledger)))
     trust = metrics["trust"]
     assert trust["hidden_participation"] and trust["cohort"] == row["cohort"] and trust["coin"] == row["coin"]
+    assert trust["coins"].startswith("seeded")  # a simulation's coins, regenerated from the seed, and said so
     assert metrics["joined_per_round_mean"] == [float(m) for m in row["cohort"]]  # members, never the heads
     assert trust["epsilon_server"] == pytest.approx(row["epsilon_server"], rel=1e-9)
     assert all(e <= b * (1 + 1e-9) for e, b in zip(trust["epsilon_server"], BUDGETS))
