@@ -167,3 +167,12 @@ def test_compare_trains_the_grid_with_cohorts(tmp_path):
     assert row["hidden_participation"] and row["noise_lambda_planned"] == pytest.approx(hidden["lambda_cohort"])
     refused = runner.invoke(app, ["compare", "--dataset", "digits", "--hide-sample", "--out", str(tmp_path / "x")])
     assert refused.exit_code == 2 and "needs --trust secagg" in refused.output
+
+
+def test_a_resumed_run_keeps_every_clients_memberships(cohort_plan, tmp_path):
+    """The checkpoint holds the clients' membership counts: one round then a resumed second equals two rounds."""
+    whole = run(_cfg(cohort_plan, tmp_path / "whole", noise="seeded", rounds=2))
+    run(_cfg(cohort_plan, tmp_path / "split", noise="seeded", rounds=1))
+    resumed = run(_cfg(cohort_plan, tmp_path / "split", noise="seeded", rounds=2, resume=True))
+    assert resumed["final_accuracy"] == whole["final_accuracy"]
+    assert resumed["noise_lambda_measured"] == whole["noise_lambda_measured"]
