@@ -177,3 +177,22 @@ def test_a_member_whose_training_fails_sends_its_share_and_does_not_drop_out(coh
     strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
     assert strategy.stats.withheld == 0
     assert not any(r.has_error() for r in grid.received)
+
+
+def test_members_past_their_groups_k_memberships_refuse(cohort_plan, tmp_path):
+    """Each node counts its cohort memberships in its own state: past its group's K it refuses, as a dropout."""
+    from hdp_planner.ledger.store import GroupRound
+    from hdp_planner_flower.node_state import NodeState, Terms
+
+    cohorts = strategy_for(cohort_plan).spec.secagg.cohorts
+    k = cohorts[0].memberships
+    assert all(g.memberships == k for g in cohorts)
+    for i in range(N):
+        for r in range(k):
+            NodeState(tmp_path, i).admit(plan_sha256=file_sha256(cohort_plan), run_id=7, server_round=r + 1,
+                                         terms=Terms((GroupRound(0.1, 50.0),) * k, 1e-5, k, 9.0))  # fmt: skip
+    grid = InProcessGrid(client_app(pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
+    strategy = strategy_for(cohort_plan)
+    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    assert strategy.stats.withheld == 3
+    assert any(r.has_error() and f"cap K = {k}" in r.error.reason for r in grid.received)
