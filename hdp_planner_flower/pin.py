@@ -10,7 +10,8 @@ least t_m shares, and a strict majority: with Flower's SecAgg+, which has no con
 c/2 lets a server that tells two halves different dropouts rebuild both of a client's secrets), and the quantization
 settings of the exact integer path. Its share is sized from the plan's law alone, never from a count the server
 announces. It keeps its participations per plan hash in its node state (:mod:`.node_state`) and refuses past the plan's
-cap K.
+cap K. With hidden participation (``--hide-sample``) it also checks the announced cohort size and coin against its
+group's m and p, and its cap is its group's K cohort memberships.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ user's train function with the ordinary message (``arrays``, ``hdp``, ``train`` 
 for the integer message y mod 2^b, its share sized by the plan's law of its group alone. With SecAgg+'s clipping range
 2^(b−1), quantization range 2^b, modulus 2^32, weight 1 and maximum weight 1, its quantizer maps that reply back to y
 exactly, so the server's unmasked sum is Σy modulo 2^b bit for bit. Nothing else travels: no metrics, a constant example
-count.
+count. In a cohort round (a plan solved with ``--hide-sample``) the member's private coin, from the OS's CSPRNG,
+multiplies its rounded update before its share is added (:mod:`hdp_planner.distributed.coins`): heads and tails send
+the same message; a member whose training fails sends its share alone.
 """
 
 from __future__ import annotations

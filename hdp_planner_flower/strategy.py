@@ -14,7 +14,9 @@ joined count c_m, and turns the replies into the groups' noisy sums y_m;
   plan's law of its group), masked; the server learns only the sum of the survivors (at least the group's t_m of
   them, or SecAgg+ releases nothing) and who was sampled and replied; it tops the sum up to the law's N shares.
   ``spec`` is then the plan's trust object's (:func:`hdp_planner_train.rules.secagg.planned_groups`) and each
-  client checks the round against the plan it pinned (:mod:`.pin`).
+  client checks the round against the plan it pinned (:mod:`.pin`). A plan solved with ``--hide-sample`` names each
+  group's public cohort instead of sampling (:meth:`HdpStrategy.name_cohorts`): its members train, flip private
+  coins and send one masked vector each (:mod:`hdp_planner.distributed.coins`).
 
 Nodes are mapped to groups by the server alone: an enrolment query asks every node for its client id (node config
 ``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
@@ -163,23 +165,31 @@ class HdpStrategy(Strategy):
         )
 
     def sample(self, server_round: int) -> list[list[int]]:
-        """Poisson-sample every group's nodes with q_m (OS entropy); remembers who was sent what. With the audit, a
+        """Poisson-sample every group's nodes with q_m (OS entropy), or name its cohort (:meth:`name_cohorts`);
+        remembers who was sent what. With the audit, a
         group's canaries are drawn with its nodes (:meth:`~hdp_planner_train.audit.canaries.CanaryAuditor.take`)."""
         sizes = [len(nodes) for nodes in self.members]
-        extra = self.auditor.extra if self.auditor is not None else (0,) * len(sizes)
-        drawn = [poisson_sample(self.uniform, size + e, q) for size, e, q in zip(sizes, extra, self.spec.q)]
-        if self.auditor is not None:
-            drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
-        if self.spec.secagg is not None and self.spec.secagg.cohorts is not None:  # public cohorts: the rotation
-            if not self.used:
-                self.used = [np.zeros(len(nodes), np.int64) for nodes in self.members]
-            drawn = [choose_cohort(u, g.cohort, self.uniform) for u, g in zip(self.used, self.spec.secagg.cohorts)]
-            for u, idx in zip(self.used, drawn):
-                u[idx] += 1
+        if self.spec.secagg is not None and self.spec.secagg.cohorts is not None:
+            drawn = self.name_cohorts()
+        else:
+            extra = self.auditor.extra if self.auditor is not None else (0,) * len(sizes)
+            drawn = [poisson_sample(self.uniform, size + e, q) for size, e, q in zip(sizes, extra, self.spec.q)]
+            if self.auditor is not None:
+                drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
         picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
         self.joined = [len(p) for p in picked]
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
         return picked
+
+    def name_cohorts(self) -> list[np.ndarray]:
+        """Hidden participation: each group's public cohort, m_g of its nodes by the random rotation
+        (:func:`~hdp_planner.distributed.coins.choose_cohort`, OS entropy), counted in ``used``."""
+        if not self.used:
+            self.used = [np.zeros(len(nodes), np.int64) for nodes in self.members]
+        named = [choose_cohort(u, g.cohort, self.uniform) for u, g in zip(self.used, self.spec.secagg.cohorts)]
+        for u, idx in zip(self.used, named):
+            u[idx] += 1
+        return named
 
     def rules(self, server_round: int, m: int) -> ConfigRecord:
         """What group m's sampled nodes are told this round (under secagg a pinned client checks every field; the
