@@ -129,7 +129,7 @@ def prepare_plan(
         unplanned = [m for m in cfg.methods if secure_form(plan, doc, m) is False]
         if unplanned:
             hidden = " with cohorts under the caps" if cfg.hide_sample else ""
-            raise ValueError(f"{unplanned[0]} has no distributed form{hidden} under --trust secagg")
+            raise ValueError(f"{unplanned[0]} has no distributed form under --trust secagg{hidden}")
     if problems:
         raise ValueError(f"internal check failed, no plan written: {problems[0]}")
     check_grid_folder(cfg, doc)
