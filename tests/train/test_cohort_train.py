@@ -157,6 +157,7 @@ def test_bad_input_is_one_line(cohort_plan, kw, message):
     assert "\n" not in str(exc.value)
 
 
+@pytest.mark.slow
 def test_compare_trains_the_grid_with_cohorts(tmp_path):
     out = tmp_path / "grid"
     result = runner.invoke(app, ["compare", "--dataset", "digits", "--methods", "gdpfed+", "--seeds", "1", "--rounds",
@@ -169,6 +170,7 @@ def test_compare_trains_the_grid_with_cohorts(tmp_path):
     assert refused.exit_code == 2 and "needs --trust secagg" in refused.output
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_every_clients_memberships(cohort_plan, tmp_path):
     """The checkpoint holds the clients' membership counts: one round then a resumed second equals two rounds."""
     whole = run(_cfg(cohort_plan, tmp_path / "whole", noise="seeded", rounds=2))
