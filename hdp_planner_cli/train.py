@@ -14,9 +14,13 @@ from hdp_planner_cli.console import out as console
 from hdp_planner_cli.console import result_out as _out
 from hdp_planner_cli.options import (
     Bits,
+    CliError,
+    CohortMultiple,
     Colluders,
     DatasetOpt,
     GroupsFile,
+    HideSample,
+    MaxCohort,
     ModelOpt,
     OverrideTrust,
     Participations,
@@ -24,6 +28,7 @@ from hdp_planner_cli.options import (
     build_baselines,
     build_request,
 )
+from hdp_planner_cli.plan import check_hidden_options
 from hdp_planner_train import TORCH_HINT
 
 
@@ -305,6 +310,9 @@ def compare(
     dropout: Annotated[
         float, typer.Option("--dropout", help="secagg: probability that a sampled client drops out (simulated).")
     ] = 0.0,
+    hide_sample: HideSample = False,
+    max_cohort: MaxCohort = None,
+    cohort_multiple: CohortMultiple = None,
     ledger: Annotated[
         str | None,
         typer.Option(
@@ -358,6 +366,7 @@ def compare(
         d = model_dim(dataset, data.num_classes, model) if trust == "secagg" else None
         trust_model = TrustModel(kind=trust, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
                                  participations=participations, model_dim=d)  # fmt: skip
+        check_hidden_options(trust_model, hide_sample, max_cohort, cohort_multiple)
         if resume and overwrite:
             raise ValueError("--resume continues the grid in --out, --overwrite replaces it: choose one")
         groups, config = build_request(
@@ -381,7 +390,8 @@ def compare(
             raise ValueError(f"--n {config.n} but the {dataset} partition has {data.n_clients} clients")
         every = max(1, min(5, config.rounds // 10)) if eval_every is None else eval_every
         cfg = CompareConfig(dataset, chosen, seeds, out, data_dir, dirichlet, engine, device, every, resume,
-                            shards, audit, model, precision, trust_model, dropout, ledger, overwrite)  # fmt: skip
+                            shards, audit, model, precision, trust_model, dropout, ledger, overwrite, hide_sample,
+                            max_cohort, cohort_multiple)  # fmt: skip
 
         def report(line: str) -> None:
             done.append(line)
@@ -393,7 +403,7 @@ def compare(
             rows = run_grid(cfg, plan_path, report)
             summary = summarize(dataset, cfg.methods, rows)
             paths = write_results(cfg, rows, summary)
-    except (ValueError, OSError, KeyError) as exc:
+    except (ValueError, OSError, KeyError, CliError) as exc:
         _fail(str(exc) or type(exc).__name__)
         return
     except KeyboardInterrupt:

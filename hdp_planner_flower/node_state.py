@@ -38,7 +38,7 @@ from hdp_planner_flower.mods import client_id
 from hdp_planner_flower.pin import Pin, RoundRefused, read_pinned
 from hdp_planner_flower.records import HDP
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
-from hdp_planner_train.rules.secagg import planned_groups
+from hdp_planner_train.rules.cohort import planned_secure
 from hdp_planner_train.simulator.scaffold import planned_costs
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
@@ -173,7 +173,7 @@ def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
         membership, budgets = plan_clients(plan, row, doc, pin.groups)
         spec = method_spec(plan, pin.method)
         if secure:
-            spec = planned_groups(doc, plan, spec, row)
+            spec = planned_secure(doc, plan, spec, row)
     except ValueError as exc:
         raise RoundRefused(str(exc).splitlines()[0]) from None
     if str(client) not in membership:
@@ -181,6 +181,8 @@ def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
     m, rounds = membership[str(client)], plan.config.rounds
     costs = tuple(r[m] for r in planned_costs(plan, spec, row, 0, rounds))
     cap = trust_from_dict(doc).participations or rounds
+    if spec.secagg is not None and spec.secagg.cohorts is not None:  # hidden participation: K_m cohort memberships
+        cap = spec.secagg.cohorts[m].memberships
     return Terms(costs, plan.config.delta, cap, budgets[str(client)])
 
 

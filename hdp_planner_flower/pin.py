@@ -12,7 +12,8 @@ settings of the exact integer path. A node that accepts a sparse neighbour graph
 server to follow the protocol) also accepts exactly the degree and threshold of
 :func:`hdp_planner.distributed.neighbours.sparse_graph` for a run of c, and nothing else. Its share is sized from the
 plan's law alone, never from a count the server announces. It keeps its participations per plan hash in its node state
-(:mod:`.node_state`) and refuses past the plan's cap K.
+(:mod:`.node_state`) and refuses past the plan's cap K. With hidden participation (``--hide-sample``) it also checks
+the announced cohort size and coin against its group's m and p, and its cap is its group's K cohort memberships.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from hdp_planner.planning.plan import Plan
 from hdp_planner_flower.masks import MASK_MODULUS
 from hdp_planner_flower.membership import default_groups, groups_from_file
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupSpec, method_spec
-from hdp_planner_train.rules.secagg import planned_groups
+from hdp_planner_train.rules.cohort import planned_secure
 
 
 class RoundRefused(ValueError):
@@ -116,6 +117,11 @@ class PinnedPlan:
             if not math.isclose(float(rules[key]), want, rel_tol=1e-12):
                 raise RoundRefused(f"the server announces {key} {float(rules[key])!r}, the plan has {want!r}")
         size = int(rules["run-size"])
+        cohort = spec.secagg.cohorts[m] if spec.secagg.cohorts is not None else None
+        if cohort is not None and not (size == cohort.cohort and math.isclose(float(rules["coin"]), cohort.coin,
+                                                                              rel_tol=1e-12)):  # fmt: skip
+            raise RoundRefused(f"the server announces a cohort of {size} with coin {float(rules['coin'])!r}; the plan "
+                               f"has {cohort.cohort} and {cohort.coin!r}")  # fmt: skip
         if sampled != size:
             raise RoundRefused(f"the server announces a run of {size} clients; SecAgg+ shows {sampled} sampled")
         if not spec.secagg.survivors > 0.5:
@@ -174,7 +180,7 @@ def load_pinned(pin: Pin) -> PinnedPlan:
     """Read, hash-check and verify the pinned plan (once per process)."""
     digest, plan, doc = read_pinned(pin)
     try:
-        spec = planned_groups(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])
+        spec = planned_secure(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])
     except ValueError as exc:
         raise RoundRefused(str(exc)) from None
     trust = trust_from_dict(doc)

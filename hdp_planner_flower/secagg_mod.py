@@ -9,11 +9,14 @@ user's train function with the ordinary message (``arrays``, ``hdp``, ``train`` 
 for the integer message y mod 2^b, its share sized by the plan's law of its group alone. With SecAgg+'s clipping range
 2^(b−1), quantization range 2^b, modulus 2^32, weight 1 and maximum weight 1, its quantizer maps that reply back to y
 exactly, so the server's unmasked sum is Σy modulo 2^b bit for bit. Nothing else travels: no metrics, a constant example
-count.
+count. In a cohort round (a plan solved with ``--hide-sample``) the member's private coin, from the OS's CSPRNG,
+multiplies its rounded update before its share is added (:mod:`hdp_planner.distributed.coins`): heads and tails send
+the same message; a member whose training fails sends its share alone.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp.typing import ClientAppCallable
@@ -21,6 +24,7 @@ from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
 from flwr.compat.common import recorddict_compat as compat
 
+from hdp_planner.distributed.coins import flip
 from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner_flower.masks import MASK_MODULUS, secure_masks
 from hdp_planner_flower.mods import client_id
@@ -50,15 +54,26 @@ def share_mod(pin: Pin | None = None, masked: bool = True):
         m = pinned.check(rules, client=cid, **(secaggplus_view(ctxt) if masked else announced_view(rules, pinned)))
         admit_round(chosen, ctxt, server_round=int(rules["server-round"]), secure=True)
         sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
-        reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg), ctxt)
-        if reply.has_error():
-            return reply
-        delta = (flatten(reply.content[ARRAYS]) - flatten(sent)).double().numpy()
         spec, rnd = pinned.spec, int(rules["server-round"]) - 1
+        cohorts = spec.secagg.cohorts
+        try:
+            reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg),
+                              ctxt)  # fmt: skip
+        except Exception:
+            if cohorts is None:
+                raise
+            reply = None
+        if cohorts is None and reply.has_error():
+            return reply
+        if reply is None or reply.has_error():  # a cohort member that failed to train sends its share alone
+            delta, coin = np.zeros(spec.secagg.model_dim), 0
+        else:
+            delta = (flatten(reply.content[ARRAYS]) - flatten(sent)).double().numpy()
+            coin = 1 if cohorts is None else int(flip(cohorts[m].coin, SecureBits()))  # the member's private coin
         if delta.shape != (spec.secagg.model_dim,):
             raise ValueError(f"no share to send: the update has {delta.size} values, the plan's d is "
                              f"{spec.secagg.model_dim}")  # fmt: skip
-        y = client_message(delta, round_plan(spec.secagg, rnd=rnd, group=m), SecureBits())  # sized by the plan alone
+        y = client_message(delta, round_plan(spec.secagg, rnd=rnd, group=m), SecureBits(), coin)  # the plan's share
         shifted = y - float(1 << (spec.secagg.bits - 1))
         res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([shifted]), num_examples=1, metrics={})
         return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)

@@ -318,17 +318,21 @@ def node_state(cfg: FlowerConfig) -> Iterator[str]:
 
 def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     """The trainer's secure-aggregation block (ε against third parties, and against the server with every round a
-    participation) and ε against the server at the clients' cap K (each pinned client refuses past K)."""
+    participation) and ε against the server at the clients' cap K (each pinned client refuses past K); with hidden
+    participation, the cohorts' block and each group's cap K_m."""
     from hdp_planner.planfile.document import read_document
     from hdp_planner.planfile.trust import trust_from_dict
     from hdp_planner_train.rules.secagg import epsilon_server_spent
     from hdp_planner_train.simulator.trainer import secagg_metrics
 
-    cap = min(trust_from_dict(read_document(p.cfg.plan)).participations or rounds, rounds)
     block = {k: v for k, v in secagg_metrics(p.plan, p.spec, rounds, None).items() if k != "dropout_simulated"}
-    block["participation_cap"] = cap
-    block["epsilon_server"] = [epsilon_server_spent(p.spec, m, participations=cap, delta=p.plan.config.delta)
-                               for m in range(len(p.spec.sizes))]  # fmt: skip
+    if p.spec.secagg.cohorts is None:
+        cap = min(trust_from_dict(read_document(p.cfg.plan)).participations or rounds, rounds)
+        block["participation_cap"] = cap
+        block["epsilon_server"] = [epsilon_server_spent(p.spec, m, participations=cap, delta=p.plan.config.delta)
+                                   for m in range(len(p.spec.sizes))]  # fmt: skip
+    else:  # hidden participation: the cohort block's ε against the server, at min(rounds, K_m) memberships
+        block["participation_cap"] = [min(g.memberships, rounds) for g in p.spec.secagg.cohorts]
     graph = "sparse neighbour graph (honest-but-curious server)" if p.cfg.sparse_graph else "full neighbour graph"
     block["masks"] = (
         f"Flower SecAgg+, {graph}, masks expanded with ChaCha20"

@@ -14,7 +14,9 @@ joined count c_m, and turns the replies into the groups' noisy sums y_m;
   plan's law of its group), masked; the server learns only the sum of the survivors (at least the group's t_m of
   them, or SecAgg+ releases nothing) and who was sampled and replied; it tops the sum up to the law's N shares.
   ``spec`` is then the plan's trust object's (:func:`hdp_planner_train.rules.secagg.planned_groups`) and each
-  client checks the round against the plan it pinned (:mod:`.pin`).
+  client checks the round against the plan it pinned (:mod:`.pin`). A plan solved with ``--hide-sample`` names each
+  group's public cohort instead of sampling (:meth:`HdpStrategy.name_cohorts`): its members train, flip private
+  coins and send one masked vector each (:mod:`hdp_planner.distributed.coins`).
 
 Nodes are mapped to groups by the server alone: an enrolment query asks every node for its client id (node config
 ``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
@@ -37,6 +39,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from hdp_planner.distributed.coins import choose_cohort
 from hdp_planner.distributed.encoding import top_up
 from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner.planning.plan import Plan
@@ -107,6 +110,7 @@ class HdpStrategy(Strategy):
         self.client_of_node: dict[int, int] = {}
         self.node_clients = node_clients  # node id → client id from the deployment's registry: no enrolment round
         self.members: list[list[int]] = []  # node ids of each group, in client-id order
+        self.used: list[np.ndarray] = []  # hidden participation: each client's cohorts named so far, per group
         self.sent: dict[int, int] = {}  # node id → group, this round
         self.joined: list[int] = []
         self.arrays = ArrayRecord()
@@ -163,17 +167,31 @@ class HdpStrategy(Strategy):
         )
 
     def sample(self, server_round: int) -> list[list[int]]:
-        """Poisson-sample every group's nodes with q_m (OS entropy); remembers who was sent what. With the audit, a
+        """Poisson-sample every group's nodes with q_m (OS entropy), or name its cohort (:meth:`name_cohorts`);
+        remembers who was sent what. With the audit, a
         group's canaries are drawn with its nodes (:meth:`~hdp_planner_train.audit.canaries.CanaryAuditor.take`)."""
         sizes = [len(nodes) for nodes in self.members]
-        extra = self.auditor.extra if self.auditor is not None else (0,) * len(sizes)
-        drawn = [poisson_sample(self.uniform, size + e, q) for size, e, q in zip(sizes, extra, self.spec.q)]
-        if self.auditor is not None:
-            drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
+        if self.spec.secagg is not None and self.spec.secagg.cohorts is not None:
+            drawn = self.name_cohorts()
+        else:
+            extra = self.auditor.extra if self.auditor is not None else (0,) * len(sizes)
+            drawn = [poisson_sample(self.uniform, size + e, q) for size, e, q in zip(sizes, extra, self.spec.q)]
+            if self.auditor is not None:
+                drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
         picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
         self.joined = [len(p) for p in picked]
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
         return picked
+
+    def name_cohorts(self) -> list[np.ndarray]:
+        """Hidden participation: each group's public cohort, m_g of its nodes by the random rotation
+        (:func:`~hdp_planner.distributed.coins.choose_cohort`, OS entropy), counted in ``used``."""
+        if not self.used:
+            self.used = [np.zeros(len(nodes), np.int64) for nodes in self.members]
+        named = [choose_cohort(u, g.cohort, self.uniform) for u, g in zip(self.used, self.spec.secagg.cohorts)]
+        for u, idx in zip(self.used, named):
+            u[idx] += 1
+        return named
 
     def rules(self, server_round: int, m: int) -> ConfigRecord:
         """What group m's sampled nodes are told this round (under secagg a pinned client checks every field; the
@@ -191,6 +209,8 @@ class HdpStrategy(Strategy):
         if self.trust == "secagg":
             rules.update({"q": float(spec.q[m]), "method": spec.method, "plan-sha256": self.plan_sha256})
             rules["run-size"] = self.joined[m]
+            if spec.secagg.cohorts is not None:  # hidden participation: the member's coin (its cohort is the run)
+                rules["coin"] = float(spec.secagg.cohorts[m].coin)
         return ConfigRecord(rules)
 
     def configure_train(

@@ -137,20 +137,23 @@ def conditional_round(y: np.ndarray, bound: float, bits: Bits) -> np.ndarray:
 
 
 def integer_message(
-    update: np.ndarray, *, encoding: Encoding, signs: np.ndarray, share_sigma2: int, bits: Bits
+    update: np.ndarray, *, encoding: Encoding, signs: np.ndarray, share_sigma2: int, bits: Bits, coin: int = 1
 ) -> np.ndarray:
     """A client's integer vector before the modulus: its update clipped, rotated, scaled, conditionally rounded,
-    plus a discrete Gaussian noise share N_Z(0, σ²_share) per coordinate."""
+    times ``coin`` (a cohort member's private coin, 1 or 0: :mod:`.coins`), plus a discrete Gaussian noise share
+    N_Z(0, σ²_share) per coordinate."""
     if update.shape != (encoding.dim,):
         raise ValueError(f"update has shape {update.shape}, expected ({encoding.dim},)")
     scaled = rotate(clip(np.asarray(update, dtype=np.float64), encoding.clip), signs) / encoding.gamma
     rounded = conditional_round(scaled, encoding.norm_bound, bits)
-    return rounded + discrete_gaussian(bits, share_sigma2, encoding.padded)
+    return rounded * coin + discrete_gaussian(bits, share_sigma2, encoding.padded)
 
 
-def encode(update: np.ndarray, *, encoding: Encoding, signs: np.ndarray, share_sigma2: int, bits: Bits) -> np.ndarray:
+def encode(
+    update: np.ndarray, *, encoding: Encoding, signs: np.ndarray, share_sigma2: int, bits: Bits, coin: int = 1
+) -> np.ndarray:
     """A client's message: :func:`integer_message` modulo 2^b (int64 in [0, 2^b))."""
-    message = integer_message(update, encoding=encoding, signs=signs, share_sigma2=share_sigma2, bits=bits)
+    message = integer_message(update, encoding=encoding, signs=signs, share_sigma2=share_sigma2, bits=bits, coin=coin)
     return np.mod(message, encoding.modulus)
 
 

@@ -39,6 +39,9 @@ def check_auditable(spec: GroupSpec) -> None:
         raise ValueError(f"--audit: {spec.method} adds no noise, there is nothing to audit (ε = ∞)")
     if spec.schedule:
         raise ValueError(f"--audit: {spec.method}'s σ changes over rounds; the audit fits one σ per group")
+    if spec.secagg is not None and spec.secagg.cohorts is not None:
+        raise ValueError("--audit: the canaries' test assumes the server's Poisson sample; it does not model private "
+                         "coins in public cohorts (plans solved with --hide-sample)")  # fmt: skip
     if spec.secagg is not None and spec.secagg.dropout:
         raise ValueError("--audit: with --dropout a dropped canary would count as inserted; audit with --dropout 0")
 

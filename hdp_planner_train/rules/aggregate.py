@@ -44,6 +44,7 @@ from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.planfile.mechanism import ExecutedMechanism, executed_mechanism
 from hdp_planner.planning.plan import Phase, Plan, Projection
 from hdp_planner.rules.noise import SecureRandom, clip_factor, noise_share_std, poisson_sample, secure_normal
+from hdp_planner_train.rules.cohort import member_coins
 from hdp_planner_train.rules.secagg import SecaggSpec, group_sum, round_sources
 
 
@@ -348,7 +349,10 @@ def aggregate(
         ys, noises, silent = [], [], set()
         for m, (r, _) in enumerate(clipped_rows):
             bits, dropouts = round_sources(source.kind, getattr(source, "seed", None), rnd, m)
-            out = group_sum(r, spec=spec.secagg, rnd=rnd, group=m, bits=bits, dropouts=dropouts) if r.shape[0] else None
+            coins = None if spec.secagg.cohorts is None else member_coins(
+                spec.secagg, source.kind, getattr(source, "seed", None), rnd, m, r.shape[0])  # fmt: skip
+            out = group_sum(r, spec=spec.secagg, rnd=rnd, group=m, bits=bits, dropouts=dropouts,
+                            coins=coins) if r.shape[0] else None  # fmt: skip
             if out is None:
                 silent.add(m)
                 if observe is not None:

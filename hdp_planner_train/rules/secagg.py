@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from hdp_planner.distributed.accounting import epsilon_server, epsilon_third_parties
+from hdp_planner.distributed.cohorts import CohortGroup
 from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotation_signs, top_up
 from hdp_planner.distributed.law import GroupLaw
 from hdp_planner.distributed.randomness import Bits, SecureBits, SeededBits
@@ -37,6 +38,7 @@ class SecaggSpec:
     laws: tuple[GroupLaw, ...]
     dropout: float = 0.0
     planned_lambda: float | None = None  # the row's Λ under secagg (the trust object's ``lambda_secagg``)
+    cohorts: tuple[CohortGroup, ...] | None = None  # hidden participation: each group's cohort (:mod:`.cohort`)
 
 
 def public_seed(rnd: int, group: int) -> int:
@@ -58,11 +60,13 @@ def round_plan(spec: SecaggSpec, *, rnd: int, group: int) -> RoundPlan:
     return RoundPlan(law, rotation_signs(public_seed(rnd, group), law.encoding.padded))
 
 
-def client_message(update: np.ndarray, plan: RoundPlan, bits: Bits) -> np.ndarray:
-    """A client's contribution: its update clipped, encoded and noised with the law's share (:func:`~hdp_planner.
-    distributed.encoding.encode`), an integer vector modulo 2^b of the padded dimension."""
+def client_message(update: np.ndarray, plan: RoundPlan, bits: Bits, coin: int = 1) -> np.ndarray:
+    """A client's contribution: its update clipped, encoded, times its ``coin`` (a cohort member's, 1 or 0) and
+    noised with the law's share (:func:`~hdp_planner.distributed.encoding.encode`), an integer vector modulo 2^b of
+    the padded dimension."""
     law = plan.law
-    return encode(update, encoding=law.encoding, signs=plan.signs, share_sigma2=law.share_sigma2, bits=bits)
+    return encode(update, encoding=law.encoding, signs=plan.signs, share_sigma2=law.share_sigma2, bits=bits,
+                  coin=coin)  # fmt: skip
 
 
 def release(total: np.ndarray, plan: RoundPlan, survivors: int, bits: Bits) -> np.ndarray:
@@ -97,10 +101,11 @@ def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
 
 def group_sum(
     rows: torch.Tensor, *, spec: SecaggSpec, rnd: int, group: int, bits: Bits,
-    dropouts: np.random.Generator | SecureRandom,
+    dropouts: np.random.Generator | SecureRandom, coins: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-    """(released noisy sum, its error against the survivors' clipped sum) of one group, or None (nothing released:
-    fewer than the run's threshold survived)."""
+    """(released noisy sum, its error against the survivors' clipped contributions) of one group, or None (nothing
+    released: fewer than the run's threshold survived). ``coins``: each row's private coin (1 or 0) in a cohort
+    round; a member drops out whatever its coin."""
     c = rows.shape[0]
     plan = round_plan(spec, rnd=rnd, group=group)
     if c < plan.law.threshold:
@@ -109,11 +114,14 @@ def group_sum(
     survivors = int(alive.sum())
     if survivors < plan.law.run_threshold(c):
         return None
-    updates = rows[torch.as_tensor(alive, device=rows.device)].double().cpu().numpy()
-    messages = np.stack([client_message(u, plan, bits) for u in updates])
+    coins = np.ones(c, dtype=np.int64) if coins is None else np.asarray(coins, dtype=np.int64)
+    kept = torch.as_tensor(alive, device=rows.device)
+    updates = rows[kept].double().cpu().numpy()
+    messages = np.stack([client_message(u, plan, bits, int(b)) for u, b in zip(updates, coins[alive])])
     total = modular_sum(messages, plan.law.encoding.modulus)
     y = torch.as_tensor(release(total, plan, survivors, bits), dtype=rows.dtype, device=rows.device)
-    return y, y - rows[torch.as_tensor(alive, device=rows.device)].sum(0)
+    contributed = torch.as_tensor(coins[alive], dtype=rows.dtype, device=rows.device)
+    return y, y - (rows[kept] * contributed[:, None]).sum(0)
 
 
 def epsilon_third_parties_spent(spec, group: int, *, rounds: int, delta: float) -> float:

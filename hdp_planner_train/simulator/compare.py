@@ -25,6 +25,8 @@ from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
 from hdp_planner.methods.gdpfed import solve_plan
+from hdp_planner.planfile.cohorts import KEY as HIDDEN_KEY
+from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, verify_hidden
 from hdp_planner.planfile.document import plan_to_dict, verify
 from hdp_planner.planfile.trust import secagg_rows, trust_to_dict, verify_trust
 from hdp_planner.planning.grouping import Groups
@@ -82,6 +84,9 @@ class CompareConfig:
     dropout: float = 0.0  # secagg: probability that a sampled client drops out (simulated)
     ledger: str | None = None  # privacy ledger URL: every run charged to the same clients; None: off (a simulation)
     overwrite: bool = False  # replace the grid already in ``out`` (runs, plan, results)
+    hide_sample: bool = False  # secagg: public cohorts and private coins (plan's ``hidden_participation``)
+    max_cohort: int | None = None  # hide_sample: clients in a cohort at most
+    cohort_multiple: float | None = None  # hide_sample: a cohort at most this many times its expected contributors
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -101,8 +106,9 @@ def prepare_plan(
     cfg: CompareConfig, groups: Groups, config: PlanConfig, options: BaselineOptions, num_classes: int
 ) -> Path:
     """Solve the plan with every baseline (PFA at the model's d), verify it, write it; under ``cfg.trust`` secagg
-    with the trust object of every row (:func:`~hdp_planner.planfile.trust.trust_to_dict`), verified too. The plan
-    does not depend on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
+    with the trust object of every row (:func:`~hdp_planner.planfile.trust.trust_to_dict`), and with
+    ``cfg.hide_sample`` every row's cohorts (:func:`~hdp_planner.planfile.cohorts.hidden_to_dict`), verified too.
+    The plan does not depend on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
     from hdp_planner_train.simulator.models import model_dim
 
     d = model_dim(cfg.dataset, num_classes, cfg.model)
@@ -115,10 +121,15 @@ def prepare_plan(
     if cfg.trust.kind == "secagg" and not problems:
         rows = secagg_rows(plan, cfg.trust)
         doc["trust"] = trust_to_dict(plan, cfg.trust, rows)
-        problems = verify_trust(plan, doc)
+        if cfg.hide_sample:
+            hidden = cohort_rows(plan, cfg.trust, max_cohort=cfg.max_cohort, max_multiple=cfg.cohort_multiple)
+            doc[HIDDEN_KEY] = hidden_to_dict(plan, cfg.trust, hidden, max_cohort=cfg.max_cohort,
+                                             max_multiple=cfg.cohort_multiple)  # fmt: skip
+        problems = verify_trust(plan, doc) + verify_hidden(plan, doc)
         unplanned = [m for m in cfg.methods if secure_form(plan, doc, m) is False]
         if unplanned:
-            raise ValueError(f"{unplanned[0]} has no distributed form under --trust secagg")
+            hidden = " with cohorts under the caps" if cfg.hide_sample else ""
+            raise ValueError(f"{unplanned[0]} has no distributed form under --trust secagg{hidden}")
     if problems:
         raise ValueError(f"internal check failed, no plan written: {problems[0]}")
     check_grid_folder(cfg, doc)
@@ -151,14 +162,15 @@ def _without_versions(doc: dict[str, Any]) -> dict[str, Any]:
 
 def secure_form(plan, doc: dict[str, Any], method: str) -> bool | None:
     """Under ``secagg``: whether ``method`` (a trainer name) runs with distributed noise (True), has no distributed
-    form (False: the personal methods, rows the trust object could not calibrate), or adds no noise and runs as the
-    non-private reference (None)."""
+    form (False: the personal methods, rows the trust object could not calibrate, rows without cohorts in a plan
+    that hides participation), or adds no noise and runs as the non-private reference (None)."""
     from hdp_planner.methods.registry import REGISTRY
     from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
 
     if not method_spec(plan, method).private:
         return None
-    return REGISTRY[method].family == "fedavg" and doc["trust"]["rows"].get(METHOD_NAMES[method]) is not None
+    rows = doc[HIDDEN_KEY]["rows"] if doc.get(HIDDEN_KEY) is not None else doc["trust"]["rows"]
+    return REGISTRY[method].family == "fedavg" and rows.get(METHOD_NAMES[method]) is not None
 
 
 def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -223,6 +235,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                 "method": method,
                 "seed": seed,
                 "trust": "secagg" if secure else "server",
+                "hidden_participation": secure and doc.get(HIDDEN_KEY) is not None,
                 "dropout_simulated": cfg.dropout if secure else 0.0,
                 "plan_sha256": plan_hash,
                 "partition": partition,

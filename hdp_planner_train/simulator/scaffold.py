@@ -143,6 +143,10 @@ def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
             entry["epsilon_spent"] = None  # no noise: ε = ∞
         elif rounds_run == 0:
             entry["epsilon_spent"] = 0.0
+        elif spec.secagg is not None and spec.secagg.cohorts is not None:
+            from hdp_planner_train.rules.cohort import epsilon_spent
+
+            entry["epsilon_spent"] = epsilon_spent(spec.secagg, i, rounds=rounds_run, delta=c.delta)
         elif spec.secagg is not None:
             from hdp_planner_train.rules.secagg import epsilon_third_parties_spent
 
@@ -402,6 +406,10 @@ def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[Gr
     aggregation, the trust object's distributed discrete Gaussian rounds (z_m, q_m, τ·d' of the group)."""
     if spec.secagg is None:
         return round_costs(plan, row, start=start, rounds=rounds)
+    if spec.secagg.cohorts is not None:
+        from hdp_planner_train.rules.cohort import cohort_costs
+
+        return cohort_costs(spec.secagg, start=start, rounds=rounds)
     return distributed_costs(q=spec.q, noise_multipliers=spec.noise_multiplier, sizes=spec.sizes,
                              delta_costs=[law.event_rate for law in spec.secagg.laws],
                              model_dim=spec.secagg.model_dim, start=start, rounds=rounds)  # fmt: skip

@@ -13,12 +13,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.ledger.runs import plan_clients
 from hdp_planner.methods.registry import REGISTRY, planner
 from hdp_planner.planfile.document import load_plan, read_document, verify
+from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import (
     METHOD_NAMES,
@@ -27,9 +29,10 @@ from hdp_planner_train.rules.aggregate import (
     method_spec,
     noise_source,
     round_rows,
+    round_seed,
     sample_round,
 )
-from hdp_planner_train.rules.secagg import planned_groups
+from hdp_planner_train.rules.cohort import cohort_round, epsilon_spent, planned_secure
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.simulator.engines import (
     ENGINES,
@@ -75,14 +78,15 @@ def _device(name: str) -> torch.device:
 
 def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
     """The method's groups under the plan's ``secagg`` trust object (verified, :func:`~hdp_planner_train.rules.secagg.
-    planned_groups`) and the simulated dropout rate."""
+    planned_groups`), or its public cohorts and private coins where it was solved with ``--hide-sample``
+    (:func:`~hdp_planner_train.rules.cohort.planned_cohorts`), and the simulated dropout rate."""
     if cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
         raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
                          "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
     if not 0 <= cfg.dropout < 1:
         raise TrainError(f"--dropout must lie in [0, 1), got {cfg.dropout}")
     try:
-        return planned_groups(read_document(cfg.plan), plan, spec, METHOD_NAMES[spec.method], cfg.dropout)
+        return planned_secure(read_document(cfg.plan), plan, spec, METHOD_NAMES[spec.method], cfg.dropout)
     except ValueError as exc:
         raise TrainError(str(exc).replace("this plan", cfg.plan)) from None
 
@@ -93,6 +97,16 @@ def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> 
     from hdp_planner_train.rules.secagg import epsilon_server_spent, epsilon_third_parties_spent
 
     sa, delta, groups = spec.secagg, plan.config.delta, range(len(spec.sizes))
+    if sa.cohorts is not None:  # hidden participation: the ε against the server bounds third parties' too
+        return {
+            "kind": "secagg", "hidden_participation": True, "bits": sa.bits, "survivors": sa.survivors,
+            "colluders": sa.colluders, "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
+            "cohort": [g.cohort for g in sa.cohorts], "coin": [g.coin for g in sa.cohorts],
+            "memberships": [g.memberships for g in sa.cohorts],
+            "epsilon_server": [epsilon_spent(sa, m, rounds=rounds, delta=delta) for m in groups],
+            "coins": "OS CSPRNG" if withheld is None else "seeded: a simulation's, regenerated from the seed",
+            **({"group_rounds_withheld": withheld} if withheld is not None else {}),
+        }  # fmt: skip
     doc = {
         "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
         "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
@@ -260,11 +274,19 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     c = plan.config
     account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
     withheld = 0  # secure aggregation: group sums not released this run
+    cohorts = spec.secagg.cohorts if spec.secagg is not None else None
+    used = [np.zeros(s, np.int64) for s in spec.sizes]  # hidden participation: each client's cohort memberships
+    if state is not None and cohorts is not None:
+        used = [np.asarray(u, dtype=np.int64) for u in state["cohort_memberships"]]
 
     def step(r: int, lr: float):
         nonlocal withheld
         extra = auditor.extra if auditor is not None else None
-        sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure", extra=extra)
+        if cohorts is not None:
+            rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 0))
+            sampled = cohort_round(spec.secagg, spec.offsets, used, rng)
+        else:
+            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure", extra=extra)
         if auditor is not None:
             sampled = auditor.take(sampled, spec.offsets, spec.sizes)
         ids, group_of_row = round_rows(sampled)
@@ -295,6 +317,7 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
             numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
             audit=auditor.state() if auditor is not None else None,
             ledger_run=account.run_id if account is not None else None,
+            **({"cohort_memberships": [u.copy() for u in used]} if cohorts is not None else {}),
         )  # fmt: skip
 
     train_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=global_evaluation(model, x_test, y_test),

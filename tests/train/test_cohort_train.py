@@ -1,0 +1,180 @@
+"""The simulator on a plan solved with ``--hide-sample``: public cohorts, private coins, the membership cap each
+client enforces, dropouts, and the ledger charging the plan's ε against the server."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from hdp_planner.distributed.coins import admits, choose_cohort, flip  # noqa: E402
+from hdp_planner.distributed.encoding import integer_message  # noqa: E402
+from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
+from hdp_planner_cli.app import app  # noqa: E402
+from hdp_planner_train.rules import cohort as cohort_rules  # noqa: E402
+from hdp_planner_train.rules.secagg import group_sum, round_plan  # noqa: E402
+from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run, validate_config  # noqa: E402
+
+runner = CliRunner()
+BUDGETS = (1.0, 2.0, 4.0)
+
+
+def test_a_coin_is_heads_with_its_probability_and_never_above_it():
+    bits = SeededBits(0)
+    heads = sum(flip(0.3, bits) for _ in range(20000))
+    assert abs(heads / 20000 - 0.3) < 5 * (0.3 * 0.7 / 20000) ** 0.5
+    assert not any(flip(0.0, bits) for _ in range(100)) and all(flip(1.0, bits) for _ in range(100))
+    with pytest.raises(ValueError):
+        flip(1.5, bits)
+
+
+def test_the_rotation_never_exceeds_the_cap_and_the_client_refuses_past_it():
+    rng = np.random.default_rng(0)
+    used = np.zeros(50, np.int64)
+    for _ in range(7):  # T = 7 rounds of m = 15 from 50: K = ⌈7·15/50⌉ = 3
+        used[choose_cohort(used, 15, rng)] += 1
+    assert used.max() - used.min() <= 1 and used.max() <= 3 and used.sum() == 105
+    assert admits(used=2, memberships=3, announced=15, cohort=15)
+    assert not admits(used=3, memberships=3, announced=15, cohort=15)
+    assert not admits(used=0, memberships=3, announced=14, cohort=15)  # a smaller cohort holds fewer honest shares
+
+
+def test_tails_runs_the_same_steps_as_heads_and_contributes_zero(cohort_plan):
+    """Same bits consumed, same size: the messages differ by exactly the rounded update, and the streams end equal."""
+    secagg = validate_config(_cfg(cohort_plan, None, noise="seeded"))[2].secagg
+    plan = round_plan(secagg, rnd=0, group=0)
+    law = plan.law
+    update = np.random.default_rng(1).normal(size=law.encoding.dim) * 0.1
+    kw = dict(encoding=law.encoding, signs=plan.signs, share_sigma2=law.share_sigma2)
+    heads_bits, tails_bits = SeededBits(7), SeededBits(7)
+    heads = integer_message(update, bits=heads_bits, coin=1, **kw)
+    tails = integer_message(update, bits=tails_bits, coin=0, **kw)
+    assert heads.shape == tails.shape and heads.dtype == tails.dtype
+    assert heads_bits.bytes(64) == tails_bits.bytes(64)  # tails drew every random number heads drew
+    assert np.count_nonzero(heads - tails) > 0
+    noise_only = integer_message(np.zeros_like(update), bits=SeededBits(7), coin=1, **kw)
+    assert np.array_equal(tails, noise_only)  # tails is the noise share alone
+
+    rows = torch.randn(law.threshold + 2, law.encoding.dim, dtype=torch.float64)
+    rows = rows / rows.norm(dim=1, keepdim=True)
+    coins = np.array([1, 0] * (rows.shape[0] // 2) + [1] * (rows.shape[0] % 2))
+    y, error = group_sum(rows, spec=secagg, rnd=0, group=0, bits=SeededBits(3), dropouts=np.random.default_rng(0),
+                         coins=coins)  # fmt: skip
+    assert torch.allclose(y - error, (rows * torch.as_tensor(coins, dtype=rows.dtype)[:, None]).sum(0))
+
+
+@pytest.fixture(scope="module")
+def cohort_plan(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cohort-plan")
+    path = folder / "plan.json"
+    result = runner.invoke(
+        app,
+        [
+            "solve",
+            "--eps",
+            "1,2,4",
+            "--n",
+            "120",
+            "--rounds",
+            "4",
+            "--q",
+            "0.3",
+            "--clip",
+            "1",
+            "--trust",
+            "secagg",
+            "--model-dim",
+            "2410",
+            "--hide-sample",
+            "-o",
+            str(path),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def _cfg(path, out, **kw):
+    return TrainConfig(**{"plan": str(path), "method": "gdpfed+", "dataset": "digits", "out": None if out is None
+                          else str(out), "progress": False, "trust": "secagg", "ledger": "none", **kw})  # fmt: skip
+
+
+def test_a_cohort_run_aggregates_the_named_cohorts_and_charges_the_planned_epsilon(cohort_plan, tmp_path):
+    doc = json.loads(cohort_plan.read_text())
+    row = doc["hidden_participation"]["rows"]["GDPFed+"]
+    ledger = tmp_path / "ledger.db"
+    metrics = run(_cfg(cohort_plan, None, noise="seeded", ledger=str(ledger)))
+    trust = metrics["trust"]
+    assert trust["hidden_participation"] and trust["cohort"] == row["cohort"] and trust["coin"] == row["coin"]
+    assert trust["coins"].startswith("seeded")  # a simulation's coins, regenerated from the seed, and said so
+    assert metrics["joined_per_round_mean"] == [float(m) for m in row["cohort"]]  # members, never the heads
+    assert trust["epsilon_server"] == pytest.approx(row["epsilon_server"], rel=1e-9)
+    assert all(e <= b * (1 + 1e-9) for e, b in zip(trust["epsilon_server"], BUDGETS))
+    assert metrics["noise_lambda_planned"] == pytest.approx(row["lambda_cohort"])
+    assert 0.5 < metrics["noise_lambda_measured"] / row["lambda_cohort"] < 1.5
+    shown = runner.invoke(app, ["ledger", "show", str(cohort_plan), "--ledger", str(ledger), "--json"])
+    assert shown.exit_code == 0, shown.output
+    by_budget: dict[float, float] = {}
+    for c in json.loads(shown.output):
+        by_budget[c["epsilon_budget"]] = max(by_budget.get(c["epsilon_budget"], 0.0), c["epsilon_spent"])
+    assert [by_budget[b] for b in BUDGETS] == pytest.approx(row["epsilon_server"], rel=1e-6)
+    again = runner.invoke(app, ["train", str(cohort_plan), "--dataset", "digits", "--trust", "secagg", "--rounds",
+                                "1", "--seeded-noise", "--ledger", str(ledger)])  # fmt: skip
+    assert again.exit_code != 0 and "refused before round 1" in again.output
+
+
+def test_dropouts_release_only_with_the_threshold(cohort_plan):
+    metrics = run(_cfg(cohort_plan, None, noise="seeded", dropout=0.3, rounds=2))
+    assert metrics["trust"]["group_rounds_withheld"] > 0  # 30% dropouts leave some cohorts below t = ⌈0.9·m⌉
+
+
+def test_a_server_naming_the_same_clients_every_round_gets_them_at_most_k_times(cohort_plan, monkeypatch):
+    spec = validate_config(_cfg(cohort_plan, None, noise="seeded"))[2]
+    monkeypatch.setattr(cohort_rules, "choose_cohort", lambda used, cohort, rng: np.arange(cohort))
+    used = [np.zeros(s, np.int64) for s in spec.sizes]
+    joined = [cohort_rules.cohort_round(spec.secagg, spec.offsets, used, np.random.default_rng(0)) for _ in range(6)]
+    for m, g in enumerate(spec.secagg.cohorts):
+        assert used[m].max() == g.memberships
+        assert sum(len(r[m]) for r in joined) == g.memberships * g.cohort  # the rest refused
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"trust": "server"}, "--override-trust"),
+        ({"audit": True}, "private coins"),
+        ({"method": "idp-fedavg-sample"}, "no"),
+    ],
+)
+def test_bad_input_is_one_line(cohort_plan, kw, message):
+    with pytest.raises(TrainError, match=message) as exc:
+        validate_config(_cfg(cohort_plan, None, noise="seeded", **kw))
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.slow
+def test_compare_trains_the_grid_with_cohorts(tmp_path):
+    out = tmp_path / "grid"
+    result = runner.invoke(app, ["compare", "--dataset", "digits", "--methods", "gdpfed+", "--seeds", "1", "--rounds",
+                                 "2", "--trust", "secagg", "--hide-sample", "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "gdpfed+" / "seed0" / "run.json").read_text())
+    hidden = json.loads((out / "plan.json").read_text())["hidden_participation"]["rows"]["GDPFed+"]
+    assert row["hidden_participation"] and row["noise_lambda_planned"] == pytest.approx(hidden["lambda_cohort"])
+    refused = runner.invoke(app, ["compare", "--dataset", "digits", "--hide-sample", "--out", str(tmp_path / "x")])
+    assert refused.exit_code == 2 and "needs --trust secagg" in refused.output
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_every_clients_memberships(cohort_plan, tmp_path):
+    """The checkpoint holds the clients' membership counts: one round then a resumed second equals two rounds."""
+    whole = run(_cfg(cohort_plan, tmp_path / "whole", noise="seeded", rounds=2))
+    run(_cfg(cohort_plan, tmp_path / "split", noise="seeded", rounds=1))
+    resumed = run(_cfg(cohort_plan, tmp_path / "split", noise="seeded", rounds=2, resume=True))
+    assert resumed["final_accuracy"] == whole["final_accuracy"]
+    assert resumed["noise_lambda_measured"] == whole["noise_lambda_measured"]
