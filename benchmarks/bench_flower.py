@@ -99,7 +99,9 @@ def secagg_rounds(args) -> None:
     plan = out / "plan.json"
     _solve(plan, args, ["--methods", "gdpfed+", "--trust", "secagg", "--bits", "20", "--model-dim", str(d)])
     ours_p = prepare(FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="secagg"))
-    server_p = prepare(FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="server"))
+    server_p = prepare(
+        FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="server", override_trust=True)
+    )
 
     def bare_train(msg: Message, ctx: Context) -> Message:  # Flower's legacy fit: the clipped update as floats
         ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
