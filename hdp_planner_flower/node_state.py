@@ -158,7 +158,7 @@ def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: floa
     return compose(counts, delta)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=4096)  # a simulation runs many clients in one process
 def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
     """The terms of client ``client`` in the plan ``pin`` pinned (its hash checked, the plan verified): its group
     in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
