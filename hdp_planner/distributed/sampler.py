@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from hdp_planner.distributed.randomness import Bits, below, words
+from hdp_planner.distributed.randomness import Bits, below
 
 MAX_SIGMA2 = 2**30
 """Largest σ² (in integer units) of :func:`discrete_gaussian`: its rejection step's denominator 2σ²t² stays below
@@ -58,27 +58,26 @@ class _LazyUniform:
 
 
 def _prefixes(bits: Bits, size: int) -> np.ndarray:
-    """The first 32 bits k of ``size`` uniforms U: U lies in [k·2^-32, (k + 1)·2^-32)."""
-    return words(bits, np.uint32, size).astype(np.int64)
+    """The first 32 bits k of ``size`` uniforms U (as exact floats): U lies in [k·2^-32, (k + 1)·2^-32)."""
+    return np.frombuffer(bits.bytes(4 * size), dtype=np.uint32).astype(np.float64)
 
 
 def _interval(e: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray]:
-    """Integer bounds (lo, hi), in units of 2^-32, of the certified interval around floats ``e`` ≈ e^{−γ} (γ ≤ 700):
-    k + 1 ≤ lo makes U < e^{−γ} certain, k ≥ hi makes U ≥ e^{−γ} certain."""
-    return np.floor(e * (1 - margin) * _SCALE).astype(np.int64), np.ceil(e * (1 + margin) * _SCALE).astype(np.int64)
+    """Bounds (lo, hi), in units of 2^-32, of the certified interval around floats ``e`` ≈ e^{−γ} (γ ≤ 700, relative
+    error below 2^-40): k + 1 ≤ lo makes U < e^{−γ} certain, k ≥ hi makes U ≥ e^{−γ} certain. The products' own
+    rounding (2^-53) is far inside ``margin``."""
+    return e * ((1 - margin) * _SCALE), e * ((1 + margin) * _SCALE)
 
 
 def bernoulli_exp(bits: Bits, num: np.ndarray, den: int, power: int = 1, margin: float = MARGIN) -> np.ndarray:
     """Bernoulli(e^{−γ}) for each γ = num^power/den (num ≥ 0 int64, den ≥ 1, power 1 or 2), exactly: U < e^{−γ}
     for U uniform on [0, 1) (module docstring). U's first 32 bits k settle it when [k·2^-32, (k + 1)·2^-32) lies
     wholly below the certified interval (then U < e^{−γ}) or at or above it (then not); the rest (probability below
-    2^-32 + 2·``margin``) are compared exactly (:class:`_LazyUniform`). Beyond γ = 700 the interval is [0, 2^-1000]
-    (e^{−γ} < 2^-1000 there). ``margin`` wider than :data:`MARGIN` sends more decisions to the exact path (tests)."""
+    2^-32 + 2·``margin``) are compared exactly (:class:`_LazyUniform`). Beyond γ = 700 the interval is that of
+    e^{−700}, whose lower end is below 2^-32 (so k never settles U < e^{−γ}) and whose upper end is above e^{−γ}.
+    ``margin`` wider than :data:`MARGIN` sends more decisions to the exact path (tests)."""
     num = np.asarray(num, dtype=np.int64)
-    gamma = num.astype(np.float64) ** power / float(den)
-    lo, hi = _interval(np.exp(-np.minimum(gamma, 700.0)), margin)
-    far = gamma > 700.0
-    lo[far], hi[far] = 0, 1  # [0, 2^-32): wider than [0, 2^-1000]
+    lo, hi = _interval(np.exp(-np.minimum(num.astype(np.float64) ** power / float(den), 700.0)), margin)
     k = _prefixes(bits, num.size)
     out = k + 1 <= lo
     for i in np.flatnonzero(~out & (k < hi)):
