@@ -62,11 +62,11 @@ def _prefixes(bits: Bits, size: int) -> np.ndarray:
     return np.frombuffer(bits.bytes(4 * size), dtype=np.uint32).astype(np.float64)
 
 
-def _interval(e: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds (lo, hi), in units of 2^-32, of the certified interval around floats ``e`` ≈ e^{−γ} (γ ≤ 700, relative
-    error below 2^-40): k + 1 ≤ lo makes U < e^{−γ} certain, k ≥ hi makes U ≥ e^{−γ} certain. The products' own
-    rounding (2^-53) is far inside ``margin``."""
-    return e * ((1 - margin) * _SCALE), e * ((1 + margin) * _SCALE)
+def _interval(e: np.ndarray, margin: float, scale: float = _SCALE) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds (lo, hi), in units of 1/``scale`` (2^-32 or 2^-53), of the certified interval around floats ``e`` ≈
+    e^{−γ} (γ ≤ 700, relative error below 2^-40): k + 1 ≤ lo makes U < e^{−γ} certain, k ≥ hi makes U ≥ e^{−γ}
+    certain. The products' own rounding (2^-53) is far inside ``margin``."""
+    return e * ((1 - margin) * scale), e * ((1 + margin) * scale)
 
 
 def bernoulli_exp(bits: Bits, num: np.ndarray, den: int, power: int = 1, margin: float = MARGIN) -> np.ndarray:
@@ -85,26 +85,29 @@ def bernoulli_exp(bits: Bits, num: np.ndarray, den: int, power: int = 1, margin:
     return out
 
 
-_GEOMETRIC_TOP = 24
-"""e^{−24} < 2^-32: a geometric draw above 24 needs more than U's first 32 bits."""
-
-
-def geometric_exp1(bits: Bits, size: int, margin: float = MARGIN) -> np.ndarray:
-    """V with P(V = v) = (1 − e^{−1})e^{−v} (CKS Algorithm 2's count of Bernoulli(e^{−1}) successes) by inversion:
-    V = max{v ≥ 0 : U < e^{−v}}, so P(V ≥ v) = e^{−v}. U's first 32 bits settle V when they lie below the certified
-    interval of e^{−v} for v = 1 … V and at or above that of e^{−(V+1)}; the rest are compared exactly (``margin`` as
-    in :func:`bernoulli_exp`)."""
-    lo, hi = _interval(np.exp(-np.arange(1.0, _GEOMETRIC_TOP + 1)), margin)
-    k = _prefixes(bits, size)
-    v = lo.size - np.searchsorted(lo[::-1], k + 1)  # #{v : k + 1 ≤ lo_v}, lo decreasing in v
-    certain = v < lo.size
-    certain[certain] = k[certain] >= hi[v[certain]]
-    for i in np.flatnonzero(~certain):
-        u = _LazyUniform(bits, int(k[i]), 32)
-        v[i] = 0
-        while u.below_exp(Fraction(int(v[i]) + 1)):
-            v[i] += 1
-    return v
+def geometric(bits: Bits, scale: int, size: int, margin: float = MARGIN) -> np.ndarray:
+    """X with P(X ≥ x) = e^{−x/t} on x = 0, 1, … (t = ``scale``; the law of CKS Algorithm 2's U + t·V) by inversion:
+    X = max{x ≥ 0 : U < e^{−x/t}}. The first 53 bits k of U give a float candidate x̂ = ⌊−t·ln U⌋, which stands when
+    [k·2^-53, (k + 1)·2^-53) lies wholly below the certified interval of e^{−x̂/t} and at or above that of
+    e^{−(x̂+1)/t}; otherwise (probability about 2t·``margin``) X is found by exact comparisons of U, read further,
+    with e^{−x/t} (:class:`_LazyUniform`), from x̂ up or down."""
+    t = int(scale)
+    k = (np.frombuffer(bits.bytes(8 * size), dtype=np.uint64) >> np.uint64(11)).astype(np.float64)  # exact below 2^53
+    x = np.floor(-t * np.log((k + 0.5) * 2.0**-53))
+    lo, _ = _interval(np.exp(-x / t), margin, 2.0**53)
+    _, hi = _interval(np.exp(-(x + 1) / t), margin, 2.0**53)
+    out = x.astype(np.int64)
+    for i in np.flatnonzero(~((k + 1 <= lo) & (k >= hi))):
+        u, v = _LazyUniform(bits, int(k[i]), 53), int(out[i])
+        if u.below_exp(Fraction(v, t)):
+            while u.below_exp(Fraction(v + 1, t)):
+                v += 1
+        else:
+            v -= 1
+            while not u.below_exp(Fraction(v, t)):  # v = 0 always holds: U < 1
+                v -= 1
+        out[i] = v
+    return out
 
 
 def _first(candidates: np.ndarray, accepted: np.ndarray, need: int) -> np.ndarray:
@@ -114,19 +117,17 @@ def _first(candidates: np.ndarray, accepted: np.ndarray, need: int) -> np.ndarra
 
 def discrete_laplace(bits: Bits, scale: int, size: int) -> np.ndarray:
     """``size`` draws of the discrete Laplace distribution P(x) ∝ exp(−|x|/t) for an integer scale t ≥ 1 (CKS
-    Algorithm 2 with s = 1): U uniform below t kept with probability e^{−U/t}, plus t·V with V geometric, a
-    random sign, and the negative zero rejected. Candidates are drawn in batches of about 1.65x the draws still
-    needed (U is kept with probability ≥ 1 − e^{−1}), so the rejection loop ends in a few passes."""
+    Algorithm 2 with s = 1): X ≥ 0 with P(X ≥ x) = e^{−x/t} (:func:`geometric`, the law of Algorithm 2's U + t·V), a
+    random sign, and the negative zero rejected (probability (1 − e^{−1/t})/2 ≤ 0.32), in batches sized for it."""
     if scale < 1 or int(scale) != scale:
         raise ValueError(f"scale must be a positive integer, got {scale}")
     t = int(scale)
+    keep = 1 - (1 - math.exp(-1 / t)) / 2
     parts, need = [], size
     while need:
-        m = int(1.65 * need) + 32
-        u = below(bits, t, m)
-        u = u[bernoulli_exp(bits, u, t)]
-        x = u + t * geometric_exp1(bits, u.size)
-        negative = below(bits, 2, u.size) == 1
+        m = int(need / keep * 1.02) + 32
+        x = geometric(bits, t, m)
+        negative = below(bits, 2, m) == 1
         kept = _first(np.where(negative, -x, x), ~(negative & (x == 0)), need)
         parts.append(kept)
         need -= kept.size

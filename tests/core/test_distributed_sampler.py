@@ -16,7 +16,7 @@ from hdp_planner.distributed.sampler import (
     bernoulli_exp,
     discrete_gaussian,
     discrete_laplace,
-    geometric_exp1,
+    geometric,
 )
 
 ALPHA = 1e-4
@@ -103,17 +103,29 @@ def test_exact_path_decides_far_beyond_the_floats():
     assert bernoulli_exp(Constant(255), np.array([0]), 1).all()  # e^0 = 1: every U < 1 is below it
 
 
-@pytest.mark.parametrize("margin", [None, 0.05])
-def test_geometric_matches_its_pmf(margin):
-    """P(V = v) = (1 − e^{−1})e^{−v}, by inversion of U's first 32 bits (and the exact path, often at margin 0.05)."""
+@pytest.mark.parametrize("margin", [None, 0.01])  # 0.01: about 2t% of the draws take the exact path
+@pytest.mark.parametrize("scale", [1, 3])
+def test_geometric_matches_its_pmf(scale, margin):
+    """P(X = x) = (1 − e^{−1/t})e^{−x/t}, by inversion of U's first 53 bits (and the exact path, often at 0.01)."""
     extra = {} if margin is None else {"margin": margin}
-    samples = geometric_exp1(SeededBits(11), 100_000, **extra)
-    assert _chisquare(samples, {v: (1 - math.exp(-1)) * math.exp(-v) for v in range(40)}) > ALPHA
+    samples = geometric(SeededBits(11 + scale), scale, 100_000, **extra)
+    r = math.exp(-1 / scale)
+    assert _chisquare(samples, {x: (1 - r) * r**x for x in range(60 * scale)}) > ALPHA
 
 
 def test_a_wrong_geometric_is_detected():
-    samples = geometric_exp1(SeededBits(12), 100_000)
+    samples = geometric(SeededBits(12), 1, 100_000)
     assert _chisquare(samples, {v: (1 - math.exp(-1.03)) * math.exp(-1.03 * v) for v in range(40)}) < ALPHA
+
+
+def test_geometric_at_a_large_scale_has_its_mean_and_variance():
+    """t = 9,798 (a share of σ² ≈ 9.6e7): mean r/(1 − r) and variance r/(1 − r)² of the geometric, r = e^{−1/t}."""
+    t, n = 9_798, 200_000
+    samples = geometric(SeededBits(13), t, n).astype(float)
+    r = math.exp(-1 / t)
+    mean, var = r / (1 - r), r / (1 - r) ** 2
+    assert abs(samples.mean() - mean) < 5 * math.sqrt(var / n)
+    assert abs(samples.var() / var - 1) < 5 * math.sqrt(8 / n)  # the geometric's kurtosis is about 9
 
 
 @pytest.mark.parametrize("sigma2", [14_586_004, MAX_SIGMA2])
