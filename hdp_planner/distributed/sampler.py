@@ -1,12 +1,12 @@
 """Exact discrete Laplace and discrete Gaussian samplers: every decision is a comparison that is certain.
 
-Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020): Algorithm 2 (discrete
-Laplace) and Algorithm 3 (discrete Gaussian by rejection from a discrete Laplace), vectorized with numpy. Both rest on
-Bernoulli(e^{−γ}) for rational γ ≥ 0, which :func:`bernoulli_exp` decides as U < e^{−γ} for a uniform real U, read
-lazily: the first 32 bits of U against a floating-point interval certain to hold e^{−γ} (its width 2^-30 of e^{−γ},
-over 10^3 times the worst rounding error), and, only when U's 32 bits do not settle it (probability below 2^-28),
-more random bits of U against e^{−γ} in exact rational arithmetic from a correctly rounded decimal exponential. Each
-decision is therefore exactly Bernoulli(e^{−γ}), whatever the floating point does inside its bound. The random words
+Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020): the discrete Laplace
+of Algorithm 2 (drawn here by inversion, :func:`geometric`) and Algorithm 3 (discrete Gaussian by rejection from a
+discrete Laplace), vectorized with numpy. Every random decision is U < e^{−γ} for a uniform real U and a rational
+γ ≥ 0, read lazily: the first bits of U (32, or 53 for the inversion) against a floating-point interval certain to
+hold e^{−γ} (its width 2^-30 of e^{−γ}, over 10^3 times the worst rounding error), and, only when those bits do not
+settle it, more random bits of U against e^{−γ} in exact rational arithmetic from a correctly rounded decimal
+exponential. Each decision is therefore exact, whatever the floating point does inside its bound. The random words
 come from a :class:`Bits` source (the OS's CSPRNG for released noise).
 """
 
