@@ -35,10 +35,9 @@ from hdp_planner.ledger.runs import plan_clients
 from hdp_planner.ledger.store import GroupRound, compose
 from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner_flower.mods import client_id
-from hdp_planner_flower.pin import Pin, RoundRefused, read_pinned
+from hdp_planner_flower.pin import Pin, RoundRefused, load_pinned, read_pinned
 from hdp_planner_flower.records import HDP
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
-from hdp_planner_train.rules.cohort import planned_secure
 from hdp_planner_train.simulator.scaffold import planned_costs
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
@@ -159,7 +158,7 @@ def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: floa
     return compose(counts, delta)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=4096)  # a simulation runs many clients in one process
 def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
     """The terms of client ``client`` in the plan ``pin`` pinned (its hash checked, the plan verified): its group
     in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
@@ -171,9 +170,7 @@ def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
         raise RoundRefused(f"the node pins method {pin.method!r}, not one of {', '.join(METHOD_NAMES)}")
     try:
         membership, budgets = plan_clients(plan, row, doc, pin.groups)
-        spec = method_spec(plan, pin.method)
-        if secure:
-            spec = planned_secure(doc, plan, spec, row)
+        spec = load_pinned(pin).spec if secure else method_spec(plan, pin.method)  # the law derived once per plan
     except ValueError as exc:
         raise RoundRefused(str(exc).splitlines()[0]) from None
     if str(client) not in membership:

@@ -116,7 +116,7 @@ def unrotate(y: np.ndarray, signs: np.ndarray, dim: int) -> np.ndarray:
 
 def clip(update: np.ndarray, bound: float) -> np.ndarray:
     """The update scaled to ℓ2 norm at most ``bound``."""
-    norm = float(np.linalg.norm(update))
+    norm = math.sqrt(float(np.einsum("i,i->", update, update)))  # einsum: no BLAS threads for one vector
     return update * min(1.0, bound / norm) if norm > 0 else update
 
 
@@ -130,9 +130,9 @@ def conditional_round(y: np.ndarray, bound: float, bits: Bits) -> np.ndarray:
     low = np.floor(y)
     frac = y - low
     for _ in range(MAX_ROUNDING_TRIES):
-        rounded = low + (_uniform(bits, y.size) < frac)
-        if float(np.dot(rounded, rounded)) <= bound * bound:
-            return rounded.astype(np.int64)
+        rounded = (low + (_uniform(bits, y.size) < frac)).astype(np.int64)
+        if int(np.einsum("i,i->", rounded, rounded)) <= bound * bound:  # the exact integer norm
+            return rounded
     raise RuntimeError("conditional rounding kept exceeding its norm bound: the update was not clipped")
 
 

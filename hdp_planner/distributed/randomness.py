@@ -68,16 +68,26 @@ def below(bits: Bits, bound: np.ndarray | int, size: int | None = None) -> np.nd
     dtype = next(w for w in WORDS if largest < 2 ** (8 * np.dtype(w).itemsize))
     mask = _mask(b).astype(dtype)
     bound_w = b.astype(dtype)
+    if scalar:
+        return _below_scalar(bits, bound_w[0], mask[0], n)
     out = np.empty(n, dtype=np.int64)
     todo = np.arange(n)
     while todo.size:
-        x = words(bits, dtype, todo.size)
-        if scalar:
-            x &= mask[0]
-            ok = x < bound_w[0]
-        else:
-            x &= mask[todo]
-            ok = x < bound_w[todo]
+        x = words(bits, dtype, todo.size) & mask[todo]
+        ok = x < bound_w[todo]
         out[todo[ok]] = x[ok]
         todo = todo[~ok]
     return out
+
+
+def _below_scalar(bits: Bits, bound: np.unsignedinteger, mask: np.unsignedinteger, size: int) -> np.ndarray:
+    """``size`` uniforms below one ``bound`` by masked rejection, in batches sized by the acceptance rate
+    bound/(mask + 1) > 1/2: the accepted words in order, the first ``size`` of them (i.i.d. kept in order)."""
+    rate = int(bound) / (int(mask) + 1)
+    parts, need = [], size
+    while need:
+        x = words(bits, type(bound), int(need / rate * 1.02) + 64) & mask
+        kept = x[x < bound][:need]
+        parts.append(kept.astype(np.int64))
+        need -= kept.size
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)

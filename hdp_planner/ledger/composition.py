@@ -14,6 +14,7 @@ the bounds that hold for the whole composition (each is an upper bound, so their
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,6 +97,15 @@ def compose_distributed(rounds: Mapping[GroupRound, int], delta: float) -> float
     Proposition 12."""
     total = np.zeros(ORDERS.size)
     for g, count in rounds.items():
-        rdp = release_rdp(ORDERS, noise_multiplier=g.noise_multiplier, tau_d=g.tau_d or 0.0)
-        total += count * poisson_subsampled_rdp(ORDERS, rdp, g.q)
+        total += count * _round_rdp(g)
     return epsilon_from_rdp(ORDERS, total, delta)
+
+
+@functools.lru_cache(maxsize=1024)
+def _round_rdp(g: GroupRound) -> np.ndarray:
+    """One round's amplified RDP at :data:`ORDERS` (read-only; cached: a node composes the same rounds at every
+    admission)."""
+    rdp = release_rdp(ORDERS, noise_multiplier=g.noise_multiplier, tau_d=g.tau_d or 0.0)
+    out = np.array(poisson_subsampled_rdp(ORDERS, rdp, g.q))
+    out.setflags(write=False)
+    return out

@@ -12,6 +12,7 @@ run's threshold max(t, ⌊c/2⌋ + 1) of the c sampled clients survive.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,10 +55,14 @@ class RoundPlan:
     signs: np.ndarray
 
 
+@functools.lru_cache(maxsize=64)  # every client of a simulation and the server ask for the same round
 def round_plan(spec: SecaggSpec, *, rnd: int, group: int) -> RoundPlan:
-    """The round's public parameters of ``group``, computed alike by every client and the server from the plan."""
+    """The round's public parameters of ``group``, computed alike by every client and the server from the plan
+    (the signs read-only: one copy serves every caller of the round)."""
     law = spec.laws[group]
-    return RoundPlan(law, rotation_signs(public_seed(rnd, group), law.encoding.padded))
+    signs = rotation_signs(public_seed(rnd, group), law.encoding.padded)
+    signs.setflags(write=False)
+    return RoundPlan(law, signs)
 
 
 def client_message(update: np.ndarray, plan: RoundPlan, bits: Bits, coin: int = 1) -> np.ndarray:

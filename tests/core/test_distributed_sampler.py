@@ -14,9 +14,9 @@ from hdp_planner.distributed.randomness import SecureBits, SeededBits, below
 from hdp_planner.distributed.sampler import (
     MAX_SIGMA2,
     bernoulli_exp,
-    bernoulli_ratio,
     discrete_gaussian,
     discrete_laplace,
+    geometric,
 )
 
 ALPHA = 1e-4
@@ -68,27 +68,82 @@ def test_large_sigma_moments():
     assert abs(samples.var() / MAX_SIGMA2 - 1) < 5 * math.sqrt(2 / n)
 
 
-@pytest.mark.parametrize("gamma", [(0, 0, 1), (0, 1, 3), (0, 1, 1), (1, 1, 2), (3, 0, 1)])
-def test_bernoulli_exp_frequency(gamma):
-    whole, num, den = gamma
-    n = 200_000
-    p = math.exp(-(whole + num / den))
-    hits = bernoulli_exp(SeededBits(3), np.full(n, whole), np.full(n, num), den).sum()
+@pytest.mark.parametrize("margin", [None, 0.05])  # 0.05: about one decision in ten takes the exact path
+@pytest.mark.parametrize(("num", "den", "power"), [(0, 1, 1), (1, 3, 1), (1, 1, 1), (7, 2, 1), (3, 1, 1), (5, 7, 2)])
+def test_bernoulli_exp_frequency(num, den, power, margin):
+    n = 100_000
+    p = math.exp(-(num**power) / den)
+    extra = {} if margin is None else {"margin": margin}
+    hits = bernoulli_exp(SeededBits(num + den), np.full(n, num), den, power=power, **extra).sum()
     assert stats.binomtest(int(hits), n, p).pvalue > ALPHA
 
 
-def test_below_with_power_of_two_bounds_in_an_array():
-    x = below(SeededBits(7), np.array([2**8, 3, 2**16, 2**8]))
-    assert (x >= 0).all() and (x < [2**8, 3, 2**16, 2**8]).all()
-
-
-@given(num=st.integers(0, 10**6), den=st.integers(1, 10**6), k=st.integers(1, 50))
+@given(num=st.integers(0, 10**6), den=st.integers(1, 10**6), power=st.sampled_from([1, 2]))
 @settings(max_examples=30, deadline=None)
-def test_bernoulli_ratio_probability(num, den, k):
-    num = min(num, den * k)
+def test_bernoulli_exp_probability(num, den, power):
     n = 4_000
-    hits = bernoulli_ratio(SeededBits(num), np.full(n, num), np.full(n, den), np.full(n, k)).sum()
-    assert stats.binomtest(int(hits), n, num / (den * k)).pvalue > ALPHA
+    hits = bernoulli_exp(SeededBits(num), np.full(n, num), den, power=power).sum()
+    assert stats.binomtest(int(hits), n, math.exp(-(num**power) / den)).pvalue > ALPHA
+
+
+class Constant:
+    """Every byte the same: U = 0 (bytes 0) or U just below 1 (bytes 255), for the exact path's far tail."""
+
+    def __init__(self, byte: int) -> None:
+        self.byte = byte
+
+    def bytes(self, size: int) -> bytes:
+        return bytes([self.byte]) * size
+
+
+def test_exact_path_decides_far_beyond_the_floats():
+    """γ = 800: e^{−γ} ≈ 2^-1154 underflows every float; U = 0 is below it, U near 1 is not, decided exactly."""
+    assert bernoulli_exp(Constant(0), np.array([800]), 1).all()
+    assert not bernoulli_exp(Constant(255), np.array([800]), 1).any()
+    assert bernoulli_exp(Constant(255), np.array([0]), 1).all()  # e^0 = 1: every U < 1 is below it
+
+
+@pytest.mark.parametrize("margin", [None, 0.01])  # 0.01: about 2t% of the draws take the exact path
+@pytest.mark.parametrize("scale", [1, 3])
+def test_geometric_matches_its_pmf(scale, margin):
+    """P(X = x) = (1 − e^{−1/t})e^{−x/t}, by inversion of U's first 53 bits (and the exact path, often at 0.01)."""
+    extra = {} if margin is None else {"margin": margin}
+    samples = geometric(SeededBits(11 + scale), scale, 100_000, **extra)
+    r = math.exp(-1 / scale)
+    assert _chisquare(samples, {x: (1 - r) * r**x for x in range(60 * scale)}) > ALPHA
+
+
+def test_a_wrong_geometric_is_detected():
+    samples = geometric(SeededBits(12), 1, 100_000)
+    assert _chisquare(samples, {v: (1 - math.exp(-1.03)) * math.exp(-1.03 * v) for v in range(40)}) < ALPHA
+
+
+def test_geometric_at_a_large_scale_has_its_mean_and_variance():
+    """t = 9,798 (a share of σ² ≈ 9.6e7): mean r/(1 − r) and variance r/(1 − r)² of the geometric, r = e^{−1/t}."""
+    t, n = 9_798, 200_000
+    samples = geometric(SeededBits(13), t, n).astype(float)
+    r = math.exp(-1 / t)
+    mean, var = r / (1 - r), r / (1 - r) ** 2
+    assert abs(samples.mean() - mean) < 5 * math.sqrt(var / n)
+    assert abs(samples.var() / var - 1) < 5 * math.sqrt(8 / n)  # the geometric's kurtosis is about 9
+
+
+@pytest.mark.parametrize("sigma2", [14_586_004, MAX_SIGMA2])
+def test_large_sigma_matches_its_pmf(sigma2):
+    """The shares of a real plan (σ² in the millions): chi-square over 60 cells of the exact PMF between ±6σ."""
+    sigma = math.sqrt(sigma2)
+    samples = discrete_gaussian(SeededBits(sigma2 % 1000), sigma2, 200_000)
+    width = int(12 * sigma)
+    x = np.arange(-width, width + 1)
+    w = np.exp(-(x.astype(float) ** 2) / (2 * sigma2))
+    edges = np.linspace(-6 * sigma, 6 * sigma, 61)
+    cells = np.searchsorted(edges, x, side="right")  # 0: below −6σ, 61: above 6σ
+    expected = np.bincount(cells, weights=w, minlength=62) / w.sum() * samples.size
+    counts = np.bincount(np.searchsorted(edges, samples, side="right"), minlength=62)
+    keep = expected >= 5
+    pooled_e = np.append(expected[keep], expected[~keep].sum())
+    pooled_c = np.append(counts[keep], counts[~keep].sum())
+    assert stats.chisquare(pooled_c, pooled_e).pvalue > ALPHA
 
 
 @pytest.mark.parametrize("bound", [1, 5, 2**8, 2**16, 2**32, 2**40 + 3, 2**62 + 1])

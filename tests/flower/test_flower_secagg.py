@@ -19,9 +19,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
-from flwr.app import Context, Message, RecordDict  # noqa: E402
-from flwr.common import bytes_to_ndarray  # noqa: E402
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
+from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
+from flwr.app.message_type import MessageType  # noqa: E402
+from flwr.client.mod import secaggplus_mod  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.common import Code, FitRes, Status, bytes_to_ndarray, ndarrays_to_parameters  # noqa: E402
+from flwr.common.secure_aggregation.crypto.shamir import combine_shares  # noqa: E402
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE, Key, Stage  # noqa: E402
+from flwr.compat.common import recorddict_compat as compat  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner.distributed.encoding import padded_dimension  # noqa: E402
@@ -35,7 +40,8 @@ from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.masks import MASK_MODULUS, MASK_USERS, chacha_masks, secure_masks  # noqa: E402
 from hdp_planner_flower.node_state import NodeState, Terms  # noqa: E402
 from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256, load_pinned  # noqa: E402
-from hdp_planner_flower.records import ARRAYS, flatten  # noqa: E402
+from hdp_planner_flower.records import ARRAYS, fit_config, flatten  # noqa: E402
+from hdp_planner_flower.secagg_workflow import SecAggPlus, run_secaggplus  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa: E402
 from hdp_planner_train.rules.secagg import client_message, planned_groups, release, round_plan  # noqa: E402
@@ -424,3 +430,100 @@ def test_the_strategy_tops_every_release_up_to_the_laws_shares(secagg_plan, tmp_
     for law, y in released:
         measured = float(np.sum(y**2)) / D / (law.encoding.gamma**2 * law.share_sigma2)
         assert measured == pytest.approx(law.shares, rel=5 * np.sqrt(2 / D) + 0.02)
+
+
+# ---------------------------------------------------------------- SecAgg+'s inconsistent-dropouts attack, replayed
+# A malicious server tells some nodes that a target survived and the others that it dropped, so the first return shares
+# of the target's self-mask seed and the second shares of its pairwise-mask key (Flower's SecAgg+ has no consistency
+# round); with both it unmasks the target's own vector. It needs a threshold of at most half the run: the pin refuses
+# such a run, and at the plan's threshold (a strict majority) the two halves never both reach it.
+
+
+class InconsistentUnmask(SecAggPlus):
+    """A malicious server's unmask stage: the target (the smallest node id) and ``told_alive`` others are told the
+    target survived, every other node that it dropped. ``stolen``: the target's seed shares and key shares."""
+
+    def __init__(self, *, told_alive: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.told_alive = told_alive
+        self.stolen: tuple[list[bytes], list[bytes]] | None = None
+
+    def unmask_stage(self, grid, context, state) -> bool:
+        nodes = sorted(state.active_node_ids)
+        target = nodes[0]
+        alive = set(nodes[: self.told_alive + 1])
+
+        def make(nid: int) -> Message:
+            dead = [] if nid in alive else [target]
+            cfg = {Key.STAGE: Stage.UNMASK, Key.ACTIVE_NODE_ID_LIST: [n for n in nodes if n not in dead],
+                   Key.DEAD_NODE_ID_LIST: dead}  # fmt: skip
+            return Message(RecordDict({RECORD_KEY_CONFIGS: ConfigRecord(cfg)}), dst_node_id=nid,
+                           message_type=MessageType.TRAIN, group_id="1")  # fmt: skip
+
+        seeds, keys = [], []
+        for reply in grid.send_and_receive([make(n) for n in nodes]):
+            if reply.has_error():
+                continue
+            res = reply.content.config_records[RECORD_KEY_CONFIGS]
+            for owner, share in zip(res[Key.NODE_ID_LIST], res[Key.SHARE_LIST]):
+                if owner == target:
+                    (seeds if reply.metadata.src_node_id in alive else keys).append(share)
+        self.stolen = (seeds, keys)
+        return False  # the attack only collects
+
+
+def attack(grid, configs: dict, threshold: int, told_alive: int, arrays) -> InconsistentUnmask:
+    workflow = InconsistentUnmask(told_alive=told_alive, num_shares=1.0, reconstruction_threshold=threshold,
+                                  max_weight=1.0, clipping_range=float(1 << 15), quantization_range=1 << 16,
+                                  modulus_range=MASK_MODULUS)  # fmt: skip
+    with secure_masks():
+        run_secaggplus(grid, workflow, configs=configs, server_round=1, arrays=arrays)
+    return workflow
+
+
+def pinned_round(secagg_plan, tmp_path):
+    """Group 1's 8 pinned nodes, every one sampled: (grid, their configs, the law's run threshold, the model)."""
+    grid = InProcessGrid(client_app(unchanged, pin=pin_for(secagg_plan, tmp_path)), N, keep=True)
+    strategy = strategy_for(secagg_plan, uniform=Everyone())
+    strategy.enroll(grid)
+    nodes = strategy.sample(1)[0]
+    configs = {n: fit_config(strategy.rules(1, 0), SETTINGS.record()) for n in nodes}
+    return grid, configs, strategy.spec.secagg.laws[0].run_threshold(len(nodes)), model_arrays("digits", 10, SEED)
+
+
+def test_at_the_plans_majority_threshold_the_two_halves_never_both_reach_it(secagg_plan, tmp_path):
+    grid, configs, t, arrays = pinned_round(secagg_plan, tmp_path)
+    assert t > len(configs) / 2
+    workflow = attack(grid, configs, t, told_alive=len(configs) // 2 - 1, arrays=arrays)
+    seeds, keys = workflow.stolen  # every node answered the inconsistent stories: only the threshold protects
+    assert len(seeds) + len(keys) == len(configs) < 2 * t
+    assert len(seeds) < t and len(keys) < t  # neither secret of the target can be rebuilt
+
+
+def test_a_threshold_at_half_is_refused_before_any_vector_is_sent(secagg_plan, tmp_path):
+    grid, configs, _, arrays = pinned_round(secagg_plan, tmp_path)
+    half = len(configs) // 2
+    workflow = attack(grid, configs, half, told_alive=half - 1, arrays=arrays)
+    assert workflow.stolen is None  # the run halted before unmasking: no masked vector left any node
+    refusals = [r.error.reason for r in grid.received if r.has_error()]
+    assert len(refusals) == len(configs) and all("at most half" in r for r in refusals)
+
+
+def plain_train(msg: Message, context) -> Message:
+    """An unpinned client of Flower's own SecAgg+: its update is a constant vector."""
+    res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([np.full(4, 3.0)]), num_examples=1, metrics={})
+    return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
+
+
+def test_without_the_pin_a_threshold_at_half_gives_the_server_both_secrets():
+    """The control: Flower's SecAgg+ clients accept a threshold of 4 of 8, and each half returns 4 shares of one
+    of the target's secrets: the server rebuilds both, its self-mask seed and its pairwise-mask key."""
+    app = ClientApp(mods=[secaggplus_mod])
+    app.train()(plain_train)
+    grid = InProcessGrid(app, 8)
+    configs = {n: {} for n in grid.get_node_ids()}
+    workflow = attack(grid, configs, 4, told_alive=3, arrays=model_arrays("digits", 10, SEED))
+    seeds, keys = workflow.stolen
+    assert len(seeds) == len(keys) == 4
+    secrets = grid.contexts[min(configs)].state.config_records[RECORD_KEY_STATE]
+    assert combine_shares(seeds) == secrets["rd_seed"] and combine_shares(keys) == secrets["sk1"]
