@@ -160,6 +160,8 @@ class CanaryAuditor:
             self.joined[group].pop()
             return
         if self.cohorts is not None:
+            if coins is None:
+                raise ValueError("--audit: a cohort round's canaries need their coins (the aggregation's referee)")
             self.heads[group].append(coins)
         self.z[group].append(project(self.layout, group, noisy_sum.detach().double().cpu().numpy()))
         self.unfaithful[group] += not self.post_processing(group, noisy_sum, released)
@@ -210,7 +212,7 @@ class CanaryAuditor:
                 contributed, rate = joined, self.spec.q[m]
             else:  # the referee's coins mark the contributions; the real members' heads are not observable
                 g = self.cohorts[m]
-                contributed = np.stack(self.heads[m]) if self.heads[m] else joined
+                contributed = np.stack(self.heads[m]) if self.heads[m] else np.zeros_like(joined)
                 model = dict(offered=int(joined[:, self.layout.inserted[m]].sum()),
                              compositions=min(joined.shape[0], g.memberships), rate="coin p_m")  # fmt: skip
                 rate = g.coin

@@ -99,3 +99,25 @@ def test_cli_train_audit_on_a_cohort_plan(cohort_plan, tmp_path):
     assert len(metrics["audit"]["groups"]) == 3
     refused = runner.invoke(app, [*args[:-2], "--dropout", "0.1", "--out", str(tmp_path / "x")])
     assert refused.exit_code == 2 and "--dropout 0" in refused.output and len(refused.output.strip().splitlines()) == 1
+
+
+def test_a_member_named_but_not_aggregated_is_flagged(cohort_plan, monkeypatch):
+    """What the server sees of the real members: the members aggregated against the cohort named."""
+    from hdp_planner_train.simulator import trainer
+
+    def drop_first(sampled):
+        ids, groups = agg.round_rows(sampled)
+        return ids[1:], groups[1:]
+
+    monkeypatch.setattr(trainer, "round_rows", drop_first)
+    first = _audit(cohort_plan)["audit"]["groups"][0]
+    assert first["rounds_aggregating_fewer_than_sampled"] == ROUNDS
+    assert first["verdict"].startswith("NOT AS PLANNED"), first["verdict"]
+
+
+def test_a_cohort_audit_without_the_referees_coins_stops(cohort_plan, monkeypatch):
+    """No coins, no ground truth: the audit does not fall back to counting memberships as contributions."""
+    real = agg.GroupAggregator.round
+    monkeypatch.setattr(agg.GroupAggregator, "round", lambda self, *a, **kw: real(self, *a, **{**kw, "referee": None}))
+    with pytest.raises(ValueError, match="referee"):
+        _audit(cohort_plan)
