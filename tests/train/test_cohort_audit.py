@@ -121,3 +121,17 @@ def test_a_cohort_audit_without_the_referees_coins_stops(cohort_plan, monkeypatc
     monkeypatch.setattr(agg.GroupAggregator, "round", lambda self, *a, **kw: real(self, *a, **{**kw, "referee": None}))
     with pytest.raises(ValueError, match="referee"):
         _audit(cohort_plan)
+
+
+@pytest.mark.slow
+def test_a_resumed_cohort_audit_reproduces_the_audit(cohort_plan, tmp_path):
+    """The checkpoint keeps the canaries' memberships and the referee's coins: one round then a resumed second
+    audits as two rounds in one go."""
+    whole = _audit(cohort_plan, out=str(tmp_path / "whole"))
+    cfg = dict(plan=str(cohort_plan), method="gdpfed+", dataset="digits", trust="secagg", ledger="none", progress=False,
+               noise="seeded", audit=True, device="cpu", out=str(tmp_path / "split"))  # fmt: skip
+    run(TrainConfig(**cfg, rounds=1))
+    resumed = run(TrainConfig(**cfg, rounds=ROUNDS, resume=True))
+    keys = ("epsilon_empirical", "insertions", "sampling_rate_observed", "epsilon_lower_bound")
+    for a, b in zip(whole["audit"]["groups"], resumed["audit"]["groups"]):
+        assert [a[k] for k in keys] == [b[k] for k in keys]
