@@ -20,6 +20,10 @@ An accountant proves what the mechanism *as specified* spends; canaries measure 
   :mod:`hdp_planner.accounting.pld`)
   of PoissonSampled(q_m, Gaussian(σ̂)) composed T times at the plan's δ, with a bootstrap interval over canaries.
   The lag-1 correlation of z_out across rounds shows a reused noise stream (nowhere else does).
+- Public cohorts, private coins. The draws are a canary's cohort memberships (which the server names), the joins
+  its heads (its coin at p_m, told to the audit's referee only after the run), and ε̂ composes
+  PoissonSampled(p_m, Gaussian(σ̂)) over min(T, K_m) memberships: the plan's ε against the server
+  (:func:`audit_group`'s ``offered``, ``compositions``).
 - Proof. :func:`steinke_lower_bound` gives the rigorous one-run lower bound of Steinke, Nasr and Jagielski
   ("Privacy auditing with one (1) training run", NeurIPS 2023) from the same canaries.
 
