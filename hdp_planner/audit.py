@@ -20,6 +20,10 @@ An accountant proves what the mechanism *as specified* spends; canaries measure 
   :mod:`hdp_planner.accounting.pld`)
   of PoissonSampled(q_m, Gaussian(σ̂)) composed T times at the plan's δ, with a bootstrap interval over canaries.
   The lag-1 correlation of z_out across rounds shows a reused noise stream (nowhere else does).
+- Public cohorts, private coins. The draws are a canary's cohort memberships (which the server names), the joins
+  its heads (its coin at p_m, told to the audit's referee only after the run), and ε̂ composes
+  PoissonSampled(p_m, Gaussian(σ̂)) over min(T, K_m) memberships: the plan's ε against the server
+  (:func:`audit_group`'s ``offered``, ``compositions``).
 - Proof. :func:`steinke_lower_bound` gives the rigorous one-run lower bound of Steinke, Nasr and Jagielski
   ("Privacy auditing with one (1) training run", NeurIPS 2023) from the same canaries.
 
@@ -221,22 +225,32 @@ def audit_group(
     clients: tuple[int, int] = (0, 0),
     unfaithful: int = 0,
     mismatched: tuple[int, int] = (0, 0),
+    offered: int | None = None,
+    compositions: int | None = None,
+    rate: str = "q_m",
 ) -> dict[str, Any]:
     """The audit entry of one group from its canaries' projections z (T, K), joins (T, K) and in/out bits (K,) in
     the T rounds it released, the real clients aggregated out of the (client, round) pairs offered ``clients``,
     the rounds whose release was not the plan's post-processing of the noisy sum ``unfaithful``, and the rounds that
-    aggregated more and fewer clients than the sampler drew ``mismatched``."""
+    aggregated more and fewer clients than the sampler drew ``mismatched``.
+
+    Public cohorts and private coins: ``joined`` marks the canaries' heads (the referee's, learnt after the run),
+    ``offered`` their cohort memberships (the draws at rate ``q``, the coin p_m; by default every in canary in every
+    round), ``compositions`` the memberships ε composes, min(T, K_m) (by default T), and ``rate`` names the rate."""
     rounds = z.shape[0]
+    steps = rounds if compositions is None else compositions
     mu, count = shift_estimate(z, joined, inserted)
     lo, hi = shift_interval(z, joined, inserted, seed)
     corr, se = lag_correlation(z[:, ~inserted])
     k_in = int(inserted.sum())
+    draws = k_in * rounds if offered is None else offered
     entry: dict[str, Any] = {
         "epsilon_planned": epsilon_planned,
         "noise_multiplier_planned": sigma_planned,
         "sampling_rate_planned": q,
-        "sampling_rate_observed": count / (k_in * rounds) if k_in and rounds else None,
-        "sampling_p_value": join_p_value(count, k_in * rounds, q),
+        "sampling_rate_name": rate,
+        "sampling_rate_observed": count / draws if draws else None,
+        "sampling_p_value": join_p_value(count, draws, q),
         "sampling_rate_clients": clients[0] / clients[1] if clients[1] else None,
         "sampling_p_value_clients": join_p_value(*clients, q),
         "releases_not_post_processing": unfaithful,
@@ -246,6 +260,7 @@ def audit_group(
         "canaries_out": int((~inserted).sum()),
         "insertions": count,
         "rounds": rounds,
+        "compositions": steps,
         "shift_noise_units": None if math.isnan(mu) else mu,
         "shift_interval": None if math.isnan(lo) else [lo, hi],
         "lag1_correlation": corr,
@@ -253,7 +268,7 @@ def audit_group(
         "epsilon_lower_bound": steinke_lower_bound(z.sum(0), inserted, delta),
         # what ε̂ estimates when the run is correct: the same PLD accountant at the planned σ (below the planned ε,
         # which the plan's accountant, RDP by default, bounds less tightly)
-        "epsilon_pld_of_planned_sigma": empirical_epsilon(sigma_planned, q, rounds, delta)[0],
+        "epsilon_pld_of_planned_sigma": empirical_epsilon(sigma_planned, q, steps, delta)[0],
     }
     if math.isnan(mu):
         entry.update(
@@ -264,9 +279,9 @@ def audit_group(
         sigma_hat = 1 / mu if mu > 0 else math.inf
         sigma_lo = 1 / hi if hi > 0 else math.inf  # the largest plausible shift: the least noise
         sigma_hi = 1 / lo if lo > 0 else math.inf
-        eps, cap1 = empirical_epsilon(sigma_hat, q, rounds, delta)
-        eps_hi, cap2 = empirical_epsilon(sigma_lo, q, rounds, delta)
-        eps_lo, _ = empirical_epsilon(sigma_hi, q, rounds, delta)
+        eps, cap1 = empirical_epsilon(sigma_hat, q, steps, delta)
+        eps_hi, cap2 = empirical_epsilon(sigma_lo, q, steps, delta)
+        eps_lo, _ = empirical_epsilon(sigma_hi, q, steps, delta)
         entry.update(
             epsilon_empirical=eps,
             epsilon_empirical_interval=[eps_lo, eps_hi],
@@ -296,13 +311,14 @@ def verdict(entry: dict[str, Any]) -> str:
     identifiable" when no canary was inserted; else "consistent"."""
     planned = entry["epsilon_planned"]
     reasons = []
-    q = entry["sampling_rate_planned"]
+    q, name = entry["sampling_rate_planned"], entry.get("sampling_rate_name", "q_m")
     rates = (("clients", "sampling_rate_clients", "sampling_p_value_clients"),
              ("canaries", "sampling_rate_observed", "sampling_p_value"))  # fmt: skip
     below = []
     for who, rate, p_value in rates:
         if entry[rate] is not None and entry[p_value] < SAMPLING_ALPHA:
-            (reasons if entry[rate] > q else below).append(f"{who} join at {entry[rate]:.3g}, the plan's q_m {q:.3g}")
+            found = f"{who} join at {entry[rate]:.3g}, the plan's {name} {q:.3g}"
+            (reasons if entry[rate] > q else below).append(found)
     if entry["releases_not_post_processing"]:
         reasons.append(f"{entry['releases_not_post_processing']} releases not a function of the noisy sum")
     if entry["rounds_aggregating_more_than_sampled"]:

@@ -10,6 +10,17 @@ keeps the canaries' projections of the noisy sum, checks that the release is the
 sum (Top-k of it, or a projection), and counts the real clients who joined, whose rate it tests against q_m. A run
 with canaries draws more random numbers than one without, so its samples and noise differ; their distributions
 do not.
+
+A plan solved with ``--hide-sample`` (public cohorts, private coins, :mod:`hdp_planner_train.rules.cohort`): the
+"in" canaries are members of the group's population whom the server may name in its cohorts like any client
+(:func:`~hdp_planner_train.rules.cohort.cohort_round` over the population extended by :attr:`CanaryAuditor.extra`);
+a named canary enforces its cap K_m and flips its coin at p_m in the same pipeline as every member, and its row
+S·C_m·u_j is multiplied by that coin. The auditor plays the server: it knows the cohorts, who replied and each group's
+noisy sum, never the coins. The coins reach it as the audit's referee (:meth:`CanaryAuditor.referee`), who keeps
+the canaries' coins aside until the report, where they are the ground truth of which memberships contributed: the
+shift is measured on heads memberships, the canaries' heads rate is tested against p_m, and ε̂ composes
+PoissonSampled(p_m, N(σ̂)) over min(T, K_m) memberships, the plan's ε against the server. The real members' heads
+are not observable and not counted: the clients' check is the members aggregated against the cohort named.
 """
 
 from __future__ import annotations
@@ -39,9 +50,6 @@ def check_auditable(spec: GroupSpec) -> None:
         raise ValueError(f"--audit: {spec.method} adds no noise, there is nothing to audit (ε = ∞)")
     if spec.schedule:
         raise ValueError(f"--audit: {spec.method}'s σ changes over rounds; the audit fits one σ per group")
-    if spec.secagg is not None and spec.secagg.cohorts is not None:
-        raise ValueError("--audit: the canaries' test assumes the server's Poisson sample; it does not model private "
-                         "coins in public cohorts (plans solved with --hide-sample)")  # fmt: skip
     if spec.secagg is not None and spec.secagg.dropout:
         raise ValueError("--audit: with --dropout a dropped canary would count as inserted; audit with --dropout 0")
 
@@ -78,6 +86,10 @@ class CanaryAuditor:
         self.mismatched = [[0, 0] for _ in range(groups)]  # rounds aggregating more, fewer clients than were sampled
         self.seconds = 0.0
         self._joins: list[np.ndarray] = [np.zeros(0, np.int64)] * groups
+        self.cohorts = spec.secagg.cohorts if spec.secagg is not None else None
+        self.heads: list[list[np.ndarray]] = [[] for _ in range(groups)]  # the referee's: canaries' coins per round
+        self._rows: list[tuple[np.ndarray, np.ndarray]] = []  # per group: canaries' rows among its rows, their index
+        self._coins: list[np.ndarray | None] = [None] * groups
 
     @property
     def extra(self) -> tuple[int, ...]:
@@ -120,17 +132,37 @@ class CanaryAuditor:
         all_rows = torch.cat([deltas, extra])
         all_groups = np.concatenate([np.asarray(group_of_row, dtype=np.int64), groups])
         order = np.random.default_rng(round_seed(self.seed, rnd, ORDER_STREAM)).permutation(len(all_groups))
+        canary = order - len(deltas)  # ≥ 0: the canary row of that index among the joins of every group
+        index = np.concatenate(self._joins)
+        self._rows = []
+        for m in range(len(self.spec.sizes)):
+            rows = canary[all_groups[order] == m]
+            self._rows.append((np.flatnonzero(rows >= 0), index[rows[rows >= 0]]))
         self.seconds += time.perf_counter() - t0
         return all_rows[torch.as_tensor(order, device=deltas.device)], all_groups[order]
+
+    def referee(self, group: int, coins: np.ndarray) -> None:
+        """The aggregation's :data:`~hdp_planner_train.rules.aggregate.Referee`: the coins of group ``group``'s rows
+        in this cohort round, in the order :meth:`insert` gave them. Only the canaries' are kept, aside from
+        everything the statistic is computed from, until :meth:`report`."""
+        positions, index = self._rows[group]
+        mask = np.zeros(self.per_group, dtype=bool)
+        mask[index] = np.asarray(coins)[positions] == 1
+        self._coins[group] = mask
 
     def observe(self, group: int, noisy_sum: torch.Tensor | None, released: torch.Tensor | None) -> None:
         """The aggregation's :data:`~hdp_planner_train.rules.aggregate.Observer`: keep the projections of group
         ``group``'s noisy sum onto its canaries and check what is released of it; (None, None): nothing released,
         the round's joins of that group are forgotten."""
         t0 = time.perf_counter()
+        coins, self._coins[group] = self._coins[group], None
         if noisy_sum is None:
             self.joined[group].pop()
             return
+        if self.cohorts is not None:
+            if coins is None:
+                raise ValueError("--audit: a cohort round's canaries need their coins (the aggregation's referee)")
+            self.heads[group].append(coins)
         self.z[group].append(project(self.layout, group, noisy_sum.detach().double().cpu().numpy()))
         self.unfaithful[group] += not self.post_processing(group, noisy_sum, released)
         self.seconds += time.perf_counter() - t0
@@ -155,7 +187,7 @@ class CanaryAuditor:
         """What a checkpoint keeps (the layout is regenerated from the seed)."""
         return {"per_group": self.per_group, "z": self.z, "joined": self.joined, "clients": self.clients,
                 "population": self.population, "unfaithful": self.unfaithful, "seconds": self.seconds,
-                "aggregated": self.aggregated, "mismatched": self.mismatched}  # fmt: skip
+                "aggregated": self.aggregated, "mismatched": self.mismatched, "heads": self.heads}  # fmt: skip
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Back from a checkpoint (which keeps the arrays as tensors)."""
@@ -167,24 +199,35 @@ class CanaryAuditor:
         self.seconds = float(state["seconds"])
         self.aggregated = [[int(c) for c in g] for g in state.get("aggregated", [[] for _ in self.spec.sizes])]
         self.mismatched = [[int(c) for c in g] for g in state.get("mismatched", [[0, 0] for _ in self.spec.sizes])]
+        self.heads = [[np.asarray(a) for a in g] for g in state.get("heads", [[] for _ in self.spec.sizes])]
 
     def report(self, epsilon_planned: list[float], delta: float) -> dict[str, Any]:
         """The ``audit`` section of metrics.json: one entry per group (:func:`hdp_planner.audit.audit_group`)."""
         t0 = time.perf_counter()
         groups = []
         for m in range(len(self.spec.sizes)):
+            joined = np.stack(self.joined[m]) if self.joined[m] else np.zeros((0, self.per_group), dtype=bool)
+            if self.cohorts is None:
+                model = dict(clients=(sum(self.aggregated[m]), self.population[m] * len(self.aggregated[m])))
+                contributed, rate = joined, self.spec.q[m]
+            else:  # the referee's coins mark the contributions; the real members' heads are not observable
+                g = self.cohorts[m]
+                contributed = np.stack(self.heads[m]) if self.heads[m] else np.zeros_like(joined)
+                model = dict(offered=int(joined[:, self.layout.inserted[m]].sum()),
+                             compositions=min(joined.shape[0], g.memberships), rate="coin p_m")  # fmt: skip
+                rate = g.coin
             entry = audit_group(
                 np.stack(self.z[m]) if self.z[m] else np.zeros((0, self.per_group)),
-                np.stack(self.joined[m]) if self.joined[m] else np.zeros((0, self.per_group), dtype=bool),
+                contributed,
                 self.layout.inserted[m],
-                self.spec.q[m],
+                rate,
                 delta,
                 epsilon_planned[m],
                 self.spec.noise_multiplier[m],
                 round_seed(self.seed, 1, LAYOUT_STREAM),
-                clients=(sum(self.aggregated[m]), self.population[m] * len(self.aggregated[m])),
                 unfaithful=self.unfaithful[m],
                 mismatched=tuple(self.mismatched[m]),
+                **model,
             )
             groups.append({"group": m + 1, **entry})
         return {
@@ -192,8 +235,8 @@ class CanaryAuditor:
             "groups": groups,
             "seconds_in_rounds": self.seconds,
             "seconds_report": time.perf_counter() - t0,
-            "method": METHOD,
-            "blind_to": BLIND_TO,
+            "method": METHOD if self.cohorts is None else METHOD_COHORT,
+            "blind_to": BLIND_TO if self.cohorts is None else BLIND_TO_COHORT,
         }
 
 
@@ -210,4 +253,18 @@ BLIND_TO = (
     "plan-level failures: a plan whose σ_m, q_m or δ do not meet the budgets (verify checks those), clients put in "
     "the wrong group, budgets the plan was not made from; bugs that touch real clients only in ways canaries do not "
     "share (their data, local training); leaks outside the aggregation (logs, checkpoints)"
+)
+METHOD_COHORT = (
+    "public cohorts, private coins: canaries as in the Poisson audit, the in canaries members of their group's "
+    "population whom the server names in its cohorts like any client; a named canary enforces its cap K_m, flips its "
+    "coin at p_m in the members' pipeline and contributes 1000·C_m·u_j times its coin; the statistic (z on each "
+    "released noisy sum, the members aggregated against the cohort named, the releases checked) uses only what the "
+    "server sees; the canaries' coins, kept by the referee until the report, mark the contributions: σ̂ = 1/μ̂ from "
+    "heads memberships, the canaries' heads rate tested against p_m (binomial, p < 1e-6); ε̂ = PLD ε of "
+    "PoissonSampled(p_m, N(σ̂)) over min(T, K_m) memberships, compared with the plan's ε against the server; "
+    "interval: 95% bootstrap over canaries; epsilon_lower_bound: Steinke et al. 2023 at 95% from the server's view"
+)
+BLIND_TO_COHORT = (
+    BLIND_TO + "; the real members' heads rate (the server cannot see coins: only the canaries' coins are tested, and "
+    "they are drawn by the same code); which members the server names (the guarantee does not rest on it)"
 )

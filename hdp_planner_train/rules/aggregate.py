@@ -263,6 +263,9 @@ def top_k_mask(y: torch.Tensor, k_ratio: float) -> torch.Tensor | None:
 Observer = Callable[[int, "torch.Tensor | None", "torch.Tensor | None"], None]
 """The audit's view of a round, group by group: (m, noisy sum y_m, what is released of it), or (m, None, None)
 when group m released nothing."""
+Referee = Callable[[int, np.ndarray], None]
+"""``referee(m, coins)``: the private coins of group m's rows in a cohort round, handed to the audit's referee (never
+to the server), who reads the canaries' among them only after the run (:mod:`hdp_planner_train.audit.canaries`)."""
 
 
 def clip_rows(rows: torch.Tensor, clip: float) -> tuple[torch.Tensor, int]:
@@ -325,13 +328,15 @@ def aggregate(
     rnd: int = 0,
     public_history: list[torch.Tensor] | None = None,
     observe: Observer | None = None,
+    referee: Referee | None = None,
 ) -> tuple[torch.Tensor, RoundStats]:
     """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d).
 
     ``rnd`` picks σ_m from a schedule; PFA appends the public group's noisy sum to ``public_history`` (the
     caller keeps it between rounds) and projects onto the principal subspace of its latest ``window`` entries.
     ``observe`` (the privacy audit, :mod:`hdp_planner_train.audit.canaries`) sees what :func:`noisy_update` releases;
-    under secure aggregation a group that releases nothing is observed as ``observe(m, None, None)``.
+    under secure aggregation a group that releases nothing is observed as ``observe(m, None, None)``. ``referee``
+    (the audit's, :data:`Referee`) learns each cohort round's coins.
     """
     d = deltas.shape[1]
     groups = torch.as_tensor(np.asarray(group_of_row, dtype=np.int64), device=deltas.device)
@@ -351,6 +356,8 @@ def aggregate(
             bits, dropouts = round_sources(source.kind, getattr(source, "seed", None), rnd, m)
             coins = None if spec.secagg.cohorts is None else member_coins(
                 spec.secagg, source.kind, getattr(source, "seed", None), rnd, m, r.shape[0])  # fmt: skip
+            if coins is not None and referee is not None:
+                referee(m, coins)
             out = group_sum(r, spec=spec.secagg, rnd=rnd, group=m, bits=bits, dropouts=dropouts,
                             coins=coins) if r.shape[0] else None  # fmt: skip
             if out is None:
@@ -387,9 +394,10 @@ class GroupAggregator:
         source: NoiseSource | None,
         rnd: int,
         observe: Observer | None = None,
+        referee: Referee | None = None,
     ) -> tuple[torch.Tensor, RoundStats]:
         """:func:`aggregate` of one round's client updates."""
-        return aggregate(deltas, group_of_row, self.spec, source, rnd, self.public_history, observe)
+        return aggregate(deltas, group_of_row, self.spec, source, rnd, self.public_history, observe, referee)
 
     def release(
         self,

@@ -275,7 +275,8 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
     withheld = 0  # secure aggregation: group sums not released this run
     cohorts = spec.secagg.cohorts if spec.secagg is not None else None
-    used = [np.zeros(s, np.int64) for s in spec.sizes]  # hidden participation: each client's cohort memberships
+    canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients
+    used = [np.zeros(s + e, np.int64) for s, e in zip(spec.sizes, canaries)]  # hidden participation: memberships
     if state is not None and cohorts is not None:
         used = [np.asarray(u, dtype=np.int64) for u in state["cohort_memberships"]]
 
@@ -298,7 +299,8 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
             deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
         gen = noise_source(kind, cfg.seed, r) if spec.private else None
         observe = auditor.observe if auditor is not None else None
-        update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe)
+        referee = auditor.referee if auditor is not None else None
+        update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe, referee=referee)
         if auditor is not None:
             stats = auditor.real_stats(stats)
         withheld += stats.withheld

@@ -147,7 +147,6 @@ def test_a_server_naming_the_same_clients_every_round_gets_them_at_most_k_times(
     "kw,message",
     [
         ({"trust": "server"}, "--override-trust"),
-        ({"audit": True}, "private coins"),
         ({"method": "idp-fedavg-sample"}, "no"),
     ],
 )
