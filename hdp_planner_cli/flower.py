@@ -127,8 +127,11 @@ def flower(
     eps = ", ".join(f"{e['epsilon_spent']:.3g}" for e in metrics["epsilon_spent"])
     if "secagg" in metrics:  # the distributed mechanism's accounting, against third parties and the server
         sa = metrics["secagg"]
-        eps = (", ".join(f"{e:.3g}" for e in sa["epsilon_third_parties"]) + " against third parties, "
-               + ", ".join(f"{e:.3g}" for e in sa["epsilon_server"]) + " against the server")  # fmt: skip
+        third = sa.get("epsilon_third_parties")  # a cohort run reports its ε against the server, its budget
+        eps = ("" if third is None else ", ".join(f"{e:.3g}" for e in third) + " against third parties, ") + (
+            ", ".join(f"{e:.3g}" for e in sa["epsilon_server"]) + " against the server"
+            + (" (participation hidden)" if sa.get("hidden_participation") else "")
+        )  # fmt: skip
     if "noise_lambda_measured" in metrics:  # --diagnostics (a simulation)
         lam = metrics["noise_lambda_measured"]
         noise = (

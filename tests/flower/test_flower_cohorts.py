@@ -8,6 +8,7 @@ ServerApp receives is recorded: heads and tails members are compared field by fi
 from __future__ import annotations
 
 import itertools
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -151,13 +152,15 @@ def test_a_cohort_of_another_size_than_the_plans_is_refused(cohort_plan, tmp_pat
 
 
 def test_hdp_plan_flower_in_process_runs_a_cohort_plan(cohort_plan, tmp_path):
-    """The command's path: metrics carry the cohorts and each group's ε against the server, the plan's."""
-    from hdp_planner_flower.simulation import FlowerConfig, run_flower
-
-    cfg = FlowerConfig(plan=str(cohort_plan), dataset="digits", clients=N, rounds=2, trust="secagg",
-                       in_process=True, out=str(tmp_path / "run"), ledger="none",
-                       node_state=str(tmp_path / "nodes"))  # fmt: skip
-    metrics = run_flower(cfg, progress=lambda line: None)
+    """The command: metrics carry the cohorts and each group's ε against the server, the plan's, and the summary
+    line says so."""
+    args = ["flower", str(cohort_plan), "--dataset", "digits", "--clients", str(N), "--rounds", "2", "--trust",
+            "secagg", "--in-process", "--out", str(tmp_path / "run"), "--ledger", "none", "--node-state",
+            str(tmp_path / "nodes")]  # fmt: skip
+    result = CliRunner().invoke(cli_app, args)
+    assert result.exit_code == 0, result.output
+    assert "against the server (participation hidden)" in " ".join(result.output.split())
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     sa = metrics["secagg"]
     row = read_document(cohort_plan)["hidden_participation"]["rows"]["GDPFed+"]
     assert sa["hidden_participation"] and sa["cohort"] == row["cohort"]
