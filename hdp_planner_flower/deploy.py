@@ -65,6 +65,11 @@ round-timeout = 0
 """The Flower app ``flwr run`` submits: no code of its own, its components are :mod:`.deployed`'s."""
 
 
+LEAN_ENV = {"MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+"""Set for every process of a deployment: glibc's malloc keeps two arenas, not eight per core, and the math
+libraries start one thread, not one per core: many nodes on one machine each run one small model at a time."""
+
+
 class DeployError(RuntimeError):
     """The deployment could not start or its run failed: one line (the logs are in the deployment's folder)."""
 
@@ -168,10 +173,11 @@ class LocalDeployment:
 
     # ------------------------------------------------------------------ processes
     def env(self) -> dict[str, str]:
-        """The processes' environment: offline, a ``FLWR_HOME`` of the deployment's own, this checkout importable."""
+        """The processes' environment: offline, a ``FLWR_HOME`` of the deployment's own, this checkout importable,
+        and :data:`LEAN_ENV` unless the caller's environment sets those variables."""
         root = str(Path(__file__).resolve().parent.parent)
         path = os.environ.get("PYTHONPATH")
-        return {**os.environ, **OFFLINE_ENV, "FLWR_HOME": str(self.folder / "flwr-home"),
+        return {**LEAN_ENV, **os.environ, **OFFLINE_ENV, "FLWR_HOME": str(self.folder / "flwr-home"),
                 "PYTHONPATH": root + (os.pathsep + path if path else "")}  # fmt: skip
 
     def spawn(self, name: str, args: list[str], pipe: bool = False) -> subprocess.Popen:
@@ -288,12 +294,16 @@ class LocalDeployment:
         nodes = json.loads(self.flwr("supernode", "ls", CONNECTION, "--format", "json"))["nodes"]
         return sum(node["status"] == "online" for node in nodes)
 
-    def start_nodes(self) -> dict[int, int]:
-        """Register every node's key, write the registry (``nodes.csv``: node id, client id), then start every
-        SuperNode; node id → client id."""
+    def register_all(self) -> dict[int, int]:
+        """Register every node's key and write the registry (``nodes.csv``: node id, client id); node id → client id."""
         registry = {self.register(spec.key): spec.client for spec in self.specs}
         lines = ["node_id,client_id", *(f"{node},{client}" for node, client in registry.items())]
         (self.folder / "nodes.csv").write_text("\n".join(lines) + "\n")
+        return registry
+
+    def start_nodes(self) -> dict[int, int]:
+        """:meth:`register_all`, then start every SuperNode; node id → client id."""
+        registry = self.register_all()
         for spec in self.specs:
             self.start_node(spec)
         return registry
@@ -356,7 +366,7 @@ class DeployConfig:
 
     plan: str
     nodes: int
-    trust: tuple[str, ...] = ("server", "secagg")
+    trust: tuple[str, ...] = ()  # () : the trust model the plan was solved for
     method: str = "gdpfed+"
     dataset: str = "digits"
     rounds: int | None = None
@@ -373,6 +383,7 @@ def check_config(cfg: DeployConfig) -> None:
     """Refuse (ValueError, one line) a deployment that cannot run, before any file is written or process started."""
     from hdp_planner.planfile.document import load_plan
     from hdp_planner_flower.mods import TRUST_MODELS
+    from hdp_planner_train.simulator.trainer import plan_trust
 
     if not Path(cfg.plan).is_file():
         raise ValueError(f"plan file {cfg.plan} not found")
@@ -380,8 +391,11 @@ def check_config(cfg: DeployConfig) -> None:
     if cfg.nodes != plan.config.n:
         raise ValueError(f"--nodes {cfg.nodes}: the plan has n = {plan.config.n} clients, one SuperNode each")
     bad = [t for t in cfg.trust if t not in TRUST_MODELS]
-    if bad or not cfg.trust:
+    if bad:
         raise ValueError(f"--trust takes {' and/or '.join(TRUST_MODELS)} (comma-separated), got {','.join(cfg.trust)}")
+    if "server" in cfg.trust and plan_trust(cfg.plan) == "secagg":
+        raise ValueError(f"{cfg.plan} was solved for a server that is not trusted: --trust server would show the "
+                         "server every clipped update (solve a plan with --trust server for that run)")  # fmt: skip
     if cfg.rounds is not None and not 1 <= cfg.rounds <= plan.config.rounds:
         raise ValueError(f"--rounds must be within 1..{plan.config.rounds} (the plan's T), got {cfg.rounds}")
     if cfg.groups and not Path(cfg.groups).is_file():
@@ -392,10 +406,13 @@ def check_config(cfg: DeployConfig) -> None:
 
 def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
     """Start a SuperLink and ``cfg.nodes`` SuperNodes on this machine (TLS, node authentication), run the plan under
-    each trust model of ``cfg.trust`` in turn, stop every process started; each run's metrics by trust model, with
-    the deployment's timings under ``"deployment"``. Raises ValueError (bad input) or :class:`DeployError`."""
+    each trust model of ``cfg.trust`` (default: the plan's own) in turn, stop every process started; each run's
+    metrics by trust model, with the deployment's timings under ``"deployment"``. Raises ValueError (bad input) or
+    :class:`DeployError`."""
     import shutil
     import tempfile
+
+    from hdp_planner_train.simulator.trainer import plan_trust
 
     check_config(cfg)
     folder = Path(cfg.folder) if cfg.folder else Path(tempfile.mkdtemp(prefix="hdp-deploy-"))
@@ -410,7 +427,7 @@ def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
         started = time.monotonic()
         progress(f"{cfg.nodes} SuperNodes registered and started ({started - linked:.1f} s); node state in "
                  f"{dep.state_dir}")  # fmt: skip
-        for trust in cfg.trust:
+        for trust in cfg.trust or (plan_trust(cfg.plan),):
             t0 = time.monotonic()
             results[trust] = dep.run(trust=trust, out=out / trust, dataset=cfg.dataset, rounds=cfg.rounds,
                                      seed=cfg.seed, timeout=cfg.timeout, round_timeout=cfg.round_timeout,
