@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -68,6 +69,20 @@ round-timeout = 0
 LEAN_ENV = {"MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 """Set for every process of a deployment: glibc's malloc keeps two arenas, not eight per core, and the math
 libraries start one thread, not one per core: many nodes on one machine each run one small model at a time."""
+
+
+REGISTER = """
+import sys
+from typer.testing import CliRunner
+from flwr.cli.app import app
+runner = CliRunner()
+for key in sys.argv[2:]:
+    res = runner.invoke(app, ["supernode", "register", key, sys.argv[1], "--format", "json"])
+    if res.exit_code != 0:
+        sys.exit(res.output.strip() or str(res.exception))
+"""
+"""``python -c REGISTER CONNECTION KEY...``: ``flwr supernode register KEY CONNECTION --format json`` for every key
+in one process (flwr prints each reply, a JSON object, on stdout); the first failure ends it, non-zero."""
 
 
 class DeployError(RuntimeError):
@@ -157,8 +172,8 @@ class LocalDeployment:
     Use as a context manager: entering makes the credentials and starts the SuperLink; :meth:`start_nodes` starts
     the SuperNodes; :meth:`run` runs the plan once per call; leaving stops every process started, by PID."""
 
-    def __init__(self, folder: str | Path, *, plan: str, nodes: int, method: str = "gdpfed+",
-                 groups: str | None = None, state_dir: str | Path | None = None) -> None:  # fmt: skip
+    def __init__(self, folder: str | Path, *, plan: str, nodes: int, method: str = "gdpfed+", groups: str | None = None,
+                 state_dir: str | Path | None = None, wait: float = 60.0) -> None:  # fmt: skip
         self.folder = Path(folder).resolve()
         self.plan = str(Path(plan).resolve())
         self.sha256 = file_sha256(self.plan)
@@ -170,6 +185,7 @@ class LocalDeployment:
         self.tls: Tls | None = None
         self.port = 0
         self.specs: list[NodeSpec] = []
+        self.wait = wait  # seconds the SuperLink has to start listening
 
     # ------------------------------------------------------------------ processes
     def env(self) -> dict[str, str]:
@@ -247,7 +263,7 @@ class LocalDeployment:
                                           f'address = "127.0.0.1:{self.port}"\n'
                                           f'root-certificates = "{self.tls.ca}"\n')  # fmt: skip
 
-    def start_superlink(self, wait: float = 60.0) -> None:
+    def start_superlink(self) -> None:
         """``flower-superlink`` with TLS and node authentication, its state in ``superlink.db``; waits until it
         accepts connections."""
         tls = self.tls
@@ -255,7 +271,7 @@ class LocalDeployment:
                                  str(tls.certificate), "--ssl-keyfile", str(tls.key), "--enable-supernode-auth",
                                  "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port",
                                  str(self.port), "--database", str(self.folder / "superlink.db")])  # fmt: skip
-        deadline = time.monotonic() + wait
+        deadline = time.monotonic() + self.wait
         while True:
             if self.procs["superlink"].poll() is not None:
                 raise DeployError(f"the SuperLink exited at start (see {self.folder / 'logs' / 'superlink.log'})")
@@ -264,7 +280,8 @@ class LocalDeployment:
                 return
             except OSError:
                 if time.monotonic() > deadline:
-                    raise DeployError(f"the SuperLink did not listen on port {self.port} within {wait:.0f} s") from None
+                    raise DeployError(f"the SuperLink did not listen on port {self.port} within {self.wait:.0f} s"
+                                      ) from None  # fmt: skip
                 time.sleep(0.2)
 
     def restart_superlink(self) -> None:
@@ -294,9 +311,28 @@ class LocalDeployment:
         nodes = json.loads(self.flwr("supernode", "ls", CONNECTION, "--format", "json"))["nodes"]
         return sum(node["status"] == "online" for node in nodes)
 
-    def register_all(self) -> dict[int, int]:
-        """Register every node's key and write the registry (``nodes.csv``: node id, client id); node id → client id."""
-        registry = {self.register(spec.key): spec.client for spec in self.specs}
+    def register_all(self, timeout: float = 600.0) -> dict[int, int]:
+        """Register every node's key and write the registry (``nodes.csv``: node id, client id); node id → client id.
+        One process runs ``flwr supernode register`` for every key (:data:`REGISTER`): one Python start, not one
+        per node."""
+        keys = [str(spec.key.public) for spec in self.specs]
+        try:
+            done = subprocess.run([sys.executable, "-c", REGISTER, CONNECTION, *keys], capture_output=True, text=True,
+                                  env=self.env(), cwd=self.folder, timeout=timeout)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise DeployError(f"registering {len(keys)} keys did not finish in {timeout:.0f} s") from None
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()
+            raise DeployError(f"flwr supernode register failed: {tail[-1] if tail else done.returncode}")
+        decoder, text, replies = json.JSONDecoder(), done.stdout.strip(), []
+        while text:
+            reply, end = decoder.raw_decode(text)
+            replies.append(reply)
+            text = text[end:].strip()
+        ids = [int(r["node-id"]) for r in replies]
+        if len(ids) != len(keys):
+            raise DeployError(f"flwr supernode register gave {len(ids)} node ids for {len(keys)} keys")
+        registry = dict(zip(ids, (spec.client for spec in self.specs), strict=True))
         lines = ["node_id,client_id", *(f"{node},{client}" for node, client in registry.items())]
         (self.folder / "nodes.csv").write_text("\n".join(lines) + "\n")
         return registry
