@@ -133,7 +133,8 @@ def one(n: int, trust: str, args, done) -> None:
         plan = solve(folder, n, trust)
         load = os.getloadavg()[0]
         t0 = time.monotonic()
-        with LocalDeployment(folder / "dep", plan=str(plan), nodes=n, state_dir=folder / "state", wait=300) as dep:
+        with LocalDeployment(folder / "dep", plan=str(plan), nodes=n, state_dir=folder / "state", wait=300,
+                             retries=(1000, args.timeout)) as dep:  # fmt: skip
             with MemorySampler(dep, args.every, args.floor) as mem:
                 link = time.monotonic() - t0
                 dep.register_all()
@@ -141,6 +142,7 @@ def one(n: int, trust: str, args, done) -> None:
                 for spec in dep.specs:
                     if not mem.tripped:
                         dep.start_node(spec)
+                        time.sleep(args.stagger)
                 up, why = 0, ""
                 while not why:
                     try:
@@ -229,6 +231,7 @@ def main() -> None:
     ap.add_argument("--trust", default="server,secagg")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per run (and for start-up)")
     ap.add_argument("--round-timeout", type=float, default=900.0, help="seconds a round waits for its replies")
+    ap.add_argument("--stagger", type=float, default=0.2, help="seconds between starting two SuperNodes")
     ap.add_argument("--every", type=float, default=2.0, help="seconds between memory samples")
     ap.add_argument("--floor", type=float, default=2048.0, help="MiB of MemAvailable under which all is stopped")
     ap.add_argument("--startup", default=None, help="node counts: measure start-up alone")

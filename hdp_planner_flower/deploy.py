@@ -173,7 +173,8 @@ class LocalDeployment:
     the SuperNodes; :meth:`run` runs the plan once per call; leaving stops every process started, by PID."""
 
     def __init__(self, folder: str | Path, *, plan: str, nodes: int, method: str = "gdpfed+", groups: str | None = None,
-                 state_dir: str | Path | None = None, wait: float = 60.0) -> None:  # fmt: skip
+                 state_dir: str | Path | None = None, wait: float = 60.0, retries: tuple[int, float] = (5, 60.0),
+                 ) -> None:  # fmt: skip
         self.folder = Path(folder).resolve()
         self.plan = str(Path(plan).resolve())
         self.sha256 = file_sha256(self.plan)
@@ -186,6 +187,7 @@ class LocalDeployment:
         self.port = 0
         self.specs: list[NodeSpec] = []
         self.wait = wait  # seconds the SuperLink has to start listening
+        self.retries = retries  # a SuperNode gives up connecting after this many tries or seconds
 
     # ------------------------------------------------------------------ processes
     def env(self) -> dict[str, str]:
@@ -303,7 +305,8 @@ class LocalDeployment:
         return self.spawn(f"node-{spec.client}", [
             "flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--root-certificates", str(ca or self.tls.ca),
             "--auth-supernode-private-key", str((key or spec.key).private), "--node-config", config,
-            "--host", "127.0.0.1", "--port", str(spec.port), "--max-retries", "5", "--max-wait-time", "60",
+            "--host", "127.0.0.1", "--port", str(spec.port), "--max-retries", str(self.retries[0]),
+            "--max-wait-time", str(self.retries[1]),
         ])  # fmt: skip
 
     def online(self) -> int:
