@@ -1,7 +1,7 @@
 """A GDPFed+ plan on Flower's deployment engine on this machine: start-up, round time and memory per node.
 
 For each node count N (``--nodes 10,50,100``) and each trust model of ``--trust``, solves a digits plan for N
-clients under that trust model (GDPFed+, ε = 1, 2, 4; T = 20; q = 0.8; b = 16; F = 0.75), starts one SuperLink and
+clients under that trust model (GDPFed+, ε = 1, 2, 4; T = 20; ``--q`` 0.8; b = 16; F = 0.75), starts one SuperLink and
 N SuperNodes pinning it as separate processes with TLS and node authentication
 (:class:`hdp_planner_flower.deploy.LocalDeployment`), waits until the SuperLink counts them all online, and runs
 ``--rounds`` rounds under that trust model.
@@ -73,15 +73,24 @@ class MemorySampler:
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
 
+    def guard(self) -> None:
+        """Read ``MemAvailable``; below the floor, stop every process of the deployment (once)."""
+        avail = available_mib()
+        self.low = min(self.low, avail)
+        if avail < self.floor and not self.tripped:
+            self.tripped = True
+            print(f"MemAvailable {avail:.0f} MiB < {self.floor:.0f} MiB: stopping the deployment", flush=True)
+            stop_processes(self.dep.pids(), grace=2.0)
+
     def loop(self) -> None:
-        while not self.done.wait(self.every):
-            avail = available_mib()
-            self.low = min(self.low, avail)
-            if avail < self.floor and not self.tripped:
-                self.tripped = True
-                print(f"MemAvailable {avail:.0f} MiB < {self.floor:.0f} MiB: stopping the deployment", flush=True)
-                stop_processes(self.dep.pids(), grace=2.0)
+        last = 0.0
+        while not self.done.wait(0.25):  # the guard every 0.25 s, and between two processes' PSS
+            self.guard()
+            if time.monotonic() - last < self.every:
+                continue
+            last = time.monotonic()
             for name, proc in list(self.dep.procs.items()):
+                self.guard()
                 self.now[name] = pss_mib(proc.pid) + sum(pss_mib(d) for d in descendants(proc.pid))
                 self.peak[name] = max(self.peak.get(name, 0.0), self.now[name])
 
@@ -101,7 +110,7 @@ class MemorySampler:
         self.thread.join()
 
 
-def solve(folder: Path, n: int, trust: str) -> Path:
+def solve(folder: Path, n: int, trust: str, q: float) -> Path:
     from typer.testing import CliRunner
 
     from hdp_planner_cli.app import app
@@ -109,7 +118,7 @@ def solve(folder: Path, n: int, trust: str) -> Path:
 
     d = sum(p.numel() for p in make_model("digits").parameters())
     path = folder / "plan.json"
-    args = ["solve", "--eps", "1,2,4", "--n", str(n), "--rounds", "20", "--q", "0.8", "--clip", "1.0", "--methods",
+    args = ["solve", "--eps", "1,2,4", "--n", str(n), "--rounds", "20", "--q", str(q), "--clip", "1.0", "--methods",
             "gdpfed+", "--trust", trust, "--bits", "16", "--survivors", "0.75", "--model-dim", str(d),
             "--participations", "20", "-o", str(path)]  # fmt: skip
     res = CliRunner().invoke(app, args)
@@ -119,7 +128,7 @@ def solve(folder: Path, n: int, trust: str) -> Path:
 
 
 STARTUP = ("nodes", "trust", "SuperLink s", "register keys s", "per key s", "nodes online s", "total s", "load")
-RUNS = ("nodes", "trust", "rounds done", "run to ServerApp s", "round median s", "round min s",
+RUNS = ("nodes", "trust", "q", "rounds done", "run to ServerApp s", "round median s", "round min s",
         "node idle PSS MiB", "node peak PSS MiB median", "node peak PSS MiB max", "SuperLink peak PSS MiB",
         "MemAvailable drop idle GiB", "MemAvailable drop peak GiB", "load (1 min)")  # fmt: skip
 
@@ -130,7 +139,7 @@ def one(n: int, trust: str, args, done) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-deploy-") as tmp:
         folder = Path(tmp)
         os.environ["HDP_PLANNER_LEDGER"] = str(folder / "ledger.sqlite")
-        plan = solve(folder, n, trust)
+        plan = solve(folder, n, trust, args.q)
         load = os.getloadavg()[0]
         t0 = time.monotonic()
         with LocalDeployment(folder / "dep", plan=str(plan), nodes=n, state_dir=folder / "state", wait=300,
@@ -163,7 +172,8 @@ def one(n: int, trust: str, args, done) -> None:
                 idle = statistics.median(mem.nodes(mem.now)) if not why else idle
                 idle_drop = (mem.base - (mem.low if why else available_mib())) / 1024
                 if why and not args.startup:
-                    done("runs", [str(n), trust, f"0/{args.rounds} ({up}/{n} nodes online, {why})", "-", "-", "-",
+                    done("runs", [str(n), trust, f"{args.q:g}", f"0/{args.rounds} ({up}/{n} nodes online, {why})",
+                                  "-", "-", "-",
                                   f"{idle:.0f}", "-", "-", f"{mem.peak.get('superlink', 0):.0f}", f"{idle_drop:.1f}",
                                   f"{(mem.base - mem.low) / 1024:.1f}", f"{load:.1f}"])  # fmt: skip
                 if not args.startup and not why:
@@ -178,11 +188,13 @@ def one(n: int, trust: str, args, done) -> None:
                         why = "memory guard" if mem.tripped else str(e)
                     starts = [float(m.group(1)) for m in map(re.compile(r"\[\s*([\d.]+) s\]").search, lines[:1]) if m]
                     ends = starts + [float(m.group(1)) for m in map(ROUND.search, lines) if m]
-                    times = [b - a for a, b in itertools.pairwise(ends)] or [float("nan")]
+                    times = [b - a for a, b in itertools.pairwise(ends)]
                     peaks = mem.nodes(mem.peak)
-                    row = [str(n), trust, f"{max(len(ends) - 1, 0)}/{args.rounds}" + (f" ({why})" if why else ""),
-                           f"{starts[0]:.1f}" if starts else "-", f"{statistics.median(times):.1f}",
-                           f"{min(times):.1f}", f"{idle:.0f}", f"{statistics.median(peaks):.0f}", f"{max(peaks):.0f}",
+                    row = [str(n), trust, f"{args.q:g}",
+                           f"{max(len(ends) - 1, 0)}/{args.rounds}" + (f" ({why})" if why else ""),
+                           f"{starts[0]:.1f}" if starts else "-", f"{statistics.median(times):.1f}" if times else "-",
+                           f"{min(times):.1f}" if times else "-", f"{idle:.0f}", f"{statistics.median(peaks):.0f}",
+                           f"{max(peaks):.0f}",
                            f"{mem.peak.get('superlink', 0):.0f}", f"{idle_drop:.1f}",
                            f"{(mem.base - mem.low) / 1024:.1f}", f"{load:.1f}"]  # fmt: skip
                     done("runs", row)
@@ -214,7 +226,7 @@ def record(kind: str, rows: list[list[str]], caption: str) -> None:
     """Write ``rows`` to the result file of ``kind``, keeping its rows for other node counts (and trust models)."""
     name, title = TITLES[kind]
     columns = RUNS if kind == "runs" else STARTUP
-    key = 2
+    key = 3 if kind == "runs" else 2  # nodes, trust (, q)
     path = RESULTS_DIR / f"{name}.json"
     old = json.loads(path.read_text())["tables"][0] if path.is_file() else {"columns": [], "rows": []}
     new = {tuple(r[:key]) for r in rows}
@@ -231,6 +243,7 @@ def main() -> None:
     ap.add_argument("--trust", default="server,secagg")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per run (and for start-up)")
     ap.add_argument("--round-timeout", type=float, default=900.0, help="seconds a round waits for its replies")
+    ap.add_argument("--q", type=float, default=0.8, help="the plan's sampling rate (--q of hdp-plan solve)")
     ap.add_argument("--stagger", type=float, default=0.2, help="seconds between starting two SuperNodes")
     ap.add_argument("--every", type=float, default=2.0, help="seconds between memory samples")
     ap.add_argument("--floor", type=float, default=2048.0, help="MiB of MemAvailable under which all is stopped")
