@@ -190,7 +190,7 @@ def one(n: int, trust: str, args, done) -> None:
                         dep.run(trust=trust, out=folder / trust, rounds=args.rounds, timeout=args.timeout,
                                 round_timeout=args.round_timeout, progress=lines.append)  # fmt: skip
                     except DeployError as e:
-                        why = "memory guard" if mem.tripped else str(e)
+                        why = "memory guard" if mem.tripped else str(e).split(" (see ")[0]  # no local paths
                     starts = [float(m.group(1)) for m in map(re.compile(r"\[\s*([\d.]+) s\]").search, lines[:1]) if m]
                     ends = starts + [float(m.group(1)) for m in map(ROUND.search, lines) if m]
                     times = [b - a for a, b in itertools.pairwise(ends)]
