@@ -311,8 +311,10 @@ class LocalDeployment:
 
     def online(self) -> int:
         """How many nodes the SuperLink counts online (``flwr supernode ls``)."""
-        nodes = json.loads(self.flwr("supernode", "ls", CONNECTION, "--format", "json"))["nodes"]
-        return sum(node["status"] == "online" for node in nodes)
+        reply = json.loads(self.flwr("supernode", "ls", CONNECTION, "--format", "json"))
+        if "nodes" not in reply:  # e.g. the SuperLink answered with an error under load
+            raise DeployError(f"flwr supernode ls: {reply.get('error-message', reply)}")
+        return sum(node["status"] == "online" for node in reply["nodes"])
 
     def register_all(self, timeout: float = 600.0) -> dict[int, int]:
         """Register every node's key and write the registry (``nodes.csv``: node id, client id); node id → client id.
