@@ -29,8 +29,9 @@ def local(
     plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
     nodes: Annotated[int, typer.Option("--nodes", help="SuperNodes to start: the plan's n, one per client.")],
     trust: Annotated[
-        str, typer.Option("--trust", help="Trust models to run in turn, comma-separated: server, secagg.")
-    ] = "server,secagg",
+        str,
+        typer.Option("--trust", help="Trust models to run in turn, comma-separated: server, secagg [the plan's]."),
+    ] = "",
     method: Annotated[str, typer.Option("--method", help="The plan's row to train.")] = "gdpfed+",
     dataset: DatasetOpt = "digits",
     rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds of each run (≤ the plan's T) [T].")] = None,

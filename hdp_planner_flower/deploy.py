@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -63,6 +64,25 @@ nodes = ""
 round-timeout = 0
 """
 """The Flower app ``flwr run`` submits: no code of its own, its components are :mod:`.deployed`'s."""
+
+
+LEAN_ENV = {"MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+"""Set for every process of a deployment: glibc's malloc keeps two arenas, not eight per core, and the math
+libraries start one thread, not one per core: many nodes on one machine each run one small model at a time."""
+
+
+REGISTER = """
+import sys
+from typer.testing import CliRunner
+from flwr.cli.app import app
+runner = CliRunner()
+for key in sys.argv[2:]:
+    res = runner.invoke(app, ["supernode", "register", key, sys.argv[1], "--format", "json"])
+    if res.exit_code != 0:
+        sys.exit(res.output.strip() or str(res.exception))
+"""
+"""``python -c REGISTER CONNECTION KEY...``: ``flwr supernode register KEY CONNECTION --format json`` for every key
+in one process (flwr prints each reply, a JSON object, on stdout); the first failure ends it, non-zero."""
 
 
 class DeployError(RuntimeError):
@@ -152,8 +172,9 @@ class LocalDeployment:
     Use as a context manager: entering makes the credentials and starts the SuperLink; :meth:`start_nodes` starts
     the SuperNodes; :meth:`run` runs the plan once per call; leaving stops every process started, by PID."""
 
-    def __init__(self, folder: str | Path, *, plan: str, nodes: int, method: str = "gdpfed+",
-                 groups: str | None = None, state_dir: str | Path | None = None) -> None:  # fmt: skip
+    def __init__(self, folder: str | Path, *, plan: str, nodes: int, method: str = "gdpfed+", groups: str | None = None,
+                 state_dir: str | Path | None = None, wait: float = 60.0, retries: tuple[int, float] = (5, 60.0),
+                 ) -> None:  # fmt: skip
         self.folder = Path(folder).resolve()
         self.plan = str(Path(plan).resolve())
         self.sha256 = file_sha256(self.plan)
@@ -165,13 +186,16 @@ class LocalDeployment:
         self.tls: Tls | None = None
         self.port = 0
         self.specs: list[NodeSpec] = []
+        self.wait = wait  # seconds the SuperLink has to start listening
+        self.retries = retries  # a SuperNode gives up connecting after this many tries or seconds
 
     # ------------------------------------------------------------------ processes
     def env(self) -> dict[str, str]:
-        """The processes' environment: offline, a ``FLWR_HOME`` of the deployment's own, this checkout importable."""
+        """The processes' environment: offline, a ``FLWR_HOME`` of the deployment's own, this checkout importable,
+        and :data:`LEAN_ENV` unless the caller's environment sets those variables."""
         root = str(Path(__file__).resolve().parent.parent)
         path = os.environ.get("PYTHONPATH")
-        return {**os.environ, **OFFLINE_ENV, "FLWR_HOME": str(self.folder / "flwr-home"),
+        return {**LEAN_ENV, **os.environ, **OFFLINE_ENV, "FLWR_HOME": str(self.folder / "flwr-home"),
                 "PYTHONPATH": root + (os.pathsep + path if path else "")}  # fmt: skip
 
     def spawn(self, name: str, args: list[str], pipe: bool = False) -> subprocess.Popen:
@@ -241,7 +265,7 @@ class LocalDeployment:
                                           f'address = "127.0.0.1:{self.port}"\n'
                                           f'root-certificates = "{self.tls.ca}"\n')  # fmt: skip
 
-    def start_superlink(self, wait: float = 60.0) -> None:
+    def start_superlink(self) -> None:
         """``flower-superlink`` with TLS and node authentication, its state in ``superlink.db``; waits until it
         accepts connections."""
         tls = self.tls
@@ -249,7 +273,7 @@ class LocalDeployment:
                                  str(tls.certificate), "--ssl-keyfile", str(tls.key), "--enable-supernode-auth",
                                  "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port",
                                  str(self.port), "--database", str(self.folder / "superlink.db")])  # fmt: skip
-        deadline = time.monotonic() + wait
+        deadline = time.monotonic() + self.wait
         while True:
             if self.procs["superlink"].poll() is not None:
                 raise DeployError(f"the SuperLink exited at start (see {self.folder / 'logs' / 'superlink.log'})")
@@ -258,7 +282,8 @@ class LocalDeployment:
                 return
             except OSError:
                 if time.monotonic() > deadline:
-                    raise DeployError(f"the SuperLink did not listen on port {self.port} within {wait:.0f} s") from None
+                    raise DeployError(f"the SuperLink did not listen on port {self.port} within {self.wait:.0f} s"
+                                      ) from None  # fmt: skip
                 time.sleep(0.2)
 
     def restart_superlink(self) -> None:
@@ -280,20 +305,46 @@ class LocalDeployment:
         return self.spawn(f"node-{spec.client}", [
             "flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--root-certificates", str(ca or self.tls.ca),
             "--auth-supernode-private-key", str((key or spec.key).private), "--node-config", config,
-            "--host", "127.0.0.1", "--port", str(spec.port), "--max-retries", "5", "--max-wait-time", "60",
+            "--host", "127.0.0.1", "--port", str(spec.port), "--max-retries", str(self.retries[0]),
+            "--max-wait-time", str(self.retries[1]),
         ])  # fmt: skip
 
     def online(self) -> int:
         """How many nodes the SuperLink counts online (``flwr supernode ls``)."""
-        nodes = json.loads(self.flwr("supernode", "ls", CONNECTION, "--format", "json"))["nodes"]
-        return sum(node["status"] == "online" for node in nodes)
+        reply = json.loads(self.flwr("supernode", "ls", CONNECTION, "--format", "json"))
+        if "nodes" not in reply:  # e.g. the SuperLink answered with an error under load
+            raise DeployError(f"flwr supernode ls: {reply.get('error-message', reply)}")
+        return sum(node["status"] == "online" for node in reply["nodes"])
 
-    def start_nodes(self) -> dict[int, int]:
-        """Register every node's key, write the registry (``nodes.csv``: node id, client id), then start every
-        SuperNode; node id → client id."""
-        registry = {self.register(spec.key): spec.client for spec in self.specs}
+    def register_all(self, timeout: float = 600.0) -> dict[int, int]:
+        """Register every node's key and write the registry (``nodes.csv``: node id, client id); node id → client id.
+        One process runs ``flwr supernode register`` for every key (:data:`REGISTER`): one Python start, not one
+        per node."""
+        keys = [str(spec.key.public) for spec in self.specs]
+        try:
+            done = subprocess.run([sys.executable, "-c", REGISTER, CONNECTION, *keys], capture_output=True, text=True,
+                                  env=self.env(), cwd=self.folder, timeout=timeout)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise DeployError(f"registering {len(keys)} keys did not finish in {timeout:.0f} s") from None
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()
+            raise DeployError(f"flwr supernode register failed: {tail[-1] if tail else done.returncode}")
+        decoder, text, replies = json.JSONDecoder(), done.stdout.strip(), []
+        while text:
+            reply, end = decoder.raw_decode(text)
+            replies.append(reply)
+            text = text[end:].strip()
+        ids = [int(r["node-id"]) for r in replies]
+        if len(ids) != len(keys):
+            raise DeployError(f"flwr supernode register gave {len(ids)} node ids for {len(keys)} keys")
+        registry = dict(zip(ids, (spec.client for spec in self.specs), strict=True))
         lines = ["node_id,client_id", *(f"{node},{client}" for node, client in registry.items())]
         (self.folder / "nodes.csv").write_text("\n".join(lines) + "\n")
+        return registry
+
+    def start_nodes(self) -> dict[int, int]:
+        """:meth:`register_all`, then start every SuperNode; node id → client id."""
+        registry = self.register_all()
         for spec in self.specs:
             self.start_node(spec)
         return registry
@@ -356,7 +407,7 @@ class DeployConfig:
 
     plan: str
     nodes: int
-    trust: tuple[str, ...] = ("server", "secagg")
+    trust: tuple[str, ...] = ()  # () : the trust model the plan was solved for
     method: str = "gdpfed+"
     dataset: str = "digits"
     rounds: int | None = None
@@ -373,6 +424,7 @@ def check_config(cfg: DeployConfig) -> None:
     """Refuse (ValueError, one line) a deployment that cannot run, before any file is written or process started."""
     from hdp_planner.planfile.document import load_plan
     from hdp_planner_flower.mods import TRUST_MODELS
+    from hdp_planner_train.simulator.trainer import plan_trust
 
     if not Path(cfg.plan).is_file():
         raise ValueError(f"plan file {cfg.plan} not found")
@@ -380,8 +432,11 @@ def check_config(cfg: DeployConfig) -> None:
     if cfg.nodes != plan.config.n:
         raise ValueError(f"--nodes {cfg.nodes}: the plan has n = {plan.config.n} clients, one SuperNode each")
     bad = [t for t in cfg.trust if t not in TRUST_MODELS]
-    if bad or not cfg.trust:
+    if bad:
         raise ValueError(f"--trust takes {' and/or '.join(TRUST_MODELS)} (comma-separated), got {','.join(cfg.trust)}")
+    if "server" in cfg.trust and plan_trust(cfg.plan) == "secagg":
+        raise ValueError(f"{cfg.plan} was solved for a server that is not trusted: --trust server would show the "
+                         "server every clipped update (solve a plan with --trust server for that run)")  # fmt: skip
     if cfg.rounds is not None and not 1 <= cfg.rounds <= plan.config.rounds:
         raise ValueError(f"--rounds must be within 1..{plan.config.rounds} (the plan's T), got {cfg.rounds}")
     if cfg.groups and not Path(cfg.groups).is_file():
@@ -392,10 +447,13 @@ def check_config(cfg: DeployConfig) -> None:
 
 def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
     """Start a SuperLink and ``cfg.nodes`` SuperNodes on this machine (TLS, node authentication), run the plan under
-    each trust model of ``cfg.trust`` in turn, stop every process started; each run's metrics by trust model, with
-    the deployment's timings under ``"deployment"``. Raises ValueError (bad input) or :class:`DeployError`."""
+    each trust model of ``cfg.trust`` (default: the plan's own) in turn, stop every process started; each run's
+    metrics by trust model, with the deployment's timings under ``"deployment"``. Raises ValueError (bad input) or
+    :class:`DeployError`."""
     import shutil
     import tempfile
+
+    from hdp_planner_train.simulator.trainer import plan_trust
 
     check_config(cfg)
     folder = Path(cfg.folder) if cfg.folder else Path(tempfile.mkdtemp(prefix="hdp-deploy-"))
@@ -410,7 +468,7 @@ def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
         started = time.monotonic()
         progress(f"{cfg.nodes} SuperNodes registered and started ({started - linked:.1f} s); node state in "
                  f"{dep.state_dir}")  # fmt: skip
-        for trust in cfg.trust:
+        for trust in cfg.trust or (plan_trust(cfg.plan),):
             t0 = time.monotonic()
             results[trust] = dep.run(trust=trust, out=out / trust, dataset=cfg.dataset, rounds=cfg.rounds,
                                      seed=cfg.seed, timeout=cfg.timeout, round_timeout=cfg.round_timeout,

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A plan on Flower's deployment engine on this machine: a SuperLink and one SuperNode per client as separate
-# processes, over TLS with node authentication, the trusted-server run and then the secagg run against the same
-# nodes; every process stopped afterwards, by PID. Usage (from the repository root):
+# processes, over TLS with node authentication, a run under the plan's trust model (secagg); every process
+# stopped afterwards, by PID. Usage (from the repository root):
 #   examples/deploy/run.sh [NODES] [ROUNDS]        e.g. examples/deploy/run.sh 5 2
-# Writes runs/deploy-example/{plan.json,server,secagg}; the deployment's certificates, keys and logs go to
+# Writes runs/deploy-example/{plan.json,secagg}; the deployment's certificates, keys and logs go to
 # runs/deploy-example/deployment, the nodes' state to runs/deploy-example/nodes (one SQLite file per client).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

@@ -142,6 +142,24 @@ def test_hdp_plan_deploy_refuses_bad_input_in_one_line_before_starting_anything(
     assert res.exit_code == 2 and "not found" in res.output
 
 
+def test_hdp_plan_deploy_runs_the_plans_own_trust_model_and_refuses_a_trusted_server_for_a_secure_plan(tmp_path):
+    """A plan solved for secure aggregation is never run with a trusted server by the deployment: by default it runs
+    under the plan's own trust model, and ``--trust server`` is refused in one line before anything starts."""
+    from hdp_planner_flower.deploy import DeployConfig, check_config
+
+    path = tmp_path / "plan.json"
+    args = ["solve", "--eps", "1,2,4", "--n", "10", "--rounds", "10", "--q", "0.8", "--clip", "1.0", "--methods",
+            "gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75", "--model-dim", "2410", "-o",
+            str(path)]  # fmt: skip
+    assert CliRunner().invoke(cli_app, args).exit_code == 0
+    check_config(DeployConfig(plan=str(path), nodes=10))
+    check_config(DeployConfig(plan=str(path), nodes=10, trust=("secagg",)))
+    res = CliRunner().invoke(cli_app, ["deploy", "local", str(path), "--nodes", "10", "--trust", "server",
+                                       "--folder", str(tmp_path / "d")])  # fmt: skip
+    assert res.exit_code == 2 and "not trusted" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "d").exists()
+
+
 def wait_exit(proc: subprocess.Popen, seconds: float) -> int | None:
     deadline = time.monotonic() + seconds
     while proc.poll() is None and time.monotonic() < deadline:
@@ -187,7 +205,7 @@ def test_hdp_plan_deploy_runs_five_nodes_over_tls_and_stops_every_process(deploy
 
 @pytest.mark.slow
 def test_hdp_plan_deploy_runs_a_secure_plan(tmp_path):
-    """Both trust models against one set of SuperNodes: trusted server, then SecAgg+ with the pinned secagg plan."""
+    """A secure plan on real SuperNodes: by default the deployment runs the plan's own trust model, SecAgg+."""
     from hdp_planner_train.simulator.models import make_model
 
     d = sum(p.numel() for p in make_model("digits").parameters())
