@@ -205,17 +205,18 @@ def test_hdp_plan_deploy_runs_five_nodes_over_tls_and_stops_every_process(deploy
 
 @pytest.mark.slow
 def test_hdp_plan_deploy_runs_a_secure_plan(tmp_path):
-    """A secure plan on real SuperNodes: by default the deployment runs the plan's own trust model, SecAgg+."""
+    """A secure plan on real SuperNodes: by default the deployment runs the plan's own trust model, SecAgg+ (five
+    clients have a secure form as DP-FedAvg with every client in every round)."""
     from hdp_planner_train.simulator.models import make_model
 
     d = sum(p.numel() for p in make_model("digits").parameters())
     path = tmp_path / "plan.json"
-    args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "10", "--q", "0.8", "--clip", "1.0", "--methods",
-            "gdpfed,gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75", "--model-dim", str(d),
+    args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "10", "--q", "1.0", "--clip", "1.0", "--methods",
+            "dp-fedavg", "--trust", "secagg", "--bits", "16", "--survivors", "0.75", "--model-dim", str(d),
             "--participations", "8", "-o", str(path)]  # fmt: skip
     assert CliRunner().invoke(cli_app, args).exit_code == 0
-    res = CliRunner().invoke(cli_app, ["deploy", "local", str(path), "--nodes", str(N), "--rounds", "1", "--out",
-                                       str(tmp_path / "runs"), "--timeout", "900"])  # fmt: skip
+    res = CliRunner().invoke(cli_app, ["deploy", "local", str(path), "--nodes", str(N), "--rounds", "1", "--method",
+                                       "dp-fedavg", "--out", str(tmp_path / "runs"), "--timeout", "900"])  # fmt: skip
     assert res.exit_code == 0, res.output
     m = json.loads((tmp_path / "runs" / "secagg" / "metrics.json").read_text())
     assert m["trust"] == "secagg" and m["rounds"] == 1 and "; 0 left" in res.output
