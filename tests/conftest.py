@@ -8,6 +8,7 @@ on CI; ``HYPOTHESIS_PROFILE=explore python -m pytest`` draws new ones each run (
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -36,6 +37,22 @@ def _own_ledger(tmp_path, monkeypatch):
     """… and a fresh one for each test, with a data folder of its own (runs' counts of rounds, nodes' state)."""
     monkeypatch.setenv("HDP_PLANNER_LEDGER", str(tmp_path / "ledger.sqlite"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+
+def solve_secure(folder: Path, *, eps: str, n: int, q: float, model_dim: int, extra: tuple[str, ...] = ()) -> Path:
+    """``hdp-plan solve`` of a small secure plan into ``folder/plan.json``: GDPFed and GDPFed+, 6 rounds, C = 1,
+    b = 16 bits, survivors F = 0.75, and ``extra`` options (the participation cap, hidden participation, …)."""
+    from typer.testing import CliRunner
+
+    from hdp_planner_cli.app import app
+
+    path = folder / "plan.json"
+    args = ["solve", "--eps", eps, "--n", str(n), "--rounds", "6", "--q", str(q), "--clip", "1.0",
+            "--methods", "gdpfed,gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75",
+            "--model-dim", str(model_dim), *extra, "-o", str(path)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return path
 
 
 # name: (epsilons, n, rounds, clip, q, local_steps, Table 1 q_m, Table 5 rows)

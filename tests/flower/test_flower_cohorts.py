@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
+from conftest import solve_secure  # noqa: E402
 from flwr.app import Context, Message, RecordDict  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
@@ -44,13 +45,8 @@ D = sum(p.numel() for p in make_model("digits").parameters())
 
 @pytest.fixture(scope="module")
 def cohort_plan(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cohorts") / "plan.json"
-    args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "6", "--q", "0.25", "--clip", "1.0",
-            "--methods", "gdpfed,gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75",
-            "--model-dim", str(D), "--hide-sample", "--max-cohort", "6", "-o", str(path)]  # fmt: skip
-    result = CliRunner().invoke(cli_app, args)
-    assert result.exit_code == 0, result.output
-    return path
+    folder = tmp_path_factory.mktemp("cohorts")
+    return solve_secure(folder, eps="1,2,4", n=N, q=0.25, model_dim=D, extra=("--hide-sample", "--max-cohort", "6"))
 
 
 def strategy_for(path: Path) -> HdpStrategy:

@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
+from conftest import solve_secure  # noqa: E402
 from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.app.message_type import MessageType  # noqa: E402
 from flwr.client.mod import secaggplus_mod  # noqa: E402
@@ -27,13 +28,11 @@ from flwr.common import Code, FitRes, Status, bytes_to_ndarray, ndarrays_to_para
 from flwr.common.secure_aggregation.crypto.shamir import combine_shares  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE, Key, Stage  # noqa: E402
 from flwr.compat.common import recorddict_compat as compat  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner.distributed.encoding import padded_dimension  # noqa: E402
 from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
 from hdp_planner.ledger.store import GroupRound  # noqa: E402
 from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
-from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower import secagg_mod  # noqa: E402
 from hdp_planner_flower.app import DataSettings, client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
@@ -55,13 +54,8 @@ D = sum(p.numel() for p in make_model("digits").parameters())
 
 @pytest.fixture(scope="module")
 def secagg_plan(tmp_path_factory):
-    path = tmp_path_factory.mktemp("secagg") / "plan.json"
-    args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "6", "--q", "1.0", "--clip", "1.0",
-            "--methods", "gdpfed,gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75",
-            "--model-dim", str(D), "--participations", "4", "-o", str(path)]  # fmt: skip
-    result = CliRunner().invoke(cli_app, args)
-    assert result.exit_code == 0, result.output
-    return path
+    folder = tmp_path_factory.mktemp("secagg")
+    return solve_secure(folder, eps="1,2,4", n=N, q=1.0, model_dim=D, extra=("--participations", "4"))
 
 
 def unchanged(msg: Message, context: Context) -> Message:

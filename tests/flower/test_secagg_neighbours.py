@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
+from conftest import solve_secure  # noqa: E402
 from flwr.common import bytes_to_ndarray  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from flwr.server.workflow.secure_aggregation import secaggplus_workflow  # noqa: E402
@@ -48,13 +49,8 @@ D = sum(p.numel() for p in make_model("digits").parameters())
 
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("neighbours") / "plan.json"
-    args = ["solve", "--eps", "1,2", "--n", str(N), "--rounds", "6", "--q", "1.0", "--clip", "1.0",
-            "--methods", "gdpfed,gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75",
-            "--model-dim", str(D), "--participations", "4", "-o", str(path)]  # fmt: skip
-    result = CliRunner().invoke(cli_app, args)
-    assert result.exit_code == 0, result.output
-    return path
+    folder = tmp_path_factory.mktemp("neighbours")
+    return solve_secure(folder, eps="1,2", n=N, q=1.0, model_dim=D, extra=("--participations", "4"))
 
 
 def step(msg, context):
