@@ -114,7 +114,7 @@ def solve(folder: Path, n: int, trust: str, q: float) -> Path:
     from typer.testing import CliRunner
 
     from hdp_planner_cli.app import app
-    from hdp_planner_train.simulator.models import make_model
+    from hdp_planner_train.learning.models import make_model
 
     d = sum(p.numel() for p in make_model("digits").parameters())
     path = folder / "plan.json"

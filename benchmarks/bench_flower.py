@@ -90,8 +90,8 @@ def secagg_rounds(args) -> None:
     from hdp_planner_flower.secagg_workflow import run_secaggplus
     from hdp_planner_flower.simulation import FlowerConfig, prepare
     from hdp_planner_flower.strategy import HdpStrategy
+    from hdp_planner_train.learning.models import model_dim
     from hdp_planner_train.rules.aggregate import clip_rows
-    from hdp_planner_train.simulator.models import model_dim
 
     out = Path(args.out) / "secagg"
     out.mkdir(parents=True, exist_ok=True)

@@ -60,9 +60,9 @@ def worker_ours(engine: str, model_name: str, rounds: int, threads: int) -> list
     import torch
     from torch.nn.utils import parameters_to_vector
 
+    from hdp_planner_train.learning.engines import batch_indices, local_deltas
+    from hdp_planner_train.learning.models import make_model
     from hdp_planner_train.rules.aggregate import GroupSpec, SeededNoise, aggregate, sample_round
-    from hdp_planner_train.simulator.engines import batch_indices, local_deltas
-    from hdp_planner_train.simulator.models import make_model
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -97,7 +97,7 @@ def worker_pfl(model_name: str, rounds: int, threads: int) -> list[float]:
     from pfl.model.pytorch import PyTorchModel
     from pfl.privacy import CentrallyAppliedPrivacyMechanism, GaussianMechanism
 
-    from hdp_planner_train.simulator.models import make_model
+    from hdp_planner_train.learning.models import make_model
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -327,6 +327,9 @@ def compare(
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan compare needs PyTorch: {TORCH_HINT}")
+    from hdp_planner_train.learning.engines import PRECISIONS
+    from hdp_planner_train.learning.federated import load_federated
+    from hdp_planner_train.learning.models import model_dim, model_name
     from hdp_planner_train.simulator.compare import (
         PAPER_SETTINGS,
         PAPER_SPARSITY,
@@ -338,9 +341,6 @@ def compare(
         summarize,
         write_results,
     )
-    from hdp_planner_train.simulator.data import load_federated
-    from hdp_planner_train.simulator.engines import PRECISIONS
-    from hdp_planner_train.simulator.models import model_dim, model_name
     from hdp_planner_train.simulator.scaffold import output_folder
 
     done: list[str] = []  # the runs finished (or reused) so far, for an interrupted grid's message

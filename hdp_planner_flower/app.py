@@ -18,9 +18,9 @@ from flwr.clientapp import ClientApp
 
 from hdp_planner_flower.mods import client_id, enroll, hdp_mod
 from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, unflatten
-from hdp_planner_train.simulator.data import load_federated
-from hdp_planner_train.simulator.engines import batch_indices, evaluate, loop_deltas
-from hdp_planner_train.simulator.models import make_model
+from hdp_planner_train.learning.engines import batch_indices, evaluate, loop_deltas
+from hdp_planner_train.learning.federated import load_federated
+from hdp_planner_train.learning.models import make_model
 
 CLIENT_STREAM = 1000  # randomness stream of client i's local batches: SeedSequence([seed, round, 1000 + i])
 

@@ -343,7 +343,7 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
 
 
 def spec_dim(data, dataset: str) -> int:
-    from hdp_planner_train.simulator.models import make_model
+    from hdp_planner_train.learning.models import make_model
 
     return int(sum(p.numel() for p in make_model(dataset, data.num_classes).parameters()))
 

@@ -25,9 +25,10 @@ LAYERS = (
     "hdp_planner.report",  # sweeps and figures (matplotlib)
     "hdp_planner",  # the public API (re-exports)
     "hdp_planner_train.rules",  # the round rules in torch (simulator and Flower)
+    "hdp_planner_train.learning",  # datasets, partitions, models, local training (simulator and Flower's clients)
     "hdp_planner_train.audit",  # canaries in a run
     "hdp_planner_train.rounds",  # the round loop with hooks (simulator and Flower)
-    "hdp_planner_train.simulator",  # data, models, engines, trainers, compare
+    "hdp_planner_train.simulator",  # the run scaffold, trainers, compare
     "hdp_planner_train",  # the Python API (train, TrainResult) and the install hint
     "hdp_planner_flower",  # the same rounds on Flower
     "hdp_planner_cli",  # hdp-plan: parse, call, render

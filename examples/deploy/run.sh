@@ -12,7 +12,7 @@ OUT=${OUT:-$ROOT/runs/deploy-example}
 export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUT"
-DIM=$(python -c "from hdp_planner_train.simulator.models import make_model as m; print(sum(p.numel() for p in m('digits').parameters()))")
+DIM=$(python -c "from hdp_planner_train.learning.models import make_model as m; print(sum(p.numel() for p in m('digits').parameters()))")
 hdp-plan solve --eps 1,2,4 --n "$NODES" --rounds 10 --q 0.8 --clip 1.0 --methods gdpfed,gdpfed+ --trust secagg \
   --bits 16 --survivors 0.75 --model-dim "$DIM" --participations 8 -o "$OUT/plan.json" > /dev/null
 hdp-plan deploy local "$OUT/plan.json" --nodes "$NODES" --rounds "$ROUNDS" --folder "$OUT/deployment" \

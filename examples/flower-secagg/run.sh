@@ -11,7 +11,7 @@ DATASET=${1:-digits}; CLIENTS=${2:-120}; ROUNDS=${3:-10}
 OUT=${OUT:-$ROOT/runs/flower-secagg-example}
 source "$ROOT/examples/flower-offline.sh"
 mkdir -p "$OUT"
-DIM=$(python -c "from hdp_planner_train.simulator.models import model_dim; print(model_dim('$DATASET'))")
+DIM=$(python -c "from hdp_planner_train.learning.models import model_dim; print(model_dim('$DATASET'))")
 hdp-plan solve --eps "${EPS:-1,2,4}" --n "$CLIENTS" --rounds "$ROUNDS" --q "${Q:-0.7}" --clip 1.5 --local-steps 5 \
   --sparsity 0.7,0.8,0.9 --trust secagg --bits 16 --model-dim "$DIM" -o "$OUT/plan.json" > /dev/null
 # Every node pins the plan it accepts (here through its environment) and counts its participations in its own folder.

@@ -109,7 +109,7 @@ def prepare_plan(
     with the trust object of every row (:func:`~hdp_planner.planfile.trust.trust_to_dict`), and with
     ``cfg.hide_sample`` every row's cohorts (:func:`~hdp_planner.planfile.cohorts.hidden_to_dict`), verified too.
     The plan does not depend on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
-    from hdp_planner_train.simulator.models import model_dim
+    from hdp_planner_train.learning.models import model_dim
 
     d = model_dim(cfg.dataset, num_classes, cfg.model)
     if cfg.trust.kind == "secagg" and cfg.trust.model_dim != d:
@@ -177,7 +177,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
     """Train every (seed, method) under ``plan_path`` (reusing finished runs with ``resume``); one row per run."""
     from hdp_planner.planfile.document import load_plan, read_document
     from hdp_planner_train.audit.canaries import auditable
-    from hdp_planner_train.simulator.models import model_name
+    from hdp_planner_train.learning.models import model_name
     from hdp_planner_train.simulator.scaffold import CHECKPOINT, FINISHED
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 

@@ -5,7 +5,7 @@ clients, Poisson rate q, σ calibrated by the planner's accountant for the stric
 and on the shared sampling, clipping and noise code of :mod:`hdp_planner_train.rules.aggregate`:
 
 - ``dp2-fedsam``: the model splits into a shared body φ and a personal head h (the final classifier layer,
-  :func:`hdp_planner_train.simulator.models.split_head`). Each sampled client runs τ_h SGD steps on its own head (body
+  :func:`hdp_planner_train.learning.models.split_head`). Each sampled client runs τ_h SGD steps on its own head (body
   frozen), then τ_φ = the plan's τ SAM steps of radius ρ on the body (head frozen); only the body's update
   Δ_i = φ_i − φ is clipped, noised (noise of dimension d_φ) and averaged. Heads stay on the clients and persist
   across rounds (a client not yet sampled holds the initial head).
@@ -42,8 +42,7 @@ from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.methods.registry import REGISTRY, keys
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupAggregator, noise_source, round_rows, sample_round
-from hdp_planner_train.simulator.engines import (
+from hdp_planner_train.learning.engines import (
     autocast,
     batch_indices,
     clients_deltas,
@@ -51,7 +50,8 @@ from hdp_planner_train.simulator.engines import (
     vectorized_train,
     widen,
 )
-from hdp_planner_train.simulator.models import head_module_name, make_model, split_head
+from hdp_planner_train.learning.models import head_module_name, make_model, split_head
+from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupAggregator, noise_source, round_rows, sample_round
 
 PERSONAL_METHODS = keys("personal")
 SAM_METHODS = tuple(k for k in PERSONAL_METHODS if REGISTRY[k].personal.sam)  # --rho applies
@@ -83,7 +83,7 @@ def sam_step(
     gradient w.r.t. ``params`` only, then ``optimizer`` steps along the gradient taken at params + p (same batch).
     ρ = 0 is one plain SGD step. Returns the perturbation as a flat vector over all of ``model``'s parameters
     (zero outside ``params``). ``precision``: of the forward passes
-    (:func:`hdp_planner_train.simulator.engines.autocast`)."""
+    (:func:`hdp_planner_train.learning.engines.autocast`)."""
     chosen = {id(p) for p in params}
     cast = autocast(precision, x.device)
 
@@ -181,7 +181,7 @@ def client_updates_vectorized(
     precision: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`client_update` for all K sampled clients at once (``heads``: their (K, d_h) heads, xs: (K, τ, B, ...))
-    by :func:`hdp_planner_train.simulator.engines.vectorized_train`: the head phase (SGD, body frozen), then the body
+    by :func:`hdp_planner_train.learning.engines.vectorized_train`: the head phase (SGD, body frozen), then the body
     phase (SAM(ρ), head frozen), each with a fresh momentum buffer as the loop's optimizer per phase; returns (K rows of
     Δ_i, the K new heads or None)."""
     starts = theta.unsqueeze(0).repeat(xs.shape[0], 1)

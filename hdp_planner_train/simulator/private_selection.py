@@ -39,8 +39,8 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.methods.selection import PRIVACY_MODEL
 from hdp_planner.rules.noise import SecureRandom
+from hdp_planner_train.learning.dp_sgd import dp_sgd_client, noise_coefficients, per_example_grads, poisson_batches
 from hdp_planner_train.rules.aggregate import RoundStats, noise_source, round_seed
-from hdp_planner_train.simulator.dp_sgd import dp_sgd_client, noise_coefficients, per_example_grads, poisson_batches
 from hdp_planner_train.simulator.selection_setup import (
     ACCOUNTANT,
     DEFAULT_ETA,
@@ -118,8 +118,8 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     Raises:
         TrainError: bad options, or noise that would exceed a client's budget (refused before training).
     """
+    from hdp_planner_train.learning.models import make_model, model_name
     from hdp_planner_train.rounds.loop import RunLog
-    from hdp_planner_train.simulator.models import make_model, model_name
     from hdp_planner_train.simulator.scaffold import (
         SECURE_NOTE,
         SEEDED_NOTE,

@@ -34,12 +34,12 @@ from hdp_planner.ledger.runs import (
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
 from hdp_planner.planfile.document import read_document
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
+from hdp_planner_train.learning.models import model_name
 from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_rounds
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
 from hdp_planner_train.simulator.interrupts import HeldInterrupt
-from hdp_planner_train.simulator.models import model_name
 from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
 
@@ -435,7 +435,7 @@ def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan,
 
 def global_evaluation(model, x_test: torch.Tensor, y_test: torch.Tensor) -> Callable[[int, float], dict[str, Any]]:
     """:func:`run_rounds`' ``evaluate`` for a global model: its accuracy and loss on the test split."""
-    from hdp_planner_train.simulator.engines import evaluate
+    from hdp_planner_train.learning.engines import evaluate
 
     def entry(r: int, lr: float) -> dict[str, Any]:
         acc, loss = evaluate(model, x_test, y_test)

@@ -21,6 +21,11 @@ from hdp_planner.ledger.runs import plan_clients
 from hdp_planner.methods.registry import REGISTRY, planner
 from hdp_planner.planfile.document import load_plan, read_document, verify
 from hdp_planner.rules.noise import SecureRandom
+from hdp_planner_train.learning.datasets import DEFAULTS
+from hdp_planner_train.learning.engines import ENGINES, PRECISIONS, clients_deltas, evaluate
+from hdp_planner_train.learning.federated import load_federated
+from hdp_planner_train.learning.models import MODELS, make_model, model_dim, model_name
+from hdp_planner_train.learning.partitions import parse_group_classes
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import (
     METHOD_NAMES,
@@ -33,14 +38,6 @@ from hdp_planner_train.rules.aggregate import (
     sample_round,
 )
 from hdp_planner_train.rules.cohort import cohort_round, epsilon_spent, planned_secure
-from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
-from hdp_planner_train.simulator.engines import (
-    ENGINES,
-    PRECISIONS,
-    clients_deltas,
-    evaluate,
-)
-from hdp_planner_train.simulator.models import MODELS, make_model, model_dim, model_name
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
 from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, privacy_ledger, SEEDED_NOTE: the run's API)

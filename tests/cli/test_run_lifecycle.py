@@ -202,7 +202,7 @@ def test_a_users_own_clients_always_charge_the_default_ledger(tmp_path, monkeypa
 
 @pytest.fixture
 def secagg_plan(tmp_path: Path) -> Path:
-    from hdp_planner_train.simulator.models import model_dim
+    from hdp_planner_train.learning.models import model_dim
 
     path = tmp_path / "digits-secagg.json"
     args = ["solve", "--eps", "1,2,4", "--n", "120", "--rounds", "3", "--q", "0.7", "--trust", "secagg",

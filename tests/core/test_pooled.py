@@ -17,7 +17,8 @@ from hdp_planner.methods.baselines import BaselineOptions, add_baselines, baseli
 from hdp_planner.methods.pooled import best_shares, objective, recalibrated_lambda
 from hdp_planner.planning.plan import calibrated_sigma
 from hdp_planner_cli.app import app
-from hdp_planner_train.simulator.data import DataError, group_class_partition, parse_group_classes
+from hdp_planner_train.learning.datasets import DataError
+from hdp_planner_train.learning.partitions import group_class_partition, parse_group_classes
 
 ROWS = ("IDP-FedAvg-Sample", "IDP-FedAvg-Scale", "HDP-Pooled")
 runner = CliRunner()
@@ -192,7 +193,7 @@ def test_group_class_partition_gives_each_group_only_its_classes():
 def test_training_reports_accuracy_on_each_groups_classes(tmp_path):
     """train --group-classes: per-group accuracy whose class-count-weighted mean is the overall accuracy."""
     pytest.importorskip("torch")
-    from hdp_planner_train.simulator.data import load_federated
+    from hdp_planner_train.learning.federated import load_federated
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     p = pooled_plan([0.5, 1.5, 3.0], [40, 40, 40], q=0.1, clip=1.5)

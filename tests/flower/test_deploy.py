@@ -207,7 +207,7 @@ def test_hdp_plan_deploy_runs_five_nodes_over_tls_and_stops_every_process(deploy
 def test_hdp_plan_deploy_runs_a_secure_plan(tmp_path):
     """A secure plan on real SuperNodes: by default the deployment runs the plan's own trust model, SecAgg+ (five
     clients have a secure form as DP-FedAvg with every client in every round)."""
-    from hdp_planner_train.simulator.models import make_model
+    from hdp_planner_train.learning.models import make_model
 
     d = sum(p.numel() for p in make_model("digits").parameters())
     path = tmp_path / "plan.json"

@@ -30,6 +30,7 @@ from hdp_planner_flower.membership import FlowerRunError, groups_from_file  # no
 from hdp_planner_flower.records import ARRAYS, HDP, flatten  # noqa: E402
 from hdp_planner_flower.simulation import FLOWER_METHODS  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
+from hdp_planner_train.learning.models import make_model  # noqa: E402
 from hdp_planner_train.rules.aggregate import (  # noqa: E402
     METHOD_NAMES,
     SeededNoise,
@@ -38,7 +39,6 @@ from hdp_planner_train.rules.aggregate import (  # noqa: E402
     round_seed,
     sample_round,
 )
-from hdp_planner_train.simulator.models import make_model  # noqa: E402
 
 N = 30  # virtual clients
 ROUNDS = 4  # the plan's T

@@ -42,9 +42,9 @@ from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256, load_pinned  
 from hdp_planner_flower.records import ARRAYS, fit_config, flatten  # noqa: E402
 from hdp_planner_flower.secagg_workflow import SecAggPlus, run_secaggplus  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
+from hdp_planner_train.learning.models import make_model  # noqa: E402
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa: E402
 from hdp_planner_train.rules.secagg import client_message, planned_groups, release, round_plan  # noqa: E402
-from hdp_planner_train.simulator.models import make_model  # noqa: E402
 
 N = 24  # virtual clients, three groups of 8, all sampled every round (q = 1): the law's t = 6 and N = 8
 SEED = 5

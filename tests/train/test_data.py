@@ -7,12 +7,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from hdp_planner_train.simulator.data import (
+from hdp_planner_train.learning.datasets import DataError
+from hdp_planner_train.learning.federated import load_federated
+from hdp_planner_train.learning.shakespeare import (
     SEQ_LEN,
     TEST_PER_ROLE,
-    DataError,
     _encode,
-    load_federated,
     load_shakespeare,
     parse_roles,
     select_roles,

@@ -16,14 +16,14 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
-from hdp_planner_train.simulator.engines import (  # noqa: E402
+from hdp_planner_train.learning.engines import (  # noqa: E402
     client_grads,
     default_chunk,
     loop_deltas,
     vectorized_deltas,
     vectorized_train,
 )
-from hdp_planner_train.simulator.models import (  # noqa: E402
+from hdp_planner_train.learning.models import (  # noqa: E402
     CNN2,
     DEFAULT_MODEL,
     MODELS,

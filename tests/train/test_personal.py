@@ -15,11 +15,13 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import load_plan, plan, save_plan  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.api import train_config  # noqa: E402
+from hdp_planner_train.learning.datasets import DataError  # noqa: E402
+from hdp_planner_train.learning.federated import load_federated  # noqa: E402
+from hdp_planner_train.learning.models import make_model, split_head  # noqa: E402
+from hdp_planner_train.learning.partitions import pathological_partition  # noqa: E402
 from hdp_planner_train.rules.aggregate import method_spec  # noqa: E402
 from hdp_planner_train.simulator import personal  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
-from hdp_planner_train.simulator.data import DataError, load_federated, pathological_partition  # noqa: E402
-from hdp_planner_train.simulator.models import make_model, split_head  # noqa: E402
 from hdp_planner_train.simulator.personal import (  # noqa: E402
     client_update,
     client_updates_vectorized,

@@ -106,8 +106,8 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
     seed=st.integers(0, 2**31),
 )
 def test_clipped_rows_never_exceed_c(rows, d, scale, clip, dtype, seed):
+    from hdp_planner_train.learning.dp_sgd import clip_per_example
     from hdp_planner_train.rules.aggregate import clip_rows
-    from hdp_planner_train.simulator.dp_sgd import clip_per_example
 
     dt = getattr(torch, dtype)
     x = torch.randn(rows, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale

@@ -19,15 +19,17 @@ from hdp_planner.methods.registry import REGISTRY  # noqa: E402
 from hdp_planner.methods.selection import record_noise_multiplier, solve_selection  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.api import train_config  # noqa: E402
-from hdp_planner_train.rules.aggregate import SeededNoise  # noqa: E402
-from hdp_planner_train.simulator.data import DataError, load_federated, mixed_partition, mixed_split  # noqa: E402
-from hdp_planner_train.simulator.dp_sgd import (  # noqa: E402
+from hdp_planner_train.learning.datasets import DataError  # noqa: E402
+from hdp_planner_train.learning.dp_sgd import (  # noqa: E402
     clip_per_example,
     dp_sgd_client,
     noisy_mean_gradient,
     per_example_grads,
 )
-from hdp_planner_train.simulator.models import make_model  # noqa: E402
+from hdp_planner_train.learning.federated import load_federated  # noqa: E402
+from hdp_planner_train.learning.models import make_model  # noqa: E402
+from hdp_planner_train.learning.partitions import mixed_partition, mixed_split  # noqa: E402
+from hdp_planner_train.rules.aggregate import SeededNoise  # noqa: E402
 from hdp_planner_train.simulator.private_selection import client_losses, power_of_choice  # noqa: E402
 from hdp_planner_train.simulator.selection_setup import (  # noqa: E402
     calibrate_clients,

@@ -21,6 +21,10 @@ from hdp_planner.accounting.schedule import schedule_epsilon  # noqa: E402
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner.planning.plan import Projection  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
+from hdp_planner_train.learning.engines import loop_deltas, vectorized_deltas  # noqa: E402
+from hdp_planner_train.learning.federated import load_federated  # noqa: E402
+from hdp_planner_train.learning.models import make_model  # noqa: E402
+from hdp_planner_train.learning.partitions import dirichlet_partition  # noqa: E402
 from hdp_planner_train.rules.aggregate import (  # noqa: E402
     METHOD_NAMES,
     GroupSpec,
@@ -34,9 +38,6 @@ from hdp_planner_train.rules.aggregate import (  # noqa: E402
     top_k_mask,
 )
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
-from hdp_planner_train.simulator.data import dirichlet_partition, load_federated  # noqa: E402
-from hdp_planner_train.simulator.engines import loop_deltas, vectorized_deltas  # noqa: E402
-from hdp_planner_train.simulator.models import make_model  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
 
 N_DIGITS = 120  # the digits partition's default client count

@@ -13,8 +13,8 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
+from hdp_planner_train.learning.engines import unflatten
 from hdp_planner_train.rules.aggregate import NoiseSource, clip_rows
-from hdp_planner_train.simulator.engines import unflatten
 
 
 def per_example_grads(model: nn.Module):
