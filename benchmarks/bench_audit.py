@@ -24,7 +24,10 @@ from hdp_planner.report.results import Result, Table, write_result
 from hdp_planner_train.audit.canaries import CanaryAuditor
 from hdp_planner_train.learning.engines import vectorized_deltas
 from hdp_planner_train.learning.models import make_model
-from hdp_planner_train.rules.aggregate import GroupSpec, SeededNoise, aggregate, round_rows, sample_round
+from hdp_planner_train.rules.aggregate import aggregate
+from hdp_planner_train.rules.noise_sources import SeededNoise
+from hdp_planner_train.rules.sampling import round_rows, sample_round
+from hdp_planner_train.rules.specs import GroupSpec
 
 SPEC = GroupSpec(
     method="gdpfed+", sizes=(2000, 2000, 2000), q=(0.0069, 0.0189, 0.0342), noise_multiplier=(1.19, 0.934, 0.838),

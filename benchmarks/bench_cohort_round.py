@@ -72,8 +72,8 @@ def one_size(m: int, rounds: int, full: bool, folder: Path) -> dict:
     from hdp_planner_flower.secagg_workflow import run_secaggplus
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.learning.models import model_dim
-    from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
     from hdp_planner_train.rules.secagg import planned_groups
+    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
 
     dim = model_dim("digits")
     variants = ["ours", "bare"] + (["full"] * full)

@@ -91,7 +91,7 @@ def secagg_rounds(args) -> None:
     from hdp_planner_flower.simulation import FlowerConfig, prepare
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.learning.models import model_dim
-    from hdp_planner_train.rules.aggregate import clip_rows
+    from hdp_planner_train.rules.clipping import clip_rows
 
     out = Path(args.out) / "secagg"
     out.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,10 @@ def worker_ours(engine: str, model_name: str, rounds: int, threads: int) -> list
 
     from hdp_planner_train.learning.engines import batch_indices, local_deltas
     from hdp_planner_train.learning.models import make_model
-    from hdp_planner_train.rules.aggregate import GroupSpec, SeededNoise, aggregate, sample_round
+    from hdp_planner_train.rules.aggregate import aggregate
+    from hdp_planner_train.rules.noise_sources import SeededNoise
+    from hdp_planner_train.rules.sampling import sample_round
+    from hdp_planner_train.rules.specs import GroupSpec
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from hdp_planner.planning.budgets import BudgetError, read_assignment
-from hdp_planner_train.rules.aggregate import GroupSpec
+from hdp_planner_train.rules.specs import GroupSpec
 
 
 class FlowerRunError(ValueError):

@@ -2,7 +2,7 @@
 
 :func:`hdp_mod` wraps the user's train function (``@app.train(mods=[hdp_mod])``): the user's function trains the
 model it receives and replies with the trained model, as in any Flower app; the mod replaces that reply with
-Δ = θ_local − θ clipped to ‖Δ‖ ≤ C_m (``hdp_planner_train.rules.aggregate.clip_rows``); the server adds the group's
+Δ = θ_local − θ clipped to ‖Δ‖ ≤ C_m (``hdp_planner_train.rules.clipping.clip_rows``); the server adds the group's
 noise. The reply carries only Δ, the group and the client id (echoed, so that the server can refuse a reply that
 claims another group): whether Δ was clipped is data-dependent and is not sent. Under ``secagg`` the node runs
 :mod:`.secagg_mod` instead. :func:`enroll` answers the server's enrolment query with the node's client id
@@ -15,7 +15,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 
 from hdp_planner_flower.records import ARRAYS, HDP, flatten, unflatten
-from hdp_planner_train.rules.aggregate import clip_rows
+from hdp_planner_train.rules.clipping import clip_rows
 
 TRUST_MODELS = ("server", "secagg")
 

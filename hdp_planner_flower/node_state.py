@@ -37,7 +37,7 @@ from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner_flower.mods import client_id
 from hdp_planner_flower.pin import Pin, RoundRefused, load_pinned, read_pinned
 from hdp_planner_flower.records import HDP
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
+from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
 from hdp_planner_train.simulator.scaffold import planned_costs
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (

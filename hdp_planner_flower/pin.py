@@ -35,8 +35,8 @@ from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner.planning.plan import Plan
 from hdp_planner_flower.masks import MASK_MODULUS
 from hdp_planner_flower.membership import default_groups, groups_from_file
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupSpec, method_spec
 from hdp_planner_train.rules.cohort import planned_secure
+from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec
 
 
 class RoundRefused(ValueError):

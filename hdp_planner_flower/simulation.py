@@ -103,7 +103,7 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner.planfile.document import budgets_digest_of, read_document
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.membership import groups_from_file
-    from hdp_planner_train.rules.aggregate import METHOD_NAMES
+    from hdp_planner_train.rules.specs import METHOD_NAMES
 
     tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
                      groups=cfg.groups,

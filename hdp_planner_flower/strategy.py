@@ -4,7 +4,7 @@ Per round and group m the strategy Poisson-samples the group's nodes with q_m
 (``hdp_planner.rules.noise.poisson_sample``
 on OS entropy; an empty round is fine), sends each sampled node the model, its group's C_m, σ_m and the round's
 joined count c_m, and turns the replies into the groups' noisy sums y_m;
-``hdp_planner_train.rules.aggregate.noisy_update``
+``hdp_planner_train.rules.release.noisy_update``
 (the simulator's own code) then applies Top-k / PFA's projection and the weights ω_m. Trust models:
 
 - ``server``: clients send clipped updates; the server re-clips them (``clip_rows``: a no-op for honest clients)
@@ -49,15 +49,10 @@ from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
 from hdp_planner_train.rounds.loop import Report, RunLog, Schedule, run_rounds
-from hdp_planner_train.rules.aggregate import (
-    GroupAggregator,
-    GroupSpec,
-    NoiseSource,
-    RoundStats,
-    SecureNoise,
-    noisy_sums,
-)
+from hdp_planner_train.rules.aggregate import GroupAggregator, RoundStats, noisy_sums
+from hdp_planner_train.rules.noise_sources import NoiseSource, SecureNoise
 from hdp_planner_train.rules.secagg import release, round_plan
+from hdp_planner_train.rules.specs import GroupSpec
 from hdp_planner_train.simulator.scaffold import privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]

@@ -1,11 +1,11 @@
 """Canary clients in a training run (torch side of :mod:`hdp_planner.audit`).
 
 Each group's "in" canaries are members of its population: the round's sampler draws them with the real clients
-(:func:`~hdp_planner_train.rules.aggregate.sample_round` with ``extra``, or the Flower strategy's own draw), and
+(:func:`~hdp_planner_train.rules.sampling.sample_round` with ``extra``, or the Flower strategy's own draw), and
 :meth:`CanaryAuditor.take` takes them out of the sample. Their updates S·C_m·u_j (S = :data:`CANARY_SCALE`) are
 put among the real updates at random rows *before* :func:`~hdp_planner_train.rules.aggregate.aggregate`: they are
 clipped, share the noise and are counted in c exactly like real clients. The aggregation hands the auditor each
-group's noisy sum and what the round releases of it (:data:`~hdp_planner_train.rules.aggregate.Observer`): it
+group's noisy sum and what the round releases of it (:data:`~hdp_planner_train.rules.release.Observer`): it
 keeps the canaries' projections of the noisy sum, checks that the release is the plan's post-processing of that
 sum (Top-k of it, or a projection), and counts the real clients who joined, whose rate it tests against q_m. A run
 with canaries draws more random numbers than one without, so its samples and noise differ; their distributions
@@ -35,7 +35,10 @@ import torch
 
 from hdp_planner.audit import audit_group, canary_directions, canary_layout, default_canaries, project
 from hdp_planner.methods.registry import REGISTRY
-from hdp_planner_train.rules.aggregate import GroupSpec, RoundStats, round_rows, round_seed, top_k_mask
+from hdp_planner_train.rules.aggregate import RoundStats
+from hdp_planner_train.rules.release import top_k_mask
+from hdp_planner_train.rules.sampling import round_rows, round_seed
+from hdp_planner_train.rules.specs import GroupSpec
 
 LAYOUT_STREAM, ORDER_STREAM = 3, 4
 CANARY_SCALE = 1000.0
@@ -56,7 +59,7 @@ def check_auditable(spec: GroupSpec) -> None:
 
 def auditable(plan, method: str) -> bool:
     """Whether ``train --audit`` covers ``method`` under ``plan`` (a plan-noised method with a constant σ)."""
-    from hdp_planner_train.rules.aggregate import method_spec
+    from hdp_planner_train.rules.specs import method_spec
 
     if method not in REGISTRY or not REGISTRY[method].audit:
         return False
@@ -151,7 +154,7 @@ class CanaryAuditor:
         self._coins[group] = mask
 
     def observe(self, group: int, noisy_sum: torch.Tensor | None, released: torch.Tensor | None) -> None:
-        """The aggregation's :data:`~hdp_planner_train.rules.aggregate.Observer`: keep the projections of group
+        """The aggregation's :data:`~hdp_planner_train.rules.release.Observer`: keep the projections of group
         ``group``'s noisy sum onto its canaries and check what is released of it; (None, None): nothing released,
         the round's joins of that group are forgotten."""
         t0 = time.perf_counter()

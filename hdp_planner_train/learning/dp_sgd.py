@@ -14,7 +14,8 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
 from hdp_planner_train.learning.engines import unflatten
-from hdp_planner_train.rules.aggregate import NoiseSource, clip_rows
+from hdp_planner_train.rules.clipping import clip_rows
+from hdp_planner_train.rules.noise_sources import NoiseSource
 
 
 def per_example_grads(model: nn.Module):

@@ -23,7 +23,7 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner_train.rules.aggregate import round_seed
+from hdp_planner_train.rules.sampling import round_seed
 
 ENGINES = ("vectorized", "loop")
 PRECISIONS = ("fp32", "bf16")

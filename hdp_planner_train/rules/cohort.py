@@ -36,7 +36,7 @@ def is_cohort_plan(doc: dict) -> bool:
 
 
 def planned_cohorts(doc: dict, plan, spec, method: str, dropout: float = 0.0):
-    """``spec`` (a :class:`~hdp_planner_train.rules.aggregate.GroupSpec`) under the plan's verified
+    """``spec`` (a :class:`~hdp_planner_train.rules.specs.GroupSpec`) under the plan's verified
     ``hidden_participation`` row of ``method``: each group's cohort, coin, memberships and z, the cohort's noise law,
     and the row's Λ with cohorts. Raises ValueError (one line) when the row has no cohort."""
     trust = trust_from_dict(doc)

@@ -84,7 +84,7 @@ def release(total: np.ndarray, plan: RoundPlan, survivors: int, bits: Bits) -> n
 
 
 def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
-    """``spec`` (a :class:`~hdp_planner_train.rules.aggregate.GroupSpec`) under the plan document's verified
+    """``spec`` (a :class:`~hdp_planner_train.rules.specs.GroupSpec`) under the plan document's verified
     ``secagg`` trust object: each group's z from the trust object's row of ``method``, bits, survivors, colluders.
     Raises ValueError (one line) when the plan does not trust secure aggregation or the row has no distributed form."""
     trust = trust_from_dict(doc)

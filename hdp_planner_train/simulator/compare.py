@@ -91,7 +91,7 @@ class CompareConfig:
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
     """Trainer names of ``methods``, validated (each once, in the given order)."""
-    from hdp_planner_train.rules.aggregate import METHOD_NAMES
+    from hdp_planner_train.rules.specs import METHOD_NAMES
 
     names = tuple(dict.fromkeys(m.strip().lower() for m in methods if m.strip()))
     for name in names:
@@ -165,7 +165,7 @@ def secure_form(plan, doc: dict[str, Any], method: str) -> bool | None:
     form (False: the personal methods, rows the trust object could not calibrate, rows without cohorts in a plan
     that hides participation), or adds no noise and runs as the non-private reference (None)."""
     from hdp_planner.methods.registry import REGISTRY
-    from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
+    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
 
     if not method_spec(plan, method).private:
         return None

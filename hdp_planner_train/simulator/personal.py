@@ -2,7 +2,7 @@
 
 Methods (``hdp-plan train PLAN.json --method NAME``), all on the plan's ``DP-FedAvg`` noise row (one group of n
 clients, Poisson rate q, σ calibrated by the planner's accountant for the strictest ε: one ε for every client)
-and on the shared sampling, clipping and noise code of :mod:`hdp_planner_train.rules.aggregate`:
+and on the shared sampling, clipping and noise code of :mod:`hdp_planner_train.rules`:
 
 - ``dp2-fedsam``: the model splits into a shared body φ and a personal head h (the final classifier layer,
   :func:`hdp_planner_train.learning.models.split_head`). Each sampled client runs τ_h SGD steps on its own head (body
@@ -51,7 +51,10 @@ from hdp_planner_train.learning.engines import (
     widen,
 )
 from hdp_planner_train.learning.models import head_module_name, make_model, split_head
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupAggregator, noise_source, round_rows, sample_round
+from hdp_planner_train.rules.aggregate import GroupAggregator
+from hdp_planner_train.rules.noise_sources import noise_source
+from hdp_planner_train.rules.sampling import round_rows, sample_round
+from hdp_planner_train.rules.specs import METHOD_NAMES
 
 PERSONAL_METHODS = keys("personal")
 SAM_METHODS = tuple(k for k in PERSONAL_METHODS if REGISTRY[k].personal.sam)  # --rho applies

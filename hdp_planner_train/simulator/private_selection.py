@@ -40,7 +40,9 @@ from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.methods.selection import PRIVACY_MODEL
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.learning.dp_sgd import dp_sgd_client, noise_coefficients, per_example_grads, poisson_batches
-from hdp_planner_train.rules.aggregate import RoundStats, noise_source, round_seed
+from hdp_planner_train.rules.aggregate import RoundStats
+from hdp_planner_train.rules.noise_sources import noise_source
+from hdp_planner_train.rules.sampling import round_seed
 from hdp_planner_train.simulator.selection_setup import (
     ACCOUNTANT,
     DEFAULT_ETA,

@@ -36,7 +36,7 @@ from hdp_planner.planfile.document import read_document
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.learning.models import model_name
 from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_rounds
-from hdp_planner_train.rules.aggregate import METHOD_NAMES
+from hdp_planner_train.rules.specs import METHOD_NAMES
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
 from hdp_planner_train.simulator.interrupts import HeldInterrupt

@@ -27,17 +27,11 @@ from hdp_planner_train.learning.federated import load_federated
 from hdp_planner_train.learning.models import MODELS, make_model, model_dim, model_name
 from hdp_planner_train.learning.partitions import parse_group_classes
 from hdp_planner_train.rounds.loop import RunLog
-from hdp_planner_train.rules.aggregate import (
-    METHOD_NAMES,
-    GroupAggregator,
-    GroupSpec,
-    method_spec,
-    noise_source,
-    round_rows,
-    round_seed,
-    sample_round,
-)
+from hdp_planner_train.rules.aggregate import GroupAggregator
 from hdp_planner_train.rules.cohort import cohort_round, epsilon_spent, planned_secure
+from hdp_planner_train.rules.noise_sources import noise_source
+from hdp_planner_train.rules.sampling import round_rows, round_seed, sample_round
+from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
 from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, privacy_ledger, SEEDED_NOTE: the run's API)

@@ -100,7 +100,7 @@ def test_the_trainer_audit_and_flower_read_the_registry(full_plan):
     pytest.importorskip("torch")
     from hdp_planner_flower.simulation import FLOWER_METHODS
     from hdp_planner_train.audit.canaries import auditable
-    from hdp_planner_train.rules.aggregate import METHOD_NAMES
+    from hdp_planner_train.rules.specs import METHOD_NAMES
     from hdp_planner_train.simulator.personal import PERSONAL_METHODS
     from hdp_planner_train.simulator.private_selection import SELECTION_METHODS
 

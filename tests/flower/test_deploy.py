@@ -32,7 +32,7 @@ from hdp_planner_flower.node_state import NodeState  # noqa: E402
 from hdp_planner_flower.pin import file_sha256  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, ENROLL  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
-from hdp_planner_train.rules.aggregate import method_spec  # noqa: E402
+from hdp_planner_train.rules.specs import method_spec  # noqa: E402
 
 _LEDGER_TESTS = importlib.util.spec_from_file_location(
     "ledger_tests", Path(__file__).parents[1] / "core" / "test_ledger.py"

@@ -31,14 +31,10 @@ from hdp_planner_flower.records import ARRAYS, HDP, flatten  # noqa: E402
 from hdp_planner_flower.simulation import FLOWER_METHODS  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
-from hdp_planner_train.rules.aggregate import (  # noqa: E402
-    METHOD_NAMES,
-    SeededNoise,
-    aggregate,
-    method_spec,
-    round_seed,
-    sample_round,
-)
+from hdp_planner_train.rules.aggregate import aggregate  # noqa: E402
+from hdp_planner_train.rules.noise_sources import SeededNoise  # noqa: E402
+from hdp_planner_train.rules.sampling import round_seed, sample_round  # noqa: E402
+from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E402
 
 N = 30  # virtual clients
 ROUNDS = 4  # the plan's T

@@ -34,8 +34,8 @@ from hdp_planner_flower.pin import Pin, file_sha256  # noqa: E402
 from hdp_planner_flower.records import ARRAYS  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa: E402
 from hdp_planner_train.rules.cohort import planned_cohorts  # noqa: E402
+from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E402
 
 N = 24  # three groups of 8; cohorts of at most 6, so the rotation names different members each round
 SEED = 5

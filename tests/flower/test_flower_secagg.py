@@ -43,8 +43,8 @@ from hdp_planner_flower.records import ARRAYS, fit_config, flatten  # noqa: E402
 from hdp_planner_flower.secagg_workflow import SecAggPlus, run_secaggplus  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa: E402
 from hdp_planner_train.rules.secagg import client_message, planned_groups, release, round_plan  # noqa: E402
+from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E402
 
 N = 24  # virtual clients, three groups of 8, all sampled every round (q = 1): the law's t = 6 and N = 8
 SEED = 5

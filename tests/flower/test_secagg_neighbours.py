@@ -38,8 +38,8 @@ from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256, load_pinned  
 from hdp_planner_flower.records import ARRAYS, fit_config  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
-from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec  # noqa: E402
 from hdp_planner_train.rules.secagg import client_message, planned_groups, round_plan  # noqa: E402
+from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E402
 
 N = 80
 SEED = 5

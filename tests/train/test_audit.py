@@ -20,16 +20,20 @@ torch = pytest.importorskip("torch")
 from hdp_planner.distributed.law import grid_law  # noqa: E402
 from hdp_planner_train.audit.canaries import CanaryAuditor  # noqa: E402
 from hdp_planner_train.rules import aggregate as agg  # noqa: E402
+from hdp_planner_train.rules import noise_sources, release, sampling  # noqa: E402
+from hdp_planner_train.rules.noise_sources import SecureNoise, SeededNoise  # noqa: E402
+from hdp_planner_train.rules.sampling import sample_round  # noqa: E402
 from hdp_planner_train.rules.secagg import SecaggSpec  # noqa: E402
+from hdp_planner_train.rules.specs import GroupSpec  # noqa: E402
 
 ROUNDS, DELTA = 50, 6000**-1.1
-FMNIST = agg.GroupSpec(
+FMNIST = GroupSpec(
     method="gdpfed+", sizes=(200, 200, 200), q=(0.0069, 0.0189, 0.0342), noise_multiplier=(1.19, 0.934, 0.838),
     k_ratio=(0.7, 0.8, 0.9), weight=(0.3, 0.3, 0.3), clip=1.5,
 )  # fmt: skip
 """GDPFed's FMNIST plan (Table 1 q_m, Table 5 σ_m² = 1.42, 0.87, 0.70; T = 50, δ = n^-1.1), fewer real clients:
 with 1,500 canaries "in" per group, 500-2,600 insertions put μ̂ within 1.7-5% (one standard error)."""
-SMALL = agg.GroupSpec(
+SMALL = GroupSpec(
     method="gdpfed+", sizes=(100, 100), q=(0.1, 0.05), noise_multiplier=(2.0, 1.5), k_ratio=(0.7, 0.9),
     weight=(0.5, 0.5), clip=1.0,
 )  # fmt: skip
@@ -46,7 +50,7 @@ def one_thread():
 
 
 def simulate(
-    spec: agg.GroupSpec, seed: int, rounds: int = ROUNDS, canaries: int = 3000, secure: bool = False
+    spec: GroupSpec, seed: int, rounds: int = ROUNDS, canaries: int = 3000, secure: bool = False
 ) -> dict[str, Any]:
     """``rounds`` rounds of synthetic client updates (norm ≈ 3, so clipped) plus canaries through ``aggregate``,
     with the seeded noise stream or the OS's secure one."""
@@ -54,11 +58,11 @@ def simulate(
     auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
     data = np.random.default_rng(seed + 1000)
     for r in range(rounds):
-        sampled = auditor.take(agg.sample_round(spec, seed, r, extra=auditor.extra), spec.offsets, spec.sizes)
+        sampled = auditor.take(sample_round(spec, seed, r, extra=auditor.extra), spec.offsets, spec.sizes)
         group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-        source = agg.SecureNoise() if secure else agg.SeededNoise(seed, r)
+        source = SecureNoise() if secure else SeededNoise(seed, r)
         agg.aggregate(deltas, group_of_row, spec, source, r, observe=auditor.observe)
     planned = [
         rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA) for s, q in zip(spec.noise_multiplier, spec.q)
@@ -84,7 +88,7 @@ def _flagged(report) -> list[bool]:
 
 
 def test_noise_share_std_over_3_is_flagged(monkeypatch):
-    monkeypatch.setattr(agg, "noise_share_std", lambda c, s, n: c * s / math.sqrt(max(n, 1)) / 3)
+    monkeypatch.setattr(noise_sources, "noise_share_std", lambda c, s, n: c * s / math.sqrt(max(n, 1)) / 3)
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
     assert all(_flagged(report))
     for g in report["groups"]:
@@ -93,7 +97,7 @@ def test_noise_share_std_over_3_is_flagged(monkeypatch):
 
 
 def test_noise_divided_by_c_is_flagged(monkeypatch):
-    monkeypatch.setattr(agg, "noise_share_std", lambda c, s, n: c * s / max(n, 1))
+    monkeypatch.setattr(noise_sources, "noise_share_std", lambda c, s, n: c * s / max(n, 1))
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
     assert all(_flagged(report))
     first, second = report["groups"]
@@ -109,7 +113,7 @@ def test_reused_noise_stream_is_flagged_in_that_group_only(monkeypatch):
         group = calls["n"] % len(SMALL.sizes)
         calls["n"] += 1
         if group == 0:  # the bug: group 1's noise comes from a stream seeded the same way every round
-            source = agg.SeededNoise(1234, 0)
+            source = SeededNoise(1234, 0)
         return real(d, joined, clip, sigma, source, device, dtype)
 
     monkeypatch.setattr(agg, "group_noise", reuse_first_group)
@@ -139,8 +143,8 @@ def test_secure_noise_is_consistent():
 def test_every_group_sampled_at_one_rate_is_flagged(monkeypatch):
     """The sampler ignores q_m and draws every group at q_1: group 2 joins twice as often as planned (ε above its
     budget with the right σ); canaries are drawn by the same sampler, and both join rates are tested."""
-    real = agg.poisson_sample
-    monkeypatch.setattr(agg, "poisson_sample", lambda rng, size, q: real(rng, size, SMALL.q[0]))
+    real = sampling.poisson_sample
+    monkeypatch.setattr(sampling, "poisson_sample", lambda rng, size, q: real(rng, size, SMALL.q[0]))
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
     first, second = report["groups"]
     assert first["verdict"] == "consistent", first
@@ -149,9 +153,9 @@ def test_every_group_sampled_at_one_rate_is_flagged(monkeypatch):
 
 
 def test_rates_in_reverse_group_order_are_flagged(monkeypatch):
-    real = agg.poisson_sample
+    real = sampling.poisson_sample
     swapped = dict(zip(SMALL.q, reversed(SMALL.q)))
-    monkeypatch.setattr(agg, "poisson_sample", lambda rng, size, q: real(rng, size, swapped[q]))
+    monkeypatch.setattr(sampling, "poisson_sample", lambda rng, size, q: real(rng, size, swapped[q]))
     first, second = simulate(SMALL, 0, rounds=10, canaries=1000)["groups"]
     assert first["verdict"].startswith("NOT AS PLANNED"), first  # sampled less often than planned
     assert second["verdict"].startswith("UNDER-NOISED"), second
@@ -160,15 +164,15 @@ def test_rates_in_reverse_group_order_are_flagged(monkeypatch):
 def test_top_k_chosen_on_the_clean_sum_is_flagged(monkeypatch):
     """The mask of Top-k is chosen on the noiseless sum (it leaks the data): the release is not a function of the
     noisy sum the auditor observes, in every round."""
-    real_update, real_mask = agg.noisy_update, agg.top_k_mask
+    real_update, real_mask = agg.noisy_update, release.top_k_mask
 
     def leaky_update(ys, noises, spec, source, public_history=None, observe=None):
         clean = iter([y - n for y, n in zip(ys, noises)])
-        monkeypatch.setattr(agg, "top_k_mask", lambda y, k: real_mask(next(clean), k))
+        monkeypatch.setattr(release, "top_k_mask", lambda y, k: real_mask(next(clean), k))
         try:
             return real_update(ys, noises, spec, source, public_history, observe)
         finally:
-            monkeypatch.setattr(agg, "top_k_mask", real_mask)
+            monkeypatch.setattr(release, "top_k_mask", real_mask)
 
     monkeypatch.setattr(agg, "noisy_update", leaky_update)
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
@@ -217,7 +221,7 @@ def test_secure_aggregation_with_shares_a_third_too_small_is_flagged(monkeypatch
 
 
 def test_pooled_noise_projects_every_group_on_the_pool():
-    spec = agg.GroupSpec(
+    spec = GroupSpec(
         method="idp-fedavg-sample", sizes=(100, 100), q=(0.1, 0.05), noise_multiplier=(1.0, 1.0),
         k_ratio=(1.0, 1.0), weight=(0.01, 0.01), clip=1.0, pooled=True,
     )  # fmt: skip
@@ -388,12 +392,12 @@ def _mismatched_run(factor: float, rounds: int = 10) -> dict[str, Any]:
     auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
     data = np.random.default_rng(7)
     for r in range(rounds):
-        auditor.take(agg.sample_round(spec, seed, r, extra=auditor.extra), spec.offsets, spec.sizes)
+        auditor.take(sample_round(spec, seed, r, extra=auditor.extra), spec.offsets, spec.sizes)
         other = [np.flatnonzero(data.random(size) < factor * q) for size, q in zip(spec.sizes, spec.q)]
         group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(other)]).astype(np.int64)
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-        agg.aggregate(deltas, group_of_row, spec, agg.SeededNoise(seed, r), r, observe=auditor.observe)
+        agg.aggregate(deltas, group_of_row, spec, SeededNoise(seed, r), r, observe=auditor.observe)
     planned = [rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA)
                for s, q in zip(spec.noise_multiplier, spec.q)]  # fmt: skip
     return auditor.report(planned, DELTA)

@@ -16,6 +16,7 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.rules import aggregate as agg  # noqa: E402
 from hdp_planner_train.rules import secagg  # noqa: E402
+from hdp_planner_train.rules.sampling import round_rows  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
 
 runner = CliRunner()
@@ -106,7 +107,7 @@ def test_a_member_named_but_not_aggregated_is_flagged(cohort_plan, monkeypatch):
     from hdp_planner_train.simulator import trainer
 
     def drop_first(sampled):
-        ids, groups = agg.round_rows(sampled)
+        ids, groups = round_rows(sampled)
         return ids[1:], groups[1:]
 
     monkeypatch.setattr(trainer, "round_rows", drop_first)

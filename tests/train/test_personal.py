@@ -19,7 +19,7 @@ from hdp_planner_train.learning.datasets import DataError  # noqa: E402
 from hdp_planner_train.learning.federated import load_federated  # noqa: E402
 from hdp_planner_train.learning.models import make_model, split_head  # noqa: E402
 from hdp_planner_train.learning.partitions import pathological_partition  # noqa: E402
-from hdp_planner_train.rules.aggregate import method_spec  # noqa: E402
+from hdp_planner_train.rules.specs import method_spec  # noqa: E402
 from hdp_planner_train.simulator import personal  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.personal import (  # noqa: E402

@@ -28,16 +28,10 @@ from hdp_planner.rules.noise import (
 
 torch = pytest.importorskip("torch")
 
-from hdp_planner_train.rules.aggregate import (  # noqa: E402
-    METHOD_NAMES,
-    GroupSpec,
-    SecureNoise,
-    SeededNoise,
-    aggregate,
-    method_spec,
-    noise_source,
-    round_seed,
-)
+from hdp_planner_train.rules.aggregate import aggregate  # noqa: E402
+from hdp_planner_train.rules.noise_sources import SecureNoise, SeededNoise, noise_source  # noqa: E402
+from hdp_planner_train.rules.sampling import round_seed  # noqa: E402
+from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec  # noqa: E402
 
 # ------------------------------------------------------------------ noise sources
 
@@ -82,7 +76,7 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
     b, _ = aggregate(deltas, [0, 0, 1], spec, noise_source("secure", 0, 0))
     assert float(a.var()) == pytest.approx(0.25 * (1.0 + 4.0), rel=0.03)
     assert not torch.equal(a, b)
-    from hdp_planner_train.rules.aggregate import group_noise
+    from hdp_planner_train.rules.noise_sources import group_noise
 
     for joined in (0, 1, 7):  # secure: the group's noise sum in one draw of its own law N(0, C²σ²)
         noise = group_noise(d, joined, 1.5, 0.8, SecureNoise(), "cpu", torch.float64)
@@ -107,7 +101,7 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
 )
 def test_clipped_rows_never_exceed_c(rows, d, scale, clip, dtype, seed):
     from hdp_planner_train.learning.dp_sgd import clip_per_example
-    from hdp_planner_train.rules.aggregate import clip_rows
+    from hdp_planner_train.rules.clipping import clip_rows
 
     dt = getattr(torch, dtype)
     x = torch.randn(rows, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
@@ -126,7 +120,7 @@ def test_clipped_rows_never_exceed_c(rows, d, scale, clip, dtype, seed):
 def test_float32_rows_clipped_naively_exceed_c_and_ours_do_not():
     """The review's finding: float64 norms, float32 scaling can leave ‖Δ‖ > C; clip_rows never does."""
     from hdp_planner.rules.noise import clip_factor
-    from hdp_planner_train.rules.aggregate import clip_rows
+    from hdp_planner_train.rules.clipping import clip_rows
 
     x = torch.randn(2000, 5000, generator=torch.Generator().manual_seed(0)) * 3
     naive = (

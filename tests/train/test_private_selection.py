@@ -29,7 +29,7 @@ from hdp_planner_train.learning.dp_sgd import (  # noqa: E402
 from hdp_planner_train.learning.federated import load_federated  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
 from hdp_planner_train.learning.partitions import mixed_partition, mixed_split  # noqa: E402
-from hdp_planner_train.rules.aggregate import SeededNoise  # noqa: E402
+from hdp_planner_train.rules.noise_sources import SeededNoise  # noqa: E402
 from hdp_planner_train.simulator.private_selection import client_losses, power_of_choice  # noqa: E402
 from hdp_planner_train.simulator.selection_setup import (  # noqa: E402
     calibrate_clients,

@@ -103,8 +103,8 @@ def test_train_secagg_charges_the_ledger_with_the_distributed_accounting(plan_fi
     from hdp_planner.ledger.runs import simulated_clients
     from hdp_planner.ledger.store import Ledger
     from hdp_planner.planfile.document import load_plan, read_document
-    from hdp_planner_train.rules.aggregate import METHOD_NAMES, method_spec
     from hdp_planner_train.rules.secagg import planned_groups
+    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
 
     ledger = tmp_path / "ledger.db"
     metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", ledger=str(ledger), federation="digits"))

@@ -25,18 +25,12 @@ from hdp_planner_train.learning.engines import loop_deltas, vectorized_deltas  #
 from hdp_planner_train.learning.federated import load_federated  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
 from hdp_planner_train.learning.partitions import dirichlet_partition  # noqa: E402
-from hdp_planner_train.rules.aggregate import (  # noqa: E402
-    METHOD_NAMES,
-    GroupSpec,
-    SeededNoise,
-    aggregate,
-    clip_rows,
-    group_noise,
-    method_spec,
-    principal_subspace,
-    sample_round,
-    top_k_mask,
-)
+from hdp_planner_train.rules.aggregate import aggregate  # noqa: E402
+from hdp_planner_train.rules.clipping import clip_rows  # noqa: E402
+from hdp_planner_train.rules.noise_sources import SeededNoise, group_noise  # noqa: E402
+from hdp_planner_train.rules.release import principal_subspace, top_k_mask  # noqa: E402
+from hdp_planner_train.rules.sampling import sample_round  # noqa: E402
+from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
 
