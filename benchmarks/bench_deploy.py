@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 from hdp_planner.report.results import RESULTS_DIR, Result, Table, write_result
-from hdp_planner_flower.deploy import DeployError, LocalDeployment, descendants, stop_processes
+from hdp_planner_flower.deploy import DeployError, LocalDeployment
+from hdp_planner_flower.processes import descendants, stop_processes
 
 ROUND = re.compile(r"\[\s*([\d.]+) s\] round (\d+)/")
 

@@ -68,7 +68,8 @@ def local(
         import torch  # noqa: F401
     except (RuntimeError, ImportError) as exc:
         _fail(str(exc) if isinstance(exc, RuntimeError) else "hdp-plan deploy needs PyTorch: install the flower extra")
-    from hdp_planner_flower.deploy import DeployConfig, DeployError, deploy_local
+    from hdp_planner_flower.deploy import DeployError
+    from hdp_planner_flower.deploy_local import DeployConfig, deploy_local
 
     cfg = DeployConfig(plan=plan_file, nodes=nodes, trust=tuple(t.strip() for t in trust.split(",") if t.strip()),
                        method=method, dataset=dataset, rounds=rounds, seed=seed, groups=groups, folder=folder,

@@ -5,16 +5,16 @@ one authentication key pair per SuperNode), starts ``flower-superlink`` with TLS
 registers every node's public key (``flwr supernode register``: only registered keys join), starts each
 ``flower-supernode`` once with its node config (client id, the plan it pins and its SHA-256, its state folder), runs
 the plan with ``flwr run`` against that SuperLink (:mod:`.deployed`'s apps) and, on leaving (also on failure or
-Ctrl-C), stops every process it started, and their children, by PID. Flower 1.41 serves the Fleet, Control and
-Runtime APIs on one HTTPS port; each SuperNode has a local Runtime port for its ClientApp processes. Everything runs
-offline (:data:`~hdp_planner_flower.OFFLINE_ENV`, a ``FLWR_HOME`` in the deployment's folder).
+Ctrl-C), stops every process it started, and their children, by PID (:mod:`.processes`). Flower 1.41 serves the
+Fleet, Control and Runtime APIs on one HTTPS port; each SuperNode has a local Runtime port for its ClientApp processes.
+Everything runs offline (:data:`~hdp_planner_flower.OFFLINE_ENV`, a ``FLWR_HOME`` in the deployment's folder).
+:func:`~.deploy_local.deploy_local` runs a plan on one under each trust model in turn.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +27,7 @@ from hdp_planner_flower import OFFLINE_ENV
 from hdp_planner_flower.credentials import NodeKey, Tls, make_node_key, make_tls
 from hdp_planner_flower.node_state import default_state_dir
 from hdp_planner_flower.pin import file_sha256
+from hdp_planner_flower.processes import descendants, free_ports, stop_processes
 
 CONNECTION = "hdp-deployment"
 """The name of the SuperLink connection in the deployment's ``FLWR_HOME/config.toml``."""
@@ -99,71 +100,11 @@ class NodeSpec:
     port: int
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` TCP ports free on 127.0.0.1 now (held open together, so they differ)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def node_config(spec: NodeSpec, plan: str, sha256: str, method: str, groups: str | None) -> str:
     """The ``--node-config`` string of a SuperNode: its client id and the plan it pins."""
     items = {"client-id": spec.client, "plan": plan, "plan-sha256": sha256, "method": method,
              "state-dir": str(spec.state_dir), **({"groups": groups} if groups else {})}  # fmt: skip
     return " ".join(f"{k}={json.dumps(v)}" for k, v in items.items())
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children first found, deepest last), from ``/proc``."""
-    found, queue = [], [pid]
-    while queue:
-        parent = queue.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                kids = Path(f"/proc/{parent}/task/{tid}/children").read_text().split()
-            except OSError:
-                continue
-            for kid in map(int, kids):
-                found.append(kid)
-                queue.append(kid)
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def stop_processes(pids: list[int], grace: float = 10.0) -> list[int]:
-    """SIGTERM to ``pids``, SIGKILL to those alive after ``grace`` seconds; returns the PIDs signalled."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in pids:
-        if alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    return pids
 
 
 class LocalDeployment:
@@ -398,86 +339,3 @@ def last_error(log: Path) -> str:
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     errors = [line for line in lines if "Error" in line or "error" in line]
     return (errors or lines or ["no output"])[-1][:300]
-
-
-@dataclass(frozen=True)
-class DeployConfig:
-    """``hdp-plan deploy``: the plan, the node count (the plan's n), the trust models to run in turn, the training
-    settings the ServerApp sends, and where the deployment keeps its files and the nodes their state."""
-
-    plan: str
-    nodes: int
-    trust: tuple[str, ...] = ()  # () : the trust model the plan was solved for
-    method: str = "gdpfed+"
-    dataset: str = "digits"
-    rounds: int | None = None
-    seed: int = 0
-    groups: str | None = None
-    folder: str | None = None  # None: a fresh temporary folder, removed after a run that succeeded
-    node_state: str | None = None  # None: the user's data folder (default_state_dir)
-    out: str | None = None  # metrics of each run in OUT/TRUST/metrics.json (default: the deployment's folder)
-    timeout: float = 600.0
-    round_timeout: float = 120.0
-
-
-def check_config(cfg: DeployConfig) -> None:
-    """Refuse (ValueError, one line) a deployment that cannot run, before any file is written or process started."""
-    from hdp_planner.planfile.document import load_plan
-    from hdp_planner_flower.mods import TRUST_MODELS
-    from hdp_planner_train.simulator.trainer import plan_trust
-
-    if not Path(cfg.plan).is_file():
-        raise ValueError(f"plan file {cfg.plan} not found")
-    plan = load_plan(cfg.plan)
-    if cfg.nodes != plan.config.n:
-        raise ValueError(f"--nodes {cfg.nodes}: the plan has n = {plan.config.n} clients, one SuperNode each")
-    bad = [t for t in cfg.trust if t not in TRUST_MODELS]
-    if bad:
-        raise ValueError(f"--trust takes {' and/or '.join(TRUST_MODELS)} (comma-separated), got {','.join(cfg.trust)}")
-    if "server" in cfg.trust and plan_trust(cfg.plan) == "secagg":
-        raise ValueError(f"{cfg.plan} was solved for a server that is not trusted: --trust server would show the "
-                         "server every clipped update (solve a plan with --trust server for that run)")  # fmt: skip
-    if cfg.rounds is not None and not 1 <= cfg.rounds <= plan.config.rounds:
-        raise ValueError(f"--rounds must be within 1..{plan.config.rounds} (the plan's T), got {cfg.rounds}")
-    if cfg.groups and not Path(cfg.groups).is_file():
-        raise ValueError(f"groups file {cfg.groups} not found")
-    if cfg.timeout <= 0 or cfg.round_timeout <= 0:
-        raise ValueError(f"--timeout and --round-timeout must be > 0 seconds, got {cfg.timeout}, {cfg.round_timeout}")
-
-
-def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
-    """Start a SuperLink and ``cfg.nodes`` SuperNodes on this machine (TLS, node authentication), run the plan under
-    each trust model of ``cfg.trust`` (default: the plan's own) in turn, stop every process started; each run's
-    metrics by trust model, with the deployment's timings under ``"deployment"``. Raises ValueError (bad input) or
-    :class:`DeployError`."""
-    import shutil
-    import tempfile
-
-    from hdp_planner_train.simulator.trainer import plan_trust
-
-    check_config(cfg)
-    folder = Path(cfg.folder) if cfg.folder else Path(tempfile.mkdtemp(prefix="hdp-deploy-"))
-    out = Path(cfg.out) if cfg.out else folder / "runs"
-    results: dict[str, dict] = {}
-    start = time.monotonic()
-    with LocalDeployment(folder, plan=cfg.plan, nodes=cfg.nodes, method=cfg.method, groups=cfg.groups,
-                         state_dir=cfg.node_state) as dep:  # fmt: skip
-        linked = time.monotonic()
-        progress(f"SuperLink on 127.0.0.1:{dep.port} (TLS, node authentication), PID {dep.procs['superlink'].pid}")
-        dep.start_nodes()
-        started = time.monotonic()
-        progress(f"{cfg.nodes} SuperNodes registered and started ({started - linked:.1f} s); node state in "
-                 f"{dep.state_dir}")  # fmt: skip
-        for trust in cfg.trust or (plan_trust(cfg.plan),):
-            t0 = time.monotonic()
-            results[trust] = dep.run(trust=trust, out=out / trust, dataset=cfg.dataset, rounds=cfg.rounds,
-                                     seed=cfg.seed, timeout=cfg.timeout, round_timeout=cfg.round_timeout,
-                                     progress=progress)  # fmt: skip
-            results[trust]["deployment_run_seconds"] = time.monotonic() - t0
-    left = [pid for pid in dep.stopped if alive(pid)]
-    results["deployment"] = {"superlink_seconds": linked - start, "nodes_seconds": started - linked,
-                             "processes_stopped": len(dep.stopped), "processes_left": left,
-                             "folder": str(folder)}  # fmt: skip
-    if not cfg.folder:
-        shutil.rmtree(folder, ignore_errors=True)
-    return results

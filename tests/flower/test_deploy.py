@@ -25,11 +25,12 @@ from hdp_planner.planfile.document import load_plan  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower.app import DataSettings, client_app, deployed_client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.credentials import make_tls  # noqa: E402
-from hdp_planner_flower.deploy import LocalDeployment, alive, descendants, node_config, stop_processes  # noqa: E402
+from hdp_planner_flower.deploy import LocalDeployment, node_config  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.membership import FlowerRunError, read_node_clients  # noqa: E402
 from hdp_planner_flower.node_state import NodeState  # noqa: E402
 from hdp_planner_flower.pin import file_sha256  # noqa: E402
+from hdp_planner_flower.processes import alive, descendants, stop_processes  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, ENROLL  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.rules.specs import method_spec  # noqa: E402
@@ -145,7 +146,7 @@ def test_hdp_plan_deploy_refuses_bad_input_in_one_line_before_starting_anything(
 def test_hdp_plan_deploy_runs_the_plans_own_trust_model_and_refuses_a_trusted_server_for_a_secure_plan(tmp_path):
     """A plan solved for secure aggregation is never run with a trusted server by the deployment: by default it runs
     under the plan's own trust model, and ``--trust server`` is refused in one line before anything starts."""
-    from hdp_planner_flower.deploy import DeployConfig, check_config
+    from hdp_planner_flower.deploy_local import DeployConfig, check_config
 
     path = tmp_path / "plan.json"
     args = ["solve", "--eps", "1,2,4", "--n", "10", "--rounds", "10", "--q", "0.8", "--clip", "1.0", "--methods",

@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 from hdp_planner.ledger.store import Ledger
 from hdp_planner.planfile.document import load_plan
 from hdp_planner_cli.app import app as cli_app
-from hdp_planner_flower.deploy import LocalDeployment, alive, descendants, stop_processes
+from hdp_planner_flower.deploy import LocalDeployment
 from hdp_planner_flower.node_state import NodeState
 from hdp_planner_flower.pin import file_sha256
+from hdp_planner_flower.processes import alive, descendants, stop_processes
 
 N = 5
 ROUNDS = 2

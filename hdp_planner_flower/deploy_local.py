@@ -1,0 +1,95 @@
+"""``hdp-plan deploy local`` from Python: a :class:`DeployConfig`, refused before any file is written or process
+started when it cannot run (:func:`check_config`), then run under each trust model in turn on one
+:class:`~.deploy.LocalDeployment` (:func:`deploy_local`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hdp_planner_flower.deploy import LocalDeployment
+from hdp_planner_flower.processes import alive
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """``hdp-plan deploy``: the plan, the node count (the plan's n), the trust models to run in turn, the training
+    settings the ServerApp sends, and where the deployment keeps its files and the nodes their state."""
+
+    plan: str
+    nodes: int
+    trust: tuple[str, ...] = ()  # () : the trust model the plan was solved for
+    method: str = "gdpfed+"
+    dataset: str = "digits"
+    rounds: int | None = None
+    seed: int = 0
+    groups: str | None = None
+    folder: str | None = None  # None: a fresh temporary folder, removed after a run that succeeded
+    node_state: str | None = None  # None: the user's data folder (default_state_dir)
+    out: str | None = None  # metrics of each run in OUT/TRUST/metrics.json (default: the deployment's folder)
+    timeout: float = 600.0
+    round_timeout: float = 120.0
+
+
+def check_config(cfg: DeployConfig) -> None:
+    """Refuse (ValueError, one line) a deployment that cannot run, before any file is written or process started."""
+    from hdp_planner.planfile.document import load_plan
+    from hdp_planner_flower.mods import TRUST_MODELS
+    from hdp_planner_train.simulator.trainer import plan_trust
+
+    if not Path(cfg.plan).is_file():
+        raise ValueError(f"plan file {cfg.plan} not found")
+    plan = load_plan(cfg.plan)
+    if cfg.nodes != plan.config.n:
+        raise ValueError(f"--nodes {cfg.nodes}: the plan has n = {plan.config.n} clients, one SuperNode each")
+    bad = [t for t in cfg.trust if t not in TRUST_MODELS]
+    if bad:
+        raise ValueError(f"--trust takes {' and/or '.join(TRUST_MODELS)} (comma-separated), got {','.join(cfg.trust)}")
+    if "server" in cfg.trust and plan_trust(cfg.plan) == "secagg":
+        raise ValueError(f"{cfg.plan} was solved for a server that is not trusted: --trust server would show the "
+                         "server every clipped update (solve a plan with --trust server for that run)")  # fmt: skip
+    if cfg.rounds is not None and not 1 <= cfg.rounds <= plan.config.rounds:
+        raise ValueError(f"--rounds must be within 1..{plan.config.rounds} (the plan's T), got {cfg.rounds}")
+    if cfg.groups and not Path(cfg.groups).is_file():
+        raise ValueError(f"groups file {cfg.groups} not found")
+    if cfg.timeout <= 0 or cfg.round_timeout <= 0:
+        raise ValueError(f"--timeout and --round-timeout must be > 0 seconds, got {cfg.timeout}, {cfg.round_timeout}")
+
+
+def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
+    """Start a SuperLink and ``cfg.nodes`` SuperNodes on this machine (TLS, node authentication), run the plan under
+    each trust model of ``cfg.trust`` (default: the plan's own) in turn, stop every process started; each run's
+    metrics by trust model, with the deployment's timings under ``"deployment"``. Raises ValueError (bad input) or
+    :class:`DeployError`."""
+    import shutil
+    import tempfile
+
+    from hdp_planner_train.simulator.trainer import plan_trust
+
+    check_config(cfg)
+    folder = Path(cfg.folder) if cfg.folder else Path(tempfile.mkdtemp(prefix="hdp-deploy-"))
+    out = Path(cfg.out) if cfg.out else folder / "runs"
+    results: dict[str, dict] = {}
+    start = time.monotonic()
+    with LocalDeployment(folder, plan=cfg.plan, nodes=cfg.nodes, method=cfg.method, groups=cfg.groups,
+                         state_dir=cfg.node_state) as dep:  # fmt: skip
+        linked = time.monotonic()
+        progress(f"SuperLink on 127.0.0.1:{dep.port} (TLS, node authentication), PID {dep.procs['superlink'].pid}")
+        dep.start_nodes()
+        started = time.monotonic()
+        progress(f"{cfg.nodes} SuperNodes registered and started ({started - linked:.1f} s); node state in "
+                 f"{dep.state_dir}")  # fmt: skip
+        for trust in cfg.trust or (plan_trust(cfg.plan),):
+            t0 = time.monotonic()
+            results[trust] = dep.run(trust=trust, out=out / trust, dataset=cfg.dataset, rounds=cfg.rounds,
+                                     seed=cfg.seed, timeout=cfg.timeout, round_timeout=cfg.round_timeout,
+                                     progress=progress)  # fmt: skip
+            results[trust]["deployment_run_seconds"] = time.monotonic() - t0
+    left = [pid for pid in dep.stopped if alive(pid)]
+    results["deployment"] = {"superlink_seconds": linked - start, "nodes_seconds": started - linked,
+                             "processes_stopped": len(dep.stopped), "processes_left": left,
+                             "folder": str(folder)}  # fmt: skip
+    if not cfg.folder:
+        shutil.rmtree(folder, ignore_errors=True)
+    return results
