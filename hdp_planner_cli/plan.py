@@ -1,4 +1,5 @@
-"""``hdp-plan solve`` and ``verify``: parse the options, call :mod:`hdp_planner`'s API, render the plan."""
+"""``hdp-plan solve`` and ``verify``: parse the options, call :mod:`hdp_planner`'s API, render the plan
+(:mod:`.plan_render`)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,18 @@ import sys
 from typing import Annotated
 
 import typer
-from rich import box
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.io.files import write_json_atomic
 from hdp_planner.methods.baselines import add_baselines, planned_with_all
 from hdp_planner.methods.gdpfed import solve_plan
-from hdp_planner.methods.pooled import recalibrated_lambda
 from hdp_planner.planfile.cohorts import KEY as HIDDEN_KEY
 from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, recommended_cohort, verify_hidden
 from hdp_planner.planfile.document import load_plan, plan_to_dict, read_document, verify
 from hdp_planner.planfile.trust import recommended, secagg_rows, trust_to_dict, verify_trust
-from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, rdp_sigmas
-from hdp_planner.rules.noise import compare_noise
 from hdp_planner_cli.budgets import group_budgets, render_grouping
-from hdp_planner_cli.console import err, fit_table, labelled, one_line_errors, out, pct
+from hdp_planner_cli.console import err, labelled, one_line_errors, out
 from hdp_planner_cli.options import (
     N_HELP,
     AccountantOpt,
@@ -60,155 +54,14 @@ from hdp_planner_cli.options import (
     build_request,
     check_group_count,
 )
-
-
-def _fmt(x: float, digits: int = 4) -> str:
-    return f"{x:.{digits}g}"
-
-
-def describe_baseline(m: MethodNoise, config: PlanConfig) -> str:
-    """One line on what a baseline's noise entry does beyond GDPFed's rules."""
-    if m.projection is not None:
-        pr = m.projection
-        return (
-            f"group {pr.public + 1} is public; group {pr.projected + 1}'s noisy sum is projected onto the top-{pr.dim} "
-            f"subspace ({pr.subspace}) of the public group's last {pr.window} noisy sums; d = {pr.model_dim}"
-        )
-    if m.schedule is not None:
-        first = m.schedule[0]
-        if len(m.schedule) == 1:
-            return "constant σ (no saving phase)"
-        factor = first.noise_multiplier[0] / m.noise_multiplier[0]
-        return f"σ × {factor:.3g} in rounds 1-{first.rounds} (saving), then σ_m (spending) to round {config.rounds}"
-    clips = m.clips(config.clip)
-    return (
-        f"one pool of {sum(m.expected_clients):.4g} expected clients, clipped to C_m = "
-        f"{', '.join(f'{x:.3g}' for x in clips)}, one noise draw of std {clips[0] * m.noise_multiplier[0]:.4g}"
-    )
-
-
-def render_plan(p: Plan, console: Console) -> None:
-    """Print the per-group plan, the Λ comparison of the four methods, and the plan's notes."""
-    c, g = p.config, p.groups
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        title=f"GDPFed+ plan: n={c.n}, T={c.rounds}, q={c.q:g}, δ={c.delta:.3g}, C={c.clip:g}, "
-        f"accountant={c.accountant}",
-    )
-    rdp = rdp_sigmas(p)  # PLD plans: how much noise PLD saves over RDP at the same (ε_m, q_m)
-    columns = ["group", "ε_m", "|G_m|", "q_m", "r_m", "σ_m", "σ_m²", "k_m/d", "ω_m", "ε\nspent"]
-    for col in columns + (["σ_m\nby RDP", "PLD\nsaves"] if rdp else []):
-        table.add_column(col, justify="right")
-    for i in range(len(g.size)):
-        extra = []
-        if rdp:
-            extra = [_fmt(rdp[i]), f"{100 * (1 - g.noise_multiplier[i] / rdp[i]):.1f}% of σ"]
-        table.add_row(
-            str(i + 1),
-            _fmt(g.epsilon[i]),
-            str(g.size[i]),
-            pct(g.q[i], 4) + "%",
-            _fmt(g.expected_clients[i]),
-            _fmt(g.noise_multiplier[i]),
-            _fmt(g.sigma2[i]),
-            _fmt(g.k_ratio[i]),
-            _fmt(g.weight[i]),
-            _fmt(g.epsilon_spent[i]),
-            *extra,
-        )
-    console.print(table)
-    baseline = p.method("DP-FedAvg")
-    base = baseline.lam
-    population = "/".join(pct(x) for x in p.population_share) + "%"
-    noise = Table(
-        box=box.SIMPLE_HEAD,
-        title=f"Noise Λ ({c.lambda_convention} convention) and representation (population share {population})",
-    )
-    columns = ["method", "q_m", "σ_m²", "Λ", "against\nDP-FedAvg", "clients/round\nr_m", "weight share\nα_m"]
-    for col in columns:
-        noise.add_column(col, justify="right", no_wrap=col == "method")
-    for m in p.methods:
-        sigma2 = "/".join(
-            "→".join(f"{ph.noise_multiplier[i] ** 2:.3g}" for ph in m.schedule or ()) or f"{m.sigma2[i]:.3g}"
-            for i in range(len(m.size))
-        )
-        clients, share = p.representation(m)
-        noise.add_row(
-            m.name,
-            "/".join(pct(q) for q in m.q) + "%",
-            sigma2,
-            f"{m.lam:.4g}",
-            "—" if m is baseline else compare_noise(m.lam, base),
-            "/".join(f"{x:.2g}" for x in clients),
-            "/".join(pct(a) for a in share) + ("%" if p.meets_min_share(m) else "% ✗"),
-        )
-    console.print(noise)
-    if c.min_share > 0:
-        console.print(f"✗: some group's weight share is below {c.min_share:g}·|G_m|/n (--min-share)", highlight=False)
-    for m in p.methods[len(METHODS) :]:
-        console.print(labelled(f"{m.name}:", "cyan", describe_baseline(m, c)))
-    gain = 1 - p.objective / p.uniform_objective
-    console.print(
-        f"Problem 1 (GDPFed's bound on the training error, σ model {c.sigma_model}): the chosen q_m lower it by "
-        f"{100 * gain:.2g}% against q_m = q ({p.objective:.8g} against {p.uniform_objective:.8g}); most of it "
-        "does not depend on the q_m",
-        highlight=False,
-    )
-    for note in p.notes:
-        console.print(labelled("note:", "yellow", note))
-
-
-def pld_saving_line(p: Plan) -> str | None:
-    """For an RDP plan: how much less exact noise the recommended row would carry calibrated with PLD."""
-    acc = get_accountant(p.config.accountant)
-    if acc.refines or acc.rule:  # for a plain RDP plan only
-        return None
-    rec = p.method(p.recommendation.method)
-    lam = recalibrated_lambda(p, rec, "pld")
-    if lam is None:
-        return None
-    return (
-        f"PLD accountant: {rec.name} would carry Λ = {lam:.4g} instead of {rec.lambda_exact:.4g} "
-        f"({100 * (1 - lam / rec.lambda_exact):.1f}% less noise; plan with --accountant pld)"
-    )
-
-
-def render_trust(p: Plan, trust: TrustModel, rows, console: Console) -> None:
-    """The plan under secure aggregation: per row and group z_m, ε against each adversary, and the price."""
-    k = trust.participations or p.config.rounds
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        title=f"under secure aggregation: b={trust.bits} bits, survivors F={trust.survivors:g}, colluders "
-        f"k={trust.colluders}, participations K={k}, d={trust.model_dim}",
-    )
-    for col in ("method", "group", "ε\nbudget", "σ trusted\nserver", "z\nsecagg", "effective\nσ",
-                "ε third\nparties", f"ε server\n(K={k})", "Λ\nsecagg", "price of\ndistrust"):  # fmt: skip
-        table.add_column(col, justify="right")
-    for r in rows:
-        m = p.method(r.name)
-        for i, g in enumerate(r.groups or ()):
-            first = i == 0
-            table.add_row(
-                r.name if first else "", str(i + 1), _fmt(m.epsilon[i]), _fmt(m.noise_multiplier[i]),
-                _fmt(g.noise_multiplier), _fmt(g.effective_noise_multiplier), _fmt(g.epsilon_third_parties),
-                _fmt(g.epsilon_server), _fmt(r.lambda_secagg) if first else "", f"{r.price:.2f}x" if first else "",
-            )  # fmt: skip
-    console.print(*fit_table(console, table, keys=2))
-    for r in rows:
-        if r.groups is None:
-            console.print(labelled(f"{r.name}:", "cyan", r.note))
-
-
-def recommendation_line(p: Plan) -> str:
-    """The one closing line of `solve`: the least-noise row meeting --min-share against the planned row."""
-    r = p.recommendation
-    where = f"rows meeting --min-share {p.config.min_share:g}" if p.config.min_share > 0 else "planned rows"
-    if r.method == p.groups.name:
-        return f"recommended: {r.method} (the planned row): least exact Λ = {r.lam:.4g} among the {where}"
-    return (
-        f"recommended: {r.method}: least exact Λ = {r.lam:.4g} among the {where}, "
-        f"{r.ratio_to_planned:.2f}x less noise than the planned {p.groups.name}"
-    )
+from hdp_planner_cli.plan_render import (
+    pld_saving_line,
+    recommendation_line,
+    render_hidden,
+    render_plan,
+    render_trust,
+    spent_of_budget,
+)
 
 
 @one_line_errors
@@ -368,48 +221,6 @@ def check_hidden_options(trust: TrustModel, hide: bool, max_cohort: int | None, 
         raise CliError(f"--max-cohort must be at least 2 (secure aggregation needs two clients), got {max_cohort}")
     if multiple is not None and not multiple >= 1:
         raise CliError(f"--cohort-multiple must be at least 1 (a cohort holds its contributors), got {multiple:g}")
-
-
-def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
-    """Public cohorts, private coins: per row and group the cohort m, coin p, memberships K, threshold t, z and ε
-    against the server; then the recommended row's frontier of cohort size against Λ."""
-    table = Table(box=box.SIMPLE_HEAD, title="hiding who contributes: public cohorts, private coins")
-    for col in ("method", "group", "ε\nbudget", "cohort\nm", "coin\np", "member-\nships K", "thresh-\nold t",
-                "z", "ε\nserver", "Λ", "price"):  # fmt: skip
-        table.add_column(col, justify="right")
-    for name, r in rows:
-        if r is None:
-            continue
-        m = p.method(name)
-        for i, g in enumerate(r.groups):
-            first = i == 0
-            table.add_row(
-                name if first else "", str(i + 1), _fmt(m.epsilon[i]), str(g.cohort), f"{g.coin:.3g}",
-                str(g.memberships), str(g.threshold), _fmt(g.noise_multiplier), _fmt(g.epsilon_server),
-                _fmt(r.lambda_cohort) if first else "", f"{r.price:.2f}x" if first else "",
-            )  # fmt: skip
-    console.print(*fit_table(console, table, keys=2))
-    if doc["frontier"]:
-        frontier = Table(box=box.SIMPLE_HEAD, title=f"{doc['recommendation']}: cohort size against noise")
-        for col in ("cohorts at most", "vectors a round", "Λ", "Λ / trusted Λ"):
-            frontier.add_column(col, justify="right")
-        for f in doc["frontier"]:
-            cap = "the group" if f["multiple"] is None else f"{f['multiple']:g}x contributors"
-            frontier.add_row(cap, str(f["vectors_per_round"]), _fmt(f["lambda"]), f"{f['price']:.2f}x")
-        console.print(*fit_table(console, frontier, keys=1))
-    for name, r in rows:
-        if r is None:
-            console.print(labelled(f"{name}:", "cyan", "no cohort under these caps (or no distributed form)"))
-
-
-def spent_of_budget(spent: float, budget: float) -> str:
-    """ "spent ≤ budget" with as many digits of ``spent`` (4 to 12) as make the comparison true as printed; a spent ε
-    above the budget by less than verify's tolerance (a relative 1e-9) reads "= budget (to 9 digits)"."""
-    limit = f"{budget:.12g}"
-    if spent > budget:
-        return f"= {limit} (to 9 digits)"
-    text = next(t for t in (f"{spent:.{d}g}" for d in range(4, 18)) if float(t) <= budget)
-    return f"{text} ≤ {limit}"
 
 
 @one_line_errors

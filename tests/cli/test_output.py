@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from hdp_planner_cli import app as app_module
 from hdp_planner_cli import console
 from hdp_planner_cli.app import app
-from hdp_planner_cli.plan import spent_of_budget
+from hdp_planner_cli.plan_render import spent_of_budget
 
 runner = CliRunner()
 ROWS = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
