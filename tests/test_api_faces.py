@@ -10,9 +10,37 @@ import sys
 import pytest
 
 FACES = {
-    "hdp_planner": {"plan", "verify", "load_plan", "Plan", "get_accountant", "register_accountant", "Method"},
-    "hdp_planner_train": {"train", "TrainResult", "TrainError", "run_rounds", "GroupAggregator"},
-    "hdp_planner_flower": {"HdpStrategy", "hdp_mod", "share_mod", "run_flower", "FlowerConfig"},
+    "hdp_planner": {
+        "plan",
+        "solve_plan",
+        "Plan",
+        "PlanConfig",
+        "load_plan",
+        "save_plan",
+        "verify",
+        "plan_problems",
+        "PlanVerificationError",
+        "accountant_names",
+        "get_accountant",
+        "register_accountant",
+        "PrivacyAccountant",
+        "METHOD_REGISTRY",
+        "Method",
+        "Ledger",
+        "LedgerError",
+    },
+    "hdp_planner_train": {"train", "TrainResult", "TrainError", "run_rounds", "GroupAggregator", "CanaryAuditor"},
+    "hdp_planner_flower": {
+        "HdpStrategy",
+        "client_app",
+        "hdp_mod",
+        "share_mod",
+        "run_flower",
+        "FlowerConfig",
+        "DeployConfig",
+        "deploy_local",
+        "LocalDeployment",
+    },
 }
 NEEDS = {"hdp_planner": None, "hdp_planner_train": "torch", "hdp_planner_flower": "flwr"}
 
@@ -25,6 +53,33 @@ def test_exports_resolve(package):
     assert FACES[package] <= set(module.__all__), FACES[package] - set(module.__all__)
     missing = [name for name in module.__all__ if getattr(module, name, None) is None]
     assert missing == []
+    names = ", ".join(module.__all__)
+    exec(f"from {package} import {names}", {})  # the form a notebook uses, lazy names included
+
+
+def test_train_raises_the_exported_error(tmp_path):
+    """``train`` raises the ``TrainError`` the face exports (one class, not a copy) for a setting it refuses, and
+    ``PlanFileError`` for a plan file it cannot read."""
+    pytest.importorskip("torch")
+    import hdp_planner
+    import hdp_planner_train
+
+    with pytest.raises(hdp_planner_train.TrainError, match="--dataset"):
+        hdp_planner_train.train(tmp_path / "missing.json", method="gdpfed+", dataset="nope")
+    with pytest.raises(hdp_planner_train.TrainError, match="unknown training option"):
+        hdp_planner_train.train(tmp_path / "missing.json", method="gdpfed+", dataset="digits", nope=1)
+    with pytest.raises(hdp_planner.PlanFileError, match="not found"):
+        hdp_planner_train.train(tmp_path / "missing.json", method="gdpfed+", dataset="digits")
+
+
+def test_lazy_names_are_their_modules_objects():
+    """A lazily loaded name is the object of the module that defines it, and an unknown name an AttributeError."""
+    from hdp_planner.io.lazy import lazy_getattr
+
+    getter = lazy_getattr("pkg", {"dumps": "json"})
+    assert getter("dumps") is importlib.import_module("json").dumps
+    with pytest.raises(AttributeError, match="module 'pkg' has no attribute 'loads'"):
+        getter("loads")
 
 
 @pytest.mark.parametrize("package", ["hdp_planner_train", "hdp_planner_flower"])
@@ -48,3 +103,4 @@ def test_registered_method_is_visible_through_the_face():
 
     assert hdp_planner.METHOD_REGISTRY is REGISTRY
     assert "gdpfed+" in hdp_planner.METHOD_REGISTRY
+
