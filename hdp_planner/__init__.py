@@ -17,7 +17,7 @@ The planning core's public API:
 >>> from hdp_planner import Groups, PlanConfig, plan, calibrate_sigma
 
 A new method is one module and one registry entry. The module declares its :class:`Method` records, here a row
-derived from GDPFed's (every group at the plan's q, its own σ_m)::
+derived from GDPFed's (every group at the plan's q, its own σ_m):
 
     # hdp_planner/methods/toy.py
     from hdp_planner.methods.method import Method, RoundRules

@@ -44,7 +44,7 @@ class GroupSpending:
         group: The group (1-based).
         epsilon_budget: Its budget ε (the selection family: its clients' largest ε, by example-level DP).
         epsilon_spent: ε spent; inf for a method that adds no noise (p-fedavg).
-        rounds: The rounds it took part in (None: the selection family, which counts no rounds).
+        rounds: The rounds run (None: the selection family, which counts no rounds).
     """
 
     group: int
