@@ -1,10 +1,36 @@
 """hdp-planner: plan federated learning under heterogeneous DP budgets (GDPFed / GDPFed+).
 
-The planning core's public API: solving and verifying plans (:func:`plan`, :func:`verify`), plan files, the
-accountants behind one protocol and registry (:func:`get_accountant`, :func:`register_accountant`), and the method
-registry a new method joins with one :class:`Method` entry (:data:`METHOD_REGISTRY`).
+The planning core's public API:
+
+- Plans: :func:`plan` and :func:`solve_plan` solve one (:class:`Plan`, configured by :class:`PlanConfig`), and
+  :func:`add_baselines` adds baseline rows; :func:`save_plan` and :func:`load_plan` write and read plan files.
+- Verification: :func:`verify` re-derives every group's ε from a plan and raises :class:`PlanVerificationError`
+  carrying every problem, as :func:`load_plan` raises :class:`PlanFileError`; :func:`plan_problems` lists the
+  problems instead (empty: the plan verifies).
+- Accountants, behind one protocol (:class:`PrivacyAccountant`) and one registry: :func:`accountant_names`,
+  :func:`get_accountant` (look one up by the name a plan stores), :func:`register_accountant`.
+- Methods: :data:`METHOD_REGISTRY` (``--method`` key → :class:`Method`), read by the planner, ``verify``, the
+  trainer and Flower.
+- The privacy ledger: :class:`Ledger` (every client's spending over all its runs), :class:`ClientSpending`,
+  :class:`LedgerError`.
 
 >>> from hdp_planner import Groups, PlanConfig, plan, calibrate_sigma
+
+A new method is one module and one registry entry. The module declares its :class:`Method` records, here a row
+derived from GDPFed's (every group at the plan's q, its own σ_m):
+
+    # hdp_planner/methods/toy.py
+    from hdp_planner.methods.method import Method, RoundRules
+    from hdp_planner.planning.plan import derived_row
+
+    def build(plan, options):
+        return derived_row("Toy", plan.method("GDPFed"), plan)
+
+    METHODS = (Method("toy", "Toy", rules=RoundRules("plan-q"), build=build, audit=True, flower=True),)
+
+and its name joins ``MODULES`` in :mod:`hdp_planner.methods.registry`. From then on ``solve --methods toy`` plans
+the row, ``verify`` checks it, and ``train --method toy`` and Flower run it; no other code names it. (In a notebook,
+``METHOD_REGISTRY["toy"] = METHODS[0]`` registers it for the session.)
 """
 
 from hdp_planner.accounting.accountants import (
@@ -14,11 +40,21 @@ from hdp_planner.accounting.accountants import (
     register_accountant,
 )
 from hdp_planner.accounting.calibration import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
+from hdp_planner.ledger.state import ClientSpending
+from hdp_planner.ledger.store import Ledger, LedgerError
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
 from hdp_planner.methods.gdpfed import plan, solve_plan
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.registry import REGISTRY as METHOD_REGISTRY
-from hdp_planner.planfile.document import PlanFileError, load_plan, plan_to_dict, save_plan, verify
+from hdp_planner.planfile.document import (
+    PlanFileError,
+    PlanVerificationError,
+    load_plan,
+    plan_problems,
+    plan_to_dict,
+    save_plan,
+    verify,
+)
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
 
@@ -28,13 +64,17 @@ __all__ = [
     "METHODS",
     "METHOD_REGISTRY",
     "BaselineOptions",
+    "ClientSpending",
     "GaussianRounds",
     "Groups",
+    "Ledger",
+    "LedgerError",
     "Method",
     "MethodNoise",
     "Plan",
     "PlanConfig",
     "PlanFileError",
+    "PlanVerificationError",
     "PrivacyAccountant",
     "RoundRules",
     "__version__",
@@ -46,6 +86,7 @@ __all__ = [
     "get_accountant",
     "load_plan",
     "plan",
+    "plan_problems",
     "plan_to_dict",
     "register_accountant",
     "save_plan",

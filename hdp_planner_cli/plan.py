@@ -16,7 +16,7 @@ from hdp_planner.methods.baselines import add_baselines, planned_with_all
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.cohorts import KEY as HIDDEN_KEY
 from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, recommended_cohort, verify_hidden
-from hdp_planner.planfile.document import load_plan, plan_to_dict, read_document, verify
+from hdp_planner.planfile.document import load_plan, plan_problems, plan_to_dict, read_document
 from hdp_planner.planfile.trust import recommended, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner_cli.budgets import group_budgets, render_grouping
 from hdp_planner_cli.console import err, labelled, one_line_errors, out
@@ -154,7 +154,7 @@ def solve(
         extra = planned_with_all(extra, groups.epsilons)  # e.g. PFA needs a public and a projected group
     with err.status(f"solving with the {config.accountant} accountant…"):
         result = add_baselines(solve_plan(groups, config), extra, extra_options)
-        problems = verify(result)
+        problems = plan_problems(result)
     if problems:  # a plan must never under-noise: refuse to write one the accountant rejects
         raise CliError(f"internal check failed, no plan written: {problems[0]}")
     doc = plan_to_dict(result)
@@ -231,7 +231,7 @@ def verify_cmd(
     p = load_plan(plan_file)
     with err.status(f"re-deriving ε with the {p.config.spending_accountant} accountant…"):
         doc = read_document(plan_file)
-        problems = verify(p) + verify_trust(p, doc) + verify_hidden(p, doc)
+        problems = plan_problems(p) + verify_trust(p, doc) + verify_hidden(p, doc)
     if problems:
         for msg in problems:
             err.print(f"[bold red]FAIL[/] {escape(msg)}", highlight=False, soft_wrap=True)

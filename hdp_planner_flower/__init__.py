@@ -5,9 +5,12 @@ Importing this package imports neither flwr nor torch; its modules do: :mod:`.st
 model and central evaluation for the trainer's datasets) and :mod:`.simulation` (the ServerApp's work, the
 ``hdp-plan flower`` command, the ``flwr run`` ServerApp). Install with the ``flower`` extra.
 
-The API: :class:`HdpStrategy` (the server side of a plan), :func:`hdp_mod` (the client mod that clips to the plan)
-and :func:`share_mod` (the client's noise share under SecAgg+), :class:`FlowerConfig` and :func:`run_flower` (a
-plan on Flower's simulation engine from Python), each loaded from its module on first use.
+The API, each name loaded from its module on first use: :class:`HdpStrategy` (the server side of a plan),
+:func:`client_app` (a ClientApp that trains under the plan), :func:`hdp_mod` (the client mod that clips to the plan),
+:func:`share_mod` and :func:`secagg_mods` (the client's noise share under SecAgg+), :class:`FlowerConfig` and
+:func:`run_flower` (a plan on Flower's simulation engine from Python), and the deployment on this machine
+(:class:`DeployConfig` and :func:`deploy_local`, over :class:`LocalDeployment`; :class:`DeployError`). The environment
+helpers below keep Flower offline.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import import_module
-from typing import Any
+
+from hdp_planner.io.lazy import lazy_getattr
 
 FLOWER_HINT = "pip install torch==2.13.0 && pip install -e '.[train,flower]'"
 
@@ -32,7 +35,11 @@ OFFLINE_ENV = {
 
 def offline_env() -> dict[str, str]:
     """Set :data:`OFFLINE_ENV` (keeping values the caller chose) and a ``FLWR_HOME`` in a fresh temporary folder
-    when none is set; returns what was set."""
+    when none is set.
+
+    Returns:
+        The variables it set, and their values.
+    """
     chosen = {k: v for k, v in OFFLINE_ENV.items() if k not in os.environ}
     if "FLWR_HOME" not in os.environ:
         chosen["FLWR_HOME"] = tempfile.mkdtemp(prefix="hdp-flwr-")
@@ -43,7 +50,11 @@ def offline_env() -> dict[str, str]:
 @contextmanager
 def offline_environment() -> Iterator[dict[str, str]]:
     """:func:`offline_env` for the duration of a run: afterwards the variables it set are unset again and the
-    temporary ``FLWR_HOME`` it made is removed (also when the run fails or is interrupted)."""
+    temporary ``FLWR_HOME`` it made is removed (also when the run fails or is interrupted).
+
+    Returns:
+        A context manager yielding the variables it set.
+    """
     chosen = offline_env()
     try:
         yield chosen
@@ -55,7 +66,14 @@ def offline_environment() -> Iterator[dict[str, str]]:
 
 
 def require_flwr() -> str:
-    """flwr's version, or a :class:`RuntimeError` naming the extra to install."""
+    """Check that Flower is installed.
+
+    Returns:
+        flwr's version.
+
+    Raises:
+        RuntimeError: Flower is not installed; the message names the extra to install.
+    """
     try:
         import flwr
     except ImportError:
@@ -63,31 +81,40 @@ def require_flwr() -> str:
     return str(flwr.__version__)
 
 
-_LAZY = {
-    "FlowerConfig": "hdp_planner_flower.simulation",
-    "HdpStrategy": "hdp_planner_flower.strategy",
-    "hdp_mod": "hdp_planner_flower.mods",
-    "run_flower": "hdp_planner_flower.simulation",
-    "share_mod": "hdp_planner_flower.secagg_mod",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """The names that import flwr and torch, loaded when first asked for (PEP 562)."""
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "DeployConfig": "hdp_planner_flower.deploy_local",
+        "DeployError": "hdp_planner_flower.deploy",
+        "FlowerConfig": "hdp_planner_flower.simulation",
+        "HdpStrategy": "hdp_planner_flower.strategy",
+        "LocalDeployment": "hdp_planner_flower.deploy",
+        "client_app": "hdp_planner_flower.app",
+        "deploy_local": "hdp_planner_flower.deploy_local",
+        "hdp_mod": "hdp_planner_flower.mods",
+        "run_flower": "hdp_planner_flower.simulation",
+        "secagg_mods": "hdp_planner_flower.secagg_mod",
+        "share_mod": "hdp_planner_flower.secagg_mod",
+    },
+)
+"""The names that import flwr and torch, loaded when first asked for."""
 
 
 __all__ = [
     "FLOWER_HINT",
     "OFFLINE_ENV",
+    "DeployConfig",
+    "DeployError",
     "FlowerConfig",
     "HdpStrategy",
+    "LocalDeployment",
+    "client_app",
+    "deploy_local",
     "hdp_mod",
     "offline_env",
     "offline_environment",
     "require_flwr",
     "run_flower",
+    "secagg_mods",
     "share_mod",
 ]

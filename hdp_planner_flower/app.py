@@ -8,6 +8,7 @@ The server side (:mod:`hdp_planner_flower.simulation`) starts from :func:`model_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,6 +18,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 
 from hdp_planner_flower.mods import client_id, enroll, hdp_mod
+from hdp_planner_flower.pin import Pin
 from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, unflatten
 from hdp_planner_train.learning.engines import batch_indices, evaluate, loop_deltas
 from hdp_planner_train.learning.federated import load_federated
@@ -99,12 +101,25 @@ def _own_batches(data, cid: int, s: DataSettings, rnd: int) -> np.ndarray:
 
 
 def client_app(
-    train_fn=train, mods: list | None = None, pin=None, secagg: bool | None = None, masks: bool = True
+    train_fn: Callable[[Message, Context], Message] = train,
+    mods: list | None = None,
+    pin: Pin | None = None,
+    secagg: bool | None = None,
+    masks: bool = True,
 ) -> ClientApp:
-    """A ClientApp: ``train_fn`` (the user's training, default :func:`train`) wrapped by ``mods`` and then, innermost,
-    :func:`~.mods.hdp_mod` (a trusted server) or, with ``secagg`` (default: when a :class:`~.pin.Pin` is given),
-    Flower's SecAgg+ around the share mod (:func:`~.secagg_mod.secagg_mods`; a node config ``plan`` overrides
-    ``pin``; ``masks`` False: the share mod alone, simulations only); and the enrolment query."""
+    """A ClientApp that trains under a plan, with the enrolment query.
+
+    Args:
+        train_fn: The user's training (default :func:`train`, the trainer's datasets).
+        mods: The user's own mods, outermost.
+        pin: The plan a node pins (:class:`~.pin.Pin`; a node config ``plan`` overrides it).
+        secagg: Innermost, Flower's SecAgg+ around the share mod (:func:`~.secagg_mod.secagg_mods`) if true, else
+            :func:`~.mods.hdp_mod` (a trusted server); None: secure aggregation when ``pin`` is given.
+        masks: False: the share mod alone, without SecAgg+ (simulations only).
+
+    Returns:
+        The ClientApp.
+    """
     from hdp_planner_flower.secagg_mod import secagg_mods
 
     secure = pin is not None if secagg is None else secagg

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +112,18 @@ class LocalDeployment:
     """A SuperLink and ``nodes`` SuperNodes on this machine, with TLS and node authentication, in ``folder``.
 
     Use as a context manager: entering makes the credentials and starts the SuperLink; :meth:`start_nodes` starts
-    the SuperNodes; :meth:`run` runs the plan once per call; leaving stops every process started, by PID."""
+    the SuperNodes; :meth:`run` runs the plan once per call; leaving stops every process started, by PID.
+
+    Args:
+        folder: Where the deployment keeps its credentials, logs and Flower home.
+        plan: The plan file the nodes pin (by its SHA-256).
+        nodes: The SuperNodes, one per client.
+        method: The ``--method`` key the nodes run.
+        groups: A file assigning clients to the plan's groups (None: the plan's order).
+        state_dir: Where the nodes keep their state, one file per client (None: the user's data folder).
+        wait: Seconds the SuperLink has to start listening.
+        retries: A SuperNode gives up connecting after this many tries or seconds.
+    """
 
     def __init__(self, folder: str | Path, *, plan: str, nodes: int, method: str = "gdpfed+", groups: str | None = None,
                  state_dir: str | Path | None = None, wait: float = 60.0, retries: tuple[int, float] = (5, 60.0),
@@ -284,7 +296,11 @@ class LocalDeployment:
         return registry
 
     def start_nodes(self) -> dict[int, int]:
-        """:meth:`register_all`, then start every SuperNode; node id → client id."""
+        """:meth:`register_all`, then start every SuperNode.
+
+        Returns:
+            Node id → client id of every registered node.
+        """
         registry = self.register_all()
         for spec in self.specs:
             self.start_node(spec)
@@ -292,12 +308,25 @@ class LocalDeployment:
 
     # ------------------------------------------------------------------ runs
     def run(self, *, trust: str, out: str | Path, dataset: str = "digits", rounds: int | None = None,
-            seed: int = 0, timeout: float = 600.0, round_timeout: float = 120.0, progress=print,
+            seed: int = 0, timeout: float = 600.0, round_timeout: float = 120.0,
+            progress: Callable[[str], object] = print,
             name: str | None = None) -> dict:  # fmt: skip
-        """Run the plan under ``trust`` with ``flwr run`` (``progress`` gets the ServerApp's lines, with the seconds
-        since the run started; a node that has not replied ``round_timeout`` seconds into a round is a dropout);
-        the run's metrics (``out/metrics.json``). ``name``: the run's process and log name (default ``run-TRUST``;
-        runs at once need names of their own)."""
+        """Run the plan once with ``flwr run`` against the deployment's SuperLink.
+
+        Args:
+            trust: The trust model: ``server`` or ``secagg``.
+            out: Where the run writes ``metrics.json``.
+            dataset: The dataset the nodes train on.
+            rounds: Rounds to run (None: the plan's T).
+            seed: The seed the ServerApp sends to the run.
+            timeout: Seconds the run may take.
+            round_timeout: Seconds into a round after which a node that has not replied is a dropout.
+            progress: Called with the ServerApp's lines, with the seconds since the run started.
+            name: The run's process and log name (None: ``run-TRUST``; runs at once need names of their own).
+
+        Returns:
+            The run's metrics (``out/metrics.json``).
+        """
         out = Path(out).resolve()
         config = {"plan": self.plan, "method": self.method, "dataset": dataset, "clients": self.nodes,
                   "rounds": rounds or 0, "seed": seed, "trust": trust, "groups": self.groups or "",

@@ -5,6 +5,7 @@ started when it cannot run (:func:`check_config`), then run under each trust mod
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +15,24 @@ from hdp_planner_flower.processes import alive
 
 @dataclass(frozen=True)
 class DeployConfig:
-    """``hdp-plan deploy``: the plan, the node count (the plan's n), the trust models to run in turn, the training
-    settings the ServerApp sends, and where the deployment keeps its files and the nodes their state."""
+    """``hdp-plan deploy``: a plan on a SuperLink and one SuperNode per client, on this machine.
+
+    Args:
+        plan: The plan file.
+        nodes: The SuperNodes, one per client: the plan's n.
+        trust: The trust models to run in turn (``server``, ``secagg``; empty: the one the plan was solved for).
+        method: The ``--method`` key to run.
+        dataset: The dataset the nodes train on.
+        rounds: Rounds to run (None: the plan's T).
+        seed: The seed the ServerApp sends to the run.
+        groups: A file assigning clients to the plan's groups (None: the plan's groups in client-id order).
+        folder: Where the deployment keeps its files (None: a fresh temporary folder, removed after a run that
+            succeeded).
+        node_state: Where the nodes keep their state (None: the user's data folder).
+        out: Where each run's metrics go, as ``OUT/TRUST/metrics.json`` (None: the deployment's folder).
+        timeout: Seconds a run may take.
+        round_timeout: Seconds a round may take.
+    """
 
     plan: str
     nodes: int
@@ -57,11 +74,21 @@ def check_config(cfg: DeployConfig) -> None:
         raise ValueError(f"--timeout and --round-timeout must be > 0 seconds, got {cfg.timeout}, {cfg.round_timeout}")
 
 
-def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
+def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -> dict[str, dict]:
     """Start a SuperLink and ``cfg.nodes`` SuperNodes on this machine (TLS, node authentication), run the plan under
-    each trust model of ``cfg.trust`` (default: the plan's own) in turn, stop every process started; each run's
-    metrics by trust model, with the deployment's timings under ``"deployment"``. Raises ValueError (bad input) or
-    :class:`DeployError`."""
+    each trust model of ``cfg.trust`` in turn, and stop every process started.
+
+    Args:
+        cfg: The deployment.
+        progress: Called with each progress line.
+
+    Returns:
+        Each run's metrics by trust model, with the deployment's timings under ``"deployment"``.
+
+    Raises:
+        ValueError: A deployment that cannot run (nothing written, no process started).
+        DeployError: A process failed to start or a run failed.
+    """
     import shutil
     import tempfile
 

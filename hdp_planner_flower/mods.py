@@ -29,7 +29,20 @@ def client_id(context: Context) -> int:
 
 
 def hdp_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
-    """Flower mod for train messages: the reply's model becomes the clipped update."""
+    """Flower mod for train messages under a trusted server: the reply's model becomes the clipped update.
+
+    Args:
+        msg: The message the ClientApp received (other than train messages are passed on untouched).
+        ctxt: The node's context (its node config names its client id).
+        call_next: The rest of the ClientApp (the user's training).
+
+    Returns:
+        The reply, its arrays the update clipped to the plan's C and its group and client id attached.
+
+    Raises:
+        ValueError: The training replied with other arrays than it received, or the server runs secure
+            aggregation.
+    """
     if not msg.metadata.message_type.startswith("train"):
         return call_next(msg, ctxt)
     rules = msg.content[HDP]

@@ -30,7 +30,7 @@ import numpy as np
 from hdp_planner.distributed.law import GroupLaw
 from hdp_planner.distributed.neighbours import sparse_graph
 from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
-from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document, verify
+from hdp_planner.planfile.document import budgets_digest_of, load_plan, plan_problems, read_document
 from hdp_planner.planfile.trust import trust_from_dict
 from hdp_planner.planning.plan import Plan
 from hdp_planner_flower.masks import MASK_MODULUS
@@ -169,7 +169,7 @@ def read_pinned(pin: Pin) -> tuple[str, Plan, dict]:
     if digest != pin.sha256:
         raise RoundRefused(f"pinned plan {pin.plan} has SHA-256 {digest}, the node pinned {pin.sha256 or 'nothing'}")
     plan = load_plan(path)
-    problems = verify(plan)
+    problems = plan_problems(plan)
     if problems:
         raise RoundRefused(f"pinned plan fails verification: {problems[0]}")
     return digest, plan, read_document(path)

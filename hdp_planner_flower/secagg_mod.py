@@ -16,6 +16,8 @@ the same message; a member whose training fails sends its share alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
@@ -40,10 +42,17 @@ def masked_secaggplus_mod(msg: Message, ctxt: Context, call_next: ClientAppCalla
         return secaggplus_mod(msg, ctxt, call_next)
 
 
-def share_mod(pin: Pin | None = None, masked: bool = True):
-    """The mod inside SecAgg+ for a node pinned to ``pin`` (a node config ``plan`` overrides it). ``masked`` False:
-    no SecAgg+ around it (simulations of long runs only, :func:`~.secagg_workflow.modular_sums`): the round's
-    counts are the announced ones."""
+def share_mod(pin: Pin | None = None, masked: bool = True) -> Callable[[Message, Context, ClientAppCallable], Message]:
+    """The client mod inside SecAgg+ that adds the node's noise share, for a node pinned to a plan.
+
+    Args:
+        pin: The plan the node pins (a node config ``plan`` overrides it).
+        masked: False: no SecAgg+ around it (simulations of long runs only,
+            :func:`~.secagg_workflow.modular_sums`): the round's counts are the announced ones.
+
+    Returns:
+        The mod, ``(msg, ctxt, call_next) -> Message``.
+    """
 
     def mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         chosen = Pin.from_node_config(ctxt.node_config, pin)
@@ -99,6 +108,13 @@ def announced_view(rules, pinned) -> dict:
 
 
 def secagg_mods(pin: Pin | None = None, masks: bool = True) -> list:
-    """The train mods of a node under ``--trust secagg``: SecAgg+ (cryptographic masks) around :func:`share_mod`;
-    ``masks`` False: the share mod alone (simulations of long runs only)."""
+    """The train mods of a node under ``--trust secagg``: SecAgg+ (cryptographic masks) around :func:`share_mod`.
+
+    Args:
+        pin: The plan the node pins (a node config ``plan`` overrides it).
+        masks: False: the share mod alone (simulations of long runs only).
+
+    Returns:
+        The mods, outermost first.
+    """
     return [masked_secaggplus_mod, share_mod(pin)] if masks else [share_mod(pin, masked=False)]

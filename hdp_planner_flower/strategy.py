@@ -48,7 +48,8 @@ from hdp_planner_flower.membership import CONNECT_WAIT, FlowerRunError, default_
 from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
-from hdp_planner_train.rounds.loop import Report, RunLog, Schedule, run_rounds
+from hdp_planner_train.audit.canaries import CanaryAuditor
+from hdp_planner_train.rounds.loop import Account, Report, RunLog, Schedule, run_rounds
 from hdp_planner_train.rules.aggregate import GroupAggregator, RoundStats, noisy_sums
 from hdp_planner_train.rules.noise_sources import NoiseSource, SecureNoise
 from hdp_planner_train.rules.secagg import release, round_plan
@@ -64,7 +65,30 @@ def secure_source(rnd: int) -> NoiseSource:
 
 
 class HdpStrategy(Strategy):
-    """A plan's method (``spec``) on Flower: Poisson sampling per group, clipped updates, planned noise, ledger."""
+    """A plan's method on Flower: Poisson sampling per group, clipped updates, planned noise, ledger.
+
+    Args:
+        plan: The plan.
+        spec: The method's per-group rules from the plan (``secagg`` set exactly under ``trust="secagg"``).
+        group_of_client: Each client id's group (None: the plan's groups in client-id order).
+        trust: ``server`` (trusted with the clipped updates) or ``secagg`` (secure aggregation: clients add the
+            noise).
+        noise_for: Round (0-based) → the source of its noise draws (a secure source in every real run).
+        uniform: The source of who joins a round (None: the OS CSPRNG, never a seed).
+        on_round: Called after every round (:data:`~hdp_planner_train.rounds.loop.Report`).
+        account: The run's account in the privacy ledger, released before each update (None: no ledger).
+        diagnostics: Record per-round joined counts, noise and times (simulations only: they reveal who took part).
+        auditor: A :class:`~hdp_planner_train.audit.canaries.CanaryAuditor` whose canaries join the rounds
+            (``trust="server"`` only).
+        plan_sha256: The plan file's SHA-256, announced to pinned clients under secure aggregation.
+        masks: False: secure aggregation without SecAgg+'s masks (sums in the clear; simulations with
+            ``diagnostics`` only).
+        node_clients: Node id → client id from a deployment's registry (None: an enrolment round asks the nodes).
+        sparse_graph: SecAgg+ over the neighbour rule's sparse graph (an honest-but-curious server).
+
+    Raises:
+        FlowerRunError: An unknown trust model, a method without noise, or settings that do not go together.
+    """
 
     def __init__(
         self,
@@ -73,11 +97,11 @@ class HdpStrategy(Strategy):
         group_of_client: np.ndarray | None = None,
         trust: str = "server",
         noise_for: NoiseFor = secure_source,
-        uniform=None,
+        uniform: np.random.Generator | SecureRandom | None = None,
         on_round: Report | None = None,
-        account=None,
+        account: Account | None = None,
         diagnostics: bool = False,
-        auditor=None,
+        auditor: CanaryAuditor | None = None,
         plan_sha256: str = "",
         masks: bool = True,
         node_clients: dict[int, int] | None = None,

@@ -13,14 +13,23 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hdp_planner_train.simulator.scaffold import TrainConfig
 
 __all__ = ["GroupSpending", "RoundResult", "TrainResult", "train", "train_config"]
 
 
 @dataclass(frozen=True)
 class RoundResult:
-    """One evaluation: the round it followed, the test accuracy (%) and loss."""
+    """One evaluation of the global model.
+
+    Args:
+        round: The round it followed (1-based).
+        accuracy: The test accuracy, in %.
+        loss: The test loss.
+    """
 
     round: int
     accuracy: float
@@ -29,8 +38,14 @@ class RoundResult:
 
 @dataclass(frozen=True)
 class GroupSpending:
-    """What one group spent: ε at the plan's δ, against its budget (the selection family: its clients' largest ε, by
-    example-level DP, and no count of rounds)."""
+    """What one group spent, at the plan's δ, against its budget.
+
+    Args:
+        group: The group (1-based).
+        epsilon_budget: Its budget ε (the selection family: its clients' largest ε, by example-level DP).
+        epsilon_spent: ε spent; inf for a method that adds no noise (p-fedavg).
+        rounds: The rounds run (None: the selection family, which counts no rounds).
+    """
 
     group: int
     epsilon_budget: float
@@ -41,7 +56,19 @@ class GroupSpending:
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What a run reports (the full ``metrics.json`` record in ``metrics``)."""
+    """What a run reports.
+
+    Args:
+        method: The ``--method`` key trained.
+        dataset: The dataset.
+        rounds: The rounds run.
+        final_accuracy: The last evaluation's test accuracy, in % (NaN: none).
+        final_loss: The last evaluation's test loss (NaN: none, or the loss diverged).
+        history: Every evaluation, in order.
+        epsilon_spent: What each group spent.
+        privacy: What the run guarantees, in words (e.g. "(ε, δ=…)-DP per group, rdp accountant, …").
+        metrics: The full ``metrics.json`` record.
+    """
 
     method: str
     dataset: str
@@ -55,6 +82,14 @@ class TrainResult:
 
     @classmethod
     def from_metrics(cls, metrics: dict[str, Any]) -> TrainResult:
+        """The result a ``metrics.json`` record describes.
+
+        Args:
+            metrics: The record, as the trainer writes it.
+
+        Returns:
+            Its typed view (the record itself in ``metrics``).
+        """
         return cls(
             method=str(metrics["method"]),
             dataset=str(metrics["dataset"]),
@@ -82,21 +117,46 @@ def _number(x: object, missing: float) -> float:
 def train(
     plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any
 ) -> TrainResult:
-    """Train ``method`` of the plan file ``plan`` on ``dataset``; ``options`` are
-    :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` fields (``rounds``, ``clients``, ``seed``, ``out``,
-    ``noise``, ``trust``, …) or a family's own options, by name (``rho=0.05``) or whole
-    (``personal=PersonalOptions(rho=0.05)``, :mod:`~hdp_planner_train.simulator.options`). Raises
-    :class:`~hdp_planner_train.simulator.scaffold.TrainError` on bad input, with the one-line message the command
-    line prints."""
+    """Train ``method`` of the plan file ``plan`` on ``dataset``, as ``hdp-plan train`` does.
+
+    Args:
+        plan: The plan file.
+        method: A ``--method`` key of the plan.
+        dataset: The dataset to train on.
+        **options: :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` fields (``rounds``, ``clients``,
+            ``seed``, ``out``, ``noise``, ``trust``, ``audit``, …) or a family's own options, by name (``rho=0.05``)
+            or whole (``personal=PersonalOptions(rho=0.05)``, :mod:`~hdp_planner_train.simulator.options`).
+
+    Returns:
+        What the run reports.
+
+    Raises:
+        TrainError: A setting the run refuses, with the one-line message the command line prints.
+        PlanFileError: The plan file cannot be read or is inconsistent.
+    """
     from hdp_planner_train.simulator.trainer import run
 
     options.setdefault("progress", False)
     return TrainResult.from_metrics(run(train_config(plan, method=method, dataset=dataset, **options)))
 
 
-def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any):
-    """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs: ``options`` as there
-    (a family's options by name gathered into its dataclass); unknown names are refused."""
+def train_config(
+    plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any
+) -> TrainConfig:
+    """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs.
+
+    Args:
+        plan: The plan file.
+        method: A ``--method`` key of the plan.
+        dataset: The dataset to train on.
+        **options: As :func:`train`'s (a family's options by name gathered into its dataclass).
+
+    Returns:
+        The run's configuration.
+
+    Raises:
+        TrainError: An unknown option name.
+    """
     from hdp_planner_train.simulator.options import gather_family_options
     from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
 

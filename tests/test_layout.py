@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("hdp_planner", "hdp_planner_train", "hdp_planner_flower", "hdp_planner_cli")
 LAYERS = (
-    "hdp_planner.io",  # atomic writes, option parsers
+    "hdp_planner.io",  # atomic writes, option parsers, lazy package exports
     "hdp_planner.accounting",  # the accountant: ε ↔ σ
     "hdp_planner.rules",  # one round's rules: sampling, clipping, noise shares, weights, Λ
     "hdp_planner.planning",  # budgets → groups → Problem 1; the plan's types and row helpers

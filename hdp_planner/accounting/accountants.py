@@ -46,10 +46,14 @@ ArrayOrFloat = float | np.ndarray
 
 
 class PrivacyAccountant(Protocol):
-    """What the planner needs of an accountant. ``epsilons`` and ``calibrate_sigmas`` take validated inputs
-    (the public functions of :mod:`hdp_planner.accounting.calibration` validate)."""
+    """What the planner needs of an accountant: one class with these attributes and methods, registered once.
+
+    ``epsilons`` and ``calibrate_sigmas`` take validated inputs (the public functions of
+    :mod:`hdp_planner.accounting.calibration` validate).
+    """
 
     name: ClassVar[str]
+    """The name a plan stores and ``--accountant`` takes."""
     label: ClassVar[str]
     """For figures and tables."""
     rule: ClassVar[bool]
@@ -61,22 +65,53 @@ class PrivacyAccountant(Protocol):
     """The accountant that measures what this one's σ spends (its own name, unless a rule)."""
 
     def epsilons(self, noise_multipliers: np.ndarray, q: np.ndarray, *, rounds: int, delta: float) -> np.ndarray:
-        """ε at ``delta`` of ``rounds`` rounds of each (σ_m, q_m)."""
+        """ε at ``delta`` of ``rounds`` rounds of each (σ_m, q_m).
+
+        Args:
+            noise_multipliers: σ_m per group.
+            q: The Poisson sampling rate q_m per group.
+            rounds: T, the rounds composed.
+            delta: δ.
+
+        Returns:
+            ε_m per group.
+        """
         ...
 
     def calibrate_sigmas(
         self, epsilons: np.ndarray, *, delta: float, q: np.ndarray, rounds: int
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The smallest σ_m meeting each (ε_m, δ) at q_m over ``rounds`` rounds, and the ε each spends where the
-        calibration measured it (None otherwise)."""
+        """The smallest σ_m meeting each (ε_m, δ) at q_m over ``rounds`` rounds.
+
+        Args:
+            epsilons: ε_m per group.
+            delta: δ.
+            q: The Poisson sampling rate q_m per group.
+            rounds: T, the rounds composed.
+
+        Returns:
+            σ_m per group, and the ε each spends where the calibration measured it (None otherwise).
+        """
         ...
 
     def compose(self, events: Sequence[Event], *, delta: float) -> float:
-        """ε at ``delta`` of all ``events`` in turn (rounds of several kinds, one client's whole history)."""
+        """ε at ``delta`` of all ``events`` in turn (rounds of several kinds, one client's whole history).
+
+        Args:
+            events: (σ, q, T) events, composed in turn.
+            delta: δ.
+
+        Returns:
+            ε of the composition.
+        """
         ...
 
     def reference(self) -> object:
-        """dp-accounting's counterpart (the slow reference this accountant is tested against)."""
+        """dp-accounting's counterpart.
+
+        Returns:
+            The slow reference this accountant is tested against.
+        """
         ...
 
 
@@ -85,7 +120,17 @@ REGISTRY: dict[str, PrivacyAccountant] = {}
 
 
 def register_accountant(accountant: PrivacyAccountant) -> PrivacyAccountant:
-    """Make ``accountant`` available by its name (``--accountant NAME``, ``PlanConfig(accountant=NAME)``)."""
+    """Make ``accountant`` available by its name (``--accountant NAME``, ``PlanConfig(accountant=NAME)``).
+
+    Args:
+        accountant: An object following :class:`PrivacyAccountant` (usable as a class decorator's result too).
+
+    Returns:
+        ``accountant`` itself.
+
+    Raises:
+        ValueError: An accountant of that name is already registered.
+    """
     if accountant.name in REGISTRY:
         raise ValueError(f"an accountant named {accountant.name!r} is already registered")
     REGISTRY[accountant.name] = accountant
@@ -93,7 +138,17 @@ def register_accountant(accountant: PrivacyAccountant) -> PrivacyAccountant:
 
 
 def get_accountant(name: str) -> PrivacyAccountant:
-    """The registered accountant called ``name``; ValueError naming the choices otherwise."""
+    """The registered accountant called ``name``.
+
+    Args:
+        name: A registered name (:func:`accountant_names`).
+
+    Returns:
+        The accountant.
+
+    Raises:
+        ValueError: No accountant has that name; the message names the choices.
+    """
     try:
         return REGISTRY[name]
     except (KeyError, TypeError):
@@ -101,6 +156,11 @@ def get_accountant(name: str) -> PrivacyAccountant:
 
 
 def accountant_names() -> tuple[str, ...]:
+    """The registered accountants' names.
+
+    Returns:
+        Every name :func:`get_accountant` accepts, in registration order.
+    """
     return tuple(REGISTRY)
 
 

@@ -53,7 +53,16 @@ __all__ = [
 
 @dataclass(frozen=True)
 class GaussianRounds:
-    """``rounds`` compositions of a Gaussian mechanism (noise multiplier σ) on a Poisson sample of rate q."""
+    """``rounds`` compositions of a Gaussian mechanism (noise multiplier σ) on a Poisson sample of rate q.
+
+    Args:
+        noise_multiplier: σ, the noise's standard deviation over the sensitivity.
+        q: The Poisson sampling rate, in (0, 1].
+        rounds: T, the rounds composed.
+
+    Raises:
+        ValueError: A value out of range.
+    """
 
     noise_multiplier: float
     q: float
@@ -70,8 +79,17 @@ class GaussianRounds:
 
 
 def epsilon_spent(event: GaussianRounds, *, delta: float, accountant: Accountant = "rdp") -> float:
-    """ε of ``event`` at ``delta`` (a rule's σ measured by its spending accountant); 0 where 1 − (1 − q)^T ≤ δ: the
-    mechanism is then (0, δ)-DP whatever σ (:func:`rdp.never_sampled_bound`)."""
+    """ε of ``event`` at ``delta``, measured by ``accountant``'s spending accountant (a rule's σ by ``rdp``).
+
+    Args:
+        event: The rounds measured.
+        delta: δ.
+        accountant: A registered accountant's name.
+
+    Returns:
+        ε spent; 0 where 1 − (1 − q)^T ≤ δ: the mechanism is then (0, δ)-DP whatever σ
+        (:func:`rdp.never_sampled_bound`).
+    """
     spent = epsilons_spent(
         noise_multipliers=[event.noise_multiplier], q=[event.q], rounds=event.rounds, delta=delta, accountant=accountant
     )
@@ -82,6 +100,16 @@ def calibrate_sigma(*, epsilon: float, delta: float, q: float, rounds: int, acco
     """Smallest noise multiplier σ (a standard deviation) such that T rounds at rate q meet (ε, δ).
 
     ``rdp`` and ``pld`` never return a σ whose ε exceeds ``epsilon``; ``closed-form`` is Theorem 1.
+
+    Args:
+        epsilon: The budget ε.
+        delta: δ.
+        q: The Poisson sampling rate, in (0, 1].
+        rounds: T, the rounds composed.
+        accountant: A registered accountant's name.
+
+    Returns:
+        σ.
     """
     return float(calibrate_sigmas(epsilons=[epsilon], delta=delta, q=[q], rounds=rounds, accountant=accountant)[0])
 
@@ -165,9 +193,20 @@ CALIBRATIONS = CalibrationMemo()
 
 
 def calibrate_q(*, epsilon: float, delta: float, noise_multiplier: float, rounds: int) -> float:
-    """Largest sampling ratio q ≤ 1 at which σ = ``noise_multiplier`` meets (ε, δ) over T rounds: by RDP, or
-    q = 1 − (1 − δ)^(1/T), where 1 − (1 − q)^T = δ and the mechanism is (0, δ)-DP whatever σ, if that is larger
-    (at small σ the RDP conversion's floor can exceed ε at every q ≥ 1e-12)."""
+    """Largest sampling ratio q ≤ 1 at which σ = ``noise_multiplier`` meets (ε, δ) over T rounds.
+
+    By RDP, or q = 1 − (1 − δ)^(1/T), where 1 − (1 − q)^T = δ and the mechanism is (0, δ)-DP whatever σ, if that
+    is larger (at small σ the RDP conversion's floor can exceed ε at every q ≥ 1e-12).
+
+    Args:
+        epsilon: The budget ε.
+        delta: δ.
+        noise_multiplier: σ.
+        rounds: T, the rounds composed.
+
+    Returns:
+        q.
+    """
     epsilon, delta, rounds = check_epsilon(epsilon), check_delta(delta), check_rounds(rounds)
     noise_multiplier = check_noise_multiplier(noise_multiplier)
     idle = 1.0 if delta >= 1 else -math.expm1(math.log1p(-delta) / rounds) * (1 - 1e-9)  # rounding: ≤ δ

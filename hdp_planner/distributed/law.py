@@ -82,8 +82,20 @@ class GroupLaw:
         return delta - rounds * self.event_rate
 
 
-def _flip(size: int, q: float, t: int, survivors: float) -> float:
-    """q·P(t − 1 ≤ a ≤ ⌊(t − 1)/F⌋), a ~ Bin(|G| − 1, q): the target's inclusion moves the survivors from t − 1 to t."""
+def flip_probability(size: int, q: float, t: int, survivors: float) -> float:
+    """The probability that one client's inclusion moves a round's survivors from t − 1 to t (the threshold).
+
+    q·P(t − 1 ≤ a ≤ ⌊(t − 1)/F⌋), a ~ Bin(|G| − 1, q) the other clients who join.
+
+    Args:
+        size: |G|, the group's size.
+        q: The rate at which each client joins.
+        t: The threshold.
+        survivors: F, the fraction of a round's sampled clients that reply.
+
+    Returns:
+        The probability.
+    """
     top = math.floor((t - 1) / survivors + 1e-9)
     dist = stats.binom(size - 1, q)
     return q * max(0.0, float(dist.cdf(top) - dist.cdf(t - 2)))
@@ -114,19 +126,20 @@ def group_law(
     while shares < size and (1 + math.exp(epsilon)) * rounds * float(over.sf(shares)) > allowance:
         shares += 1
     t0 = max(2, colluders + 1)
-    if t0 > shares or math.exp(epsilon) * rounds * _flip(size, q, t0, survivors) > delta * MAX_FLIP_SHARE:
+    if t0 > shares or math.exp(epsilon) * rounds * flip_probability(size, q, t0, survivors) > delta * MAX_FLIP_SHARE:
         raise LawError(
             f"a group of {size} clients sampled at q={q:.4g} has too few clients a round for a reconstruction "
             f"threshold of {t0} (k={colluders} colluders): sample more clients or plan with a trusted server"
         )
     t = t0
-    while t < shares and math.exp(epsilon) * rounds * _flip(size, q, t + 1, survivors) <= allowance:
+    while t < shares and math.exp(epsilon) * rounds * flip_probability(size, q, t + 1, survivors) <= allowance:
         t += 1
     release = float(sum(p for c, p in _counts(size, q) if math.ceil(survivors * c - 1e-9) >= t))
     if release < MIN_RELEASE:
         raise LawError(f"a group of {size} clients at q={q:.4g} reaches its threshold t={t} in {release:.1%} of rounds "
                        f"(under {MIN_RELEASE:.0%}): fewer colluders, or plan with a trusted server")  # fmt: skip
-    event_rate = math.exp(epsilon) * _flip(size, q, t, survivors) + (1 + math.exp(epsilon)) * float(over.sf(shares))
+    flip_rate = flip_probability(size, q, t, survivors)
+    event_rate = math.exp(epsilon) * flip_rate + (1 + math.exp(epsilon)) * float(over.sf(shares))
     z = calibrate_noise_multiplier(epsilon=epsilon, delta=delta - rounds * event_rate, q=q, rounds=rounds,
                                    tau_d=group_tau_d(size, dim))  # fmt: skip
     return grid_law(

@@ -1,1 +1,2 @@
-"""Input/output helpers with no planning in them: atomic file writes, comma-separated option values."""
+"""Input/output helpers with no planning in them: atomic file writes, comma-separated option values, lazy package
+exports."""

@@ -31,6 +31,17 @@ class LedgerStateError(ValueError):
 
 @dataclass(frozen=True)
 class ClientSpending:
+    """One client's lifetime spending in a ledger.
+
+    Args:
+        client_id: The client.
+        epsilon_budget: Its lifetime ε budget.
+        delta: The δ of that budget.
+        epsilon_spent: ε spent, composed over every round released or still reserved.
+        released_rounds: Rounds charged (their models left the server).
+        reserved_rounds: Rounds reserved by runs still open.
+    """
+
     client_id: str
     epsilon_budget: float
     delta: float
@@ -40,6 +51,7 @@ class ClientSpending:
 
     @property
     def remaining(self) -> float:
+        """ε left of the budget (negative: over it)."""
         return self.epsilon_budget - self.epsilon_spent
 
 

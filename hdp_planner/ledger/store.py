@@ -68,8 +68,16 @@ def ledger_url(target: str) -> str:
 
 
 class Ledger:
-    """A privacy ledger at an SQLAlchemy URL (or an SQLite file path, created owner-only: 0600); tables are created
-    on first use, unless ``create`` is false (reading commands): then a missing SQLite file is refused."""
+    """A privacy ledger: every client's lifetime spending, composed over every run it took part in.
+
+    Args:
+        target: An SQLAlchemy URL, or an SQLite file path (created owner-only: 0600); tables are created on first
+            use.
+        create: False (reading commands): a missing SQLite file is refused instead of created.
+
+    Raises:
+        LedgerError: The ledger cannot be opened or created.
+    """
 
     def __init__(self, target: str, *, create: bool = True) -> None:
         url = ledger_url(target)
@@ -142,12 +150,28 @@ class Ledger:
         start: int = 0,
         supersedes: str | None = None,
     ) -> str:
-        """Register a run and reserve its rounds (``planned[r][m]``: the cost of its round r, the plan's round
-        ``start + r``, to group m's members), or refuse it before round 1 if any member would exceed its lifetime
-        budget. Budgets are registered at first sight (``budgets_of``: each client's ε, at ``delta``); a client's
-        budget only ever decreases. ``supersedes``: the run a resumed run continues (a run of the same plan still
-        open, e.g. killed): first its unreleased rounds are given back and it is finished, its released rounds
-        staying charged."""
+        """Register a run and reserve its rounds, or refuse it before round 1 if any member would exceed its
+        lifetime budget.
+
+        Args:
+            federation: The federation's name (runs of one federation are listed together).
+            label: A label for the run.
+            plan_sha256: The plan file's SHA-256.
+            membership: Each client's group index.
+            budgets_of: Each client's ε, registered at first sight (a client's budget only ever decreases).
+            delta: The δ of the budgets.
+            planned: ``planned[r][m]``: the cost of the run's round r (the plan's round ``start + r``) to group m's
+                members.
+            start: The plan's round the run starts at.
+            supersedes: The run a resumed run continues (a run of the same plan still open, e.g. killed): first its
+                unreleased rounds are given back and it is finished, its released rounds staying charged.
+
+        Returns:
+            The run's id.
+
+        Raises:
+            LedgerError: A member would exceed its budget, or the ledger cannot be written.
+        """
         if supersedes is not None:
             self.finish(supersedes, of=plan_sha256)
         data = run_event(run_id=str(uuid.uuid4()), federation=federation, label=label, plan_sha256=plan_sha256,
@@ -172,7 +196,18 @@ class Ledger:
         planned: Sequence[Sequence[GroupRound]],
         federation: str = "",
     ) -> list[ClientSpending]:
-        """The clients a run with these rounds would take past their budget (nothing is written)."""
+        """The clients a run with these rounds would take past their budget (nothing is written).
+
+        Args:
+            membership: As :meth:`start_run`'s.
+            budgets_of: As :meth:`start_run`'s.
+            delta: As :meth:`start_run`'s.
+            planned: As :meth:`start_run`'s.
+            federation: As :meth:`start_run`'s.
+
+        Returns:
+            The spending of every client the run would take past its budget (empty: the run fits).
+        """
         data = run_event(run_id=str(uuid.uuid4()), federation=federation, label="dry run", plan_sha256="0" * 64,
                          start=0, started=time.time(), delta=delta, membership=membership, budgets_of=budgets_of,
                          planned=planned)  # fmt: skip
@@ -192,7 +227,15 @@ class Ledger:
         return over
 
     def release(self, run_id: str, round_index: int) -> None:
-        """Charge round ``round_index`` of ``run_id`` (before its model leaves the server)."""
+        """Charge a reserved round (before its model leaves the server).
+
+        Args:
+            run_id: The run, as :meth:`start_run` returned it.
+            round_index: The run's round, from 0.
+
+        Raises:
+            LedgerError: The round was not reserved (or is released already), or the ledger cannot be written.
+        """
         try:
             with self._writing() as conn:
                 state, last = self._state(conn, run_id)
@@ -204,9 +247,15 @@ class Ledger:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None
 
     def finish(self, run_id: str, *, of: str | None = None) -> None:
-        """The run is over: rounds it reserved and never released are given back (a ``finish`` event; nothing if it
-        had finished). With ``of`` (a plan digest): only if ``run_id`` is a run of that plan (a resumed run's
-        predecessor)."""
+        """The run is over: rounds it reserved and never released are given back (nothing if it had finished).
+
+        Args:
+            run_id: The run, as :meth:`start_run` returned it.
+            of: A plan digest: finish the run only if it is a run of that plan (a resumed run's predecessor).
+
+        Raises:
+            LedgerError: The ledger cannot be written.
+        """
         try:
             with self._writing() as conn:
                 state, last = self._state(conn, run_id)
@@ -219,7 +268,14 @@ class Ledger:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None
 
     def state(self) -> LedgerState:
-        """The ledger's state, replayed from its events (LedgerError if the chain is broken)."""
+        """The ledger's state, replayed from its events.
+
+        Returns:
+            Every run and budget the events record.
+
+        Raises:
+            LedgerError: The chain is broken, or the ledger cannot be read.
+        """
         try:
             with self.engine.connect() as conn:
                 return self._state(conn)[0]
@@ -227,8 +283,15 @@ class Ledger:
             raise LedgerError(f"cannot read the privacy ledger {self.target}: {_reason(exc)}") from None
 
     def spending(self, federation: str | None = None, clients: Iterable[str] | None = None) -> list[ClientSpending]:
-        """Every (or each given) client's lifetime spending, composed over all its runs under any federation name;
-        with ``federation``, only the clients of runs that recorded that name."""
+        """Clients' lifetime spending, each composed over all its runs under any federation name.
+
+        Args:
+            federation: Only the clients of runs that recorded this name (None: every client).
+            clients: Only these clients (None: every client).
+
+        Returns:
+            One entry per client.
+        """
         state = self.state()
         if federation is not None:
             named = {c for r in state.runs.values() if r.federation == federation for c in r.clients}
@@ -236,11 +299,25 @@ class Ledger:
         return state.spending(clients)
 
     def runs(self, federation: str | None = None) -> list[RunRecord]:
-        """The runs (those that recorded ``federation``, if given), in the order they started."""
+        """The runs, in the order they started.
+
+        Args:
+            federation: Only the runs that recorded this name (None: every run).
+
+        Returns:
+            The runs as their events left them.
+        """
         return [r for r in self.state().runs.values() if federation is None or r.federation == federation]
 
     def check_chain(self, head: str | None = None) -> ChainReport:
-        """Check the whole chain (and that a pinned ``head`` is still in it) without refusing."""
+        """Check the whole chain without refusing.
+
+        Args:
+            head: A pinned head digest that must still be in the chain (None: none pinned).
+
+        Returns:
+            The chain's length, head and first break (None: unbroken).
+        """
         try:
             with self.engine.connect() as conn:
                 chain = self._events(conn)

@@ -72,8 +72,16 @@ def planned_with_all(names: Sequence[str], epsilons: Sequence[float]) -> tuple[s
 
 
 def add_baselines(plan: Plan, names: Sequence[str], options: BaselineOptions = BaselineOptions()) -> Plan:  # noqa: B008
-    """``plan`` with the named baselines (plan names, :data:`BASELINES` values) added to its methods, each built by
-    its registry entry (:attr:`Method.build`), and the notes the entries add."""
+    """``plan`` with the named baselines added to its methods, each built by its registry entry (``Method.build``).
+
+    Args:
+        plan: A solved plan (:func:`~hdp_planner.methods.gdpfed.solve_plan`).
+        names: Rows to add (plan names, :data:`BASELINES` values), in order; a row the plan has is kept as is.
+        options: The baselines' own parameters.
+
+    Returns:
+        The plan with those rows and the notes their entries add.
+    """
     builders = {m.row: m for m in _baselines().values()}
     for name in names:  # in order: HDP-Pooled reuses the IDP rows already added
         if name not in {m.name for m in plan.methods}:

@@ -34,11 +34,16 @@ the DP²-FedSAM family with personal heads (``personal``), or the selection pape
 class RoundRules:
     """How the rounds of a plan row run (GDPFed Algorithm 1 and the baselines' variants, :mod:`~.rules.noise`).
 
-    ``groups``: the plan's groups, or all n clients in one group noised for the strictest ε (``one``, DP-FedAvg);
-    ``sampling``: every group at the plan's q (``plan-q``) or at its own q_m (``per-group-q``); ``pooled``: one noise
-    draw for the sum of every group (else one per group); ``clip``: the plan's C or a C_m per group; ``top_k``:
-    GDPFed+'s Top-k_m of each group's noisy sum; ``projection``: PFA's projection of one group's noisy sum;
-    ``schedule``: σ changes over the rounds (phases)."""
+    Args:
+        sampling: Every group at the plan's q (``plan-q``) or at its own q_m (``per-group-q``).
+        pooled: One noise draw for the sum of every group (else one per group).
+        clip: The plan's C (``plan``) or a C_m per group (``per-group``).
+        top_k: GDPFed+'s Top-k_m of each group's noisy sum.
+        projection: PFA's projection of one group's noisy sum.
+        schedule: σ changes over the rounds (phases).
+        groups: The plan's groups (``plan``), or all n clients in one group noised for the strictest ε (``one``,
+            DP-FedAvg).
+    """
 
     sampling: Literal["plan-q", "per-group-q"]
     pooled: bool = False
@@ -92,20 +97,34 @@ class SelectionTraits:
 
 @dataclass(frozen=True)
 class Method:
-    """One ``--method`` key.
+    """One ``--method`` key: a new method is one module declaring ``METHODS = (Method(...),)`` and one entry in
+    :data:`hdp_planner.methods.registry.MODULES` (see :mod:`hdp_planner` for an example).
 
-    ``row``: the plan row (``noise`` entry) it trains from. ``rules``: that row's round rules, declared by the one
-    method that plans the row (None: the method trains from a row another method plans, e.g. p-fedavg from
-    DP-FedAvg's). ``build``: how the row is added to a solved plan (``(plan, BaselineOptions) -> MethodNoise``;
-    None: one of the rows Problem 1's solver plans, :func:`hdp_planner.methods.gdpfed.solve_plan`). ``private``:
-    whether it adds the row's noise; ``audit``: ``train --audit`` covers it; ``flower``: it runs on Flower;
-    ``needs_model_dim``: the row needs the model's d (``--model-dim``), so ``--methods all`` plans it only when d is
-    given; ``in_all``: whether ``--methods all`` plans it for groups with these ε (None: always);
-    ``note``: a note for the plan when the row is built (or None); ``check``: why a row departs from the method's
-    own definition beyond its round rules, or None (``verify`` runs it in
-    :func:`hdp_planner.planfile.mechanism.row_problems`). ``personal`` / ``selection``: how a method of that family
-    trains (required there, None elsewhere). ``paper_weights``: the row's weights in GDPFed Table 5's Λ (``solve
-    --lambda-convention paper``; None: Λ is exact for the row)."""
+    Args:
+        key: The ``--method`` key (``gdpfed+``).
+        row: The plan row (``noise`` entry) it trains from (``GDPFed+``).
+        family: The trainer that runs it (:data:`Family`).
+        rules: That row's round rules, declared by the one method that plans the row (None: the method trains from a
+            row another method plans, e.g. p-fedavg from DP-FedAvg's).
+        build: How the row is added to a solved plan (``(plan, BaselineOptions) -> MethodNoise``; None: one of the
+            rows Problem 1's solver plans, :func:`hdp_planner.methods.gdpfed.solve_plan`).
+        private: Whether it adds the row's noise.
+        audit: ``train --audit`` covers it.
+        flower: It runs on Flower.
+        note: A note for the plan when the row is built (or None).
+        check: Why a row departs from the method's own definition beyond its round rules, or None (``verify`` runs
+            it in :func:`hdp_planner.planfile.mechanism.row_problems`).
+        needs_model_dim: The row needs the model's d (``--model-dim``), so ``--methods all`` plans it only when d
+            is given.
+        in_all: Whether ``--methods all`` plans it for groups with these ε (None: always).
+        personal: How a method of the personal family trains (required there, None elsewhere).
+        selection: How a method of the selection family trains (required there, None elsewhere).
+        paper_weights: The row's weights in GDPFed Table 5's Λ (``solve --lambda-convention paper``; None: Λ is
+            exact for the row).
+
+    Raises:
+        ValueError: Family traits given for another family, or missing for their own.
+    """
 
     key: str
     row: str

@@ -12,10 +12,16 @@ SUBSPACES: tuple[str, ...] = ("lanczos", "randomized")
 class BaselineOptions:
     """The baselines' own parameters.
 
-    PFA: projection dimension k (``pfa_dim``; PFA's code defaults to 1), how many of the public group's latest
-    noisy sums span the subspace (``pfa_window``), the subspace method, and d (``model_dim``, needed for Λ: the
-    projected group keeps k/d of its noise). Time-adaptive: the first ``saving_rounds`` rounds [T/2] add
-    ``saving_noise`` times the noise of the later rounds.
+    Args:
+        pfa_dim: PFA's projection dimension k (PFA's code defaults to 1).
+        pfa_window: How many of the public group's latest noisy sums span PFA's subspace.
+        pfa_subspace: How the subspace is found: ``lanczos`` or ``randomized``.
+        model_dim: The model's d, needed for PFA's Λ (the projected group keeps k/d of its noise).
+        saving_rounds: Time-adaptive: the first rounds, which add more noise to save budget (None: ⌊T/2⌋).
+        saving_noise: Time-adaptive: how many times the later rounds' noise the saving rounds add.
+
+    Raises:
+        ValueError: A value out of range.
     """
 
     pfa_dim: int = 1

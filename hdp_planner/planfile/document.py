@@ -2,7 +2,8 @@
 :data:`~hdp_planner.planfile.schema.SCHEMA`, its format in :mod:`.schema`).
 
 Reading validates every field (:mod:`.reading`) and raises :class:`PlanFileError` (a ValueError) naming what is wrong;
-:func:`verify` re-derives every group's ε with the accountant from the file alone.
+:func:`verify` re-derives every group's ε with the accountant from the file alone and raises
+:class:`PlanVerificationError` (a PlanFileError) carrying every problem; :func:`plan_problems` lists them instead.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 import itertools
 import math
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,13 @@ from hdp_planner.planning.plan import PLANNED_METHOD, MethodNoise, Plan
 __all__ = [
     "SCHEMA",
     "PlanFileError",
+    "PlanVerificationError",
     "budgets_digest_of",
     "check_grouping",
     "library_versions",
     "load_plan",
     "plan_from_dict",
+    "plan_problems",
     "plan_to_dict",
     "read_document",
     "save_plan",
@@ -73,7 +76,17 @@ def _method_dict(m: MethodNoise) -> dict[str, Any]:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The JSON document of a plan; ``groups`` lists the planned (GDPFed+) parameters per group."""
+    """The JSON document of a plan (what :func:`save_plan` writes).
+
+    Args:
+        plan: The plan, its groups listed by increasing ε (group 1 the strictest).
+
+    Returns:
+        The document; its ``groups`` lists the planned (GDPFed+) parameters per group.
+
+    Raises:
+        ValueError: The groups are not in increasing ε.
+    """
     eps = plan.groups.epsilon
     if any(a > b for a, b in itertools.pairwise(eps)):
         raise ValueError(f"a plan file lists its groups by increasing ε (group 1 the strictest), got ε = {list(eps)}")
@@ -136,7 +149,17 @@ def budgets_digest_of(doc: Mapping[str, Any]) -> str | None:
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan file (types, ranges, consistency); privacy is checked by :func:`verify`."""
+    """Read and validate a plan file (types, ranges, consistency); privacy is checked by :func:`verify`.
+
+    Args:
+        path: The plan file (JSON, as :func:`save_plan` writes it).
+
+    Returns:
+        The plan it holds.
+
+    Raises:
+        PlanFileError: The file cannot be read, or a field is missing, out of range or inconsistent.
+    """
     doc = read_document(path)
     plan = plan_from_dict(doc)
     check_grouping(plan, doc)
@@ -162,18 +185,57 @@ def check_grouping(plan: Plan, doc: Mapping[str, Any]) -> None:
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:
+    """Write a plan file atomically (a reader never sees it half-written).
+
+    Args:
+        plan: The plan, its groups listed by increasing ε.
+        path: Where to write the JSON document (:func:`plan_to_dict`).
+    """
     write_json_atomic(path, plan_to_dict(plan))
 
 
-def verify(plan: Plan) -> list[str]:
-    """Re-derive every group's ε from the mechanism the trainer executes; one message per violation (empty: OK).
+class PlanVerificationError(PlanFileError):
+    """A plan that :func:`verify` rejects: its message names every problem, separated by "; ".
+
+    Args:
+        problems: What is wrong, one message per violation (at least one).
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems: tuple[str, ...] = tuple(problems)
+
+
+def verify(plan: Plan) -> None:
+    """Re-derive every group's ε from the mechanism the trainer executes; raise if any row breaks its budget.
+
+    The same check as :func:`plan_problems`, with the convention of :func:`load_plan`: a plan that fails raises.
+
+    Args:
+        plan: The plan to check, as loaded from its file.
+
+    Raises:
+        PlanVerificationError: One or more problems, every one of them in ``problems``.
+    """
+    problems = plan_problems(plan)
+    if problems:
+        raise PlanVerificationError(problems)
+
+
+def plan_problems(plan: Plan) -> list[str]:
+    """Re-derive every group's ε from the mechanism the trainer executes; one message per violation.
 
     Checks every row against its method's definition (:func:`hdp_planner.planfile.mechanism.row_problems`), then
-    accounts
-    each group of the executed mechanism (:func:`~hdp_planner.planfile.mechanism.executed_mechanism`: Poisson rate q_m,
-    effective σ_m = noise std / C_m, a σ schedule composed with RDP) against the plan's budget for that group
-    (DP-FedAvg: the strictest ε), and the recorded ε spent against the recomputed one; last, a file's recorded
-    recommendation against the least-noise row its rows give.
+    accounts each group of the executed mechanism (:func:`~hdp_planner.planfile.mechanism.executed_mechanism`:
+    Poisson rate q_m, effective σ_m = noise std / C_m, a σ schedule composed with RDP) against the plan's budget for
+    that group (DP-FedAvg: the strictest ε), and the recorded ε spent against the recomputed one; last, a file's
+    recorded recommendation against the least-noise row its rows give.
+
+    Args:
+        plan: The plan to check, as loaded from its file.
+
+    Returns:
+        Every problem found, one message each; empty when the plan verifies.
     """
     c = plan.config
     problems = row_problems(plan)

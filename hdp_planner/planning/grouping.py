@@ -32,8 +32,18 @@ def even_sizes(n: int, groups: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Groups:
-    """The groups of a plan: ε_m and |G_m| per group, in the caller's order. A plan file holds them in canonical
-    order, by non-decreasing ε (:attr:`canonical`): the order clients are assigned in, which ``verify`` enforces."""
+    """The groups of a plan: ε_m and |G_m| per group, in the caller's order.
+
+    A plan file holds them in canonical order, by non-decreasing ε (:attr:`canonical`): the order clients are
+    assigned in, which ``verify`` enforces.
+
+    Args:
+        epsilons: ε_m of every group (positive, finite).
+        sizes: |G_m| of every group (positive integers), as many as ``epsilons``.
+
+    Raises:
+        ValueError: No group, a non-positive ε or size, or not as many sizes as groups.
+    """
 
     epsilons: tuple[float, ...]
     sizes: tuple[int, ...]

@@ -43,7 +43,29 @@ def _positive(name: str, value: float) -> None:
 
 @dataclass(frozen=True)
 class PlanConfig:
-    """Everything a plan depends on besides the groups. ``delta=None`` means δ = 1/n^1.1 (GDPFed B.2)."""
+    """Everything a plan depends on besides the groups.
+
+    Args:
+        n: The number of clients.
+        rounds: T, the training rounds.
+        q: The sampling rate every group starts from (DP-FedAvg's, and the expected clients per round: q·n).
+        delta: δ; None means δ = 1/n^1.1 (GDPFed B.2).
+        clip: The clipping threshold C.
+        lr: The learning rate (Problem 1's coefficients).
+        local_steps: Local steps per round (Problem 1's coefficients).
+        accountant: A registered accountant's name (:func:`~hdp_planner.accounting.accountants.accountant_names`).
+        sigma_model: σ_m(q_m) in Problem 1: ``bound`` (Theorem 1, as Table 1) or ``accountant`` (the RDP σ,
+            Algorithm 1's noise).
+        lambda_convention: Λ: ``exact`` (the per-coordinate noise of the applied update) or ``paper`` (Table 5's).
+        sparsity: Fixed k_m/d per group (None: Remark 3's closed form).
+        fixed_q: Per-group q_m to evaluate instead of solving Problem 1 (None: solve it).
+        min_share: F in [0, 1]: every group's weight share α_m ≥ F·|G_m|/n for HDP-Pooled and Problem 1, and the
+            recommendation considers only rows that meet it.
+        large_delta: Accept δ ≥ 1/n (see the attribute).
+
+    Raises:
+        ValueError: A value out of range, or an unregistered accountant.
+    """
 
     n: int
     rounds: int = 50
@@ -132,11 +154,24 @@ class Projection:
 
 @dataclass(frozen=True)
 class MethodNoise:
-    """One method's per-group parameters and the noise Λ they put in the global update.
+    """One method's per-group parameters (a row of the plan) and the noise Λ they put in the global update.
 
-    The last four fields are the baselines' (:mod:`hdp_planner.methods.baselines`): per-group clipping thresholds
-    (None: the plan's C), one pooled noise draw for all groups, PFA's projection, and a per-round σ schedule
-    whose last phase's σ is ``noise_multiplier`` (None: ``noise_multiplier`` in every round).
+    Args:
+        name: The row's name (``GDPFed+``, ``DP-FedAvg``, …).
+        epsilon: ε_m per group (DP-FedAvg: one group).
+        size: |G_m| per group.
+        q: The sampling rate q_m per group.
+        noise_multiplier: σ_m per group (a schedule's last phase).
+        k_ratio: k_m/d per group (1: no Top-k).
+        weight: The aggregation weight ω_m per group.
+        epsilon_spent: ε_m the accountant measures for the row.
+        lam: Λ in the plan's convention.
+        lambda_exact: Λ, the per-coordinate noise of the applied update.
+        clip: The baselines' per-group clipping thresholds (None: the plan's C).
+        pooled: One pooled noise draw for all groups (a baseline's).
+        projection: PFA's projection (None: none).
+        schedule: A per-round σ schedule whose last phase's σ is ``noise_multiplier`` (None: ``noise_multiplier``
+            in every round).
     """
 
     name: str
@@ -156,10 +191,12 @@ class MethodNoise:
 
     @property
     def expected_clients(self) -> tuple[float, ...]:
+        """r_m = q_m·|G_m|, the expected clients of each group in a round."""
         return tuple(q * s for q, s in zip(self.q, self.size))
 
     @property
     def sigma2(self) -> tuple[float, ...]:
+        """σ_m² per group."""
         return tuple(s * s for s in self.noise_multiplier)
 
     def clips(self, default: float) -> tuple[float, ...]:
@@ -187,7 +224,19 @@ class MethodNoise:
 
 @dataclass(frozen=True)
 class Plan:
-    """A plan: its configuration, the four methods' noise, Problem 1's objective, and notes for the user."""
+    """A plan: its configuration, the rows' noise, Problem 1's objective, and notes for the user.
+
+    Built by :func:`~hdp_planner.methods.gdpfed.plan` (or read by :func:`~hdp_planner.planfile.document.load_plan`),
+    never by hand.
+
+    Args:
+        config: What the plan depends on besides the groups.
+        methods: One row per method: the four Problem 1 plans, then any baselines.
+        objective: Problem 1's objective at the planned q_m.
+        uniform_objective: Problem 1's objective at a uniform q.
+        notes: Notes for the user (a starved group, a clamped sparsity, …).
+        recorded: The recommendation a plan file recorded (see the attribute).
+    """
 
     config: PlanConfig
     methods: tuple[MethodNoise, ...]
@@ -211,6 +260,17 @@ class Plan:
         )
 
     def method(self, name: str) -> MethodNoise:
+        """The row called ``name``.
+
+        Args:
+            name: A row's name, e.g. ``GDPFed+``.
+
+        Returns:
+            The row.
+
+        Raises:
+            KeyError: The plan has no such row.
+        """
         for m in self.methods:
             if m.name == name:
                 return m

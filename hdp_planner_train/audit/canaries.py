@@ -35,6 +35,7 @@ import torch
 
 from hdp_planner.audit import audit_group, canary_directions, canary_layout, default_canaries, project
 from hdp_planner.methods.registry import REGISTRY
+from hdp_planner.planning.plan import Plan
 from hdp_planner_train.rules.aggregate import RoundStats
 from hdp_planner_train.rules.release import top_k_mask
 from hdp_planner_train.rules.sampling import round_rows, round_seed
@@ -57,8 +58,16 @@ def check_auditable(spec: GroupSpec) -> None:
         raise ValueError("--audit: with --dropout a dropped canary would count as inserted; audit with --dropout 0")
 
 
-def auditable(plan, method: str) -> bool:
-    """Whether ``train --audit`` covers ``method`` under ``plan`` (a plan-noised method with a constant σ)."""
+def auditable(plan: Plan, method: str) -> bool:
+    """Whether ``train --audit`` covers ``method`` under ``plan`` (a plan-noised method with a constant σ).
+
+    Args:
+        plan: A plan.
+        method: A ``--method`` key.
+
+    Returns:
+        True when the audit can insert canaries in that method's rounds.
+    """
     from hdp_planner_train.rules.specs import method_spec
 
     if method not in REGISTRY or not REGISTRY[method].audit:
@@ -71,7 +80,17 @@ def auditable(plan, method: str) -> bool:
 
 
 class CanaryAuditor:
-    """The canaries of one run: layout from the seed, this round's joins, every round's projections and checks."""
+    """The canaries of one run: layout from the seed, this round's joins, every round's projections and checks.
+
+    Args:
+        spec: The audited method's per-group rules (an auditable one: see :func:`auditable`).
+        d: The model's dimension.
+        seed: The run's seed (the canaries' layout derives from it).
+        per_group: Canaries per group, in and out together (None: min(2000, ⌊d/M⌋)).
+
+    Raises:
+        ValueError: The method cannot be audited.
+    """
 
     def __init__(self, spec: GroupSpec, d: int, seed: int, per_group: int | None = None):
         check_auditable(spec)

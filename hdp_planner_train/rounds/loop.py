@@ -40,7 +40,14 @@ class Account(Protocol):
 @dataclass(frozen=True)
 class Schedule:
     """When a run's rounds happen: rounds 0..``rounds``−1 at learning rate lr·decay^r (GDPFed Algorithm 2), evaluated
-    after every ``eval_every`` rounds and after the last."""
+    after every ``eval_every`` rounds and after the last.
+
+    Args:
+        rounds: How many rounds the run has.
+        lr: The learning rate of round 0.
+        lr_decay: The factor the learning rate is multiplied by each round.
+        eval_every: Evaluate after every this many rounds (and after the last).
+    """
 
     rounds: int
     lr: float = 0.0
@@ -48,15 +55,28 @@ class Schedule:
     eval_every: int = 1
 
     def lr_at(self, r: int) -> float:
+        """The learning rate lr·decay^r of round ``r`` (0-based)."""
         return self.lr * self.lr_decay**r
 
     def evaluates(self, r: int) -> bool:
+        """Whether the model is evaluated after round ``r`` (0-based)."""
         return (r + 1) % self.eval_every == 0 or r + 1 == self.rounds
 
 
 @dataclass
 class RunLog:
-    """What a run records round by round; checkpointed as is and summarized into the metrics."""
+    """What a run records round by round; checkpointed as is and summarized into the metrics.
+
+    Args:
+        next_round: The first round still to run (0-based; a resumed run's is where it stopped).
+        history: One entry per evaluation (round, accuracy, loss, …).
+        lambda_measured: Each round's measured Λ (with ``diagnostics``).
+        lambda_applied: Each round's applied Λ (with ``diagnostics``).
+        round_seconds: Each round's wall time (with ``diagnostics``).
+        joined: Each round's joined clients per group (with ``diagnostics``).
+        diagnostics: Record the per-round noise, joined counts and times: seeded (simulation) runs only, as they
+            reveal who took part, so a secure run records none of them.
+    """
 
     next_round: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -69,6 +89,7 @@ class RunLog:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> RunLog:
+        """The log a checkpoint saved (its fields by name)."""
         return cls(**{f.name: state[f.name] for f in fields(cls)})
 
     def record(self, stats, seconds: float) -> None:
@@ -82,6 +103,7 @@ class RunLog:
         self.joined.append(stats.joined)
 
     def summary(self) -> dict[str, Any]:
+        """The run's metrics: the final accuracy and loss, the history and, with ``diagnostics``, their means."""
         last = self.history[-1] if self.history else {}
         head = {"final_accuracy": last.get("accuracy"), "final_loss": last.get("loss"), "history": self.history}
         if not self.diagnostics:
@@ -108,10 +130,25 @@ def run_rounds(
     checkpoint: Callable[[], None] | None = None,
     stop: Callable[[int], str | None] | None = None,
 ) -> str | None:
-    """Run rounds ``log.next_round``..``schedule.rounds``−1; returns why the run stopped early (``stop(r)``'s reason
-    before round r), or None. Each round: ``step(r, lr)``, the ledger's release of round r, the update applied, the
-    round recorded in ``log``, ``evaluate`` on the schedule's cadence (its entry appended to ``log.history``),
-    ``report`` and ``checkpoint``. The ledger's reservation is closed however the loop ends."""
+    """Run rounds ``log.next_round``..``schedule.rounds``−1: the one round loop of the simulator and Flower.
+
+    Each round: ``step(r, lr)``, the ledger's release of round r, the update applied, the round recorded in ``log``,
+    ``evaluate`` on the schedule's cadence (its entry appended to ``log.history``), ``report`` and ``checkpoint``.
+    The ledger's reservation is closed however the loop ends.
+
+    Args:
+        schedule: When the rounds happen, and their learning rates.
+        log: What the run recorded so far; updated in place.
+        step: Round r at learning rate lr: train and aggregate (:data:`Step`).
+        evaluate: The evaluation after a round (:data:`Evaluate`; None: none).
+        account: The run's account in the privacy ledger (None: no ledger).
+        report: Called after every round (:data:`Report`; None: nothing reported).
+        checkpoint: Called after every round to save the run (None: no checkpoints).
+        stop: Asked before round r; a reason stops the run there (None: the run is never stopped).
+
+    Returns:
+        Why the run stopped early (``stop(r)``'s reason), or None when every round ran.
+    """
     with contextlib.ExitStack() as stack:
         if account is not None:
             stack.callback(account.finish)

@@ -111,8 +111,12 @@ def aggregate(
 class GroupAggregator:
     """One method's server aggregation, written once for the simulator and Flower: clipping, noise, the audit's
     observer, Top-k_m or PFA's projection, and the weights ω_m (:func:`aggregate`, :func:`noisy_sums`,
-    :func:`noisy_update`). It keeps PFA's state between rounds, the public group's latest noisy sums (checkpointed
-    as ``public_history``)."""
+    :func:`noisy_update`).
+
+    Args:
+        spec: The method's per-group rules, from the plan (:func:`method_spec`).
+        public_history: PFA's state between rounds, the public group's latest noisy sums (checkpointed as is).
+    """
 
     def __init__(self, spec: GroupSpec, public_history: Sequence[torch.Tensor] = ()):
         self.spec = spec
@@ -127,7 +131,19 @@ class GroupAggregator:
         observe: Observer | None = None,
         referee: Referee | None = None,
     ) -> tuple[torch.Tensor, RoundStats]:
-        """:func:`aggregate` of one round's client updates."""
+        """:func:`aggregate` of one round's client updates.
+
+        Args:
+            deltas: The flat client updates, one row per client (K, d).
+            group_of_row: Each row's group.
+            source: Where the noise is drawn (None: a method that adds none).
+            rnd: The round (0-based), which picks σ_m from a schedule.
+            observe: The privacy audit's observer of what the round releases.
+            referee: The audit's referee, told each cohort round's coins.
+
+        Returns:
+            The server update, and the round's statistics.
+        """
         return aggregate(deltas, group_of_row, self.spec, source, rnd, self.public_history, observe, referee)
 
     def release(
@@ -137,7 +153,17 @@ class GroupAggregator:
         source: NoiseSource,
         observe: Observer | None = None,
     ) -> tuple[torch.Tensor, float, float]:
-        """:func:`noisy_update` of groups' noisy sums formed elsewhere (Flower's replies, secure aggregation)."""
+        """:func:`noisy_update` of groups' noisy sums formed elsewhere (Flower's replies, secure aggregation).
+
+        Args:
+            ys: Each group's noisy sum (one pooled sum when the spec pools).
+            noises: The noise in each sum, where the server drew it (None: clients added it).
+            source: Where PFA's start vectors are drawn.
+            observe: The privacy audit's observer of what the round releases.
+
+        Returns:
+            The server update, the measured Λ and the applied Λ (NaN where the server does not know the noise).
+        """
         return noisy_update(ys, noises, self.spec, source, self.public_history, observe)
 
 

@@ -27,7 +27,7 @@ from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baseli
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.cohorts import KEY as HIDDEN_KEY
 from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, verify_hidden
-from hdp_planner.planfile.document import plan_to_dict, verify
+from hdp_planner.planfile.document import plan_problems, plan_to_dict
 from hdp_planner.planfile.trust import secagg_rows, trust_to_dict, verify_trust
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PlanConfig
@@ -116,7 +116,7 @@ def prepare_plan(
         raise ValueError(f"the trust model was given d = {cfg.trust.model_dim}, this model has d = {d}")
     options = dataclasses.replace(options, model_dim=d)
     plan = add_baselines(solve_plan(groups, config), tuple(BASELINES.values()), options)
-    problems = verify(plan)
+    problems = plan_problems(plan)
     doc = plan_to_dict(plan)
     if cfg.trust.kind == "secagg" and not problems:
         rows = secagg_rows(plan, cfg.trust)

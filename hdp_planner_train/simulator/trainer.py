@@ -19,7 +19,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.ledger.runs import plan_clients
 from hdp_planner.methods.registry import REGISTRY, planner
-from hdp_planner.planfile.document import load_plan, read_document, verify
+from hdp_planner.planfile.document import load_plan, plan_problems, read_document
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.learning.datasets import DEFAULTS
 from hdp_planner_train.learning.engines import ENGINES, PRECISIONS, clients_deltas, evaluate
@@ -153,7 +153,7 @@ def validate_config(cfg: TrainConfig):
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     plan = load_plan(cfg.plan)
-    problems = verify(plan)
+    problems = plan_problems(plan)
     if problems:
         raise TrainError(f"plan {cfg.plan} fails verification: {problems[0]}")
     t = plan.config.rounds

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdp_planner import PlanFileError, load_plan, plan, save_plan, verify
+from hdp_planner import PlanFileError, load_plan, plan, plan_problems, save_plan
 from hdp_planner.accounting.calibration import GaussianRounds, epsilon_spent, reference_epsilon
 from hdp_planner.accounting.pld import never_sampled_bound
 from hdp_planner.accounting.rdp import rdp_epsilon
@@ -32,7 +32,7 @@ def small():
 
 def test_every_baseline_meets_every_budget(small):
     assert [m.name for m in small.methods][4:] == list(BASELINES.values())
-    assert verify(small) == []
+    assert plan_problems(small) == []
     for m in small.methods[4:]:
         assert all(s <= e * (1 + 1e-9) for s, e in zip(m.epsilon_spent, m.epsilon))
         assert m.epsilon_spent == pytest.approx(m.epsilon, rel=1e-5)  # every budget is spent, none wasted
@@ -221,7 +221,7 @@ def test_verify_rechecks_the_schedule(small_path):
         ]
         entry["lambda"] = entry["lambda_exact"] = lambda_exact(entry["weight"], rms, entry["k_ratio"], 1.5)
 
-    problems = verify(load_plan(_tamper(small_path, lower)))
+    problems = plan_problems(load_plan(_tamper(small_path, lower)))
     assert len(problems) == 1 and "Time-adaptive, group 2 (ε=1.5)" in problems[0] and "schedule" in problems[0]
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hdp_planner.methods.gdpfed import solve_plan
-from hdp_planner.planfile.document import load_plan, verify
+from hdp_planner.planfile.document import load_plan, plan_problems
 from hdp_planner.planning import budget_counts, budget_grouping
 from hdp_planner.planning import budgets as B
 from hdp_planner.planning.grouping import Groups
@@ -322,7 +322,7 @@ def test_solve_budgets_writes_plan_with_grouping_and_assign_agrees(tmp_path, cli
     grouping = doc["grouping"]
     assert grouping["method"] == "optimal" and sum(grouping["sizes"]) == 600 and len(grouping["boundaries"]) == 2
     plan = load_plan(plan_path)
-    assert verify(plan) == []
+    assert plan_problems(plan) == []
     out = tmp_path / "groups.csv"
     result = runner.invoke(app, ["assign", str(plan_path), str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hdp_planner import PlanConfig, plan
-from hdp_planner.planfile.document import PlanFileError, load_plan, plan_to_dict, verify
+from hdp_planner.planfile.document import PlanFileError, load_plan, plan_problems, plan_to_dict
 from hdp_planner.planning.budgets import BudgetError, budgets_digest, read_assignment
 from hdp_planner_cli.app import app
 
@@ -155,7 +155,7 @@ def test_random_plans_reordered_or_regrouped_are_refused_or_within_every_budget(
             edited = load_plan(path)
         except (PlanFileError, ValueError):
             return
-    if verify(edited):
+    if plan_problems(edited):
         return
     row = edited.method("GDPFed+")
     mech = executed_mechanism(row, edited.config)

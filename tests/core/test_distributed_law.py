@@ -13,7 +13,7 @@ from scipy import stats
 from hdp_planner import plan
 from hdp_planner.distributed.accounting import epsilon_third_parties
 from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotate, rotation_signs, top_up
-from hdp_planner.distributed.law import EVENT_SHARE, MAX_FLIP_SHARE, LawError, group_law
+from hdp_planner.distributed.law import EVENT_SHARE, MAX_FLIP_SHARE, LawError, flip_probability, group_law
 from hdp_planner.distributed.randomness import SeededBits
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.trust import TrustModel
@@ -83,13 +83,11 @@ def test_the_threshold_reaches_99_percent_of_rounds_and_a_flip_has_the_planned_p
     counts = rng.binomial(120, 0.25, size=20_000)
     assert LAW.release >= 0.99
     assert np.mean(np.ceil(0.9 * counts - 1e-9) >= LAW.threshold) >= 0.99
-    from hdp_planner.distributed.law import _flip
-
     size, q, t = 20, 0.3, 4
     others = rng.binomial(size - 1, q, size=400_000)
     target = rng.random(400_000) < q
     simulated = np.mean(target & (others == t - 1))  # F = 1: everyone survives, the flip needs exactly t − 1 others
-    assert simulated == pytest.approx(_flip(size, q, t, 1.0), rel=0.05)
+    assert simulated == pytest.approx(flip_probability(size, q, t, 1.0), rel=0.05)
 
 
 @pytest.mark.parametrize("size,q,eps,k", [(120, 0.25, 1.5, 0), (2000, 0.00626, 0.5, 0), (600, 0.1, 3.0, 2)])

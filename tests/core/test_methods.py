@@ -11,7 +11,7 @@ import typing
 import pytest
 from typer.testing import CliRunner
 
-from hdp_planner import load_plan, plan, save_plan, verify
+from hdp_planner import load_plan, plan, plan_problems, save_plan
 from hdp_planner.methods.baselines import (
     BASELINES,
     BaselineOptions,
@@ -93,7 +93,7 @@ def test_every_planned_row_follows_its_declared_rules(full_plan):
             assert set(m.k_ratio) == {1.0}, m.name
         entry_keys = set(doc["noise"][m.name]) & {"clip", "pooled", "projection", "schedule"}
         assert entry_keys == rules.row_keys, m.name
-    assert verify(full_plan) == []
+    assert plan_problems(full_plan) == []
 
 
 def test_the_trainer_audit_and_flower_read_the_registry(full_plan):
@@ -172,11 +172,11 @@ def test_a_method_declared_once_reaches_solve_the_plan_file_and_verify(monkeypat
         return dataclasses.replace(row, q=tuple(2 * q for q in row.q))
 
     monkeypatch.setitem(REGISTRY, "toy", Method("toy", "Toy", rules=RoundRules("plan-q"), build=bad))
-    problems = verify(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"]))
+    problems = plan_problems(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"]))
     assert any("Toy: every group must be sampled at the plan's q" in p for p in problems)
     toy = Method("toy", "Toy", rules=RoundRules("plan-q"), build=_toy, check=lambda p, m: f"{len(m.q)} groups")
     monkeypatch.setitem(REGISTRY, "toy", toy)  # the method's own check runs in verify
-    assert verify(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"])) == ["Toy: 2 groups"]
+    assert plan_problems(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"])) == ["Toy: 2 groups"]
     save_plan(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"]), tmp_path / "bad.json")
     monkeypatch.delitem(REGISTRY, "toy")  # a row no registered method plans is refused when read
     with pytest.raises(ValueError, match="unknown method 'Toy'"):

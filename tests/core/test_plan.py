@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import PAPER, paper_plan
 
-from hdp_planner import Groups, PlanConfig, plan, solve_plan, verify
+from hdp_planner import Groups, PlanConfig, plan, plan_problems, solve_plan
 from hdp_planner.planning.plan import sigma2_model
 from hdp_planner.planning.problem import SamplingProblem
 
@@ -50,7 +50,7 @@ def test_our_q_is_at_least_as_good_as_table1_under_problem_1(name):
 
 
 def test_every_method_meets_every_budget(fmnist_plan):
-    assert verify(fmnist_plan) == []
+    assert plan_problems(fmnist_plan) == []
     for m in fmnist_plan.methods:
         assert all(spent <= eps * (1 + 1e-9) for spent, eps in zip(m.epsilon_spent, m.epsilon))
 
@@ -78,7 +78,7 @@ def test_closed_form_never_under_noises():
     # ... but at group 1's small q_m Theorem 1 under-noises: σ is raised to the exact one, and a note says so
     assert cf.groups.sigma2[0] == pytest.approx(rdp.groups.sigma2[0], rel=1e-6)
     assert any("Theorem 1" in note and "ε=0.5" in note for note in cf.notes)
-    assert verify(cf) == []
+    assert plan_problems(cf) == []
 
 
 def test_plan_validates_its_inputs():

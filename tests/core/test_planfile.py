@@ -8,7 +8,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hdp_planner import PlanFileError, load_plan, plan, plan_to_dict, save_plan, verify
+from hdp_planner import (
+    PlanFileError,
+    PlanVerificationError,
+    load_plan,
+    plan,
+    plan_problems,
+    plan_to_dict,
+    save_plan,
+    verify,
+)
 from hdp_planner.accounting.pld import never_sampled_bound
 from hdp_planner.planfile.document import SCHEMA
 
@@ -45,7 +54,7 @@ def test_round_trip(plan_path, fmnist_plan):
     loaded = load_plan(plan_path)
     assert loaded == fmnist_plan
     assert plan_to_dict(loaded)["groups"] == plan_to_dict(fmnist_plan)["groups"]
-    assert verify(loaded) == []
+    assert plan_problems(loaded) == []
 
 
 def tamper(path, edit):
@@ -56,8 +65,26 @@ def tamper(path, edit):
 
 
 def test_verify_rejects_under_noised_group_even_if_file_is_consistent(plan_path):
-    problems = verify(load_plan(tamper(plan_path, lambda doc: _lower_sigma(doc, "GDPFed+", 1, 0.9))))
+    problems = plan_problems(load_plan(tamper(plan_path, lambda doc: _lower_sigma(doc, "GDPFed+", 1, 0.9))))
     assert problems and "group 2" in problems[0] and "ε=1.5" in problems[0]
+
+
+def test_verify_raises_like_load_plan_and_carries_every_problem(plan_path, fmnist_plan):
+    """``verify`` follows ``load_plan``'s convention: None for a plan that verifies, else a PlanFileError whose
+    ``problems`` are exactly what ``plan_problems`` lists (two groups under-noised: both named, not only the first)."""
+    assert verify(fmnist_plan) is None
+
+    def edit(doc):
+        _lower_sigma(doc, "GDPFed+", 1, 0.9)
+        _lower_sigma(doc, "GDPFed+", 2, 0.9)
+
+    tampered = load_plan(tamper(plan_path, edit))
+    with pytest.raises(PlanFileError) as caught:
+        verify(tampered)
+    assert isinstance(caught.value, PlanVerificationError)
+    assert caught.value.problems == tuple(plan_problems(tampered))
+    assert [i for i in (2, 3) if any(f"group {i}" in p for p in caught.value.problems)] == [2, 3]
+    assert str(caught.value) == "; ".join(caught.value.problems)
 
 
 @pytest.mark.parametrize(
@@ -84,7 +111,7 @@ def test_verify_flags_wrong_recorded_epsilon(plan_path):
     def edit(doc):
         doc["noise"]["GDPFed"]["epsilon_spent"][2] = 1.0
 
-    problems = verify(load_plan(tamper(plan_path, edit)))
+    problems = plan_problems(load_plan(tamper(plan_path, edit)))
     assert problems and "records" in problems[0]
 
 
@@ -142,7 +169,7 @@ def test_verify_accepts_every_solved_plan_and_rejects_any_lowered_sigma(
     p = plan(eps, n, q=q, rounds=rounds, sparsity=sparsity)
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     save_plan(p, path)
-    assert verify(load_plan(path)) == []
+    assert plan_problems(load_plan(path)) == []
     method = data.draw(st.sampled_from(["DP-FedAvg", "GDPFed", "GDPFed-op"]))
     group = data.draw(st.integers(0, len(p.method(method).size) - 1))
     # where 1 − (1 − q)^T ≤ δ the group is (0, δ)-DP whatever σ: lowering σ spends nothing
@@ -150,5 +177,5 @@ def test_verify_accepts_every_solved_plan_and_rejects_any_lowered_sigma(
     doc = json.loads(path.read_text())
     _lower_sigma(doc, method, group, 0.99)
     path.write_text(json.dumps(doc))
-    problems = verify(load_plan(path))
+    problems = plan_problems(load_plan(path))
     assert problems and f"group {group + 1}" in problems[0]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from hdp_planner import PlanFileError, load_plan, plan, save_plan, verify
+from hdp_planner import PlanFileError, load_plan, plan, plan_problems, save_plan
 from hdp_planner.accounting.calibration import GaussianRounds, reference_epsilon
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines, baseline_names
 from hdp_planner.methods.pooled import best_shares, objective, recalibrated_lambda
@@ -44,7 +44,7 @@ def test_pooled_is_never_worse_than_the_rows_it_contains(eps, sizes, q, model_di
     pooled = objective(p, p.method("HDP-Pooled"), model_dim)
     for name in ("IDP-FedAvg-Sample", "IDP-FedAvg-Scale", "GDPFed-op", "GDPFed"):
         assert pooled <= objective(p, p.method(name), model_dim) * (1 + 1e-6), name
-    assert verify(p) == []
+    assert plan_problems(p) == []
 
 
 def test_cauchy_schwarz_shares_put_every_group_at_its_budget():
@@ -90,12 +90,12 @@ def test_recommendation_and_plan_file_round_trip(table2, tmp_path):
     path = tmp_path / "plan.json"
     save_plan(table2, path)
     back = load_plan(path)
-    assert back.method("HDP-Pooled") == table2.method("HDP-Pooled") and verify(back) == []
+    assert back.method("HDP-Pooled") == table2.method("HDP-Pooled") and plan_problems(back) == []
     doc = json.loads(path.read_text())
     assert doc["schema"] == "hdp-plan/4" and doc["recommendation"]["method"] == "HDP-Pooled"
     doc["recommendation"]["method"] = "GDPFed+"
     path.write_text(json.dumps(doc))
-    assert "recommendation: the file recommends GDPFed+" in verify(load_plan(path))[-1]
+    assert "recommendation: the file recommends GDPFed+" in plan_problems(load_plan(path))[-1]
     del doc["recommendation"]["lambda"]
     path.write_text(json.dumps(doc))
     with pytest.raises(PlanFileError, match="recommendation"):
@@ -122,7 +122,7 @@ def test_min_share_one_gives_every_group_its_population_share():
     assert strict.recommendation.method != "IDP-FedAvg-Sample"
     # the bound costs noise: the constrained optimum is no better than the free one
     assert strict.method("HDP-Pooled").lambda_exact >= loose.method("HDP-Pooled").lambda_exact * (1 - 1e-9)
-    assert verify(strict) == []
+    assert plan_problems(strict) == []
 
 
 def test_pld_calibrates_every_row_idp_sample_included():
@@ -134,7 +134,7 @@ def test_pld_calibrates_every_row_idp_sample_included():
         max(calibrated_sigma(epsilon=list(m.epsilon), delta=c.delta, q=list(m.q), rounds=3, accountant="pld"))
     )
     assert m.noise_multiplier[0] < rdp.method("IDP-FedAvg-Sample").noise_multiplier[0]
-    assert verify(pld) == []
+    assert plan_problems(pld) == []
     for name in ROWS:
         assert pld.method(name).lambda_exact < rdp.method(name).lambda_exact, name
     saved = recalibrated_lambda(rdp, rdp.method("HDP-Pooled"), "pld")

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from hdp_planner import PlanFileError, load_plan, plan, plan_to_dict, verify
+from hdp_planner import PlanFileError, load_plan, plan, plan_problems, plan_to_dict
 from hdp_planner.accounting.calibration import quiet_dp_accounting
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
 from hdp_planner.methods.registry import row_paper_weights
@@ -363,7 +363,7 @@ def test_a_tampered_plan_is_rejected_or_executes_within_every_budget(tmp_path_fa
     except PlanFileError as exc:
         event(f"rejected by load_plan: {str(exc).split(':')[0]}")
         return
-    if verify(p):
+    if plan_problems(p):
         event("rejected by verify")
         return
     event("accepted")
@@ -407,7 +407,7 @@ def test_the_independent_check_catches_finding_1():
     q = p.config.q
     row = dataclasses.replace(p.method("GDPFed"), name="DP-FedAvg", q=(1.0, q, q))
     tampered = dataclasses.replace(p, methods=(row, *p.methods[1:]))
-    assert any("DP-FedAvg: must be one group" in x for x in verify(tampered))
+    assert any("DP-FedAvg: must be one group" in x for x in plan_problems(tampered))
     old_spec = GroupSpec("dp-fedavg", row.size, row.q, row.noise_multiplier, row.k_ratio, row.weight, p.config.clip)
     with pytest.raises(AssertionError, match="group 1"):
         assert_within_budgets(
