@@ -76,8 +76,8 @@ def fmt(values) -> str:
 
 def table1() -> Table:
     from hdp_planner import Groups, PlanConfig
-    from hdp_planner.planning.plan import sigma2_model
     from hdp_planner.planning.problem import SamplingProblem
+    from hdp_planner.planning.rows import sigma2_model
 
     rows = []
     for name, (eps, n, rounds, clip, q, tau) in SETTINGS.items():

@@ -21,7 +21,7 @@ derived from GDPFed's (every group at the plan's q, its own σ_m):
 
     # hdp_planner/methods/toy.py
     from hdp_planner.methods.method import Method, RoundRules
-    from hdp_planner.planning.plan import derived_row
+    from hdp_planner.planning.rows import derived_row
 
     def build(plan, options):
         return derived_row("Toy", plan.method("GDPFed"), plan)

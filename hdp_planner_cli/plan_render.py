@@ -10,7 +10,8 @@ from rich.table import Table
 from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.methods.pooled import recalibrated_lambda
-from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig, rdp_sigmas
+from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
+from hdp_planner.planning.rows import rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
 from hdp_planner_cli.console import fit_table, labelled, pct
 

@@ -21,8 +21,9 @@ from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.calibration import closed_form_sigma2
 from hdp_planner.methods.method import Method, RoundRules, all_close
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import PLANNED_METHOD, MethodNoise, Plan, PlanConfig, method_noise, sigma2_model
+from hdp_planner.planning.plan import PLANNED_METHOD, MethodNoise, Plan, PlanConfig
 from hdp_planner.planning.problem import SamplingProblem, closed_form_k_ratio, reweighting
+from hdp_planner.planning.rows import method_noise, sigma2_model
 
 STARVED_CLIENTS = 0.5
 """A group expecting fewer clients per round than this is reported as starved by Problem 1."""
@@ -137,7 +138,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
 
 
 def _row(method: Method, *args, **kwargs) -> MethodNoise:
-    """``method``'s row (its name and Table 5 weights) by :func:`~hdp_planner.planning.plan.method_noise`."""
+    """``method``'s row (its name and Table 5 weights) by :func:`~hdp_planner.planning.rows.method_noise`."""
     return method_noise(method.row, *args, paper_weights=method.paper_weights, **kwargs)
 
 

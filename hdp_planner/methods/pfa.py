@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.options import BaselineOptions
-from hdp_planner.planning.plan import MethodNoise, Plan, Projection, derived_row
+from hdp_planner.planning.plan import MethodNoise, Plan, Projection
+from hdp_planner.planning.rows import derived_row
 
 
 def pfa(plan: Plan, options: BaselineOptions) -> MethodNoise:

@@ -107,8 +107,8 @@ def closed_form_check(groups: Groups, config: PlanConfig) -> tuple[float, float]
         (closed form J*, :class:`~hdp_planner.planning.problem.SamplingProblem`'s solved objective); they agree to
         O(B²/μ4).
     """
-    from hdp_planner.planning.plan import sigma2_model
     from hdp_planner.planning.problem import SamplingProblem
+    from hdp_planner.planning.rows import sigma2_model
 
     problem = SamplingProblem(
         sizes=groups.sizes, q=config.q, sigma2_of=sigma2_model(groups, config), coef=config.coefficients

@@ -23,7 +23,8 @@ from hdp_planner.methods.baselines import (
 from hdp_planner.methods.method import Method, RoundRules, SelectionTraits
 from hdp_planner.methods.registry import REGISTRY, collect, row_rules, rows
 from hdp_planner.planfile.document import plan_to_dict
-from hdp_planner.planning.plan import METHODS, derived_row
+from hdp_planner.planning.plan import METHODS
+from hdp_planner.planning.rows import derived_row
 from hdp_planner_cli import flower as flower_cli
 from hdp_planner_cli import train as train_cli
 from hdp_planner_cli.app import app

@@ -9,8 +9,8 @@ import pytest
 from conftest import PAPER, paper_plan
 
 from hdp_planner import Groups, PlanConfig, plan, plan_problems, solve_plan
-from hdp_planner.planning.plan import sigma2_model
 from hdp_planner.planning.problem import SamplingProblem
+from hdp_planner.planning.rows import sigma2_model
 
 
 @pytest.mark.parametrize("name", list(PAPER))
@@ -96,7 +96,7 @@ def test_plan_validates_its_inputs():
 
 def test_rdp_sigmas_are_what_pld_saves_over_rdp():
     from hdp_planner.accounting.calibration import calibrate_sigma
-    from hdp_planner.planning.plan import rdp_sigmas
+    from hdp_planner.planning.rows import rdp_sigmas
 
     p = plan([0.5, 1.5, 3.0], n=600, rounds=20, accountant="pld")
     rdp = rdp_sigmas(p)

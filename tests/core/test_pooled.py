@@ -15,7 +15,7 @@ from hdp_planner import PlanFileError, load_plan, plan, plan_problems, save_plan
 from hdp_planner.accounting.calibration import GaussianRounds, reference_epsilon
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines, baseline_names
 from hdp_planner.methods.pooled import best_shares, objective, recalibrated_lambda
-from hdp_planner.planning.plan import calibrated_sigma
+from hdp_planner.planning.rows import calibrated_sigma
 from hdp_planner_cli.app import app
 from hdp_planner_train.learning.datasets import DataError
 from hdp_planner_train.learning.partitions import group_class_partition, parse_group_classes

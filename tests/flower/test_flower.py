@@ -420,7 +420,7 @@ def test_cli_reports_per_round_diagnostics_only_with_the_flag(plan_path, tmp_pat
 
 def _toy_row(plan_, options):
     """A new client-level method: GDPFed's row (every group at the plan's q, its own σ_m) under its own name."""
-    from hdp_planner.planning.plan import derived_row
+    from hdp_planner.planning.rows import derived_row
 
     return derived_row("Toy", plan_.method("GDPFed"), plan_)
 
