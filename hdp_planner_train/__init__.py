@@ -1,10 +1,12 @@
 """Optional PyTorch trainer for hdp-planner plans (GDPFed Algorithms 1-2): ``hdp-plan train PLAN.json``.
 
 From Python: ``train(plan, method=…, dataset=…)`` returns a typed :class:`~.api.TrainResult` and raises
-:class:`TrainError` (one line) for a run it refuses. The building blocks a new trainer or a Flower strategy reuses
-are exported too: :func:`run_rounds` (the one round loop, with hooks) and :class:`GroupAggregator` (clip, noise and
-aggregate one round's group updates). Importing this package does not import torch: the names that need it are
-loaded on first use. Install with ``pip install torch==2.13.0 && pip install -e '.[train]'``.
+:class:`TrainError` (one line) for a run it refuses; its options are flat keywords or whole option groups
+(:class:`DataOptions`, :class:`ModelOptions`, … of :mod:`.run.options`). The building blocks a new trainer or a
+Flower strategy reuses are exported too: :func:`run_rounds` (the one round loop, with hooks) and
+:class:`GroupAggregator` (clip, noise and aggregate one round's group updates). Importing this package does not import
+torch: the names that need it are loaded on first use. Install with
+``pip install torch==2.13.0 && pip install -e '.[train]'``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from hdp_planner_train.api import GroupSpending, RoundResult, TrainResult, train, train_config
+from hdp_planner_train.run.options import (
+    AuditOptions,
+    DataOptions,
+    LedgerOptions,
+    ModelOptions,
+    NoiseOptions,
+    OutputOptions,
+    TrustOptions,
+)
 
 if TYPE_CHECKING:
     from hdp_planner_train.rounds.loop import RunLog, Schedule, run_rounds
@@ -40,14 +51,21 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "TORCH_HINT",
+    "AuditOptions",
+    "DataOptions",
     "GroupAggregator",
     "GroupSpending",
+    "LedgerOptions",
+    "ModelOptions",
+    "NoiseOptions",
+    "OutputOptions",
     "RoundResult",
     "RunLog",
     "Schedule",
     "TrainConfig",
     "TrainError",
     "TrainResult",
+    "TrustOptions",
     "run_rounds",
     "train",
     "train_config",

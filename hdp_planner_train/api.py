@@ -1,6 +1,7 @@
 """The trainer from Python: ``train(plan, method=…, dataset=…)`` returns a typed :class:`TrainResult`.
 
-``hdp-plan train`` is a thin layer over the same call; every ``TrainConfig`` field is a keyword option here.
+``hdp-plan train`` is a thin layer over the same call; every option of ``TrainConfig`` and its groups
+(:mod:`hdp_planner_train.run.options`) is a keyword here, by its flat name or as a whole group.
 
 >>> from hdp_planner_train import train  # doctest: +SKIP
 >>> result = train("plan.json", method="gdpfed+", dataset="digits", clients=60, rounds=5)  # doctest: +SKIP
@@ -79,29 +80,31 @@ def _number(x: object, missing: float) -> float:
     return missing if x is None else float(x)  # type: ignore[arg-type]
 
 
-def train(
-    plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any
-) -> TrainResult:
-    """Train ``method`` of the plan file ``plan`` on ``dataset``; ``options`` are
-    :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` fields (``rounds``, ``clients``, ``seed``, ``out``,
-    ``noise``, ``trust``, …) or a family's own options, by name (``rho=0.05``) or whole
-    (``personal=PersonalOptions(rho=0.05)``, :mod:`~hdp_planner_train.simulator.options`). Raises
-    :class:`~hdp_planner_train.simulator.scaffold.TrainError` on bad input, with the one-line message the command
-    line prints."""
+def train(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **options: Any) -> TrainResult:
+    """Train ``method`` of the plan file ``plan``; ``options`` as :func:`train_config` takes them (``dataset``,
+    ``rounds``, ``clients``, ``seed``, ``out``, ``noise``, ``trust``, …, flat by name or as whole groups). No progress
+    bar unless ``progress=True``. Raises :class:`~hdp_planner_train.simulator.scaffold.TrainError` on bad input, with
+    the one-line message the command line prints."""
+    from hdp_planner_train.run.options import OutputOptions
     from hdp_planner_train.simulator.trainer import run
 
-    options.setdefault("progress", False)
-    return TrainResult.from_metrics(run(train_config(plan, method=method, dataset=dataset, **options)))
+    if not isinstance(options.get("output"), OutputOptions):
+        options.setdefault("progress", False)
+    return TrainResult.from_metrics(run(train_config(plan, method=method, **options)))
 
 
-def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any):
-    """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs: ``options`` as there
-    (a family's options by name gathered into its dataclass); unknown names are refused."""
-    from hdp_planner_train.simulator.options import gather_family_options
+def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **options: Any):
+    """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs. ``options`` are the run's
+    own fields (``rounds``, ``seed``) and the options of its groups (:mod:`hdp_planner_train.run.options`) and
+    trainer families (:mod:`hdp_planner_train.simulator.options`), each by its flat name (``dataset="digits"``,
+    ``audit=True``, ``rho=0.05``) or a group whole (``data=DataOptions(dataset="digits")``,
+    ``personal=PersonalOptions(rho=0.05)``); flat names are merged into a group given whole
+    (:func:`~hdp_planner_train.run.options.gather_options`). Unknown names are refused."""
+    from hdp_planner_train.run.options import gather_options
     from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
 
-    options = gather_family_options(options)
+    options = gather_options(TrainConfig, options)
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TrainConfig)})
     if unknown:
         raise TrainError(f"unknown training option(s): {', '.join(unknown)}")
-    return TrainConfig(plan=os.fspath(plan), method=method, dataset=dataset, **options)
+    return TrainConfig(plan=os.fspath(plan), method=method, **options)
