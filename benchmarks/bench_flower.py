@@ -91,6 +91,7 @@ def secagg_rounds(args) -> None:
     from hdp_planner_flower.simulation import FlowerConfig, prepare
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.rules.aggregate import clip_rows
+    from hdp_planner_train.run.options import DataOptions, TrustOptions
     from hdp_planner_train.simulator.models import model_dim
 
     out = Path(args.out) / "secagg"
@@ -98,10 +99,9 @@ def secagg_rounds(args) -> None:
     d = model_dim(args.dataset)
     plan = out / "plan.json"
     _solve(plan, args, ["--methods", "gdpfed+", "--trust", "secagg", "--bits", "20", "--model-dim", str(d)])
-    ours_p = prepare(FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="secagg"))
-    server_p = prepare(
-        FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="server", override_trust=True)
-    )
+    data = DataOptions(dataset=args.dataset, clients=args.n)
+    ours_p = prepare(FlowerConfig(plan=str(plan), data=data, trust=TrustOptions(kind="secagg")))
+    server_p = prepare(FlowerConfig(plan=str(plan), data=data, trust=TrustOptions(kind="server", override=True)))
 
     def bare_train(msg: Message, ctx: Context) -> Message:  # Flower's legacy fit: the clipped update as floats
         ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
