@@ -400,7 +400,7 @@ def last_error(log: Path) -> str:
     return (errors or lines or ["no output"])[-1][:300]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeployConfig:
     """``hdp-plan deploy``: the plan, the node count (the plan's n), the trust models to run in turn, the training
     settings the ServerApp sends, and where the deployment keeps its files and the nodes their state."""

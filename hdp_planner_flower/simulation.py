@@ -71,7 +71,7 @@ class FlowerConfig:
     round_timeout: float = 3600.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Prepared:
     """A checked run: everything the server needs, built before any node starts or any file is written."""
 
@@ -132,8 +132,9 @@ def prepare(cfg: FlowerConfig) -> Prepared:
                             plan.config.local_steps, batch, momentum, plan.config.lr, tc.model.lr_decay)  # fmt: skip
     from hdp_planner_flower.pin import file_sha256
 
-    return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version, clients,
-                    file_sha256(cfg.plan))  # fmt: skip
+    return Prepared(cfg=cfg, train=tc, plan=plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
+                    groups=groups, settings=settings, version=version, clients=clients,
+                    plan_sha256=file_sha256(cfg.plan))  # fmt: skip
 
 
 def open_account(p: Prepared):

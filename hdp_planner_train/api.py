@@ -40,7 +40,7 @@ class GroupSpending:
     rounds: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainResult:
     """What a run reports (the full ``metrics.json`` record in ``metrics``)."""
 

@@ -41,7 +41,7 @@ def _positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a positive number, got {value}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanConfig:
     """Everything a plan depends on besides the groups. ``delta=None`` means δ = 1/n^1.1 (GDPFed B.2)."""
 
@@ -130,7 +130,7 @@ class Projection:
     model_dim: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MethodNoise:
     """One method's per-group parameters and the noise Λ they put in the global update.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PersonalOptions:
     """The DP²-FedSAM family (:mod:`.personal`): ``rho``, the SAM radius ρ of dp2-fedsam and dp-fedsam (default 0.1,
     the DP²-FedSAM paper's); ``head_steps``, τ_h head steps (dp2-fedsam, centaur) or fine-tuning steps (dp-fedavg-ft)
@@ -18,7 +18,7 @@ class PersonalOptions:
     head_steps: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SelectionOptions:
     """The client-selection family (:mod:`.private_selection`): ``noise_rule``, paper (its eqs. 6-7) or exact (RDP);
     ``eta``, Problem 1's weight η (privacy-aware; default 1e5); ``per_round``, clients drawn per round K (default
