@@ -205,13 +205,10 @@ FINISHED = "metrics.json"
 def check_finished(cfg: TrainConfig) -> None:
     """Refuse an ``--out`` folder that holds a finished run (its metrics.json) unless ``--overwrite`` replaces it or
     ``--resume`` continues it: a rerun would silently replace its results."""
-    if (
-        cfg.output.out
-        and (Path(cfg.output.out) / FINISHED).is_file()
-        and not (cfg.output.overwrite or cfg.output.resume)
-    ):
-        raise TrainError(f"{cfg.output.out} holds a finished run ({FINISHED}): choose another --out, or replace it "
-                         "with --overwrite")  # fmt: skip
+    output = cfg.output
+    if output.out and (Path(output.out) / FINISHED).is_file() and not (output.overwrite or output.resume):
+        raise TrainError(f"{output.out} holds a finished run ({FINISHED}): choose another --out, or replace it with "
+                         "--overwrite")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -255,12 +252,8 @@ def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dic
     ``--overwrite``: starting over would silently replace the rounds it already ran."""
     if not cfg.output.resume:
         folder = Path(cfg.output.out) if cfg.output.out else None
-        if (
-            folder
-            and (folder / CHECKPOINT).is_file()
-            and not (folder / "metrics.json").is_file()
-            and not cfg.output.overwrite
-        ):
+        unfinished = folder and (folder / CHECKPOINT).is_file() and not (folder / "metrics.json").is_file()
+        if unfinished and not cfg.output.overwrite:
             raise TrainError(
                 f"{folder} holds an unfinished run ({CHECKPOINT}, no metrics.json): continue it with --resume, "
                 "or start over with --overwrite"

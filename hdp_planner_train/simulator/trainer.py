@@ -190,15 +190,9 @@ def validate_config(cfg: TrainConfig):
     skew = None
     if cfg.data.group_classes is not None:
         skew = (plan.groups.size, parse_group_classes(cfg.data.group_classes, len(plan.groups.size), 10))
+    split = cfg.data
     data = load_federated(
-        cfg.data.dataset,
-        cfg.data.data_dir,
-        cfg.data.clients,
-        cfg.data.dirichlet,
-        cfg.seed,
-        cfg.data.shards,
-        cfg.data.iid_share,
-        skew,
+        split.dataset, split.data_dir, split.clients, split.dirichlet, cfg.seed, split.shards, split.iid_share, skew
     )
     if data.n_clients != plan.config.n:
         raise TrainError(
@@ -341,10 +335,8 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     else:
         planned = plan_trust(cfg.plan)
         metrics["trust"] = {"kind": "server", **({"plan_trust": planned} if planned != "server" else {})}
-    if cfg.data.group_classes is not None:  # accuracy on each privacy group's own classes
-        classes = parse_group_classes(
-            cfg.data.group_classes, len(plan.groups.size), data.num_classes
-        )  # DP-FedAvg: 1 group
+    if cfg.data.group_classes is not None:  # accuracy on each privacy group's own classes (DP-FedAvg: 1 group)
+        classes = parse_group_classes(cfg.data.group_classes, len(plan.groups.size), data.num_classes)
         metrics["group_classes"] = [list(c) for c in classes]
         metrics["group_accuracy"] = [
             evaluate(model, x_test[mask], y_test[mask])[0]
