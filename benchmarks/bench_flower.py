@@ -92,16 +92,16 @@ def secagg_rounds(args) -> None:
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.learning.models import model_dim
     from hdp_planner_train.rules.clipping import clip_rows
+    from hdp_planner_train.run.options import DataOptions, TrustOptions
 
     out = Path(args.out) / "secagg"
     out.mkdir(parents=True, exist_ok=True)
     d = model_dim(args.dataset)
     plan = out / "plan.json"
     _solve(plan, args, ["--methods", "gdpfed+", "--trust", "secagg", "--bits", "20", "--model-dim", str(d)])
-    ours_p = prepare(FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="secagg"))
-    server_p = prepare(
-        FlowerConfig(str(plan), "gdpfed+", args.dataset, clients=args.n, trust="server", override_trust=True)
-    )
+    data = DataOptions(dataset=args.dataset, clients=args.n)
+    ours_p = prepare(FlowerConfig(plan=str(plan), data=data, trust=TrustOptions(kind="secagg")))
+    server_p = prepare(FlowerConfig(plan=str(plan), data=data, trust=TrustOptions(kind="server", override=True)))
 
     def bare_train(msg: Message, ctx: Context) -> Message:  # Flower's legacy fit: the clipped update as floats
         ins = compat.recorddict_to_fitins(msg.content, keep_input=True)

@@ -24,6 +24,7 @@ from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict
 from hdp_planner.planfile.document import plan_to_dict
 from hdp_planner.planfile.trust import secagg_rows, trust_to_dict
 from hdp_planner.report.results import Result, Table, render_result, write_result
+from hdp_planner_train.run.options import DataOptions, LedgerOptions, NoiseOptions, OutputOptions, TrustOptions
 from hdp_planner_train.simulator.trainer import TrainConfig, run
 
 N, Q, CLIP, SPARSITY, DIM = 120, 0.1, 1.5, (0.7, 0.8, 0.9), 2410
@@ -57,8 +58,10 @@ def trusted_at_lambda(eps: tuple[float, ...], target: float, rounds: int, q: tup
 
 
 def train(path: Path, seed: int, rounds: int, trust: str) -> dict:
-    return run(TrainConfig(plan=str(path), method="gdpfed+", dataset="digits", rounds=rounds, seed=seed,
-                           noise="seeded", trust=trust, ledger="none", progress=False, eval_every=rounds))  # fmt: skip
+    return run(TrainConfig(plan=str(path), method="gdpfed+", rounds=rounds, seed=seed,
+                           data=DataOptions(dataset="digits"), noise=NoiseOptions(kind="seeded"),
+                           trust=TrustOptions(kind=trust), ledger=LedgerOptions(url="none"),
+                           output=OutputOptions(progress=False, eval_every=rounds)))  # fmt: skip
 
 
 def main() -> None:

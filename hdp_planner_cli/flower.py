@@ -8,9 +8,24 @@ import typer
 
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import result_out as _out
-from hdp_planner_cli.options import DatasetOpt, GroupsFile, OverrideTrust
+from hdp_planner_cli.run_options import AUDIT, DATA, LEDGER, OUTPUT, TRUST, Opt, option, with_groups
+from hdp_planner_train.run.options import AuditOptions, DataOptions, LedgerOptions, OutputOptions, TrustOptions
 
 
+@with_groups(
+    data=DATA.pick("dataset", "data_dir", "clients", "dirichlet"),
+    trust=TRUST.pick("trust", "override_trust", "sparse_graph", trust=Opt(option(
+        "--trust", str | None,
+        "server: clients send clipped updates, the server sees them and adds the noise | secagg: Flower's SecAgg+ per "
+        "group, clients add distributed discrete Gaussian shares; the server sees masked vectors and each group's "
+        "noisy sum (needs a plan solved with --trust secagg) [the plan's]",
+    ))),
+    audit=AUDIT,
+    ledger=LEDGER.pick(ledger=Opt(option(
+        "--ledger", str, "Privacy ledger: an SQLAlchemy URL or SQLite file, none, or auto (the default).",
+    ), "auto"), federation="flower"),
+    output=OUTPUT.pick("out", out=Opt(option("--out", str | None, "Folder for metrics.json/.csv."))),
+)  # fmt: skip
 def flower(
     plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
     method: Annotated[
@@ -21,29 +36,11 @@ def flower(
             "time-adaptive | hdp-pooled (the plan's client-level rows)",
         ),
     ] = "gdpfed+",
-    dataset: DatasetOpt = "fmnist",
-    data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
-    clients: Annotated[
-        int | None, typer.Option("--clients", help="Clients (virtual nodes) to split the data among [paper n].")
-    ] = None,
-    dirichlet: Annotated[float | None, typer.Option("--dirichlet", help="Dirichlet(α) label skew [IID].")] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds to run (≤ the plan's T) [T].")] = None,
     seed: Annotated[
         int, typer.Option("--seed", help="Data partition, initial model, local batches (never the noise).")
     ] = 0,
-    trust: Annotated[
-        str | None,
-        typer.Option(
-            "--trust",
-            help="server: clients send clipped updates, the server sees them and adds the noise | secagg: Flower's "
-            "SecAgg+ per group, clients add distributed discrete Gaussian shares; the server sees masked vectors and "
-            "each group's noisy sum (needs a plan solved with --trust secagg) [the plan's]",
-        ),
-    ] = None,
-    override_trust: OverrideTrust = False,
-    groups: GroupsFile = None,
     cpus_per_client: Annotated[float, typer.Option("--cpus-per-client", help="Ray CPUs per virtual node.")] = 1.0,
-    out: Annotated[str | None, typer.Option("--out", help="Folder for metrics.json/.csv.")] = None,
     diagnostics: Annotated[
         bool,
         typer.Option(
@@ -52,20 +49,6 @@ def flower(
             "took part: never with a model you release).",
         ),
     ] = False,
-    audit: Annotated[
-        bool,
-        typer.Option("--audit", help="Canary clients in every group; an empirical ε per group beside the plan's."),
-    ] = False,
-    audit_canaries: Annotated[
-        int | None, typer.Option("--audit-canaries", help="Canaries per group [min(2000, d/M)].")
-    ] = None,
-    ledger: Annotated[
-        str,
-        typer.Option("--ledger", help="Privacy ledger: an SQLAlchemy URL or SQLite file, none, or auto (the default)."),
-    ] = "auto",
-    federation: Annotated[
-        str, typer.Option("--federation", help="A name the ledger records with the run (budgets are per client id).")
-    ] = "flower",
     node_state: Annotated[
         str | None,
         typer.Option(
@@ -82,15 +65,6 @@ def flower(
             "ClientApp code; slower per round with many nodes, no start-up, easy to debug).",
         ),
     ] = False,
-    sparse_graph: Annotated[
-        bool,
-        typer.Option(
-            "--sparse-graph",
-            help="secagg: each group's SecAgg+ shares keys with O(log c) neighbours instead of all c (rounds grow "
-            "about as c^1.3, not c^2.4); every node accepts it. Only against an honest-but-curious server: the server "
-            "draws the graph, and a malicious one could surround a client (see the trust model).",
-        ),
-    ] = False,
     no_masks: Annotated[
         bool,
         typer.Option(
@@ -99,6 +73,12 @@ def flower(
             "of through SecAgg+, for long accuracy runs (the masks cancel exactly: the same sums, bit for bit).",
         ),
     ] = False,
+    *,
+    data: DataOptions,
+    trust: TrustOptions,
+    audit: AuditOptions,
+    ledger: LedgerOptions,
+    output: OutputOptions,
 ) -> None:
     """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
     from hdp_planner_flower import require_flwr
@@ -110,13 +90,10 @@ def flower(
         _fail(str(exc) if isinstance(exc, RuntimeError) else "hdp-plan flower needs PyTorch: install the flower extra")
     from hdp_planner_flower.simulation import FlowerConfig, run_flower
 
-    cfg = FlowerConfig(plan=plan_file, method=method, dataset=dataset, data_dir=data_dir, clients=clients,
-                       dirichlet=dirichlet, rounds=rounds, seed=seed, trust=trust, override_trust=override_trust,
-                       groups=groups, out=out,
-                       cpus_per_client=cpus_per_client, diagnostics=diagnostics, audit=audit,
-                       audit_canaries=audit_canaries, ledger=ledger, federation=federation,
-                       node_state=node_state, in_process=in_process, masks=not no_masks,
-                       sparse_graph=sparse_graph)  # fmt: skip
+    out = output.out
+    cfg = FlowerConfig(plan=plan_file, method=method, rounds=rounds, seed=seed, data=data, trust=trust, audit=audit,
+                       ledger=ledger, output=output, cpus_per_client=cpus_per_client, diagnostics=diagnostics,
+                       node_state=node_state, in_process=in_process, masks=not no_masks)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:

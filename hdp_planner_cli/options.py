@@ -190,7 +190,8 @@ def build_baselines(
     needing = needing_model_dim(names)
     if needing and model_dim is None:
         raise CliError(f"{needing[0]} needs --model-dim: the model's parameter count d (fmnist's CNN: 26010)")
-    options = BaselineOptions(pfa_dim, pfa_window, pfa_subspace, model_dim, saving_rounds, saving_noise)
+    options = BaselineOptions(pfa_dim=pfa_dim, pfa_window=pfa_window, pfa_subspace=pfa_subspace, model_dim=model_dim,
+                              saving_rounds=saving_rounds, saving_noise=saving_noise)  # fmt: skip
     return names, options
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -15,23 +16,42 @@ from hdp_planner_cli.console import result_out as _out
 from hdp_planner_cli.options import (
     Bits,
     CliError,
-    CohortMultiple,
     Colluders,
-    DatasetOpt,
-    GroupsFile,
-    HideSample,
-    MaxCohort,
-    ModelOpt,
-    OverrideTrust,
     Participations,
     Survivors,
     build_baselines,
     build_request,
 )
 from hdp_planner_cli.plan import check_hidden_options
+from hdp_planner_cli.run_options import (
+    AUDIT,
+    DATA,
+    LEDGER,
+    MODEL,
+    NOISE,
+    OUTPUT,
+    PERSONAL,
+    SELECTION,
+    TRUST,
+    Opt,
+    option,
+    with_groups,
+)
 from hdp_planner_train import TORCH_HINT
+from hdp_planner_train.run.options import (
+    AuditOptions,
+    DataOptions,
+    LedgerOptions,
+    ModelOptions,
+    NoiseOptions,
+    OutputOptions,
+    TrustOptions,
+)
+from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
 
+@with_groups(data=DATA, model=MODEL, noise=NOISE, trust=TRUST.pick("trust", "override_trust"), audit=AUDIT,
+             ledger=LEDGER, output=OUTPUT, personal=PERSONAL, selection=SELECTION)  # fmt: skip
 def train(
     plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
     method: Annotated[
@@ -45,158 +65,32 @@ def train(
             "group; data sizes |M_k| are treated as public)",
         ),
     ] = "gdpfed+",
-    dataset: DatasetOpt = "fmnist",
-    model: ModelOpt = None,
-    data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
-    dirichlet: Annotated[
-        float | None,
-        typer.Option("--dirichlet", help="Dirichlet(α) label skew (default IID; natural for shakespeare)."),
-    ] = None,
-    clients: Annotated[
-        int | None, typer.Option("--clients", help="Clients to split the data among (default: the paper's n).")
-    ] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds to run (≤ the plan's T; default T).")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
-    eval_every: Annotated[int, typer.Option("--eval-every", help="Evaluate every this many rounds.")] = 1,
-    out: Annotated[str | None, typer.Option("--out", help="Folder for metrics.json/.csv, plot, checkpoint.")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="vectorized (torch.func) | loop (reference)")] = "vectorized",
-    precision: Annotated[
-        str, typer.Option("--precision", help="fp32 | bf16: the local forward only; updates, clipping, noise fp32.")
-    ] = "fp32",
-    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Local batch (default per dataset).")] = None,
-    momentum: Annotated[
-        float | None, typer.Option("--momentum", help="Local SGD momentum (default per dataset).")
-    ] = None,
-    lr_decay: Annotated[float, typer.Option("--lr-decay", help="Learning rate × decay^round.")] = 0.99,
-    plot: Annotated[bool, typer.Option("--plot", help="Write convergence.png to --out.")] = False,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the checkpoint in --out.")] = False,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Start over in an --out folder that holds an unfinished run.")
-    ] = False,
-    shards: Annotated[
-        int | None,
-        typer.Option("--shards", help="Pathological non-IID: S classes per client (N·S label-sorted shards)."),
-    ] = None,
-    rho: Annotated[
-        float | None, typer.Option("--rho", help="SAM radius ρ for dp2-fedsam, dp-fedsam [0.1, the DP²-FedSAM paper].")
-    ] = None,
-    head_steps: Annotated[
-        int | None,
-        typer.Option("--head-steps", help="τ_h: head steps (dp2-fedsam, centaur), fine-tuning (dp-fedavg-ft) [τ]."),
-    ] = None,
-    iid_share: Annotated[
-        float | None,
-        typer.Option("--iid-share", help="The selection paper's mix: share s in [0, 1] IID, the rest label-sorted."),
-    ] = None,
-    noise_rule: Annotated[
-        str | None,
-        typer.Option("--noise-rule", help="Selection methods: paper (its eqs. 6-7) | exact (RDP) [paper]."),
-    ] = None,
-    eta: Annotated[float | None, typer.Option("--eta", help="privacy-aware: Problem 1's weight η [1e5].")] = None,
-    per_round: Annotated[
-        int | None,
-        typer.Option("--clients-per-round", help="Selection methods: clients drawn per round K [round(q·n)]."),
-    ] = None,
-    candidates: Annotated[
-        int | None, typer.Option("--candidates", help="power-of-choice: candidates d per round [2K].")
-    ] = None,
-    audit: Annotated[
-        bool, typer.Option("--audit", help="Insert canary clients; report an empirical ε per group beside the plan's.")
-    ] = False,
-    audit_canaries: Annotated[
-        int | None,
-        typer.Option("--audit-canaries", help="Canaries per group, half inserted on average [min(2000, d/M)]."),
-    ] = None,
-    secure_noise: Annotated[
-        bool | None,
-        typer.Option(
-            "--secure-noise/--seeded-noise",
-            help="Noise and client sampling from the OS's CSPRNG (for models that are released), or reproducible "
-            "from --seed (a simulation: never release its model; adds per-round diagnostics) [secure with --out, "
-            "else seeded].",
-        ),
-    ] = None,
-    group_classes: Annotated[
-        str | None,
-        typer.Option(
-            "--group-classes",
-            help="Group-skewed labels: the classes of each plan group, e.g. 0,1,2,3/4,5,6/7,8,9 (per-group accuracy).",
-        ),
-    ] = None,
-    trust: Annotated[
-        str | None,
-        typer.Option(
-            "--trust",
-            help="server, or secagg: each group's sum through the exact integer pipeline of secure aggregation "
-            "(distributed discrete Gaussian shares; needs a plan solved with --trust secagg) [the plan's].",
-        ),
-    ] = None,
-    override_trust: OverrideTrust = False,
-    dropout: Annotated[
-        float, typer.Option("--dropout", help="secagg: probability that a sampled client drops out (simulated).")
-    ] = 0.0,
-    ledger: Annotated[
-        str,
-        typer.Option(
-            "--ledger",
-            help="Privacy ledger charged round by round: an SQLAlchemy URL or SQLite file, none, or auto (the "
-            "default ledger, $HDP_PLANNER_LEDGER or the user's, for secure runs on a user's --data-dir, --groups or "
-            "--federation; none for seeded runs and for simulations of the bundled public datasets).",
-        ),
-    ] = "auto",
-    federation: Annotated[
-        str, typer.Option("--federation", help="A name the ledger records with the run (budgets are per client id).")
-    ] = "simulation",
-    groups: GroupsFile = None,
+    *,
+    data: DataOptions,
+    model: ModelOptions,
+    noise: NoiseOptions,
+    trust: TrustOptions,
+    audit: AuditOptions,
+    ledger: LedgerOptions,
+    output: OutputOptions,
+    personal: PersonalOptions,
+    selection: SelectionOptions,
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan train needs PyTorch: {TORCH_HINT}")
-    if (plot or resume) and not out:
+    out = output.out
+    if (output.plot or output.resume) and not out:
         _fail("--plot and --resume need --out DIR")
-    from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
     from hdp_planner_train.simulator.trainer import SEEDED_NOTE, TrainConfig, run
 
-    cfg = TrainConfig(
-        plan=plan_file,
-        method=method,
-        dataset=dataset,
-        data_dir=data_dir,
-        dirichlet=dirichlet,
-        rounds=rounds,
-        seed=seed,
-        device=device,
-        eval_every=eval_every,
-        out=out,
-        engine=engine,
-        precision=precision,
-        batch_size=batch_size,
-        momentum=momentum,
-        lr_decay=lr_decay,
-        clients=clients,
-        plot=plot,
-        resume=resume,
-        overwrite=overwrite,
-        progress=_out.is_terminal,
-        shards=shards,
-        personal=PersonalOptions(rho=rho, head_steps=head_steps),
-        iid_share=iid_share,
-        selection=SelectionOptions(noise_rule=noise_rule, eta=eta, per_round=per_round, candidates=candidates),
-        audit=audit,
-        audit_canaries=audit_canaries,
-        noise=None if secure_noise is None else ("secure" if secure_noise else "seeded"),
-        model=model,
-        group_classes=group_classes,
-        ledger=ledger,
-        federation=federation,
-        groups=groups,
-        trust=trust,
-        override_trust=override_trust,
-        dropout=dropout,
-    )
+    cfg = TrainConfig(plan=plan_file, method=method, rounds=rounds, seed=seed, data=data, model=model, noise=noise,
+                      trust=trust, audit=audit, ledger=ledger, output=replace(output, progress=_out.is_terminal),
+                      personal=personal, selection=selection)  # fmt: skip
     try:
         metrics = run(cfg)
     except (ValueError, OSError, KeyError) as exc:
@@ -241,16 +135,38 @@ def train(
         typer.echo(json.dumps({k: metrics[k] for k in ("final_accuracy", "epsilon_spent")}))  # one parseable line
 
 
+COMPARE_OUTPUT = OUTPUT.pick(
+    "out",
+    "resume",
+    "overwrite",
+    out=Opt(option("--out", str, "Folder for plan.json, one folder per run, results."), "runs/compare"),
+    resume=Opt(option("--resume", bool, "Continue the grid in --out: reuse finished runs, resume an interrupted one."),
+               False),
+    overwrite=Opt(option("--overwrite", bool, "Replace the grid already in --out (its runs and results)."), False),
+)  # fmt: skip
+"""``compare``'s output: the grid's folder, continued or replaced as a whole."""
+
+
+@with_groups(
+    data=DATA.pick("dataset", "data_dir", "dirichlet", "shards"),
+    model=MODEL.pick("model", "engine", "precision", "device"),
+    noise=NOISE.pick("dropout"),
+    trust=TRUST.pick("trust", "hide_sample", "max_cohort", "cohort_multiple", trust=Opt(option(
+        "--trust", str, "server, or secagg: plan for secure aggregation and run every noised method through its exact "
+        "integer pipeline (p-fedavg stays the non-private reference).",
+    ), "server")),
+    audit=AUDIT.pick("audit"),
+    ledger=LEDGER.pick("ledger", ledger=Opt(option(
+        "--ledger", str | None, "Privacy ledger charging every run to the same clients: an SQLAlchemy URL or an SQLite "
+        "file [off: the grid is a seeded simulation].",
+    ))),
+    output=COMPARE_OUTPUT,
+)  # fmt: skip
 def compare(
-    dataset: DatasetOpt = "fmnist",
     methods: Annotated[
         str, typer.Option("--methods", help="Methods to train, comma-separated (train's --method names).")
     ] = "p-fedavg,dp-fedavg,gdpfed,pfa,idp-fedavg-sample,gdpfed+",
-    model: ModelOpt = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Runs per method, seeds 0..S-1.")] = 3,
-    out: Annotated[
-        str, typer.Option("--out", help="Folder for plan.json, one folder per run, results.")
-    ] = "runs/compare",
     eps: Annotated[str | None, typer.Option("--eps", help="ε per group [the paper's for the dataset].")] = None,
     n: Annotated[int | None, typer.Option("--n", help="Clients n [the partition's].")] = None,
     sizes: Annotated[str | None, typer.Option("--sizes", help="Clients per group [even split].")] = None,
@@ -273,54 +189,22 @@ def compare(
     saving_noise: Annotated[
         float, typer.Option("--saving-noise", help="Time-adaptive: σ multiplier while saving.")
     ] = 2.0,
-    data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the dataset's files are.")] = None,
-    dirichlet: Annotated[float | None, typer.Option("--dirichlet", help="Dirichlet(α) label skew.")] = None,
-    shards: Annotated[
-        int | None, typer.Option("--shards", help="Pathological non-IID: S classes per client (the DP²-FedSAM paper).")
-    ] = None,
-    engine: Annotated[str, typer.Option("--engine", help="vectorized | loop")] = "vectorized",
-    precision: Annotated[str, typer.Option("--precision", help="fp32 | bf16 (the local forward pass only)")] = "fp32",
-    device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda")] = "auto",
     eval_every: Annotated[
         int | None,
         typer.Option("--eval-every", help="Evaluate every this many rounds, and after the last [T/10, at most 5]."),
     ] = None,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume", help="Continue the grid in --out: reuse finished runs, resume an interrupted one."),
-    ] = False,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace the grid already in --out (its runs and results).")
-    ] = False,
-    audit: Annotated[
-        bool, typer.Option("--audit", help="Canaries in every noised run: empirical ε per group beside the plan's.")
-    ] = False,
-    trust: Annotated[
-        str,
-        typer.Option(
-            "--trust",
-            help="server, or secagg: plan for secure aggregation and run every noised method through its exact "
-            "integer pipeline (p-fedavg stays the non-private reference).",
-        ),
-    ] = "server",
     bits: Bits = 20,
     survivors: Survivors = 0.9,
     colluders: Colluders = 0,
     participations: Participations = None,
-    dropout: Annotated[
-        float, typer.Option("--dropout", help="secagg: probability that a sampled client drops out (simulated).")
-    ] = 0.0,
-    hide_sample: HideSample = False,
-    max_cohort: MaxCohort = None,
-    cohort_multiple: CohortMultiple = None,
-    ledger: Annotated[
-        str | None,
-        typer.Option(
-            "--ledger",
-            help="Privacy ledger charging every run to the same clients: an SQLAlchemy URL or an SQLite file "
-            "[off: the grid is a seeded simulation].",
-        ),
-    ] = None,
+    *,
+    data: DataOptions,
+    model: ModelOptions,
+    noise: NoiseOptions,
+    trust: TrustOptions,
+    audit: AuditOptions,
+    ledger: LedgerOptions,
+    output: OutputOptions,
 ) -> None:
     """Train several methods on one plan over several seeds and print GDPFed Table 2 (mean ± std), with a figure."""
     try:
@@ -345,33 +229,33 @@ def compare(
 
     done: list[str] = []  # the runs finished (or reused) so far, for an interrupted grid's message
     total = 0
+    dataset, out = data.dataset, output.out
     try:
         if dataset not in PAPER_SETTINGS:
             raise ValueError(f"--dataset must be one of {', '.join(PAPER_SETTINGS)}, got {dataset!r}")
         if seeds < 1:
             raise ValueError(f"--seeds must be ≥ 1, got {seeds}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        if not 0 <= dropout < 1:
-            raise ValueError(f"--dropout must lie in [0, 1), got {dropout}")
-        if dropout and trust != "secagg":
+        if model.precision not in PRECISIONS:
+            raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {model.precision!r}")
+        if not 0 <= noise.dropout < 1:
+            raise ValueError(f"--dropout must lie in [0, 1), got {noise.dropout}")
+        if noise.dropout and trust.kind != "secagg":
             raise ValueError("--dropout needs --trust secagg")
         chosen = check_methods(methods.split(","))
         total = seeds * len(chosen)
-        model_name(dataset, model)
+        model_name(dataset, model.name)
         paper = PAPER_SETTINGS[dataset]
-        data = load_federated(
-            dataset, data_dir, None if n is None or dataset == "shakespeare" else n, dirichlet, shards=shards
-        )
-        d = model_dim(dataset, data.num_classes, model) if trust == "secagg" else None
-        trust_model = TrustModel(kind=trust, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
+        partition = load_federated(dataset, data.data_dir, None if n is None or dataset == "shakespeare" else n,
+                                   data.dirichlet, shards=data.shards)  # fmt: skip
+        d = model_dim(dataset, partition.num_classes, model.name) if trust.kind == "secagg" else None
+        trust_model = TrustModel(kind=trust.kind, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
                                  participations=participations, model_dim=d)  # fmt: skip
-        check_hidden_options(trust_model, hide_sample, max_cohort, cohort_multiple)
-        if resume and overwrite:
+        check_hidden_options(trust_model, trust.hide_sample, trust.max_cohort, trust.cohort_multiple)
+        if output.resume and output.overwrite:
             raise ValueError("--resume continues the grid in --out, --overwrite replaces it: choose one")
         groups, config = build_request(
             eps or ",".join(f"{e:g}" for e in paper["eps"]),
-            data.n_clients if n is None else n,
+            partition.n_clients if n is None else n,
             sizes,
             paper["rounds"] if rounds is None else rounds,
             paper["q"] if q is None else q,
@@ -386,19 +270,19 @@ def compare(
             "exact",
         )
         _, options = build_baselines(None, None, pfa_dim, pfa_window, pfa_subspace, saving_rounds, saving_noise)
-        if data.n_clients != config.n:
-            raise ValueError(f"--n {config.n} but the {dataset} partition has {data.n_clients} clients")
+        if partition.n_clients != config.n:
+            raise ValueError(f"--n {config.n} but the {dataset} partition has {partition.n_clients} clients")
         every = max(1, min(5, config.rounds // 10)) if eval_every is None else eval_every
-        cfg = CompareConfig(dataset, chosen, seeds, out, data_dir, dirichlet, engine, device, every, resume,
-                            shards, audit, model, precision, trust_model, dropout, ledger, overwrite, hide_sample,
-                            max_cohort, cohort_multiple)  # fmt: skip
+        cfg = CompareConfig(methods=chosen, seeds=seeds, data=data, model=model, noise=noise, trust=trust,
+                            plan_trust=trust_model, audit=audit, ledger=ledger,
+                            output=replace(output, eval_every=every))  # fmt: skip
 
         def report(line: str) -> None:
             done.append(line)
             _out.print(line, highlight=False)
 
         with output_folder(out):
-            plan_path = prepare_plan(cfg, groups, config, options, data.num_classes)
+            plan_path = prepare_plan(cfg, groups, config, options, partition.num_classes)
             _out.print(f"note: {SIMULATION}", highlight=False)
             rows = run_grid(cfg, plan_path, report)
             summary = summarize(dataset, cfg.methods, rows)

@@ -13,7 +13,7 @@ from hdp_planner_flower.deploy import LocalDeployment
 from hdp_planner_flower.processes import alive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeployConfig:
     """``hdp-plan deploy``: a plan on a SuperLink and one SuperNode per client, on this machine.
 

@@ -17,7 +17,7 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalRun:
     run_id: int = 1
 

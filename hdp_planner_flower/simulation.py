@@ -12,12 +12,20 @@ import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hdp_planner.methods.registry import REGISTRY
 from hdp_planner_flower import offline_env, offline_environment, require_flwr
+from hdp_planner_train.run.options import (
+    AuditOptions,
+    DataOptions,
+    LedgerOptions,
+    ModelOptions,
+    OutputOptions,
+    TrustOptions,
+)
 
 FLOWER_METHODS = tuple(key for key, m in REGISTRY.items() if m.flower)
 """The plan's client-level methods (rows of ``plan.json``) that run on Flower (the method registry)."""
@@ -32,35 +40,38 @@ TRUST_NOTES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FlowerConfig:
+    """A Flower run (``hdp-plan flower``): ``method`` of the plan file ``plan`` for ``rounds`` rounds (None: the
+    plan's T) from ``seed``, with the shared option groups (:mod:`hdp_planner_train.run.options`: the data, the
+    trust model, none of which by default is the plan's, the audit under a trusted server, the ledger, and
+    ``output.out``, the folder of metrics.json/.csv, the one output option a Flower run takes) and its own:
+    ``cpus_per_client``, Ray CPUs per virtual node; ``diagnostics``, per-round joined counts, measured noise and round
+    times (a simulation's); ``node_state``, the simulated nodes' state folder under secagg (None: the user's data
+    folder); ``in_process``, every node in this process, one after another (no Ray: InProcessGrid); ``masks`` False
+    sums secagg's messages in the clear (simulations of long runs, with ``diagnostics``); ``nodes``, a deployment's
+    registry (CSV node_id,client_id: no enrolment round); ``round_timeout``, seconds the server waits for a round's
+    replies (a dead node is a dropout after). Flower's noise is always secure."""
+
     plan: str
     method: str = "gdpfed+"
-    dataset: str = "digits"
-    data_dir: str | None = None
-    clients: int | None = None
-    dirichlet: float | None = None
     rounds: int | None = None
     seed: int = 0
-    trust: str | None = None  # server | secagg; None: the plan's trust model
-    groups: str | None = None  # hdp-plan assign's CSV (client_id, …, group)
-    out: str | None = None
+    data: DataOptions = field(default_factory=lambda: DataOptions(dataset="digits"))
+    trust: TrustOptions = field(default_factory=TrustOptions)
+    audit: AuditOptions = field(default_factory=AuditOptions)
+    ledger: LedgerOptions = field(default_factory=lambda: LedgerOptions(federation="flower"))
+    output: OutputOptions = field(default_factory=OutputOptions)
     cpus_per_client: float = 1.0
-    diagnostics: bool = False  # simulation diagnostics: per-round joined counts, measured noise, round times
-    audit: bool = False  # canary clients in every group, empirical ε per group (--trust server)
-    audit_canaries: int | None = None
-    ledger: str = "auto"  # privacy ledger (auto: the default ledger; Flower's noise is always secure)
-    federation: str = "flower"  # a name the ledger records with the run (budgets are per client id)
-    node_state: str | None = None  # secagg: the simulated nodes' state folder (None: the user's data folder)
-    in_process: bool = False  # every node in this process, one after another (no Ray): InProcessGrid
-    masks: bool = True  # secagg: False sums the same messages in the clear (simulations of long runs, --diagnostics)
-    override_trust: bool = False  # allow trust server on a plan solved for secure aggregation
-    nodes: str | None = None  # a deployment's registry (CSV node_id,client_id): no enrolment round
-    round_timeout: float = 3600.0  # seconds the server waits for a round's replies (a dead node is a dropout after)
-    sparse_graph: bool = False  # secagg: SecAgg+ over the neighbour rule's sparse graph (an honest-but-curious server)
+    diagnostics: bool = False
+    node_state: str | None = None
+    in_process: bool = False
+    masks: bool = True
+    nodes: str | None = None
+    round_timeout: float = 3600.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Prepared:
     """A checked run: everything the server needs, built before any node starts or any file is written."""
 
@@ -86,17 +97,19 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     version = require_flwr()
     from hdp_planner_train.simulator.trainer import TrainConfig, plan_trust, validate_config
 
-    cfg = replace(cfg, trust=cfg.trust or plan_trust(cfg.plan))  # the plan's trust model unless one is asked for
+    cfg = replace(cfg, trust=replace(cfg.trust, kind=cfg.trust.kind or plan_trust(cfg.plan)))  # the plan's unless asked
     if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
         names = ", ".join(key for key, m in REGISTRY.items() if m.flower)
         raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
-    if cfg.trust not in TRUST_MODELS:
-        raise ValueError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {cfg.trust!r}")
+    if cfg.trust.kind not in TRUST_MODELS:
+        raise ValueError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {cfg.trust.kind!r}")
+    if cfg.output != OutputOptions(out=cfg.output.out):
+        raise ValueError("a Flower run writes its metrics to --out: it takes no other output option")
     if cfg.cpus_per_client <= 0:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
-    if not cfg.masks and (cfg.trust != "secagg" or not cfg.diagnostics):
+    if not cfg.masks and (cfg.trust.kind != "secagg" or not cfg.diagnostics):
         raise ValueError("--no-masks is for simulations of --trust secagg only: it needs --diagnostics")
-    if cfg.sparse_graph and (cfg.trust != "secagg" or not cfg.masks):
+    if cfg.trust.sparse_graph and (cfg.trust.kind != "secagg" or not cfg.masks):
         raise ValueError("--sparse-graph is a SecAgg+ neighbour graph: it needs --trust secagg and the masks")
     offline_env()
     from hdp_planner.ledger.runs import plan_clients
@@ -105,23 +118,23 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.specs import METHOD_NAMES
 
-    tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
-                     groups=cfg.groups,
-                     dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop",
-                     audit=cfg.audit, audit_canaries=cfg.audit_canaries, ledger=cfg.ledger,
-                     federation=cfg.federation, trust=cfg.trust, override_trust=cfg.override_trust)  # fmt: skip
-    if cfg.audit and cfg.trust != "server":
+    tc = TrainConfig(plan=cfg.plan, method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
+                     model=ModelOptions(engine="loop"), trust=cfg.trust, audit=cfg.audit, ledger=cfg.ledger,
+                     output=cfg.output)  # fmt: skip
+    if cfg.audit.enabled and cfg.trust.kind != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
     plan, data, spec, rounds, batch, momentum = validate_config(tc)
     doc = read_document(cfg.plan)
-    clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.groups)  # refuses a default mapping
-    groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, budgets_digest_of(doc)) if cfg.groups else None
-    settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,
-                            batch, momentum, plan.config.lr, tc.lr_decay)  # fmt: skip
+    clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.ledger.groups)  # refuses a default mapping
+    groups_file = cfg.ledger.groups
+    groups = groups_from_file(groups_file, spec, plan.groups.epsilon, budgets_digest_of(doc)) if groups_file else None
+    settings = DataSettings(cfg.data.dataset, cfg.data.data_dir, cfg.data.clients, cfg.data.dirichlet, cfg.seed,
+                            plan.config.local_steps, batch, momentum, plan.config.lr, tc.model.lr_decay)  # fmt: skip
     from hdp_planner_flower.pin import file_sha256
 
-    return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version, clients,
-                    file_sha256(cfg.plan))  # fmt: skip
+    return Prepared(cfg=cfg, train=tc, plan=plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
+                    groups=groups, settings=settings, version=version, clients=clients,
+                    plan_sha256=file_sha256(cfg.plan))  # fmt: skip
 
 
 def open_account(p: Prepared):
@@ -148,24 +161,24 @@ def serve(p: Prepared, grid, account, progress=print):
             line += f" joined {'/'.join(str(j) for j in stats.joined)} ({seconds:.2f} s)"
         progress(line)
 
-    progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.dataset}, {p.data.n_clients} nodes, trust "
-             f"{p.cfg.trust} ({TRUST_NOTES[p.cfg.trust]})")  # fmt: skip
+    progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.data.dataset}, {p.data.n_clients} nodes, trust "
+             f"{p.cfg.trust.kind} ({TRUST_NOTES[p.cfg.trust.kind]})")  # fmt: skip
     auditor = None
-    if p.cfg.audit:
+    if p.cfg.audit.enabled:
         from hdp_planner_train.audit.canaries import CanaryAuditor
 
-        auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.dataset), p.cfg.seed, p.cfg.audit_canaries)
+        auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.data.dataset), p.cfg.seed, p.cfg.audit.canaries)
     strategy = HdpStrategy(
-        p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
+        p.plan, p.spec, p.groups, trust=p.cfg.trust.kind, on_round=on_round, diagnostics=p.cfg.diagnostics,
         auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
-        node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None, sparse_graph=p.cfg.sparse_graph,
+        node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None, sparse_graph=p.cfg.trust.sparse_graph,
     )  # fmt: skip
     strategy.start(
         grid,
-        model_arrays(p.cfg.dataset, p.data.num_classes, p.cfg.seed),
+        model_arrays(p.cfg.data.dataset, p.data.num_classes, p.cfg.seed),
         num_rounds=p.rounds,
         train_config=p.settings.record(),
-        evaluate_fn=central_evaluation(p.cfg.dataset, p.data),
+        evaluate_fn=central_evaluation(p.cfg.data.dataset, p.data),
         timeout=p.cfg.round_timeout,
     )
     return strategy
@@ -176,7 +189,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     from hdp_planner_train.simulator.scaffold import base_metrics, ledger_target, write_metrics
 
     log, spec = strategy.log, p.spec
-    metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),
+    metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.data.dataset),
                            p.batch, p.momentum, log)  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
         if isinstance(metrics.get(key), float) and math.isnan(metrics[key]):
@@ -186,8 +199,8 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
             "runtime": "flower",
             "flower_engine": "in-process" if p.cfg.in_process else "simulation (Ray)",
             "flwr_version": p.version,
-            "trust": p.cfg.trust,
-            "trust_note": TRUST_NOTES[p.cfg.trust],
+            "trust": p.cfg.trust.kind,
+            "trust_note": TRUST_NOTES[p.cfg.trust.kind],
             "noise_source": "secure",
             "noise_note": "SecureNoise and SecureRandom (the OS CSPRNG): no seed is written",
             "ledger": ledger_target(p.train, secure=True)[1],
@@ -200,9 +213,9 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     if strategy.auditor is not None:  # the trainer's audit section, from the canaries the strategy inserted
         planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
         metrics["audit"] = strategy.auditor.report(planned, p.plan.config.delta)
-    if p.cfg.out:
-        Path(p.cfg.out).mkdir(parents=True, exist_ok=True)
-        write_metrics(metrics, Path(p.cfg.out), False)
+    if p.cfg.output.out:
+        Path(p.cfg.output.out).mkdir(parents=True, exist_ok=True)
+        write_metrics(metrics, Path(p.cfg.output.out), False)
     return metrics
 
 
@@ -221,7 +234,7 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
     from hdp_planner_train.simulator.scaffold import output_folder
 
     p = prepare(cfg)
-    with output_folder(cfg.out):  # checked before any node starts or the ledger is charged
+    with output_folder(cfg.output.out):  # checked before any node starts or the ledger is charged
         account = open_account(p)
         try:
             return _serve_flower(cfg, p, account, progress)
@@ -252,12 +265,12 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
 
     with node_state(cfg) as state_dir:
         pin = None
-        if p.cfg.trust == "secagg":
+        if p.cfg.trust.kind == "secagg":
             from hdp_planner_flower.pin import Pin
 
             pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
-                      str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir,
-                      sparse_graph=cfg.sparse_graph)  # fmt: skip
+                      str(Path(cfg.ledger.groups).resolve()) if cfg.ledger.groups else None, state_dir,
+                      sparse_graph=cfg.trust.sparse_graph)  # fmt: skip
         if cfg.in_process:
             from hdp_planner_flower.local import InProcessGrid
 
@@ -285,16 +298,18 @@ def run_config_server_app():
         logging.getLogger("flwr").setLevel(logging.INFO)  # SecAgg+'s per-stage DEBUG lines: not for users
         rc = context.run_config
         text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out", "nodes")}
-        cfg = FlowerConfig(plan=str(rc["plan"]), method=str(rc.get("method", "gdpfed+")),
-                           dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
-                           clients=int(rc.get("clients", 0)) or None, rounds=int(rc.get("rounds", 0)) or None,
-                           seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "")) or None, groups=text["groups"],
-                           out=text["out"], nodes=text["nodes"],
+        data = DataOptions(dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
+                           clients=int(rc.get("clients", 0)) or None)  # fmt: skip
+        cfg = FlowerConfig(plan=str(rc["plan"]), method=str(rc.get("method", "gdpfed+")), data=data,
+                           rounds=int(rc.get("rounds", 0)) or None, seed=int(rc.get("seed", 0)),
+                           trust=TrustOptions(kind=str(rc.get("trust", "")) or None),  # type: ignore[arg-type]
+                           ledger=LedgerOptions(federation="flower", groups=text["groups"]),
+                           output=OutputOptions(out=text["out"]), nodes=text["nodes"],
                            round_timeout=float(rc.get("round-timeout", 0)) or 3600.0)  # fmt: skip
         from hdp_planner_train.simulator.scaffold import output_folder
 
         p = prepare(cfg)
-        with output_folder(cfg.out):  # checked before round 1 and before the ledger is charged
+        with output_folder(cfg.output.out):  # checked before round 1 and before the ledger is charged
             account = open_account(p)
             try:
                 metrics = finish(p, serve(p, grid, account))
@@ -302,7 +317,7 @@ def run_config_server_app():
                 if account is not None:
                     account.finish()
         print(f"accuracy {metrics['final_accuracy']:.2f}% after {metrics['rounds']} rounds"
-              + (f"; metrics written to {cfg.out}/metrics.json" if cfg.out else ""))  # fmt: skip
+              + (f"; metrics written to {cfg.output.out}/metrics.json" if cfg.output.out else ""))  # fmt: skip
 
     return app
 
@@ -333,7 +348,7 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
                                    for m in range(len(p.spec.sizes))]  # fmt: skip
     else:  # hidden participation: the cohort block's ε against the server, at min(rounds, K_m) memberships
         block["participation_cap"] = [min(g.memberships, rounds) for g in p.spec.secagg.cohorts]
-    graph = "sparse neighbour graph (honest-but-curious server)" if p.cfg.sparse_graph else "full neighbour graph"
+    graph = "sparse neighbour graph (honest-but-curious server)" if p.cfg.trust.sparse_graph else "full neighbour graph"
     block["masks"] = (
         f"Flower SecAgg+, {graph}, masks expanded with ChaCha20"
         if p.cfg.masks

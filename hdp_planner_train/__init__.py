@@ -1,11 +1,13 @@
 """Optional PyTorch trainer for hdp-planner plans (GDPFed Algorithms 1-2): ``hdp-plan train PLAN.json``.
 
 From Python: ``train(plan, method=…, dataset=…)`` returns a typed :class:`~.api.TrainResult` and raises
-:class:`TrainError` (one line) for a run it refuses. The building blocks a new trainer or a Flower strategy reuses
-are exported too: :func:`run_rounds` (the one round loop, with hooks) and :class:`GroupAggregator` (clip, noise and
-aggregate one round's group updates), and the privacy audit's :class:`CanaryAuditor` (canary clients in a run;
-``train(…, audit=True)`` runs it) with :func:`auditable` (whether a plan row can be audited). Importing this package
-does not import torch: the names that need it are loaded on first use. Install with
+:class:`TrainError` (one line) for a run it refuses; its options are flat keywords or whole option groups
+(:class:`DataOptions`, :class:`ModelOptions`, … of :mod:`.run.options`). The building blocks a new trainer or a
+Flower strategy reuses are exported too: :func:`run_rounds` (the one round loop, with hooks) and
+:class:`GroupAggregator` (clip, noise and aggregate one round's group updates), and the privacy audit's
+:class:`CanaryAuditor` (canary clients in a run; ``train(…, audit=True)`` runs it) with :func:`auditable` (whether a
+plan row can be audited). Importing this package does not import torch: the names that need it are loaded on first
+use. Install with
 ``pip install torch==2.13.0 && pip install -e '.[train]'``.
 """
 
@@ -15,6 +17,15 @@ from typing import TYPE_CHECKING
 
 from hdp_planner.io.lazy import lazy_getattr
 from hdp_planner_train.api import GroupSpending, RoundResult, TrainResult, train, train_config
+from hdp_planner_train.run.options import (
+    AuditOptions,
+    DataOptions,
+    LedgerOptions,
+    ModelOptions,
+    NoiseOptions,
+    OutputOptions,
+    TrustOptions,
+)
 
 if TYPE_CHECKING:
     from hdp_planner_train.audit.canaries import CanaryAuditor, auditable
@@ -42,15 +53,22 @@ __getattr__ = lazy_getattr(
 
 __all__ = [
     "TORCH_HINT",
+    "AuditOptions",
     "CanaryAuditor",
+    "DataOptions",
     "GroupAggregator",
     "GroupSpending",
+    "LedgerOptions",
+    "ModelOptions",
+    "NoiseOptions",
+    "OutputOptions",
     "RoundResult",
     "RunLog",
     "Schedule",
     "TrainConfig",
     "TrainError",
     "TrainResult",
+    "TrustOptions",
     "auditable",
     "run_rounds",
     "train",

@@ -1,6 +1,7 @@
 """The trainer from Python: ``train(plan, method=…, dataset=…)`` returns a typed :class:`TrainResult`.
 
-``hdp-plan train`` is a thin layer over the same call; every ``TrainConfig`` field is a keyword option here.
+``hdp-plan train`` is a thin layer over the same call; every option of ``TrainConfig`` and its groups
+(:mod:`hdp_planner_train.run.options`) is a keyword here, by its flat name or as a whole group.
 
 >>> from hdp_planner_train import train  # doctest: +SKIP
 >>> result = train("plan.json", method="gdpfed+", dataset="digits", clients=60, rounds=5)  # doctest: +SKIP
@@ -54,7 +55,7 @@ class GroupSpending:
     rounds: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainResult:
     """What a run reports.
 
@@ -114,18 +115,15 @@ def _number(x: object, missing: float) -> float:
     return missing if x is None else float(x)  # type: ignore[arg-type]
 
 
-def train(
-    plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any
-) -> TrainResult:
-    """Train ``method`` of the plan file ``plan`` on ``dataset``, as ``hdp-plan train`` does.
+def train(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **options: Any) -> TrainResult:
+    """Train ``method`` of the plan file ``plan``, as ``hdp-plan train`` does (no progress bar unless
+    ``progress=True``).
 
     Args:
         plan: The plan file.
         method: A ``--method`` key of the plan.
-        dataset: The dataset to train on.
-        **options: :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` fields (``rounds``, ``clients``,
-            ``seed``, ``out``, ``noise``, ``trust``, ``audit``, …) or a family's own options, by name (``rho=0.05``)
-            or whole (``personal=PersonalOptions(rho=0.05)``, :mod:`~hdp_planner_train.simulator.options`).
+        **options: As :func:`train_config` takes them (``dataset``, ``rounds``, ``clients``, ``seed``, ``out``,
+            ``noise``, ``trust``, ``audit``, …), flat by name or as whole groups.
 
     Returns:
         What the run reports.
@@ -134,22 +132,25 @@ def train(
         TrainError: A setting the run refuses, with the one-line message the command line prints.
         PlanFileError: The plan file cannot be read or is inconsistent.
     """
+    from hdp_planner_train.run.options import OutputOptions
     from hdp_planner_train.simulator.trainer import run
 
-    options.setdefault("progress", False)
-    return TrainResult.from_metrics(run(train_config(plan, method=method, dataset=dataset, **options)))
+    if not isinstance(options.get("output"), OutputOptions):
+        options.setdefault("progress", False)
+    return TrainResult.from_metrics(run(train_config(plan, method=method, **options)))
 
 
-def train_config(
-    plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any
-) -> TrainConfig:
+def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **options: Any) -> TrainConfig:
     """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs.
 
     Args:
         plan: The plan file.
         method: A ``--method`` key of the plan.
-        dataset: The dataset to train on.
-        **options: As :func:`train`'s (a family's options by name gathered into its dataclass).
+        **options: The run's own fields (``rounds``, ``seed``) and the options of its groups
+            (:mod:`hdp_planner_train.run.options`) and trainer families (:mod:`hdp_planner_train.simulator.options`),
+            each by its flat name (``dataset="digits"``, ``audit=True``, ``rho=0.05``) or a group whole
+            (``data=DataOptions(dataset="digits")``, ``personal=PersonalOptions(rho=0.05)``); flat names are merged
+            into a group given whole (:func:`~hdp_planner_train.run.options.gather_options`).
 
     Returns:
         The run's configuration.
@@ -157,11 +158,11 @@ def train_config(
     Raises:
         TrainError: An unknown option name.
     """
-    from hdp_planner_train.simulator.options import gather_family_options
+    from hdp_planner_train.run.options import gather_options
     from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
 
-    options = gather_family_options(options)
+    options = gather_options(TrainConfig, options)
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TrainConfig)})
     if unknown:
         raise TrainError(f"unknown training option(s): {', '.join(unknown)}")
-    return TrainConfig(plan=os.fspath(plan), method=method, dataset=dataset, **options)
+    return TrainConfig(plan=os.fspath(plan), method=method, **options)

@@ -25,6 +25,7 @@ LAYERS = (
     "hdp_planner.audit",  # canary statistics (empirical ε)
     "hdp_planner.report",  # sweeps and figures (matplotlib)
     "hdp_planner",  # the public API (re-exports)
+    "hdp_planner_train.run",  # a run's option groups (simulator, compare and Flower)
     "hdp_planner_train.rules",  # the round rules in torch (simulator and Flower)
     "hdp_planner_train.learning",  # datasets, partitions, models, local training (simulator and Flower's clients)
     "hdp_planner_train.audit",  # canaries in a run

@@ -177,7 +177,7 @@ def _never_sampled(events: Sequence[Event], delta: float) -> bool:
     return -math.expm1(log_never) <= delta
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RdpAccountant:
     name: ClassVar[str] = "rdp"
     label: ClassVar[str] = "RDP"
@@ -220,7 +220,7 @@ class RdpAccountant:
         return sigma, spent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PldAccountant:
     name: ClassVar[str] = "pld"
     label: ClassVar[str] = "PLD"
@@ -265,7 +265,7 @@ class PldAccountant:
         return Reference()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DistributedAccountant:
     """The distributed discrete Gaussian sum against third parties (:mod:`.ddg`): σ is the effective noise
     multiplier z, each release's RDP α/(2z²) + ``tau_d`` (Kairouz, Liu and Steinke 2021, Proposition 14)
@@ -335,7 +335,7 @@ def closed_form_sigma2(*, epsilon: ArrayOrFloat, delta: float, q: ArrayOrFloat, 
     return 7.0 * q * q * rounds * (epsilon + 2.0 * math.log(1.0 / delta)) / (epsilon * epsilon)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClosedFormRule:
     name: ClassVar[str] = "closed-form"
     label: ClassVar[str] = "closed form"

@@ -60,7 +60,7 @@ class RoundRules:
         return frozenset(k for k, on in {**flags, "schedule": self.schedule}.items() if on)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PersonalTraits:
     """How a method of the DP²-FedSAM family trains (:mod:`hdp_planner_train.simulator.personal`).
 
@@ -83,7 +83,7 @@ class PersonalTraits:
         return self.head or self.fine_tune
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SelectionTraits:
     """How a method of the selection family picks clients (:mod:`hdp_planner_train.simulator.private_selection`).
 

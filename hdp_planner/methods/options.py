@@ -8,7 +8,7 @@ from dataclasses import dataclass
 SUBSPACES: tuple[str, ...] = ("lanczos", "randomized")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BaselineOptions:
     """The baselines' own parameters.
 

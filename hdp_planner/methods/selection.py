@@ -78,7 +78,7 @@ __all__ = [
 Accountant = Literal["paper", "exact", "both"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NoiseReport:
     """Which record-level noise multipliers ``select --accountant`` reports: the paper's rule, the exact RDP σ, or
     both (then also the ε the paper's σ truly spends)."""

@@ -32,7 +32,7 @@ def _positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a positive number, got {value}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanConfig:
     """Everything a plan depends on besides the groups.
 
@@ -143,7 +143,7 @@ class Projection:
     model_dim: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MethodNoise:
     """One method's per-group parameters (a row of the plan) and the noise Λ they put in the global update.
 

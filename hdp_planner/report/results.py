@@ -30,7 +30,7 @@ class Table:
     rows: tuple[tuple[str, ...], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """A result file's document: a title, the tables, notes, and where and how it was produced."""
 

@@ -145,7 +145,7 @@ def vary_plan(groups: Groups, config: PlanConfig, varied: Varied, value: float) 
     return groups, dataclasses.replace(config, **{varied.name: float(value)})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepResult:
     """One plan per value of the varied parameter: per-group q_m and σ_m² (GDPFed+), Λ per method."""
 

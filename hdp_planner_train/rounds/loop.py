@@ -63,7 +63,7 @@ class Schedule:
         return (r + 1) % self.eval_every == 0 or r + 1 == self.rounds
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunLog:
     """What a run records round by round; checkpointed as is and summarized into the metrics.
 

@@ -15,7 +15,7 @@ import io
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,15 @@ from hdp_planner.planfile.document import plan_problems, plan_to_dict
 from hdp_planner.planfile.trust import secagg_rows, trust_to_dict, verify_trust
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PlanConfig
+from hdp_planner_train.run.options import (
+    AuditOptions,
+    DataOptions,
+    LedgerOptions,
+    ModelOptions,
+    NoiseOptions,
+    OutputOptions,
+    TrustOptions,
+)
 
 SIMULATION = "seeded noise: a reproducible simulation grid; its models must not be released"
 
@@ -62,31 +71,30 @@ def paper_accuracy(dataset: str, method: str) -> float | None:
     return PAPER_TABLE2.get(dataset, {}).get(key)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompareConfig:
-    """The grid: methods (trainer names) × seeds 0..seeds-1 on one dataset, written under ``out``."""
+    """The grid: ``methods`` (trainer names) × seeds 0..``seeds``−1, each run with the shared option groups
+    (:mod:`hdp_planner_train.run.options`; ``output.out`` the grid's folder, required) and its plan solved for
+    ``plan_trust``, the trust model whose kind is ``trust.kind`` (secagg: every noised method runs through the
+    integer pipeline). ``ledger.url`` None: no ledger (a simulation); otherwise every run is charged to the same
+    clients."""
 
-    dataset: str
     methods: tuple[str, ...]
     seeds: int
-    out: str
-    data_dir: str | None = None
-    dirichlet: float | None = None
-    engine: str = "vectorized"
-    device: str = "auto"
-    eval_every: int = 5
-    resume: bool = False
-    shards: int | None = None  # pathological non-IID (the DP²-FedSAM paper's partition)
-    audit: bool = False  # canaries in every auditable run: empirical ε per group (hdp_planner.audit)
-    model: str | None = None  # models.MODELS name; None: the dataset's default
-    precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS)
-    trust: TrustModel = dataclasses.field(default_factory=TrustModel)  # secagg: noised methods by the integer pipeline
-    dropout: float = 0.0  # secagg: probability that a sampled client drops out (simulated)
-    ledger: str | None = None  # privacy ledger URL: every run charged to the same clients; None: off (a simulation)
-    overwrite: bool = False  # replace the grid already in ``out`` (runs, plan, results)
-    hide_sample: bool = False  # secagg: public cohorts and private coins (plan's ``hidden_participation``)
-    max_cohort: int | None = None  # hide_sample: clients in a cohort at most
-    cohort_multiple: float | None = None  # hide_sample: a cohort at most this many times its expected contributors
+    data: DataOptions = field(default_factory=DataOptions)
+    model: ModelOptions = field(default_factory=ModelOptions)
+    noise: NoiseOptions = field(default_factory=NoiseOptions)
+    trust: TrustOptions = field(default_factory=lambda: TrustOptions(kind="server"))
+    plan_trust: TrustModel = field(default_factory=TrustModel)
+    audit: AuditOptions = field(default_factory=AuditOptions)
+    ledger: LedgerOptions = field(default_factory=lambda: LedgerOptions(url=None))
+    output: OutputOptions = field(default_factory=lambda: OutputOptions(out="runs/compare", eval_every=5))
+
+    def __post_init__(self) -> None:
+        if self.trust.kind != self.plan_trust.kind:
+            raise ValueError(f"trust {self.trust.kind} but the plan's trust model is {self.plan_trust.kind}")
+        if not self.output.out:
+            raise ValueError("a compare grid needs --out")
 
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
@@ -105,35 +113,37 @@ def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
 def prepare_plan(
     cfg: CompareConfig, groups: Groups, config: PlanConfig, options: BaselineOptions, num_classes: int
 ) -> Path:
-    """Solve the plan with every baseline (PFA at the model's d), verify it, write it; under ``cfg.trust`` secagg
+    """Solve the plan with every baseline (PFA at the model's d), verify it, write it; under ``cfg.trust.kind`` secagg
     with the trust object of every row (:func:`~hdp_planner.planfile.trust.trust_to_dict`), and with
-    ``cfg.hide_sample`` every row's cohorts (:func:`~hdp_planner.planfile.cohorts.hidden_to_dict`), verified too.
+    ``cfg.trust.hide_sample`` every row's cohorts (:func:`~hdp_planner.planfile.cohorts.hidden_to_dict`), verified too.
     The plan does not depend on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
     from hdp_planner_train.learning.models import model_dim
 
-    d = model_dim(cfg.dataset, num_classes, cfg.model)
-    if cfg.trust.kind == "secagg" and cfg.trust.model_dim != d:
-        raise ValueError(f"the trust model was given d = {cfg.trust.model_dim}, this model has d = {d}")
+    d = model_dim(cfg.data.dataset, num_classes, cfg.model.name)
+    if cfg.trust.kind == "secagg" and cfg.plan_trust.model_dim != d:
+        raise ValueError(f"the trust model was given d = {cfg.plan_trust.model_dim}, this model has d = {d}")
     options = dataclasses.replace(options, model_dim=d)
     plan = add_baselines(solve_plan(groups, config), tuple(BASELINES.values()), options)
     problems = plan_problems(plan)
     doc = plan_to_dict(plan)
     if cfg.trust.kind == "secagg" and not problems:
-        rows = secagg_rows(plan, cfg.trust)
-        doc["trust"] = trust_to_dict(plan, cfg.trust, rows)
-        if cfg.hide_sample:
-            hidden = cohort_rows(plan, cfg.trust, max_cohort=cfg.max_cohort, max_multiple=cfg.cohort_multiple)
-            doc[HIDDEN_KEY] = hidden_to_dict(plan, cfg.trust, hidden, max_cohort=cfg.max_cohort,
-                                             max_multiple=cfg.cohort_multiple)  # fmt: skip
+        rows = secagg_rows(plan, cfg.plan_trust)
+        doc["trust"] = trust_to_dict(plan, cfg.plan_trust, rows)
+        if cfg.trust.hide_sample:
+            hidden = cohort_rows(
+                plan, cfg.plan_trust, max_cohort=cfg.trust.max_cohort, max_multiple=cfg.trust.cohort_multiple
+            )
+            doc[HIDDEN_KEY] = hidden_to_dict(plan, cfg.plan_trust, hidden, max_cohort=cfg.trust.max_cohort,
+                                             max_multiple=cfg.trust.cohort_multiple)  # fmt: skip
         problems = verify_trust(plan, doc) + verify_hidden(plan, doc)
         unplanned = [m for m in cfg.methods if secure_form(plan, doc, m) is False]
         if unplanned:
-            hidden = " with cohorts under the caps" if cfg.hide_sample else ""
+            hidden = " with cohorts under the caps" if cfg.trust.hide_sample else ""
             raise ValueError(f"{unplanned[0]} has no distributed form under --trust secagg{hidden}")
     if problems:
         raise ValueError(f"internal check failed, no plan written: {problems[0]}")
     check_grid_folder(cfg, doc)
-    path = Path(cfg.out) / "plan.json"
+    path = Path(cfg.output.out) / "plan.json"
     write_json_atomic(path, doc)
     return path
 
@@ -141,11 +151,11 @@ def prepare_plan(
 def check_grid_folder(cfg: CompareConfig, doc: dict[str, Any]) -> None:
     """Refuse an ``out`` folder that already holds a grid unless ``overwrite`` replaces it, or ``resume`` continues it
     under the same plan (``doc``): a rerun would otherwise silently replace finished results."""
-    out = Path(cfg.out)
+    out = Path(cfg.output.out)
     held = out / "plan.json"
-    if cfg.overwrite or not (held.is_file() or (out / "results.json").is_file()):
+    if cfg.output.overwrite or not (held.is_file() or (out / "results.json").is_file()):
         return
-    if not cfg.resume:
+    if not cfg.output.resume:
         raise ValueError(f"{out} holds a compare grid: continue it with --resume, or replace it with --overwrite")
     try:
         same = _without_versions(json.loads(held.read_text())) == _without_versions(doc)
@@ -184,51 +194,49 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
     plan = load_plan(plan_path)
     doc = read_document(plan_path)
     plan_hash = hashlib.sha256(plan_path.read_bytes()).hexdigest()
-    partition = {"dirichlet": cfg.dirichlet, "shards": cfg.shards}  # a reused run must have trained on the same
-    model = model_name(cfg.dataset, cfg.model)  # ... partition and model
+    partition = {
+        "dirichlet": cfg.data.dirichlet,
+        "shards": cfg.data.shards,
+    }  # a reused run must have trained on the same
+    model = model_name(cfg.data.dataset, cfg.model.name)  # ... partition and model
     rows = []
     total = cfg.seeds * len(cfg.methods)
     for seed in range(cfg.seeds):
         for method in cfg.methods:
-            folder = Path(cfg.out) / method / f"seed{seed}"
+            folder = Path(cfg.output.out) / method / f"seed{seed}"
             done = folder / "run.json"
             secure = cfg.trust.kind == "secagg" and secure_form(plan, doc, method) is True
-            audit = cfg.audit and auditable(plan, method)
-            if cfg.resume and done.is_file():
+            audit = cfg.audit.enabled and auditable(plan, method)
+            if cfg.output.resume and done.is_file():
                 row = json.loads(done.read_text())
                 same = row.get("plan_sha256") == plan_hash and row.get("partition") == partition
                 same = same and row.get("model", model) == model
-                same = same and row.get("dropout_simulated", 0.0) == (cfg.dropout if secure else 0.0)
+                same = same and row.get("dropout_simulated", 0.0) == (cfg.noise.dropout if secure else 0.0)
                 if same and ("epsilon_empirical" in row or not audit):
                     rows.append(row)
                     report(f"[{len(rows)}/{total}] {method} seed {seed}: {row['final_accuracy']:.2f}% (reused)")
                     continue
             # --resume continues an interrupted run from its checkpoint and retrains one made with other settings
-            unfinished = cfg.resume and (folder / CHECKPOINT).is_file() and not (folder / FINISHED).is_file()
+            unfinished = cfg.output.resume and (folder / CHECKPOINT).is_file() and not (folder / FINISHED).is_file()
             t0 = time.perf_counter()
             metrics = run(
                 TrainConfig(
                     plan=str(plan_path),
                     method=method,
-                    dataset=cfg.dataset,
-                    data_dir=cfg.data_dir,
-                    dirichlet=cfg.dirichlet,
-                    shards=cfg.shards,
                     seed=seed,
-                    device=cfg.device,
-                    eval_every=cfg.eval_every,
-                    out=str(folder),
-                    engine=cfg.engine,
-                    precision=cfg.precision,
-                    progress=False,
-                    audit=audit,
-                    noise="seeded",  # a simulation grid: reproducible, its models are not for release
+                    data=cfg.data,
                     model=cfg.model,
-                    trust="secagg" if secure else "server",
-                    dropout=cfg.dropout if secure else 0.0,
+                    noise=NoiseOptions(kind="seeded", dropout=cfg.noise.dropout if secure else 0.0),  # a simulation
+                    trust=TrustOptions(kind="secagg" if secure else "server"),  # grid: its models are not released
+                    audit=dataclasses.replace(cfg.audit, enabled=audit),
                     ledger=cfg.ledger,
-                    resume=unfinished,
-                    overwrite=not unfinished and (cfg.overwrite or cfg.resume),
+                    output=OutputOptions(
+                        out=str(folder),
+                        eval_every=cfg.output.eval_every,
+                        progress=False,
+                        resume=unfinished,
+                        overwrite=not unfinished and (cfg.output.overwrite or cfg.output.resume),
+                    ),
                 )
             )
             row = {
@@ -236,7 +244,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                 "seed": seed,
                 "trust": "secagg" if secure else "server",
                 "hidden_participation": secure and doc.get(HIDDEN_KEY) is not None,
-                "dropout_simulated": cfg.dropout if secure else 0.0,
+                "dropout_simulated": cfg.noise.dropout if secure else 0.0,
                 "plan_sha256": plan_hash,
                 "partition": partition,
                 "model": model,
@@ -306,16 +314,16 @@ def audit_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]]) -> list[Path]:
     """results.json (every run and the summary), results.csv (the summary) and comparison.png."""
-    out = Path(cfg.out)
+    out = Path(cfg.output.out)
     write_json_atomic(
         out / "results.json",
         {
-            "dataset": cfg.dataset,
+            "dataset": cfg.data.dataset,
             "seeds": cfg.seeds,
             "noise_source": "seeded",
             "noise_note": SIMULATION,
-            "trust": dataclasses.asdict(cfg.trust),
-            "dropout_simulated": cfg.dropout,
+            "trust": dataclasses.asdict(cfg.plan_trust),
+            "dropout_simulated": cfg.noise.dropout,
             "summary": summary,
             "runs": rows,
         },
@@ -333,7 +341,7 @@ def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: S
     return [
         out / "results.json",
         out / "results.csv",
-        plot_comparison(cfg.dataset, rows, summary, out / "comparison.png"),
+        plot_comparison(cfg.data.dataset, rows, summary, out / "comparison.png"),
     ]
 
 

@@ -379,12 +379,12 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     opts = cfg.personal
     rho = (DEFAULT_RHO if opts.rho is None else float(opts.rho)) if traits.sam else 0.0
     head_steps = c.local_steps if opts.head_steps is None else int(opts.head_steps)
-    engine = cfg.engine
-    out = Path(cfg.out) if cfg.out else None
+    engine = cfg.model.engine
+    out = Path(cfg.output.out) if cfg.output.out else None
     identity = run_identity(cfg, data, batch, momentum, rho=rho, head_steps=head_steps)
     kind = noise_kind(cfg)
     withheld = personal and kind == "secure"  # personal heads are not private: a secure run never writes them
-    if withheld and cfg.resume:
+    if withheld and cfg.output.resume:
         raise TrainError(
             "a secure run of a personal method keeps the clients' heads in memory only (they carry no noise), so it "
             "writes no checkpoint and cannot be resumed; rerun it, or simulate with --seeded-noise"
@@ -392,7 +392,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
-    model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
+    model = make_model(cfg.data.dataset, data.num_classes, cfg.model.name).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     mask = head_mask(model)
     heads = theta[mask].unsqueeze(0).repeat(data.n_clients, 1) if personal else None
@@ -418,17 +418,17 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
             vector_to_parameters(theta.clone(), model.parameters())
             rows = clients_deltas(
                 engine, model, theta, data.clients, ids, x_train, y_train, steps=c.local_steps, batch=batch,
-                seed=cfg.seed, rnd=r, lr=lr, momentum=momentum, chunk=cfg.chunk, precision=cfg.precision,
+                seed=cfg.seed, rnd=r, lr=lr, momentum=momentum, chunk=cfg.model.chunk, precision=cfg.model.precision,
             )  # fmt: skip
         else:
             steps = c.local_steps + (head_steps if personal else 0)
             idx = torch.as_tensor(batch_indices(data.clients, ids, steps, batch, cfg.seed, r), device=device)
             local = dict(head_steps=head_steps, lr=lr, momentum=momentum, rho=rho, mask=mask)
-            local["precision"] = cfg.precision
+            local["precision"] = cfg.model.precision
             if engine == "vectorized":
                 mine = None if heads is None else heads[torch.as_tensor(ids, device=device)]
                 rows, new_heads = client_updates_vectorized(
-                    model, theta, mine, x_train[idx], y_train[idx], chunk=cfg.chunk, **local
+                    model, theta, mine, x_train[idx], y_train[idx], chunk=cfg.model.chunk, **local
                 )
                 if heads is not None:
                     heads[torch.as_tensor(ids, device=device)] = new_heads  # they stay on the clients
@@ -464,8 +464,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         elif traits.fine_tune:
             client_scores, losses = evaluate_finetuned(
                 model, theta, x_train, y_train, x_test, y_test, data.clients, dist, steps=head_steps,
-                batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.chunk,
-                precision=cfg.precision,
+                batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.model.chunk,
+                precision=cfg.model.precision,
             )  # fmt: skip
         if traits.per_client_evaluation:
             entry["accuracy"], entry["loss"] = float(np.mean(client_scores)), float(np.mean(losses))
@@ -528,13 +528,13 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         }
     )
     if out:
-        write_metrics(metrics, out, cfg.plot)
+        write_metrics(metrics, out, cfg.output.plot)
     return metrics
 
 
 def _partition_name(cfg) -> str:
-    if cfg.shards is not None:
-        return f"pathological, {cfg.shards} classes per client"
-    if cfg.dirichlet is not None:
-        return f"Dirichlet({cfg.dirichlet:g})"
-    return "natural" if cfg.dataset == "shakespeare" else "IID"
+    if cfg.data.shards is not None:
+        return f"pathological, {cfg.data.shards} classes per client"
+    if cfg.data.dirichlet is not None:
+        return f"Dirichlet({cfg.data.dirichlet:g})"
+    return "natural" if cfg.data.dataset == "shakespeare" else "IID"

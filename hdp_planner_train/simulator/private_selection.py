@@ -114,8 +114,8 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         device: where to train.
 
     Returns:
-        The metrics (also written to ``cfg.out``): the privacy model, the selection probabilities and every client's
-        noise and ε spent besides the accuracy.
+        The metrics (also written to ``cfg.output.out``): the privacy model, the selection probabilities and every
+        client's noise and ε spent besides the accuracy.
 
     Raises:
         TrainError: bad options, or noise that would exceed a client's budget (refused before training).
@@ -158,9 +158,9 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     privacy = calibrate_clients(problem, counts, rule, group)
     check_budgets(privacy, counts * c.local_steps, delta=float(c.delta), rule=rule)  # before training: refuse early
 
-    out = Path(cfg.out) if cfg.out else None
+    out = Path(cfg.output.out) if cfg.output.out else None
     torch.manual_seed(cfg.seed)
-    model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
+    model = make_model(cfg.data.dataset, data.num_classes, cfg.model.name).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     grad_fn = per_example_grads(model)
     x_train, y_train, x_test, y_test = device_arrays(data, device)
@@ -225,7 +225,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         {
             "device": str(device),
             "rounds": rounds,
-            "model": model_name(cfg.dataset, cfg.model),
+            "model": model_name(cfg.data.dataset, cfg.model.name),
             "d": int(theta.numel()),
             "batch_size": batch,
             "momentum": momentum,
@@ -255,7 +255,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         )
     if out:
         out.mkdir(parents=True, exist_ok=True)
-        write_metrics(metrics, out, cfg.plot)
+        write_metrics(metrics, out, cfg.output.plot)
     return metrics
 
 
@@ -320,14 +320,14 @@ def selection_metrics(cfg, plan, data, problem, solution, p, privacy, participat
     return {
         "method": cfg.method,
         "plan_method": "GDPFed+ groups (each client's ε is its group's)",
-        "dataset": cfg.dataset,
+        "dataset": cfg.data.dataset,
         "engine": "per-example DP-SGD (torch.func vmap(grad)), one selected client after the other",
         "seed": cfg.seed,
         "plan_rounds": c.rounds,
         "clients": data.n_clients,
         "clients_per_round": problem.clients_per_round,
         "lr": c.lr,
-        "lr_decay": cfg.lr_decay,
+        "lr_decay": cfg.model.lr_decay,
         "local_steps": c.local_steps,
         "clip": c.clip,
         "delta": float(c.delta),
@@ -358,7 +358,7 @@ def selection_metrics(cfg, plan, data, problem, solution, p, privacy, participat
         },
         "epsilon_spent": groups,
         "client_privacy": clients,
-        "iid_share": cfg.iid_share,
+        "iid_share": cfg.data.iid_share,
     }
 
 

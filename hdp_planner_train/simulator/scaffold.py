@@ -15,7 +15,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,16 @@ from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon
 from hdp_planner_train.learning.models import model_name
 from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_rounds
 from hdp_planner_train.rules.specs import METHOD_NAMES
+from hdp_planner_train.run.options import (
+    AuditOptions,
+    DataOptions,
+    LedgerOptions,
+    ModelOptions,
+    NoiseOptions,
+    OutputOptions,
+    TrustOptions,
+    changed_fields,
+)
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
 from hdp_planner_train.simulator.interrupts import HeldInterrupt
@@ -47,57 +57,30 @@ class TrainError(ValueError):
     """A setting the user can fix: reported as one line, exit status 2, nothing written."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
+    """A simulator run (``hdp-plan train``): ``method`` of the plan file ``plan`` for ``rounds`` rounds (None: the
+    plan's T) from ``seed``, with the shared option groups (:mod:`hdp_planner_train.run.options`) and the trainer
+    families' own options (:mod:`.options`). :func:`hdp_planner_train.api.train_config` builds one from flat
+    keywords."""
+
     plan: str
     method: str = "gdpfed+"
-    dataset: str = "fmnist"
-    data_dir: str | None = None
-    dirichlet: float | None = None
     rounds: int | None = None
     seed: int = 0
-    device: str = "auto"
-    eval_every: int = 1
-    out: str | None = None
-    engine: str = "vectorized"
-    batch_size: int | None = None
-    momentum: float | None = None
-    lr_decay: float = 0.99
-    clients: int | None = None
-    plot: bool = False
-    resume: bool = False
-    overwrite: bool = False  # start over in a folder that holds an unfinished run
-    progress: bool = True
-    chunk: int | None = None
-    precision: str = "fp32"  # of the local forward pass (engines.PRECISIONS); updates stay float32
-    shards: int | None = None  # pathological non-IID: S classes per client
-    iid_share: float | None = (
-        None  # the selection paper's non-IID mix: this share of the data IID, the rest label-sorted
-    )
-    audit: bool = False  # insert canary clients and report an empirical ε per group (hdp_planner.audit)
-    audit_canaries: int | None = None  # canaries per group, in and out together (default min(2000, ⌊d/M⌋))
-    noise: str | None = None  # secure | seeded; default: secure when the run writes a model (--out), else seeded
-    model: str | None = None  # models.MODELS name; None: the dataset's default (models.DEFAULT_MODEL)
-    group_classes: str | None = None  # group-skewed labels: "0,1,2,3/4,5,6/7,8,9", the classes of each plan group
-    trust: str | None = None  # server | secagg (the exact integer pipeline of secure aggregation); None: the plan's
-    override_trust: bool = False  # allow --trust server on a plan solved for secure aggregation
-    dropout: float = 0.0  # secagg: probability that a sampled client drops out before the sum (simulated)
-    ledger: str | None = "auto"  # privacy ledger URL/file, none, or auto (ledger_target: who is charged by default)
-    federation: str = "simulation"  # a name the ledger records with the run (budgets are per client id)
-    groups: str | None = None  # hdp-plan assign's file: the clients the ledger charges, each with its own budget
+    data: DataOptions = field(default_factory=DataOptions)
+    model: ModelOptions = field(default_factory=ModelOptions)
+    noise: NoiseOptions = field(default_factory=NoiseOptions)
+    trust: TrustOptions = field(default_factory=TrustOptions)
+    audit: AuditOptions = field(default_factory=AuditOptions)
+    ledger: LedgerOptions = field(default_factory=LedgerOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
     selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
 
     def __repr__(self) -> str:
-        """The settings that differ from their defaults (the plan, method and dataset always)."""
-        always = ("plan", "method", "dataset")
-
-        def default(f: Field) -> Any:
-            return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
-
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
-                 if f.name in always or getattr(self, f.name) != default(f)]  # fmt: skip
-        return f"TrainConfig({', '.join(shown)})"
+        """The settings that differ from their defaults (the plan and method always)."""
+        return f"TrainConfig({changed_fields(self, ('plan', 'method'))})"
 
 
 SEEDED_NOTE = (
@@ -113,8 +96,9 @@ SECURE_NOTE = (
 
 
 def noise_kind(cfg: TrainConfig) -> str:
-    """The run's noise source: ``cfg.noise``, or secure whenever the run writes a model (``--out``), else seeded."""
-    kind = cfg.noise if cfg.noise is not None else ("secure" if cfg.out else "seeded")
+    """The run's noise source: ``cfg.noise.kind``, or secure whenever the run writes a model (``--out``), else
+    seeded."""
+    kind = cfg.noise.kind if cfg.noise.kind is not None else ("secure" if cfg.output.out else "seeded")
     if kind not in ("secure", "seeded"):
         raise TrainError(f"noise source must be secure or seeded, got {kind!r}")
     return kind
@@ -173,23 +157,23 @@ def ledger_target(cfg: TrainConfig, secure: bool) -> tuple[str | None, str]:
     :data:`PUBLIC_DATASETS` read from its installed copy, split into the simulated federation's clients, without
     ``--groups``. Its clients are not people, so no lifetime budget is spent (the run still reports its ε).
     A user's own data (``--data-dir``, ``--groups``), another ``--federation`` or an explicit ``--ledger`` charges."""
-    target = cfg.ledger
+    target = cfg.ledger.url
     if target in (None, "", "none"):
         return None, "not charged: --ledger none"
     if target != "auto":
-        return target, f"charged: federation {cfg.federation}"
+        return target, f"charged: federation {cfg.ledger.federation}"
     if not secure:
         return None, "not charged: seeded noise, a simulation whose model is never released"
-    public = cfg.dataset in PUBLIC_DATASETS and cfg.data_dir is None and cfg.groups is None
-    if public and cfg.federation == SIMULATED_FEDERATION:
+    public = cfg.data.dataset in PUBLIC_DATASETS and cfg.data.data_dir is None and cfg.ledger.groups is None
+    if public and cfg.ledger.federation == SIMULATED_FEDERATION:
         return None, (
-            f"not charged: {cfg.dataset} is public data split into simulated clients, not people, so no lifetime "
+            f"not charged: {cfg.data.dataset} is public data split into simulated clients, not people, so no lifetime "
             "budget is spent (--ledger PATH charges one; --data-dir, --groups or --federation charge the default)"
         )
     target = default_ledger()
     if target in ("", "none"):  # $HDP_PLANNER_LEDGER=none: no default ledger
         return None, f"not charged: ${DEFAULT_LEDGER_ENV}=none"
-    return target, f"charged: the default ledger, federation {cfg.federation}"
+    return target, f"charged: the default ledger, federation {cfg.ledger.federation}"
 
 
 def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: Any) -> dict[str, Any]:
@@ -197,18 +181,18 @@ def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: A
     return {
         "plan_sha256": hashlib.sha256(Path(cfg.plan).read_bytes()).hexdigest(),
         "method": cfg.method,
-        "dataset": cfg.dataset,
-        "model": model_name(cfg.dataset, cfg.model),
+        "dataset": cfg.data.dataset,
+        "model": model_name(cfg.data.dataset, cfg.model.name),
         "seed": cfg.seed,
-        "dirichlet": cfg.dirichlet,
-        "shards": cfg.shards,
-        "iid_share": cfg.iid_share,
-        **({"group_classes": cfg.group_classes} if cfg.group_classes is not None else {}),
-        **({"precision": cfg.precision} if cfg.precision != "fp32" else {}),
+        "dirichlet": cfg.data.dirichlet,
+        "shards": cfg.data.shards,
+        "iid_share": cfg.data.iid_share,
+        **({"group_classes": cfg.data.group_classes} if cfg.data.group_classes is not None else {}),
+        **({"precision": cfg.model.precision} if cfg.model.precision != "fp32" else {}),
         "clients": data.n_clients,
         "batch_size": batch,
         "momentum": momentum,
-        "lr_decay": cfg.lr_decay,
+        "lr_decay": cfg.model.lr_decay,
         "noise_source": noise_kind(cfg),  # a seeded checkpoint never continues as a secure run, nor back
         **extra,
     }
@@ -221,8 +205,9 @@ FINISHED = "metrics.json"
 def check_finished(cfg: TrainConfig) -> None:
     """Refuse an ``--out`` folder that holds a finished run (its metrics.json) unless ``--overwrite`` replaces it or
     ``--resume`` continues it: a rerun would silently replace its results."""
-    if cfg.out and (Path(cfg.out) / FINISHED).is_file() and not (cfg.overwrite or cfg.resume):
-        raise TrainError(f"{cfg.out} holds a finished run ({FINISHED}): choose another --out, or replace it with "
+    output = cfg.output
+    if output.out and (Path(output.out) / FINISHED).is_file() and not (output.overwrite or output.resume):
+        raise TrainError(f"{output.out} holds a finished run ({FINISHED}): choose another --out, or replace it with "
                          "--overwrite")  # fmt: skip
 
 
@@ -262,27 +247,28 @@ def _remove_empty(folders: list[Path]) -> None:
 
 
 def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dict[str, Any] | None:
-    """The checkpoint in ``cfg.out`` with ``--resume`` (refused if it was made with other settings), else None.
+    """The checkpoint in ``cfg.output.out`` with ``--resume`` (refused if it was made with other settings), else None.
     Without ``--resume`` a folder holding an unfinished run (a checkpoint and no metrics.json) is refused unless
     ``--overwrite``: starting over would silently replace the rounds it already ran."""
-    if not cfg.resume:
-        folder = Path(cfg.out) if cfg.out else None
-        if folder and (folder / CHECKPOINT).is_file() and not (folder / "metrics.json").is_file() and not cfg.overwrite:
+    if not cfg.output.resume:
+        folder = Path(cfg.output.out) if cfg.output.out else None
+        unfinished = folder and (folder / CHECKPOINT).is_file() and not (folder / "metrics.json").is_file()
+        if unfinished and not cfg.output.overwrite:
             raise TrainError(
                 f"{folder} holds an unfinished run ({CHECKPOINT}, no metrics.json): continue it with --resume, "
                 "or start over with --overwrite"
             )
         return None
-    path = Path(cfg.out) / CHECKPOINT if cfg.out else None
+    path = Path(cfg.output.out) / CHECKPOINT if cfg.output.out else None
     if path is None or not path.is_file():
-        raise TrainError(f"--resume: no {CHECKPOINT} in {cfg.out}")
+        raise TrainError(f"--resume: no {CHECKPOINT} in {cfg.output.out}")
     try:
         state = checkpoint.load(path.parent)
     except checkpoint.CheckpointError as exc:
         raise TrainError(f"--resume: {exc}") from None
     diff = [k for k, v in identity.items() if state["identity"].get(k) != v]
     if diff:
-        raise TrainError(f"--resume: the checkpoint in {cfg.out} was made with a different {', '.join(diff)}")
+        raise TrainError(f"--resume: the checkpoint in {cfg.output.out} was made with a different {', '.join(diff)}")
     if state["next_round"] > rounds:
         raise TrainError(f"--resume: the checkpoint already ran {state['next_round']} rounds > --rounds {rounds}")
     return state
@@ -352,7 +338,7 @@ def ledger_run(
     """Open the run's account in the ledger (:func:`ledger_target`), refusing the run before round 1 if a client
     would exceed its lifetime budget.
     ``clients``: (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
-    ``cfg.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``).
+    ``cfg.ledger.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``).
     ``refusal_hint``: the command's own ways around a refusal, appended to it."""
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     target = ledger_target(cfg, secure)[0]
@@ -361,7 +347,7 @@ def ledger_run(
     row = METHOD_NAMES[spec.method]
     if clients is None:
         try:
-            clients = plan_clients(plan, row, read_document(cfg.plan), cfg.groups)
+            clients = plan_clients(plan, row, read_document(cfg.plan), cfg.ledger.groups)
         except ValueError as exc:
             raise TrainError(str(exc)) from None
     membership, budgets = clients
@@ -374,7 +360,7 @@ def ledger_run(
         if supersedes is not None:
             check_released(book, supersedes, start)
         run_id = book.start_run(
-            federation=cfg.federation, label=f"{cfg.method} {cfg.dataset} seed {cfg.seed}",
+            federation=cfg.ledger.federation, label=f"{cfg.method} {cfg.data.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
             planned=planned_costs(plan, spec, row, start, rounds), start=start, supersedes=supersedes,
         )  # fmt: skip
@@ -460,8 +446,8 @@ def train_rounds(
     """A simulator run's rounds: :func:`~hdp_planner_train.rounds.loop.run_rounds` on the schedule of ``cfg``
     (lr·decay^r, ``--eval-every``) with a progress bar whose line is ``describe(done, entry)``, by default the ε each
     group has spent (:func:`round_description`)."""
-    schedule = Schedule(rounds, plan.config.lr, cfg.lr_decay, cfg.eval_every)
-    progress = progress_bar(cfg.progress)
+    schedule = Schedule(rounds, plan.config.lr, cfg.model.lr_decay, cfg.output.eval_every)
+    progress = progress_bar(cfg.output.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
     if describe is None:
 
@@ -497,10 +483,10 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
     return {
         "method": cfg.method,
         "plan_method": METHOD_NAMES[spec.method],
-        "dataset": cfg.dataset,
-        "model": model_name(cfg.dataset, cfg.model),
+        "dataset": cfg.data.dataset,
+        "model": model_name(cfg.data.dataset, cfg.model.name),
         "device": str(device),
-        "precision": cfg.precision,
+        "precision": cfg.model.precision,
         "seed": cfg.seed,
         "rounds": rounds,
         "plan_rounds": c.rounds,
@@ -509,7 +495,7 @@ def base_metrics(cfg: TrainConfig, plan, spec, data, device, rounds: int, d: int
         "batch_size": batch,
         "momentum": momentum,
         "lr": c.lr,
-        "lr_decay": cfg.lr_decay,
+        "lr_decay": cfg.model.lr_decay,
         "local_steps": c.local_steps,
         "epsilon_spent": privacy_ledger(plan, spec, rounds),
         "noise_source": noise_kind(cfg),

@@ -71,7 +71,7 @@ def check_selection_options(cfg) -> None:
         raise TrainError(f"--clients-per-round must be ≥ 1, got {opts.per_round}")
     if opts.candidates is not None and opts.candidates < 1:
         raise TrainError(f"--candidates must be ≥ 1, got {opts.candidates}")
-    if chosen and cfg.resume:
+    if chosen and cfg.output.resume:
         raise TrainError(f"--resume is not supported for {cfg.method} (its noise is calibrated for the whole run)")
 
 

@@ -74,10 +74,10 @@ def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
     if cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
         raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
                          "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
-    if not 0 <= cfg.dropout < 1:
-        raise TrainError(f"--dropout must lie in [0, 1), got {cfg.dropout}")
+    if not 0 <= cfg.noise.dropout < 1:
+        raise TrainError(f"--dropout must lie in [0, 1), got {cfg.noise.dropout}")
     try:
-        return planned_secure(read_document(cfg.plan), plan, spec, METHOD_NAMES[spec.method], cfg.dropout)
+        return planned_secure(read_document(cfg.plan), plan, spec, METHOD_NAMES[spec.method], cfg.noise.dropout)
     except ValueError as exc:
         raise TrainError(str(exc).replace("this plan", cfg.plan)) from None
 
@@ -118,20 +118,20 @@ def plan_trust(plan_file: str) -> str:
 
 
 def run_trust(cfg: TrainConfig, spec: GroupSpec) -> str:
-    """The trust model the run follows: ``cfg.trust``, by default the plan's (:func:`plan_trust`; a method without
+    """The trust model the run follows: ``cfg.trust.kind``, by default the plan's (:func:`plan_trust`; a method without
     noise runs as the trusted-server reference). ``--trust server`` on a plan solved for secure aggregation would
-    show the server every clipped update it was planned never to see: refused unless ``cfg.override_trust``."""
-    if cfg.trust not in (None, "server", "secagg"):
-        raise TrainError(f"--trust must be server or secagg, got {cfg.trust!r}")
+    show the server every clipped update it was planned never to see: refused unless ``cfg.trust.override``."""
+    if cfg.trust.kind not in (None, "server", "secagg"):
+        raise TrainError(f"--trust must be server or secagg, got {cfg.trust.kind!r}")
     planned = plan_trust(cfg.plan)
-    if cfg.trust is None:
+    if cfg.trust.kind is None:
         return planned if spec.private else "server"
-    if cfg.trust == "server" and planned == "secagg" and spec.private and not cfg.override_trust:
+    if cfg.trust.kind == "server" and planned == "secagg" and spec.private and not cfg.trust.override:
         raise TrainError(
             f"{cfg.plan} was solved for a server that is not trusted (--trust secagg): --trust server would show "
             "the server every clipped update; add --override-trust to run it so"
         )
-    return cfg.trust
+    return cfg.trust.kind
 
 
 def validate_config(cfg: TrainConfig):
@@ -139,17 +139,17 @@ def validate_config(cfg: TrainConfig):
     if cfg.method not in METHOD_NAMES and cfg.method not in SELECTION_METHODS:
         names = ", ".join((*METHOD_NAMES, *SELECTION_METHODS))
         raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
-    if cfg.engine not in ENGINES:
-        raise TrainError(f"--engine must be one of {', '.join(ENGINES)}, got {cfg.engine!r}")
-    if cfg.precision not in PRECISIONS:
-        raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {cfg.precision!r}")
-    if cfg.precision != "fp32" and cfg.method in SELECTION_METHODS:
-        raise TrainError(f"--precision {cfg.precision}: {cfg.method} trains by per-example DP-SGD, in fp32 only")
-    if cfg.dataset not in DEFAULTS:
-        raise TrainError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {cfg.dataset!r}")
+    if cfg.model.engine not in ENGINES:
+        raise TrainError(f"--engine must be one of {', '.join(ENGINES)}, got {cfg.model.engine!r}")
+    if cfg.model.precision not in PRECISIONS:
+        raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {cfg.model.precision!r}")
+    if cfg.model.precision != "fp32" and cfg.method in SELECTION_METHODS:
+        raise TrainError(f"--precision {cfg.model.precision}: {cfg.method} trains by per-example DP-SGD, in fp32 only")
+    if cfg.data.dataset not in DEFAULTS:
+        raise TrainError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {cfg.data.dataset!r}")
     noise_kind(cfg)
     try:
-        model_name(cfg.dataset, cfg.model)
+        model_name(cfg.data.dataset, cfg.model.name)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     plan = load_plan(cfg.plan)
@@ -160,33 +160,34 @@ def validate_config(cfg: TrainConfig):
     rounds = t if cfg.rounds is None else cfg.rounds
     if not 1 <= rounds <= t:
         raise TrainError(f"--rounds must be between 1 and the plan's T = {t}, got {rounds}")
-    if cfg.eval_every < 1:
-        raise TrainError(f"--eval-every must be ≥ 1, got {cfg.eval_every}")
-    if not 0 < cfg.lr_decay <= 1:
-        raise TrainError(f"--lr-decay must lie in (0, 1], got {cfg.lr_decay}")
-    defaults = DEFAULTS[cfg.dataset]
-    batch = int(cfg.batch_size if cfg.batch_size is not None else defaults["batch_size"])  # type: ignore[arg-type]
-    momentum = float(cfg.momentum if cfg.momentum is not None else defaults["momentum"])  # type: ignore[arg-type]
+    if cfg.output.eval_every < 1:
+        raise TrainError(f"--eval-every must be ≥ 1, got {cfg.output.eval_every}")
+    if not 0 < cfg.model.lr_decay <= 1:
+        raise TrainError(f"--lr-decay must lie in (0, 1], got {cfg.model.lr_decay}")
+    defaults = DEFAULTS[cfg.data.dataset]
+    batch = int(cfg.model.batch_size if cfg.model.batch_size is not None else defaults["batch_size"])  # type: ignore[arg-type]
+    momentum = float(cfg.model.momentum if cfg.model.momentum is not None else defaults["momentum"])  # type: ignore[arg-type]
     if batch < 1 or not 0 <= momentum < 1:
         raise TrainError(f"need --batch-size ≥ 1 and 0 ≤ --momentum < 1, got {batch} and {momentum}")
     check_options(cfg)
     check_selection_options(cfg)
-    if cfg.audit and (cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS):
+    if cfg.audit.enabled and (cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS):
         raise TrainError(f"--audit covers the plan-noised methods, not {cfg.method}")
-    if cfg.audit_canaries is not None and not cfg.audit:
+    if cfg.audit.canaries is not None and not cfg.audit.enabled:
         raise TrainError("--audit-canaries needs --audit")
-    if cfg.method in SELECTION_METHODS and cfg.ledger not in (None, "", "none", "auto"):
+    if cfg.method in SELECTION_METHODS and cfg.ledger.url not in (None, "", "none", "auto"):
         raise TrainError(f"--ledger: {cfg.method} protects each client's examples (example-level DP), not whole "
                          "clients; the ledger composes client-level runs: use --ledger none")  # fmt: skip
     skew = None
-    if cfg.group_classes is not None:
-        skew = (plan.groups.size, parse_group_classes(cfg.group_classes, len(plan.groups.size), 10))
+    if cfg.data.group_classes is not None:
+        skew = (plan.groups.size, parse_group_classes(cfg.data.group_classes, len(plan.groups.size), 10))
+    split = cfg.data
     data = load_federated(
-        cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share, skew
+        split.dataset, split.data_dir, split.clients, split.dirichlet, cfg.seed, split.shards, split.iid_share, skew
     )
     if data.n_clients != plan.config.n:
         raise TrainError(
-            f"plan has n = {plan.config.n} clients but the {cfg.dataset} partition gives n = {data.n_clients}: "
+            f"plan has n = {plan.config.n} clients but the {cfg.data.dataset} partition gives n = {data.n_clients}: "
             f"re-plan with --n {data.n_clients} or train with --clients {plan.config.n}"
         )
     try:
@@ -195,12 +196,12 @@ def validate_config(cfg: TrainConfig):
     except ValueError as exc:
         raise TrainError(f"{cfg.plan}: {exc}") from None
     try:  # a plan made from per-client budgets runs only with the clients' own groups file
-        plan_clients(plan, METHOD_NAMES[spec.method], read_document(cfg.plan), cfg.groups)
+        plan_clients(plan, METHOD_NAMES[spec.method], read_document(cfg.plan), cfg.ledger.groups)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     if run_trust(cfg, spec) == "secagg":
         spec = secagg_spec(cfg, plan, spec)
-    if cfg.audit:
+    if cfg.audit.enabled:
         from hdp_planner_train.audit.canaries import check_auditable
 
         try:
@@ -211,12 +212,13 @@ def validate_config(cfg: TrainConfig):
 
 
 def run(cfg: TrainConfig) -> dict[str, Any]:
-    """Train ``cfg.method`` on ``cfg.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to ``cfg.out``,
-    which is checked before round 1 (:func:`output_folder`) and never holds a finished run unless ``cfg.overwrite``."""
+    """Train ``cfg.method`` on ``cfg.data.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to
+    ``cfg.output.out``, which is checked before round 1 (:func:`output_folder`) and never holds a finished run unless
+    ``cfg.output.overwrite``."""
     plan, data, spec, rounds, batch, momentum = validate_config(cfg)
-    device = _device(cfg.device)
+    device = _device(cfg.model.device)
     check_finished(cfg)
-    with output_folder(cfg.out):
+    with output_folder(cfg.output.out):
         if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
             return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
         if cfg.method in SELECTION_METHODS:  # the selection paper: record-level DP-SGD, with replacement
@@ -226,12 +228,14 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
 
 def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch: int, momentum: float, device):
     """The FedAvg family's run (GDPFed Algorithm 2): :func:`run` once the configuration is checked."""
-    out = Path(cfg.out) if cfg.out else None
-    identity = run_identity(cfg, data, batch, momentum, audit=(cfg.audit_canaries or "default") if cfg.audit else None)
+    out = Path(cfg.output.out) if cfg.output.out else None
+    identity = run_identity(
+        cfg, data, batch, momentum, audit=(cfg.audit.canaries or "default") if cfg.audit.enabled else None
+    )
     state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
-    model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
+    model = make_model(cfg.data.dataset, data.num_classes, cfg.model.name).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     if spec.secagg is not None and spec.secagg.model_dim != theta.numel():
         raise TrainError(f"{cfg.plan}'s trust object was planned for d = {spec.secagg.model_dim}, this model has "
@@ -240,11 +244,11 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
         raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, theta.numel(), data.num_classes))
     x_train, y_train, x_test, y_test = device_arrays(data, device)
     auditor = None
-    if cfg.audit:
+    if cfg.audit.enabled:
         from hdp_planner_train.audit.canaries import CanaryAuditor
 
         try:
-            auditor = CanaryAuditor(spec, int(theta.numel()), cfg.seed, cfg.audit_canaries)
+            auditor = CanaryAuditor(spec, int(theta.numel()), cfg.seed, cfg.audit.canaries)
         except ValueError as exc:
             raise TrainError(str(exc)) from None
 
@@ -283,8 +287,8 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
             sampled = auditor.take(sampled, spec.offsets, spec.sizes)
         ids, group_of_row = round_rows(sampled)
         deltas = clients_deltas(
-            cfg.engine, model, theta, data.clients, ids, x_train, y_train, steps=c.local_steps, batch=batch,
-            seed=cfg.seed, rnd=r, lr=lr, momentum=momentum, chunk=cfg.chunk, precision=cfg.precision,
+            cfg.model.engine, model, theta, data.clients, ids, x_train, y_train, steps=c.local_steps, batch=batch,
+            seed=cfg.seed, rnd=r, lr=lr, momentum=momentum, chunk=cfg.model.chunk, precision=cfg.model.precision,
         )  # fmt: skip
         if auditor is not None:
             deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
@@ -322,8 +326,8 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     else:
         planned = plan_trust(cfg.plan)
         metrics["trust"] = {"kind": "server", **({"plan_trust": planned} if planned != "server" else {})}
-    if cfg.group_classes is not None:  # accuracy on each privacy group's own classes
-        classes = parse_group_classes(cfg.group_classes, len(plan.groups.size), data.num_classes)  # DP-FedAvg: 1 group
+    if cfg.data.group_classes is not None:  # accuracy on each privacy group's own classes (DP-FedAvg: 1 group)
+        classes = parse_group_classes(cfg.data.group_classes, len(plan.groups.size), data.num_classes)
         metrics["group_classes"] = [list(c) for c in classes]
         metrics["group_accuracy"] = [
             evaluate(model, x_test[mask], y_test[mask])[0]
@@ -331,7 +335,7 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
         ]
     metrics.update(
         {
-            "engine": cfg.engine,
+            "engine": cfg.model.engine,
             "clip": spec.clip if spec.private else None,  # C, or C_m per group
             "privacy": (
                 f"(ε, δ={c.delta:.3g})-DP per group, {c.spending_accountant} accountant, for the {rounds} rounds run"
@@ -351,18 +355,22 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     )
     if auditor is not None:
         planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
-        with status(cfg.progress, "audit: estimating each group's ε from its canaries (PLD, bootstrap interval)…"):
+        with status(
+            cfg.output.progress, "audit: estimating each group's ε from its canaries (PLD, bootstrap interval)…"
+        ):
             metrics["audit"] = auditor.report(planned, c.delta)
     if out:
-        write_metrics(metrics, out, cfg.plot)
+        write_metrics(metrics, out, cfg.output.plot)
     return metrics
 
 
 def pfa_dim_mismatch(cfg: TrainConfig, planned: int, d: int, num_classes: int) -> str:
     """The one-line error for a PFA plan made for another d: which ``--model`` has the plan's d, or how to re-plan."""
-    name = model_name(cfg.dataset, cfg.model)
+    name = model_name(cfg.data.dataset, cfg.model.name)
     fits = [
-        m for m, (_, ds) in MODELS.items() if cfg.dataset in ds and model_dim(cfg.dataset, num_classes, m) == planned
+        m
+        for m, (_, ds) in MODELS.items()
+        if cfg.data.dataset in ds and model_dim(cfg.data.dataset, num_classes, m) == planned
     ]
     hint = f"train with --model {fits[0]}" if fits else f"re-plan with --model-dim {d}"
     return f"the plan's PFA was planned for d = {planned} parameters but --model {name} has d = {d}: {hint}"

@@ -96,12 +96,20 @@ def test_an_unwritable_compare_out_fails_before_round_1(tmp_path):
 def test_an_unwritable_flower_out_fails_before_training_and_charges_nothing(digits_plan, tmp_path, target):
     pytest.importorskip("flwr")
     from hdp_planner_flower.simulation import FlowerConfig, run_flower
+    from hdp_planner_train.run.options import configure
 
     (tmp_path / "file").write_text("not a folder")
     ledger = tmp_path / "l.sqlite"
     lines: list[str] = []
-    cfg = FlowerConfig(plan=str(digits_plan), dataset="digits", rounds=1, in_process=True, ledger=str(ledger),
-                       out=target.format(tmp=tmp_path))  # fmt: skip
+    cfg = configure(
+        FlowerConfig,
+        plan=str(digits_plan),
+        dataset="digits",
+        rounds=1,
+        in_process=True,
+        ledger=str(ledger),
+        out=target.format(tmp=tmp_path),
+    )
     with pytest.raises(ValueError, match="cannot write"):
         run_flower(cfg, progress=lines.append)
     assert lines == [] and _spending(ledger, "flower") == []
@@ -229,14 +237,19 @@ def test_train_follows_the_plans_trust_model_and_refuses_a_contradicting_flag(se
 def test_flower_follows_the_plans_trust_model(secagg_plan, digits_plan):
     pytest.importorskip("flwr")
     from hdp_planner_flower.simulation import FlowerConfig, prepare
+    from hdp_planner_train.run.options import configure
 
-    assert prepare(FlowerConfig(plan=str(secagg_plan), dataset="digits", rounds=1)).cfg.trust == "secagg"
-    assert prepare(FlowerConfig(plan=str(digits_plan), dataset="digits", rounds=1)).cfg.trust == "server"
+    assert (
+        prepare(configure(FlowerConfig, plan=str(secagg_plan), dataset="digits", rounds=1)).cfg.trust.kind == "secagg"
+    )
+    assert (
+        prepare(configure(FlowerConfig, plan=str(digits_plan), dataset="digits", rounds=1)).cfg.trust.kind == "server"
+    )
     with pytest.raises(ValueError, match="--override-trust"):
-        prepare(FlowerConfig(plan=str(secagg_plan), dataset="digits", rounds=1, trust="server"))
-    chosen = prepare(FlowerConfig(plan=str(secagg_plan), dataset="digits", rounds=1, trust="server",
-                                  override_trust=True))  # fmt: skip
-    assert chosen.cfg.trust == "server"
+        prepare(configure(FlowerConfig, plan=str(secagg_plan), dataset="digits", rounds=1, trust="server"))
+    chosen = prepare(configure(FlowerConfig, plan=str(secagg_plan), dataset="digits", rounds=1, trust="server",
+                               override_trust=True))  # fmt: skip
+    assert chosen.cfg.trust.kind == "server"
 
 
 def test_convergence_panels_tick_whole_rounds():
@@ -291,10 +304,11 @@ def test_secagg_counts_its_sample_against_the_grids_nodes():
     ],
 )
 def test_which_runs_the_ledger_charges(settings, charged, monkeypatch):
+    from hdp_planner_train.run.options import configure
     from hdp_planner_train.simulator.scaffold import TrainConfig, ledger_target, noise_kind
 
     monkeypatch.setenv("HDP_PLANNER_LEDGER", "default.sqlite")
-    cfg = TrainConfig(plan="plan.json", dataset=settings.pop("dataset", "digits"), out="run", **settings)
+    cfg = configure(TrainConfig, plan="plan.json", dataset=settings.pop("dataset", "digits"), out="run", **settings)
     target, why = ledger_target(cfg, noise_kind(cfg) == "secure")
     assert (target is not None) == charged and why.startswith("charged" if charged else "not charged")
 

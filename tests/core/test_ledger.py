@@ -206,6 +206,7 @@ def test_a_ledger_that_cannot_be_written_refuses_the_run(tmp_path, small):
 
 def test_a_run_stops_before_releasing_an_uncharged_round(tmp_path, small, monkeypatch):
     pytest.importorskip("torch")
+    from hdp_planner_train.run.options import configure
     from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run
 
     plan_path = tmp_path / "plan.json"
@@ -216,7 +217,7 @@ def test_a_run_stops_before_releasing_an_uncharged_round(tmp_path, small, monkey
 
     monkeypatch.setattr(Ledger, "release", broken)
     out = tmp_path / "run"
-    cfg = TrainConfig(plan=str(plan_path), method="gdpfed+", dataset="digits", out=str(out), progress=False,
+    cfg = configure(TrainConfig, plan=str(plan_path), method="gdpfed+", dataset="digits", out=str(out), progress=False,
                       ledger=str(tmp_path / "l.sqlite"))  # fmt: skip
     with pytest.raises(TrainError, match="stopped before round 1 was released: disk full"):
         run(cfg)

@@ -194,11 +194,12 @@ def test_training_reports_accuracy_on_each_groups_classes(tmp_path):
     """train --group-classes: per-group accuracy whose class-count-weighted mean is the overall accuracy."""
     pytest.importorskip("torch")
     from hdp_planner_train.learning.federated import load_federated
+    from hdp_planner_train.run.options import configure
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     p = pooled_plan([0.5, 1.5, 3.0], [40, 40, 40], q=0.1, clip=1.5)
     save_plan(p, tmp_path / "plan.json")
-    cfg = TrainConfig(plan=str(tmp_path / "plan.json"), method="hdp-pooled", dataset="digits", rounds=2,
+    cfg = configure(TrainConfig, plan=str(tmp_path / "plan.json"), method="hdp-pooled", dataset="digits", rounds=2,
                       group_classes="0,1,2,3/4,5,6/7,8,9", progress=False)  # fmt: skip
     metrics = run(cfg)
     y = load_federated("digits").y_test
@@ -208,4 +209,4 @@ def test_training_reports_accuracy_on_each_groups_classes(tmp_path):
     one = run(dataclasses.replace(cfg, method="dp-fedavg", rounds=1))  # one noise group, still the plan's 3 groups
     assert len(one["group_accuracy"]) == 3
     with pytest.raises(ValueError, match="--group-classes"):
-        run(dataclasses.replace(cfg, group_classes="0,1/2,3"))
+        run(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, group_classes="0,1/2,3")))

@@ -19,6 +19,7 @@ pytest.importorskip("flwr")
 from hdp_planner import plan, save_plan
 from hdp_planner.ledger.store import Ledger
 from hdp_planner_flower.simulation import FlowerConfig, run_flower
+from hdp_planner_train.run.options import configure
 
 N, ROUNDS = 30, 6
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def _charged(ledger) -> set[tuple[int, int]]:
 
 
 def _cfg(path, ledger, rounds=None):
-    return FlowerConfig(plan=str(path), dataset="digits", clients=N, rounds=rounds, in_process=True,
+    return configure(FlowerConfig, plan=str(path), dataset="digits", clients=N, rounds=rounds, in_process=True,
                         ledger=str(ledger))  # fmt: skip
 
 

@@ -344,8 +344,9 @@ def test_hdp_plan_flower_in_process_runs_a_secure_plan_and_reports_both_adversar
     and metrics.json carries ε against third parties and against the server at the clients' cap K."""
     from hdp_planner_flower.simulation import FlowerConfig, run_flower
     from hdp_planner_train.rules.secagg import epsilon_third_parties_spent
+    from hdp_planner_train.run.options import configure
 
-    cfg = FlowerConfig(plan=str(secagg_plan), dataset="digits", clients=N, rounds=2, trust="secagg",
+    cfg = configure(FlowerConfig, plan=str(secagg_plan), dataset="digits", clients=N, rounds=2, trust="secagg",
                        in_process=True, out=str(tmp_path / "run"), ledger="none")  # fmt: skip
     metrics = run_flower(cfg, progress=lambda line: None)
     assert metrics["flower_engine"] == "in-process" and metrics["trust"] == "secagg"

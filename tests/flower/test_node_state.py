@@ -18,6 +18,7 @@ from hdp_planner.ledger.store import GroupRound, compose
 from hdp_planner_flower.node_state import NodeState, Terms, admit_round, default_state_dir
 from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256
 from hdp_planner_flower.simulation import FlowerConfig, node_state
+from hdp_planner_train.run.options import configure
 
 SHA = "a" * 64
 CHEAP = GroupRound(0.1, 20.0)  # a round that costs almost nothing
@@ -98,9 +99,12 @@ def test_state_is_readable_by_its_owner_only(tmp_path):
 def test_the_default_folder_is_the_users_data_folder_and_outlives_a_run(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     assert default_state_dir() == tmp_path / "data" / "hdp-planner" / "nodes"
-    with node_state(FlowerConfig(plan="plan.json")) as first, node_state(FlowerConfig(plan="plan.json")) as second:
+    with (
+        node_state(configure(FlowerConfig, plan="plan.json")) as first,
+        node_state(configure(FlowerConfig, plan="plan.json")) as second,
+    ):
         assert first == second == str(default_state_dir())
-    with node_state(FlowerConfig(plan="plan.json", node_state=str(tmp_path / "mine"))) as chosen:
+    with node_state(configure(FlowerConfig, plan="plan.json", node_state=str(tmp_path / "mine"))) as chosen:
         assert chosen == str(tmp_path / "mine")
 
 

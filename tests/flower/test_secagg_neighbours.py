@@ -219,10 +219,21 @@ def test_hdp_plan_flower_sparse_graph_runs_and_says_so(plan_path, tmp_path):
     """``hdp-plan flower --sparse-graph``: the simulated nodes accept the rule's graph, the run releases, and its
     metrics name the graph and the server it needs; without secagg the option is refused in one line."""
     from hdp_planner_flower.simulation import FlowerConfig, run_flower
+    from hdp_planner_train.run.options import configure
 
-    cfg = FlowerConfig(plan=str(plan_path), dataset="digits", clients=N, rounds=1, trust="secagg", in_process=True,
-                       ledger="none", node_state=str(tmp_path / "nodes"), sparse_graph=True,
-                       diagnostics=True)  # fmt: skip
+    cfg = configure(
+        FlowerConfig,
+        plan=str(plan_path),
+        dataset="digits",
+        clients=N,
+        rounds=1,
+        trust="secagg",
+        in_process=True,
+        ledger="none",
+        node_state=str(tmp_path / "nodes"),
+        sparse_graph=True,
+        diagnostics=True,
+    )
     metrics = run_flower(cfg, progress=lambda line: None)
     assert "sparse neighbour graph (honest-but-curious server)" in metrics["secagg"]["masks"]
     assert metrics["joined_per_round_mean"] == [40.0, 40.0]  # every node accepted the graph and replied

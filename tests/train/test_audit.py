@@ -369,12 +369,24 @@ def test_cli_train_audit_in_a_secure_run(digits_plan_file, tmp_path):
 
 
 def test_resumed_audited_run_reproduces_the_audit(digits_plan_file, tmp_path):
+    from hdp_planner_train.run.options import configure
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     def train(out, rounds, resume=False):
-        cfg = TrainConfig(plan=str(digits_plan_file), method="gdpfed+", dataset="digits", rounds=rounds, out=str(out),
-                          device="cpu", progress=False, audit=True, audit_canaries=200, resume=resume,
-                          noise="seeded")  # fmt: skip
+        cfg = configure(
+            TrainConfig,
+            plan=str(digits_plan_file),
+            method="gdpfed+",
+            dataset="digits",
+            rounds=rounds,
+            out=str(out),
+            device="cpu",
+            progress=False,
+            audit=True,
+            audit_canaries=200,
+            resume=resume,
+            noise="seeded",
+        )
         return run(cfg)["audit"]["groups"]
 
     whole = train(tmp_path / "whole", 3)

@@ -159,13 +159,14 @@ def test_a_rewound_checkpoint_of_a_ledger_run_is_refused_by_the_ledger(tmp_path)
     (it holds across machines), and refuses to resume behind them."""
     from hdp_planner import plan
     from hdp_planner.planfile.document import save_plan
+    from hdp_planner_train.run.options import configure
     from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run
 
     path, out, ledger = tmp_path / "plan.json", tmp_path / "run", str(tmp_path / "l.sqlite")
     save_plan(plan((1.0, 2.0, 4.0), 120, rounds=4, q=0.2, clip=1.0), path)
 
     def cfg(rounds, resume):
-        return TrainConfig(plan=str(path), dataset="digits", out=str(out), rounds=rounds, resume=resume,
+        return configure(TrainConfig, plan=str(path), dataset="digits", out=str(out), rounds=rounds, resume=resume,
                            progress=False, ledger=ledger, eval_every=10)  # fmt: skip
 
     run(cfg(2, False))

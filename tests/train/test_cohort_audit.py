@@ -17,6 +17,7 @@ from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.rules import aggregate as agg  # noqa: E402
 from hdp_planner_train.rules import secagg  # noqa: E402
 from hdp_planner_train.rules.sampling import round_rows  # noqa: E402
+from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
 
 runner = CliRunner()
@@ -34,7 +35,7 @@ def cohort_plan(tmp_path_factory):
 
 
 def _audit(path, **kw):
-    cfg = TrainConfig(plan=str(path), method="gdpfed+", dataset="digits", trust="secagg", ledger="none",
+    cfg = configure(TrainConfig, plan=str(path), method="gdpfed+", dataset="digits", trust="secagg", ledger="none",
                       progress=False, noise="seeded", rounds=ROUNDS, audit=True, device="cpu", **kw)  # fmt: skip
     return run(cfg)
 
@@ -131,8 +132,8 @@ def test_a_resumed_cohort_audit_reproduces_the_audit(cohort_plan, tmp_path):
     whole = _audit(cohort_plan, out=str(tmp_path / "whole"))
     cfg = dict(plan=str(cohort_plan), method="gdpfed+", dataset="digits", trust="secagg", ledger="none", progress=False,
                noise="seeded", audit=True, device="cpu", out=str(tmp_path / "split"))  # fmt: skip
-    run(TrainConfig(**cfg, rounds=1))
-    resumed = run(TrainConfig(**cfg, rounds=ROUNDS, resume=True))
+    run(configure(TrainConfig, **cfg, rounds=1))
+    resumed = run(configure(TrainConfig, **cfg, rounds=ROUNDS, resume=True))
     keys = ("epsilon_empirical", "insertions", "sampling_rate_observed", "epsilon_lower_bound")
     for a, b in zip(whole["audit"]["groups"], resumed["audit"]["groups"]):
         assert [a[k] for k in keys] == [b[k] for k in keys]

@@ -18,6 +18,7 @@ from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.rules import cohort as cohort_rules  # noqa: E402
 from hdp_planner_train.rules.secagg import group_sum, round_plan  # noqa: E402
+from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run, validate_config  # noqa: E402
 
 runner = CliRunner()
@@ -100,8 +101,19 @@ def cohort_plan(tmp_path_factory):
 
 
 def _cfg(path, out, **kw):
-    return TrainConfig(**{"plan": str(path), "method": "gdpfed+", "dataset": "digits", "out": None if out is None
-                          else str(out), "progress": False, "trust": "secagg", "ledger": "none", **kw})  # fmt: skip
+    return configure(
+        TrainConfig,
+        **{
+            "plan": str(path),
+            "method": "gdpfed+",
+            "dataset": "digits",
+            "out": None if out is None else str(out),
+            "progress": False,
+            "trust": "secagg",
+            "ledger": "none",
+            **kw,
+        },
+    )
 
 
 def test_a_cohort_run_aggregates_the_named_cohorts_and_charges_the_planned_epsilon(cohort_plan, tmp_path):

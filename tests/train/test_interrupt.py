@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.ledger.store import Ledger  # noqa: E402
+from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator import checkpoint, scaffold  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
 
@@ -47,14 +48,16 @@ def test_ctrl_c_between_a_release_and_its_checkpoint_is_held_and_resume_continue
         return describe(plan_, spec, done, rounds, acc, loss)
 
     monkeypatch.setattr(scaffold, "round_description", interrupting)
-    cfg = TrainConfig(plan=str(tight_plan), dataset="digits", out=str(out), ledger=str(ledger), progress=False)
+    cfg = configure(
+        TrainConfig, plan=str(tight_plan), dataset="digits", out=str(out), ledger=str(ledger), progress=False
+    )
     with pytest.raises(KeyboardInterrupt):
         run(cfg)
     assert checkpoint.load(out)["next_round"] == 3
     assert _charged(ledger) == {(3, 0)}
     assert [r.status for r in Ledger(str(ledger)).runs()] == ["finished"]
     monkeypatch.setattr(scaffold, "round_description", describe)
-    resumed = run(TrainConfig(plan=str(tight_plan), dataset="digits", out=str(out), ledger=str(ledger),
+    resumed = run(configure(TrainConfig, plan=str(tight_plan), dataset="digits", out=str(out), ledger=str(ledger),
                               progress=False, resume=True))  # fmt: skip
     assert resumed["rounds"] == ROUNDS and _charged(ledger) == {(ROUNDS, 0)}
 
@@ -75,12 +78,14 @@ def test_ctrl_c_during_a_round_gives_back_the_rounds_never_released(tight_plan, 
         return at
 
     monkeypatch.setattr("hdp_planner_train.simulator.trainer.global_evaluation", interrupting)
-    cfg = TrainConfig(plan=str(tight_plan), dataset="digits", noise="secure", ledger=str(ledger), progress=False)
+    cfg = configure(
+        TrainConfig, plan=str(tight_plan), dataset="digits", noise="secure", ledger=str(ledger), progress=False
+    )
     with pytest.raises(KeyboardInterrupt):
         run(cfg)
     assert _charged(ledger) == {(2, 0)}
     monkeypatch.undo()
-    assert run(TrainConfig(plan=str(tight_plan), dataset="digits", noise="secure", ledger=str(ledger),
+    assert run(configure(TrainConfig, plan=str(tight_plan), dataset="digits", noise="secure", ledger=str(ledger),
                            progress=False, rounds=ROUNDS - 2))["rounds"] == ROUNDS - 2  # fmt: skip
     assert _charged(ledger) == {(ROUNDS, 0)}
 

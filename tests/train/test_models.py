@@ -16,6 +16,7 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
+from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.learning.engines import (  # noqa: E402
     client_grads,
     default_chunk,
@@ -74,7 +75,7 @@ def test_paper_cnn_vectorized_equals_loop():
 
 
 def test_pfa_mismatch_names_the_model_flag():
-    cfg = TrainConfig(plan="p.json", dataset="fmnist")
+    cfg = configure(TrainConfig, plan="p.json", dataset="fmnist")
     msg = pfa_dim_mismatch(cfg, 1_663_370, 26_010, 10)
     assert "--model cnn2-paper" in msg and "d = 26010" in msg
     assert "--model-dim 26010" in pfa_dim_mismatch(cfg, 999, 26_010, 10)
@@ -283,7 +284,7 @@ def test_train_bf16_records_precision_and_aggregates_float32(tmp_path, monkeypat
     runs = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision
-        runs[precision] = trainer_mod.run(TrainConfig(**common, out=str(out), precision=precision))
+        runs[precision] = trainer_mod.run(configure(TrainConfig, **common, out=str(out), precision=precision))
         assert json.loads((out / "metrics.json").read_text())["precision"] == precision
     assert seen and set(seen) == {torch.float32}
     assert abs(runs["bf16"]["final_accuracy"] - runs["fp32"]["final_accuracy"]) < 5.0

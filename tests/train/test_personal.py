@@ -20,6 +20,7 @@ from hdp_planner_train.learning.federated import load_federated  # noqa: E402
 from hdp_planner_train.learning.models import make_model, split_head  # noqa: E402
 from hdp_planner_train.learning.partitions import pathological_partition  # noqa: E402
 from hdp_planner_train.rules.specs import method_spec  # noqa: E402
+from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator import personal  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.personal import (  # noqa: E402
@@ -333,7 +334,7 @@ def test_a_secure_personal_run_charges_the_ledger(plan_file, tmp_path):
     from hdp_planner.ledger.store import Ledger
 
     ledger = tmp_path / "ledger.sqlite"
-    run(TrainConfig(plan=str(plan_file), method="dp2-fedsam", dataset="digits", out=str(tmp_path / "r"),
+    run(configure(TrainConfig, plan=str(plan_file), method="dp2-fedsam", dataset="digits", out=str(tmp_path / "r"),
                     progress=False, ledger=str(ledger), rounds=2))  # fmt: skip
     spent = Ledger(str(ledger)).spending("simulation")
     assert spent and {s.released_rounds for s in spent} == {2}

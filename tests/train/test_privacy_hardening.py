@@ -382,13 +382,14 @@ def test_a_tampered_plan_is_rejected_or_executes_within_every_budget(tmp_path_fa
 )
 def test_train_refuses_a_tampered_plan_or_executes_within_every_budget(tmp_path_factory, data, name, fix, method):
     """The trainer's own check before round 1 (no training): refuse, or the spec it returns is within budget."""
+    from hdp_planner_train.run.options import configure
     from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, validate_config
 
     original = json.loads(base_document(name))
     doc = data.draw(mutations(original, METHOD_NAMES[method]))
     if fix:
         repair(doc)
-    cfg = TrainConfig(plan=_write(tmp_path_factory, doc), method=method, dataset="digits", progress=False)
+    cfg = configure(TrainConfig, plan=_write(tmp_path_factory, doc), method=method, dataset="digits", progress=False)
     try:
         p, _, spec, _, _, _ = validate_config(cfg)
     except (TrainError, PlanFileError):
@@ -437,10 +438,11 @@ DIAGNOSTICS = (
 
 
 def _train(plan_file, out, **kw):
+    from hdp_planner_train.run.options import configure
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     base = dict(plan=str(plan_file), dataset="digits", rounds=2, out=None if out is None else str(out), progress=False)
-    return run(TrainConfig(**{**base, **kw}))
+    return run(configure(TrainConfig, **{**base, **kw}))
 
 
 def test_secure_run_writes_no_membership_diagnostics_and_resumes(digits_plan_file, tmp_path):

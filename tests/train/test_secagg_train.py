@@ -18,6 +18,7 @@ from hdp_planner.distributed.trust import TrustModel  # noqa: E402
 from hdp_planner.planfile.document import plan_to_dict  # noqa: E402
 from hdp_planner.planfile.trust import secagg_rows, trust_to_dict  # noqa: E402
 from hdp_planner_train.rules.secagg import SecaggSpec, group_sum  # noqa: E402
+from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run  # noqa: E402
 
@@ -63,7 +64,7 @@ def plan_files(tmp_path_factory):
 
 
 def _cfg(path, out, **kw):
-    return TrainConfig(**{"plan": str(path), "method": "gdpfed+", "dataset": "digits", "out": str(out),
+    return configure(TrainConfig, **{"plan": str(path), "method": "gdpfed+", "dataset": "digits", "out": str(out),
                           "progress": False, "trust": "secagg", **kw})  # fmt: skip
 
 

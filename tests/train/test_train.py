@@ -31,6 +31,7 @@ from hdp_planner_train.rules.noise_sources import SeededNoise, group_noise  # no
 from hdp_planner_train.rules.release import principal_subspace, top_k_mask  # noqa: E402
 from hdp_planner_train.rules.sampling import sample_round  # noqa: E402
 from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec  # noqa: E402
+from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
 
@@ -228,7 +229,7 @@ def _cfg(plan_file, out, **kw):
         plan=str(plan_file), dataset="digits", rounds=3, eval_every=1, out=str(out), progress=False, noise="seeded"
     )  # simulations: reproducible noise and the per-round diagnostics
     base.update(kw)
-    return TrainConfig(**base)
+    return configure(TrainConfig, **base)
 
 
 def test_loop_and_vectorized_training_agree(plan_file, tmp_path):
@@ -510,7 +511,7 @@ def test_a_family_option_goes_into_its_family_dataclass(plan_file):
     merged = train_config(plan_file, method="dp2-fedsam", head_steps=3, personal=PersonalOptions(rho=0.05))
     assert merged.personal == PersonalOptions(rho=0.05, head_steps=3)
     assert repr(by_name) == (
-        f"TrainConfig(plan={str(plan_file)!r}, method='dp2-fedsam', dataset='digits', rounds=2, "
+        f"TrainConfig(plan={str(plan_file)!r}, method='dp2-fedsam', rounds=2, data=DataOptions(dataset='digits'), "
         "personal=PersonalOptions(rho=0.05, head_steps=None))"
     )
 
