@@ -16,7 +16,6 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
-from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.learning.engines import (  # noqa: E402
     client_grads,
     default_chunk,
@@ -33,6 +32,7 @@ from hdp_planner_train.learning.models import (  # noqa: E402
     model_dim,
     model_name,
 )
+from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, pfa_dim_mismatch  # noqa: E402
 
 runner = CliRunner()
