@@ -211,7 +211,7 @@ def cohort_row(
     over groups once r moves, so the search moves qn/8, qn/16, then qn/32 contributors between two groups at a time
     while Λ falls (:data:`CONTRIBUTOR_STEPS`), from the trusted plan's r_m, which stays the answer unless a move
     lowers Λ. GDPFed+'s k_m, where Remark 3's closed form gave them (no ``--sparsity``), are re-derived by it at each
-    candidate's r_m and σ_m; every other row keeps its k_m.
+    candidate's r_m and σ_m; every other row keeps its k_m (and a row whose r_m stay keeps its weights).
 
     Returns:
         The row, or None where it has no distributed form (a pooled draw, a σ schedule, no noise) or a group cannot
@@ -221,7 +221,7 @@ def cohort_row(
         return None
     c = plan.config
     clips = m.clips(c.clip)
-    remark3 = m.name == PLUS.row and c.sparsity is None
+    remark3, moving = m.name == PLUS.row and c.sparsity is None, moves_contributors(m, plan)
 
     def groups_at(r: tuple[float, ...], exhaustive: bool) -> tuple[CohortGroup, ...] | None:
         out = []
@@ -243,13 +243,13 @@ def cohort_row(
         rv = np.asarray(r, dtype=float)
         k = (closed_form_k_ratio(weight=reweighting(rv), sigma2=sigma**2, expected_clients=rv, coef=c.coefficients)[0]
              if remark3 else np.asarray(m.k_ratio))  # fmt: skip
-        weight = aggregation_weights(rv)
+        weight = aggregation_weights(rv) if moving else np.asarray(m.weight)
         return CohortRow(name=m.name, groups=groups, weight=tuple(float(w) for w in weight),
                          k_ratio=tuple(float(x) for x in k), lambda_cohort=lambda_exact(weight, sigma, k, clips),
                          lambda_server=m.lambda_exact)  # fmt: skip
 
     fixed = row_at(m.expected_clients, exhaustive=True)
-    if fixed is None or not moves_contributors(m, plan):
+    if fixed is None or not moving:
         return fixed
     shares = np.asarray(plan.population_share) * c.min_share * (1 - SHARE_TOL)
 
