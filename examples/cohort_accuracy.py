@@ -1,8 +1,8 @@
 """Accuracy with participation hidden from the server, on digits over 3 seeds: GDPFed+ run with public cohorts and
 private coins (the exact integer pipeline of secure aggregation, every cohort member training) against GDPFed+ with
-a trusted server at the same Λ (the same expected contributors r_m, its budgets scaled down until its Λ equals the
-cohorts'), and with a trusted server at the same budgets (its own, lower, Λ). Seed s gives every arm the same data
-partition and initial model.
+a trusted server at the same Λ (the cohort row's expected contributors r_m, its budgets scaled down until its Λ
+equals the cohorts'), and with a trusted server at the same budgets and r_m (its own, lower, Λ). Seed s gives every
+arm the same data partition and initial model.
 
     python examples/cohort_accuracy.py [--eps 0.5,1.5,3] [--seeds 3] [--rounds 20] [--cohort-multiple 10] [--record]
 
@@ -33,17 +33,19 @@ ROW = "GDPFed+"
 
 
 def cohort_document(eps: tuple[float, ...], rounds: int, multiple: float) -> tuple[dict, float, tuple[float, ...]]:
-    """The cohort plan's file (trust object and hidden participation), its Λ with cohorts, and the row's q_m."""
+    """The cohort plan's file (trust object and hidden participation), its Λ with cohorts, and the rates
+    q_m = r_m/|G_m| of the cohort row's expected contributors."""
     p = plan(list(eps), n=N, rounds=rounds, q=Q, clip=CLIP, sparsity=SPARSITY)
     trust = TrustModel(kind="secagg", model_dim=DIM)
     hidden = cohort_rows(p, trust, max_cohort=None, max_multiple=multiple)
     doc = plan_to_dict(p) | {"trust": trust_to_dict(p, trust, secagg_rows(p, trust))}
     doc["hidden_participation"] = hidden_to_dict(p, trust, hidden, max_cohort=None, max_multiple=multiple)
-    return doc, doc["hidden_participation"]["rows"][ROW]["lambda_cohort"], p.method(ROW).q
+    row = doc["hidden_participation"]["rows"][ROW]
+    return doc, row["lambda_cohort"], tuple(r / s for r, s in zip(row["expected_contributors"], p.method(ROW).size))
 
 
 def trusted_at(eps: tuple[float, ...], scale: float, rounds: int, q: tuple[float, ...]):
-    """The trusted-server plan at budgets ``scale``·ε with the sampling rates ``q`` (GDPFed+'s q_m)."""
+    """The trusted-server plan at budgets ``scale``·ε with the sampling rates ``q`` (the cohort row's)."""
     return plan([e * scale for e in eps], n=N, rounds=rounds, q=Q, clip=CLIP, sparsity=SPARSITY, fixed_q=q)
 
 
@@ -106,7 +108,8 @@ def main() -> None:
             Table(
                 f"ε = {', '.join(f'{e:g}' for e in eps)}, n = {N}, T = {args.rounds}, q = {Q}, C = {CLIP}, k/d = "
                 f"{', '.join(map(str, SPARSITY))}, d = {DIM:,}; cohorts ≤ {args.cohort_multiple:g}x the expected "
-                f"contributors: m = {hidden['cohort']}, p = {[round(p, 3) for p in hidden['coin']]}, "
+                f"contributors: m = {hidden['cohort']}, r = {[round(r, 2) for r in hidden['expected_contributors']]}, "
+                f"p = {[round(p, 3) for p in hidden['coin']]}, "
                 f"K = {hidden['memberships']}; seeds 0..{args.seeds - 1}",
                 ("run", "Λ", "accuracy per seed (%)", "mean ± std (%)", "s per run"),
                 tuple(rows),

@@ -1,7 +1,8 @@
 """What hiding participation from the server costs on GDPFed's FMNIST Table 2 plan: for cohorts capped at 2, 5,
 10, 20 and 50 times each group's expected contributors (and uncapped), the GDPFed+ row's Λ against the trusted
-server's, the masked vectors a round sends, and each group's cohort m, coin p, memberships K and z, every group
-at ε against the server equal to its budget.
+server's, the masked vectors a round sends, and each group's cohort m, expected contributors r, coin p, memberships
+K and z, every group at ε against the server equal to its budget; first as solved (no --min-share), then with every
+group's weight share at least half its population share (--min-share 0.5).
 
     python examples/cohort_frontier.py [--bits 20] [--survivors 0.9] [--colluders 0] [--record]
 """
@@ -9,10 +10,12 @@ at ε against the server equal to its budget.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from hdp_planner import plan
 from hdp_planner.distributed.cohorts import cohort_frontier
 from hdp_planner.distributed.trust import TrustModel, secagg_row
+from hdp_planner.planning.plan import Plan
 from hdp_planner.report.results import Result, Table, render_result, write_result
 
 EPSILONS, N, ROUNDS, CLIP, SPARSITY, DIM = (0.5, 1.5, 3.0), 6000, 50, 1.5, (0.7, 0.8, 0.9), 26010
@@ -26,44 +29,49 @@ def main() -> None:
     parser.add_argument("--colluders", type=int, default=0)
     parser.add_argument("--record", action="store_true", help="write benchmarks/results/cohort-frontier.json")
     args = parser.parse_args()
-    p = plan(list(EPSILONS), n=N, rounds=ROUNDS, clip=CLIP, sparsity=SPARSITY)
-    row = p.method("GDPFed+")
     trust = TrustModel(kind="secagg", bits=args.bits, survivors=args.survivors, colluders=args.colluders,
                        model_dim=DIM)  # fmt: skip
-    visible = secagg_row(row, p, TrustModel(kind="secagg", bits=args.bits, survivors=args.survivors,
-                                            colluders=args.colluders, model_dim=DIM, participations=4))  # fmt: skip
-    rows = [(
-        "sampled by the server (K = 4)", f"{sum(q * s for q, s in zip(row.q, row.size)):.0f}",
-        f"{visible.price:.2f}x", " / ".join(f"{g.epsilon_server:.2f}" for g in visible.groups), "",
-    )]  # fmt: skip
-    for multiple, cohort in cohort_frontier(row, p, trust):
-        rows.append((
-            "uncapped" if multiple is None else f"≤ {multiple:g}x contributors", str(cohort.vectors_per_round),
-            f"{cohort.price:.2f}x", " / ".join(f"{g.epsilon_server:.2f}" for g in cohort.groups),
-            "; ".join(f"m {g.cohort}, p {g.coin:.3f}, K {g.memberships}, z {g.noise_multiplier:.3g}"
-                      for g in cohort.groups),
+    tables = []
+    for min_share in (0.0, 0.5):
+        p = plan(list(EPSILONS), n=N, rounds=ROUNDS, clip=CLIP, sparsity=SPARSITY, min_share=min_share)
+        tables.append(Table(
+            f"min share {min_share:g}: ε = {', '.join(map(str, EPSILONS))}, n = {N:,}, T = {ROUNDS}, C = {CLIP}, "
+            f"d = {DIM:,}, b = {args.bits}, F = {args.survivors:g}, k = {args.colluders}, δ = {p.config.delta:.3g}",
+            COLUMNS, frontier_rows(p, trust),
         ))  # fmt: skip
     result = Result(
         name="cohort-frontier",
         title="Hiding participation from the server: cohort size against noise, FMNIST Table 2 plan (GDPFed+)",
-        tables=(
-            Table(
-                f"ε = {', '.join(map(str, EPSILONS))}, n = {N:,}, T = {ROUNDS}, C = {CLIP}, d = {DIM:,}, "
-                f"b = {args.bits}, F = {args.survivors:g}, k = {args.colluders}, δ = {p.config.delta:.3g}",
-                COLUMNS,
-                tuple(rows),
-            ),
-        ),
+        tables=tuple(tables),
         notes=(
-            "first row: the server draws the Poisson sample and sees who sends (each client capped at K = 4 "
-            "participations), so its ε is far above the budgets",
-            "other rows: public cohorts and private coins, every group's ε against the server at its budget; each "
-            "group keeps the trusted plan's expected contributors r_m = q_m·|G_m|",
+            "first row of each table: the server draws the Poisson sample and sees who sends (each client capped at "
+            "K = 4 participations), so its ε is far above the budgets",
+            "other rows: public cohorts and private coins, every group's ε against the server at its budget; the "
+            "expected contributors r_m are chosen again for the least Λ, with the trusted plan's q·n in all and "
+            "every weight share at least the min share times the population share",
         ),
     )
     print(render_result(result))
     if args.record:
         print(f"written to {write_result(result)}")
+
+
+def frontier_rows(p: Plan, trust: TrustModel) -> tuple[tuple[str, ...], ...]:
+    """The server-sampled row, then the GDPFed+ row with cohorts at each cap of the frontier."""
+    row = p.method("GDPFed+")
+    visible = secagg_row(row, p, dataclasses.replace(trust, participations=4))
+    rows = [(
+        "sampled by the server (K = 4)", f"{sum(row.expected_clients):.0f}", f"{visible.price:.2f}x",
+        " / ".join(f"{g.epsilon_server:.2f}" for g in visible.groups), "",
+    )]  # fmt: skip
+    for multiple, cohort in cohort_frontier(row, p, trust):
+        rows.append((
+            "uncapped" if multiple is None else f"≤ {multiple:g}x contributors", str(cohort.vectors_per_round),
+            f"{cohort.price:.2f}x", " / ".join(f"{g.epsilon_server:.2f}" for g in cohort.groups),
+            "; ".join(f"m {g.cohort}, r {g.expected_contributors:.3g}, p {g.coin:.3f}, K {g.memberships}, "
+                      f"z {g.noise_multiplier:.3g}" for g in cohort.groups),
+        ))  # fmt: skip
+    return tuple(rows)
 
 
 if __name__ == "__main__":

@@ -166,11 +166,12 @@ def recommendation_line(p: Plan) -> str:
 
 
 def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
-    """Public cohorts, private coins: per row and group the cohort m, coin p, memberships K, threshold t, z and ε
-    against the server; then the recommended row's frontier of cohort size against Λ."""
+    """Public cohorts, private coins: per row and group the cohort m, coin p, expected contributors r = m·p,
+    memberships K, threshold t, z and ε against the server; then the recommended row's frontier of cohort size
+    against Λ."""
     table = Table(box=box.SIMPLE_HEAD, title="hiding who contributes: public cohorts, private coins")
-    for col in ("method", "group", "ε\nbudget", "cohort\nm", "coin\np", "member-\nships K", "thresh-\nold t",
-                "z", "ε\nserver", "Λ", "price"):  # fmt: skip
+    for col in ("method", "group", "ε\nbudget", "cohort\nm", "coin\np", "contri-\nbutors r", "member-\nships K",
+                "thresh-\nold t", "z", "ε\nserver", "Λ", "price"):  # fmt: skip
         table.add_column(col, justify="right")
     for name, r in rows:
         if r is None:
@@ -180,7 +181,8 @@ def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
             first = i == 0
             table.add_row(
                 name if first else "", str(i + 1), _fmt(m.epsilon[i]), str(g.cohort), f"{g.coin:.3g}",
-                str(g.memberships), str(g.threshold), _fmt(g.noise_multiplier), _fmt(g.epsilon_server),
+                f"{g.expected_contributors:.3g}", str(g.memberships), str(g.threshold), _fmt(g.noise_multiplier),
+                _fmt(g.epsilon_server),
                 _fmt(r.lambda_cohort) if first else "", f"{r.price:.2f}x" if first else "",
             )  # fmt: skip
     console.print(*fit_table(console, table, keys=2))

@@ -1,8 +1,8 @@
 """Public cohorts, private coins: participation hidden from the server.
 
 Each round, the server names a public **cohort** of ``cohort`` clients of a group. Every member flips a private coin,
-heads with probability ``coin`` = r/m (r: the group's expected contributors in the trusted-server plan), from the
-OS's CSPRNG. Heads contributes its clipped update, tails a zero vector; both add their discrete Gaussian noise
+heads with probability ``coin`` = r/m (r: the group's expected contributors, :func:`cohort_row`), from the OS's
+CSPRNG. Heads contributes its clipped update, tails a zero vector; both add their discrete Gaussian noise
 share and send a masked vector through the group's SecAgg+. The server sees the cohort, who replied and the group's
 noisy sum, but not who contributed; each client takes part in at most K = ⌈T·m/|G|⌉ cohorts (the cap it enforces
 itself).
@@ -24,18 +24,26 @@ no trace of how many coins came up heads.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_third_parties
 from hdp_planner.distributed.law import GroupLaw, LawError, grid_law
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.trust import TrustModel
-from hdp_planner.planning.plan import MethodNoise, Plan
-from hdp_planner.rules.noise import lambda_exact
+from hdp_planner.methods.gdpfed import OP, PLUS
+from hdp_planner.planning.plan import SHARE_TOL, MethodNoise, Plan
+from hdp_planner.planning.problem import closed_form_k_ratio, reweighting
+from hdp_planner.rules.noise import aggregation_weights, lambda_exact
 
 COHORT_STEPS = 2 ** (1 / 2)
 """Candidate cohorts grow by this factor from the expected contributors up to the cap (plus the cap itself)."""
+CONTRIBUTOR_STEPS = (8, 16, 32)
+"""The search over expected contributors moves qn/8, then qn/16, then qn/32 of them between two groups at a time."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,29 +51,29 @@ class CohortGroup:
     """One group's hidden-participation round: ``cohort`` m public members, each contributing with probability
     ``coin`` p, at most ``memberships`` K cohorts per client, reconstruction threshold ``threshold`` t, noise
     multiplier z of the honest shares, the ε that z spends against the server, and the decoded noise's effective
-    multiplier (√(per-coordinate error variance of the sum)/C_m: every member's share, rounding, wrap-around)."""
+    multiplier (√(per-coordinate error variance of the sum)/C_m: every member's share, rounding, wrap-around).
+    ``expected_contributors`` is r = m·p, the expected number of heads (GDPFed's r_m)."""
 
     cohort: int
     coin: float
+    expected_contributors: float
     memberships: int
     threshold: int
     noise_multiplier: float
     epsilon_server: float
     effective_noise_multiplier: float
 
-    @property
-    def expected_contributors(self) -> float:
-        """m·p: the expected number of heads, GDPFed's r_m."""
-        return self.cohort * self.coin
-
 
 @dataclass(frozen=True, kw_only=True)
 class CohortRow:
-    """A method row with participation hidden from the server: its groups, its Λ, the trusted server's Λ, and the
-    vectors each round sends (one per cohort member)."""
+    """A method row with participation hidden from the server: its groups, the weights ω_m and sparsity k_m/d it
+    applies to their sums, its Λ, the trusted server's Λ, and the vectors each round sends (one per cohort
+    member)."""
 
     name: str
     groups: tuple[CohortGroup, ...]
+    weight: tuple[float, ...]
+    k_ratio: tuple[float, ...]
     lambda_cohort: float
     lambda_server: float
 
@@ -111,6 +119,7 @@ def cohort_group(
     return CohortGroup(
         cohort=cohort,
         coin=coin,
+        expected_contributors=expected,
         memberships=memberships,
         threshold=law.threshold,
         noise_multiplier=z,
@@ -148,6 +157,41 @@ def candidate_cohorts(expected: float, size: int, cap: int | None) -> list[int]:
     return [*out, top] if top >= max(2, math.ceil(expected)) else []
 
 
+@functools.lru_cache(maxsize=4096)
+def best_cohort(
+    *,
+    epsilon: float,
+    delta: float,
+    size: int,
+    expected: float,
+    rounds: int,
+    clip: float,
+    trust: TrustModel,
+    cap: int | None,
+    exhaustive: bool = True,
+) -> CohortGroup | None:
+    """The group's cohort for ``expected`` contributors a round among :func:`candidate_cohorts` up to ``cap``
+    clients: the one of least effective noise (``exhaustive``), or the largest that can release (larger cohorts
+    amplify more, so it is nearly always the least noisy: the search over contributors evaluates only it). None
+    where no candidate can release."""
+    candidates = candidate_cohorts(expected, size, cap)
+    groups = (
+        cohort_group(epsilon=epsilon, delta=delta, size=size, expected=expected, cohort=cohort, rounds=rounds,
+                     clip=clip, trust=trust)
+        for cohort in (candidates if exhaustive else candidates[::-1])
+    )  # fmt: skip
+    released = (g for g in groups if g is not None)
+    if not exhaustive:
+        return next(released, None)
+    return min(released, key=lambda g: g.effective_noise_multiplier, default=None)
+
+
+def moves_contributors(m: MethodNoise, plan: Plan) -> bool:
+    """Whether the row's expected contributors are Problem 1's to choose (GDPFed-op and GDPFed+ with several groups
+    and no ``--fixed-q``): with cohorts they are chosen again (:func:`cohort_row`); the other rows keep theirs."""
+    return m.name in (OP.row, PLUS.row) and len(m.size) > 1 and plan.config.fixed_q is None
+
+
 def cohort_row(
     m: MethodNoise,
     plan: Plan,
@@ -156,31 +200,95 @@ def cohort_row(
     max_cohort: int | None = None,
     max_multiple: float | None = None,
 ) -> CohortRow | None:
-    """Row ``m`` with hidden participation: each group keeps the row's expected contributors r_m = q_m·|G_m| and
-    weights, and takes the cohort (at most ``max_cohort`` clients and ``max_multiple``·r_m) whose noise term
-    ω_m²C_m²σ_eff²k_m/d is smallest (Λ is a sum over groups, so each group chooses alone). None where the row has
-    no distributed form (a pooled draw, a σ schedule, no noise) or a group cannot hide its participation under the
-    caps."""
+    """Row ``m`` with hidden participation, each cohort at most ``max_cohort`` clients and ``max_multiple`` times its
+    group's expected contributors r_m.
+
+    For given r_m, Λ = C²Σω_m²σ_m²k_m/d with ω_m = r_m/Σr² (:func:`~hdp_planner.rules.noise.aggregation_weights`)
+    is least where each group takes the cohort of least effective noise σ_m (:func:`best_cohort`). Where the row's
+    r_m are Problem 1's (:func:`moves_contributors`), they are chosen again under Problem 1's constraints (Σr_m = qn,
+    r_m ≤ |G_m|, every weight share r_m²/Σr² ≥ F|G_m|/n) to minimise that Λ: under cohorts σ_m grows with r_m more
+    slowly than under the server's sampling, so the trusted plan's r_m are no longer the optimum. Λ is not a sum
+    over groups once r moves, so the search moves qn/8, qn/16, then qn/32 contributors between two groups at a time
+    while Λ falls (:data:`CONTRIBUTOR_STEPS`), from the trusted plan's r_m, which stays the answer unless a move
+    lowers Λ. GDPFed+'s k_m, where Remark 3's closed form gave them (no ``--sparsity``), are re-derived by it at each
+    candidate's r_m and σ_m; every other row keeps its k_m (and a row whose r_m stay keeps its weights).
+
+    Returns:
+        The row, or None where it has no distributed form (a pooled draw, a σ schedule, no noise) or a group cannot
+        hide its participation under the caps at the trusted plan's r_m.
+    """
     if m.pooled or m.schedule is not None or all(s == 0 for s in m.noise_multiplier):
         return None
     c = plan.config
-    groups = []
-    for eps, size, q, clip, weight, k in zip(m.epsilon, m.size, m.q, m.clips(c.clip), m.weight, m.k_ratio):
-        expected = q * size
-        caps = [c for c in (max_cohort, None if max_multiple is None else math.floor(max_multiple * expected)) if c]
-        tried = []
-        for cohort in candidate_cohorts(expected, size, min(caps, default=None)):
-            g = cohort_group(
-                epsilon=eps, delta=c.delta, size=size, expected=expected, cohort=cohort, rounds=c.rounds,
-                clip=clip, trust=trust,
-            )  # fmt: skip
-            if g is not None:
-                tried.append(g)
-        if not tried:
+    clips = m.clips(c.clip)
+    remark3, moving = m.name == PLUS.row and c.sparsity is None, moves_contributors(m, plan)
+
+    def groups_at(r: tuple[float, ...], exhaustive: bool) -> tuple[CohortGroup, ...] | None:
+        out = []
+        for eps, size, clip, expected in zip(m.epsilon, m.size, clips, r):
+            multiple = None if max_multiple is None else math.floor(max_multiple * expected)
+            caps = [x for x in (max_cohort, multiple) if x is not None]
+            g = best_cohort(epsilon=eps, delta=c.delta, size=size, expected=expected, rounds=c.rounds, clip=clip,
+                            trust=trust, cap=min(caps, default=None), exhaustive=exhaustive)  # fmt: skip
+            if g is None:
+                return None
+            out.append(g)
+        return tuple(out)
+
+    def row_at(r: tuple[float, ...], exhaustive: bool = False) -> CohortRow | None:
+        groups = groups_at(r, exhaustive)
+        if groups is None:
             return None
-        groups.append(min(tried, key=lambda g: (weight * clip * g.effective_noise_multiplier) ** 2 * k))
-    lam = lambda_exact(m.weight, [g.effective_noise_multiplier for g in groups], m.k_ratio, m.clips(c.clip))
-    return CohortRow(name=m.name, groups=tuple(groups), lambda_cohort=lam, lambda_server=m.lambda_exact)
+        sigma = np.array([g.effective_noise_multiplier for g in groups])
+        rv = np.asarray(r, dtype=float)
+        k = (closed_form_k_ratio(weight=reweighting(rv), sigma2=sigma**2, expected_clients=rv, coef=c.coefficients)[0]
+             if remark3 else np.asarray(m.k_ratio))  # fmt: skip
+        weight = aggregation_weights(rv) if moving else np.asarray(m.weight)
+        return CohortRow(name=m.name, groups=groups, weight=tuple(float(w) for w in weight),
+                         k_ratio=tuple(float(x) for x in k), lambda_cohort=lambda_exact(weight, sigma, k, clips),
+                         lambda_server=m.lambda_exact)  # fmt: skip
+
+    fixed = row_at(m.expected_clients, exhaustive=True)
+    if fixed is None or not moving:
+        return fixed
+    shares = np.asarray(plan.population_share) * c.min_share * (1 - SHARE_TOL)
+
+    def feasible(r: tuple[float, ...]) -> bool:
+        rv = np.asarray(r)
+        return bool(np.all(rv > 0) and np.all(rv <= np.asarray(m.size)) and np.all(rv**2 / np.sum(rv**2) >= shares))
+
+    return descend(m.expected_clients, fixed, row_at, feasible)
+
+
+def descend(
+    start: tuple[float, ...],
+    at_start: CohortRow,
+    row_at: Callable[[tuple[float, ...]], CohortRow | None],
+    feasible: Callable[[tuple[float, ...]], bool],
+) -> CohortRow:
+    """Pairwise moves of expected contributors from ``start``: at each step of :data:`CONTRIBUTOR_STEPS` (a fraction
+    of Σr), the move of that many from one group to another that lowers Λ most, while one does. Every point is
+    ``start`` plus whole multiples of the finest step, so a point revisited is the same floats (and cached)."""
+    total, finest = sum(start), CONTRIBUTOR_STEPS[-1]
+    offsets, best = np.zeros(len(start), dtype=np.int64), at_start
+    for steps in CONTRIBUTOR_STEPS:
+        stride = finest // steps
+        improved = True
+        while improved:
+            improved = False
+            for i, j in itertools.permutations(range(len(start)), 2):
+                moved = offsets.copy()
+                moved[i] -= stride
+                moved[j] += stride
+                r = tuple(float(x + n * total / finest) for x, n in zip(start, moved))
+                if not feasible(r):
+                    continue
+                row = row_at(r)
+                if row is not None and row.lambda_cohort < best.lambda_cohort:
+                    best, next_offsets, improved = row, moved, True
+            if improved:
+                offsets = next_offsets
+    return best
 
 
 def cohort_frontier(

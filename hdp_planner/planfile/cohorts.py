@@ -15,8 +15,8 @@ from hdp_planner.planfile.trust import REL_TOL, recorded_matches, trust_from_dic
 from hdp_planner.planning.plan import Plan
 
 KEY = "hidden_participation"
-GROUP_FIELDS = ("cohort", "coin", "memberships", "threshold", "noise_multiplier", "epsilon_server",
-                "effective_noise_multiplier")  # fmt: skip
+GROUP_FIELDS = ("cohort", "coin", "expected_contributors", "memberships", "threshold", "noise_multiplier",
+                "epsilon_server", "effective_noise_multiplier")  # fmt: skip
 FRONTIER_MULTIPLES = (2.0, 5.0, 10.0, 20.0, 50.0)
 """Cohort caps, in multiples of each group's expected contributors, that the frontier shows (then uncapped)."""
 
@@ -40,8 +40,8 @@ def recommended_cohort(rows: tuple[tuple[str, CohortRow | None], ...], plan: Pla
 def row_numbers(r: CohortRow) -> dict[str, Any]:
     """What a plan file records of a row with hidden participation (and ``verify`` recomputes)."""
     out: dict[str, Any] = {key: [getattr(g, key) for g in r.groups] for key in GROUP_FIELDS}
-    out.update(lambda_cohort=r.lambda_cohort, lambda_server=r.lambda_server, price=r.price,
-               vectors_per_round=r.vectors_per_round)  # fmt: skip
+    out.update(weight=list(r.weight), k_ratio=list(r.k_ratio), lambda_cohort=r.lambda_cohort,
+               lambda_server=r.lambda_server, price=r.price, vectors_per_round=r.vectors_per_round)  # fmt: skip
     return out
 
 
@@ -76,7 +76,8 @@ def hidden_to_dict(
 def verify_hidden(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
     """Re-derive the file's hidden-participation object; one message per difference or violation. Every recorded
     z must meet its group's budget against the server at the recorded coin and memberships, and every number must
-    equal the recomputed one, so an edited cohort, coin, cap or share is refused."""
+    equal the recomputed one, so an edited cohort, coin, expected contributors, weight, sparsity, cap or share is
+    refused."""
     obj = doc.get(KEY)
     if obj is None:
         return []

@@ -4,8 +4,9 @@ The plan file's verified ``hidden_participation`` row gives each group its cohor
 the noise law of each group is the cohort's (:func:`~hdp_planner.distributed.cohorts.cohort_law`). Each round the
 server names the cohorts (:func:`~hdp_planner.distributed.coins.choose_cohort`), every member that admits it
 (:func:`~hdp_planner.distributed.coins.admits`) trains, and its message goes through the group's secure sum with its
-coin applied (:func:`~hdp_planner_train.rules.secagg.group_sum`). The weights ω_m are the row's, whose denominators
-are the expected contributors r_m = m·p (public), never the number of heads.
+coin applied (:func:`~hdp_planner_train.rules.secagg.group_sum`). The weights ω_m and sparsity k_m/d are the cohort
+row's, whose expected contributors r_m = m·p (public) may differ from the trusted plan's; the weights' denominators
+are those r_m, never the number of heads.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def is_cohort_plan(doc: dict) -> bool:
 def planned_cohorts(doc: dict, plan, spec, method: str, dropout: float = 0.0):
     """``spec`` (a :class:`~hdp_planner_train.rules.specs.GroupSpec`) under the plan's verified
     ``hidden_participation`` row of ``method``: each group's cohort, coin, memberships and z, the cohort's noise law,
-    and the row's Λ with cohorts. Raises ValueError (one line) when the row has no cohort."""
+    the row's expected contributors (as the rate q_m = r_m/|G_m|), weights ω_m and sparsity k_m/d, and its Λ with
+    cohorts. Raises ValueError (one line) when the row has no cohort."""
     trust = trust_from_dict(doc)
     problems = verify_hidden(plan, doc)
     if problems:
@@ -53,7 +55,11 @@ def planned_cohorts(doc: dict, plan, spec, method: str, dropout: float = 0.0):
     )
     secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), laws, dropout,
                         entry["lambda_cohort"], cohorts=groups)  # fmt: skip
-    return dataclasses.replace(spec, noise_multiplier=tuple(g.noise_multiplier for g in groups), secagg=secagg)
+    return dataclasses.replace(
+        spec, q=tuple(g.expected_contributors / size for g, size in zip(groups, spec.sizes)),
+        noise_multiplier=tuple(g.noise_multiplier for g in groups), k_ratio=tuple(entry["k_ratio"]),
+        weight=tuple(entry["weight"]), secagg=secagg,
+    )  # fmt: skip
 
 
 def planned_secure(doc: dict, plan, spec, method: str, dropout: float = 0.0):

@@ -1,10 +1,11 @@
 """`solve --hide-sample`: public cohorts and private coins planned, recorded in the plan file and re-derived by
-`verify`, which refuses an edited coin or cohort."""
+`verify`, which refuses an edited coin, cohort or expected contributors."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from hdp_planner_cli.app import app
@@ -27,9 +28,10 @@ def test_every_group_is_within_budget_against_the_server_and_verify_agrees(tmp_p
     best = hidden["rows"][hidden["recommendation"]]
     budgets = doc["noise"][hidden["recommendation"]]["epsilon"]
     assert all(e <= b * (1 + 1e-9) for e, b in zip(best["epsilon_server"], budgets))
-    row = doc["noise"][hidden["recommendation"]]
-    expected = [q * s for q, s in zip(row["q"], row["size"])]
+    expected = best["expected_contributors"]
+    assert sum(expected) == pytest.approx(0.1 * 300)  # Problem 1's total: q·n expected contributors a round
     assert all(m <= 5 * r + 1e-9 for m, r in zip(best["cohort"], expected))
+    assert best["coin"] == pytest.approx([r / m for r, m in zip(expected, best["cohort"])])
     assert [f["multiple"] for f in hidden["frontier"]] == [2, 5, 10, 20, 50, None]
     result = runner.invoke(app, ["verify", path])
     assert result.exit_code == 0, result.output
@@ -50,3 +52,14 @@ def test_hide_sample_needs_secure_aggregation_and_sane_caps(tmp_path):
     assert "needs --trust secagg" in runner.invoke(app, trusted).output
     assert "at least 2" in runner.invoke(app, [*SOLVE, "--hide-sample", "--max-cohort", "1"]).output
     assert "need --hide-sample" in runner.invoke(app, [*SOLVE, "--max-cohort", "10"]).output
+
+
+@pytest.mark.parametrize(("key", "change"), [("expected_contributors", 1.5), ("weight", 1.1), ("k_ratio", 0.5)])
+def test_edited_contributors_weights_or_sparsity_are_refused_by_verify(tmp_path, key, change):
+    """r_m, ω_m and k_m/d are re-derived: moving contributors, or the weights the server applies, is refused."""
+    path, doc = solved(tmp_path, "--cohort-multiple", "5")
+    doc["hidden_participation"]["rows"]["GDPFed+"][key][0] *= change
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    result = runner.invoke(app, ["verify", path])
+    assert result.exit_code == 1
+    assert f"hidden_participation, GDPFed+: {key}" in result.output

@@ -8,6 +8,8 @@ import math
 import dp_accounting as dpa
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from hdp_planner import plan
@@ -23,6 +25,8 @@ from hdp_planner.distributed.randomness import SeededBits
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.sampler import discrete_gaussian
 from hdp_planner.distributed.trust import TrustModel
+from hdp_planner.planning.problem import closed_form_k_ratio, reweighting
+from hdp_planner.rules.noise import aggregation_weights
 
 TRUST = TrustModel(kind="secagg", bits=20, survivors=0.9, colluders=0, model_dim=1000)
 
@@ -38,10 +42,14 @@ def test_every_group_meets_its_budget_against_the_server_and_no_tighter_than_the
     row = cohort_row(small.method("GDPFed+"), small, TRUST, max_multiple=10)
     assert row is not None
     m = small.method("GDPFed+")
-    for g, eps, size, q in zip(row.groups, m.epsilon, m.size, m.q):
+    assert sum(g.expected_contributors for g in row.groups) == pytest.approx(small.config.q * small.config.n)
+    for g, eps, size in zip(row.groups, m.epsilon, m.size):
         assert g.epsilon_server <= eps * (1 + 1e-9)
-        assert g.expected_contributors == pytest.approx(q * size)
-        assert g.cohort <= math.floor(10 * q * size) and g.memberships * size >= small.config.rounds * g.cohort
+        assert g.coin == pytest.approx(g.expected_contributors / g.cohort)
+        assert (
+            g.cohort <= math.floor(10 * g.expected_contributors)
+            and g.memberships * size >= small.config.rounds * g.cohort
+        )
         acc = dpa.pld.PLDAccountant(value_discretization_interval=1e-3)
         event = dpa.PoissonSampledDpEvent(g.coin, dpa.GaussianDpEvent(g.noise_multiplier))
         acc.compose(dpa.SelfComposedDpEvent(event, g.memberships))
@@ -116,3 +124,68 @@ def test_the_frontier_trades_vectors_for_noise(small):
     assert (m2, m10, top) == (2, 10, None)
     assert two.vectors_per_round < ten.vectors_per_round < whole.vectors_per_round
     assert two.price > ten.price > whole.price >= 1.0
+
+
+def _fixed_r(p):
+    """The same plan with Problem 1's q_m given as fixed q: its cohort rows keep the trusted plan's r_m."""
+    return plan(list(p.groups.epsilon), n=p.config.n, sizes=list(p.groups.size), rounds=p.config.rounds,
+                q=p.config.q, clip=p.config.clip, sparsity=p.config.sparsity, min_share=p.config.min_share,
+                fixed_q=p.groups.q)  # fmt: skip
+
+
+def _check_optimal_contributors(p, trust, multiple):
+    """The row with optimal expected contributors: Σr = qn, every r_m ≤ |G_m| and weight share met, every group
+    within budget against the server and within the caps, ω and k re-derived at r, Λ recomputed, never above the
+    row at the trusted plan's r_m."""
+    m = p.groups
+    row = cohort_row(m, p, trust, max_multiple=multiple)
+    trusted_r = _fixed_r(p)
+    fixed = cohort_row(trusted_r.groups, trusted_r, trust, max_multiple=multiple)
+    assert (row is None) == (fixed is None)
+    if row is None:
+        return
+    r = np.array([g.expected_contributors for g in row.groups])
+    assert r.sum() == pytest.approx(p.config.q * p.config.n, rel=1e-9)
+    assert np.all(r > 0) and np.all(r <= np.asarray(m.size))
+    assert np.all(r**2 / np.sum(r**2) >= p.config.min_share * np.asarray(p.population_share) * (1 - 1e-6))
+    for g, eps in zip(row.groups, m.epsilon):
+        assert g.epsilon_server <= eps * (1 + 1e-9)
+        assert 2 <= g.cohort <= math.floor(multiple * g.expected_contributors)
+        assert g.coin == pytest.approx(g.expected_contributors / g.cohort)
+    sigma = np.array([g.effective_noise_multiplier for g in row.groups])
+    assert row.weight == pytest.approx(aggregation_weights(r))
+    if p.config.sparsity is None:  # GDPFed+'s k_m are Remark 3's, at the row's r_m and σ_m
+        k = closed_form_k_ratio(weight=reweighting(r), sigma2=sigma**2, expected_clients=r,
+                                coef=p.config.coefficients)[0]  # fmt: skip
+        assert row.k_ratio == pytest.approx(k)
+    else:
+        assert row.k_ratio == pytest.approx(p.config.sparsity)
+    lam = p.config.clip**2 * np.sum(np.asarray(row.weight) ** 2 * sigma**2 * np.asarray(row.k_ratio))
+    assert row.lambda_cohort == pytest.approx(lam)
+    assert row.lambda_cohort <= fixed.lambda_cohort * (1 + 1e-12)
+    return row, fixed
+
+
+def test_optimal_contributors_are_never_worse_than_the_trusted_plans(small):
+    """Moving expected contributors between groups lowers Λ here, and never raises it."""
+    row, fixed = _check_optimal_contributors(small, TRUST, 10)
+    assert row.lambda_cohort < fixed.lambda_cohort
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    eps=st.lists(st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0]), min_size=2, max_size=3),
+    n=st.integers(40, 120),
+    rounds=st.integers(2, 8),
+    q=st.sampled_from([0.05, 0.1, 0.2]),
+    multiple=st.sampled_from([3.0, 10.0]),  # 3: a group moved below 2/3 contributors has no cohort
+    sparse=st.booleans(),
+    min_share=st.sampled_from([0.0, 1.0]),
+)
+def test_optimal_contributors_on_small_random_plans(eps, n, rounds, q, multiple, sparse, min_share):
+    """:func:`_check_optimal_contributors` on small plans, with and without Remark 3's k_m and a min share."""
+    try:
+        p = plan(eps, n=n, rounds=rounds, q=q, sparsity=[0.5] * len(eps) if sparse else None, min_share=min_share)
+    except ValueError:  # a min share Problem 1 cannot meet
+        return
+    _check_optimal_contributors(p, TrustModel(kind="secagg", bits=20, survivors=0.9, model_dim=100), multiple)
