@@ -33,6 +33,8 @@ the row, ``verify`` checks it, and ``train --method toy`` and Flower run it; no 
 ``METHOD_REGISTRY["toy"] = METHODS[0]`` registers it for the session.)
 """
 
+from typing import TYPE_CHECKING
+
 from hdp_planner.accounting.accountants import (
     PrivacyAccountant,
     accountant_names,
@@ -40,8 +42,7 @@ from hdp_planner.accounting.accountants import (
     register_accountant,
 )
 from hdp_planner.accounting.calibration import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
-from hdp_planner.ledger.state import ClientSpending
-from hdp_planner.ledger.store import Ledger, LedgerError
+from hdp_planner.io.lazy import lazy_getattr
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
 from hdp_planner.methods.gdpfed import plan, solve_plan
 from hdp_planner.methods.method import Method, RoundRules
@@ -57,6 +58,20 @@ from hdp_planner.planfile.document import (
 )
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
+
+if TYPE_CHECKING:
+    from hdp_planner.ledger.state import ClientSpending
+    from hdp_planner.ledger.store import Ledger, LedgerError
+
+# The ledger (SQLAlchemy) loads on first use: planning and verifying never need it.
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "ClientSpending": "hdp_planner.ledger.state",
+        "Ledger": "hdp_planner.ledger.store",
+        "LedgerError": "hdp_planner.ledger.store",
+    },
+)
 
 __version__ = "0.1.0"
 __all__ = [

@@ -272,5 +272,6 @@ def test_cli_runs_unbiased_and_refuses_bad_options(plan_path, tmp_path):
 def test_an_explicit_ledger_is_refused_for_example_level_dp(plan_path, tmp_path):
     """The selection methods protect examples, not clients: charging the client-level ledger would mix units."""
     with pytest.raises(TrainError, match="example-level DP"):
-        run(dataclasses.replace(_cfg(plan_path, "privacy-aware"), ledger=str(tmp_path / "l.sqlite")))
+        cfg = _cfg(plan_path, "privacy-aware")
+        run(dataclasses.replace(cfg, ledger=dataclasses.replace(cfg.ledger, url=str(tmp_path / "l.sqlite"))))
     assert not (tmp_path / "l.sqlite").exists()
