@@ -158,7 +158,8 @@ def train(
     if (plot or resume) and not out:
         _fail("--plot and --resume need --out DIR")
     from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
-    from hdp_planner_train.simulator.trainer import SEEDED_NOTE, TrainConfig, run
+    from hdp_planner_train.run.noise import SEEDED_NOTE
+    from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     cfg = TrainConfig(
         plan=plan_file,
@@ -341,7 +342,7 @@ def compare(
     from hdp_planner_train.simulator.data import load_federated
     from hdp_planner_train.simulator.engines import PRECISIONS
     from hdp_planner_train.simulator.models import model_dim, model_name
-    from hdp_planner_train.simulator.scaffold import output_folder
+    from hdp_planner_train.run.output import output_folder
 
     done: list[str] = []  # the runs finished (or reused) so far, for an interrupted grid's message
     total = 0

@@ -424,7 +424,7 @@ def check_config(cfg: DeployConfig) -> None:
     """Refuse (ValueError, one line) a deployment that cannot run, before any file is written or process started."""
     from hdp_planner.planfile.document import load_plan
     from hdp_planner_flower.mods import TRUST_MODELS
-    from hdp_planner_train.simulator.trainer import plan_trust
+    from hdp_planner_train.run.trust import plan_trust
 
     if not Path(cfg.plan).is_file():
         raise ValueError(f"plan file {cfg.plan} not found")
@@ -453,7 +453,7 @@ def deploy_local(cfg: DeployConfig, progress=print) -> dict[str, dict]:
     import shutil
     import tempfile
 
-    from hdp_planner_train.simulator.trainer import plan_trust
+    from hdp_planner_train.run.trust import plan_trust
 
     check_config(cfg)
     folder = Path(cfg.folder) if cfg.folder else Path(tempfile.mkdtemp(prefix="hdp-deploy-"))

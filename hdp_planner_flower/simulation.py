@@ -1,8 +1,8 @@
 """``hdp-plan flower``: a plan's method trained through Flower's simulation engine (Ray), one virtual node per client.
 
-Validation is the trainer's (:func:`hdp_planner_train.simulator.trainer.validate_config`: plan verified, data
-partition of the plan's n, method in the plan); metrics are the trainer's (``base_metrics``,
-``metrics.json``/``.csv``) plus ``"runtime": "flower"``, the flwr version and the trust model.
+Validation is the run layer's (:mod:`hdp_planner_train.run.plan`: plan verified, data partition of the plan's n,
+method in the plan, trust model); metrics are the trainer's (``base_metrics``, ``metrics.json``/``.csv``) plus
+``"runtime": "flower"``, the flwr version and the trust model.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.mods import TRUST_MODELS
 
     version = require_flwr()
-    from hdp_planner_train.simulator.trainer import TrainConfig, plan_trust, validate_config
+    from hdp_planner_train.api import train_config
+    from hdp_planner_train.run.trust import plan_trust
 
     cfg = replace(cfg, trust=cfg.trust or plan_trust(cfg.plan))  # the plan's trust model unless one is asked for
     if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
@@ -105,14 +106,14 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.aggregate import METHOD_NAMES
 
-    tc = TrainConfig(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
+    tc = train_config(plan=cfg.plan, method=cfg.method, dataset=cfg.dataset, data_dir=cfg.data_dir, clients=cfg.clients,
                      groups=cfg.groups,
                      dirichlet=cfg.dirichlet, rounds=cfg.rounds, seed=cfg.seed, out=cfg.out, engine="loop",
                      audit=cfg.audit, audit_canaries=cfg.audit_canaries, ledger=cfg.ledger,
                      federation=cfg.federation, trust=cfg.trust, override_trust=cfg.override_trust)  # fmt: skip
     if cfg.audit and cfg.trust != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
-    plan, data, spec, rounds, batch, momentum = validate_config(tc)
+    plan, data, spec, rounds, batch, momentum = validate(tc)
     doc = read_document(cfg.plan)
     clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.groups)  # refuses a default mapping
     groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, budgets_digest_of(doc)) if cfg.groups else None
@@ -124,10 +125,26 @@ def prepare(cfg: FlowerConfig) -> Prepared:
                     file_sha256(cfg.plan))  # fmt: skip
 
 
+def validate(tc):
+    """The checks of the run layer (:mod:`hdp_planner_train.run.plan`) on the trainer's configuration ``tc`` of the
+    run, and its data; returns (plan, data, spec, rounds, batch, momentum)."""
+    from hdp_planner_train.run.plan import check_clients, method_groups, trusted_groups, verified_plan
+    from hdp_planner_train.simulator.data import DEFAULTS, load_federated
+
+    if tc.dataset not in DEFAULTS:
+        raise ValueError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {tc.dataset!r}")
+    plan, rounds = verified_plan(tc)
+    data = load_federated(tc.dataset, tc.data_dir, tc.clients, tc.dirichlet, tc.seed)
+    check_clients(tc, plan, data.n_clients)
+    spec = trusted_groups(tc, plan, method_groups(tc, plan))
+    defaults = DEFAULTS[tc.dataset]
+    return plan, data, spec, rounds, int(defaults["batch_size"]), float(defaults["momentum"])
+
+
 def open_account(p: Prepared):
     """The run's account in the privacy ledger (None without one), opened before any node starts: refused before
     round 1 if a client would exceed its budget."""
-    from hdp_planner_train.simulator.scaffold import NO_LEDGER_HINT, ledger_run
+    from hdp_planner_train.run.ledger import NO_LEDGER_HINT, ledger_run
 
     return ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
                       refusal_hint=NO_LEDGER_HINT)  # fmt: skip
@@ -140,7 +157,7 @@ def serve(p: Prepared, grid, account, progress=print):
     from hdp_planner_flower.app import central_evaluation, model_arrays
     from hdp_planner_flower.membership import read_node_clients
     from hdp_planner_flower.strategy import HdpStrategy
-    from hdp_planner_train.simulator.scaffold import round_description
+    from hdp_planner_train.run.progress import round_description
 
     def on_round(rnd: int, entry, stats, seconds: float) -> None:
         line = round_description(p.plan, p.spec, rnd, p.rounds, entry["accuracy"], entry["loss"])
@@ -173,11 +190,14 @@ def serve(p: Prepared, grid, account, progress=print):
 
 def finish(p: Prepared, strategy) -> dict[str, Any]:
     """The trainer's metrics of the run (``base_metrics``) plus the runtime's; written to ``--out`` if given."""
-    from hdp_planner_train.simulator.scaffold import base_metrics, ledger_target, write_metrics
+    from hdp_planner_train.run.ledger import ledger_target
+    from hdp_planner_train.run.metrics import base_metrics
+    from hdp_planner_train.run.output import write_metrics
+    from hdp_planner_train.simulator.models import model_name
 
     log, spec = strategy.log, p.spec
     metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.dataset),
-                           p.batch, p.momentum, log)  # fmt: skip
+                           p.batch, p.momentum, log, model_name(p.cfg.dataset))  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
         if isinstance(metrics.get(key), float) and math.isnan(metrics[key]):
             metrics[key] = None
@@ -218,7 +238,7 @@ def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
 
 
 def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
-    from hdp_planner_train.simulator.scaffold import output_folder
+    from hdp_planner_train.run.output import output_folder
 
     p = prepare(cfg)
     with output_folder(cfg.out):  # checked before any node starts or the ledger is charged
@@ -291,7 +311,7 @@ def run_config_server_app():
                            seed=int(rc.get("seed", 0)), trust=str(rc.get("trust", "")) or None, groups=text["groups"],
                            out=text["out"], nodes=text["nodes"],
                            round_timeout=float(rc.get("round-timeout", 0)) or 3600.0)  # fmt: skip
-        from hdp_planner_train.simulator.scaffold import output_folder
+        from hdp_planner_train.run.output import output_folder
 
         p = prepare(cfg)
         with output_folder(cfg.out):  # checked before round 1 and before the ledger is charged
@@ -323,7 +343,7 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     from hdp_planner.planfile.document import read_document
     from hdp_planner.planfile.trust import trust_from_dict
     from hdp_planner_train.rules.secagg import epsilon_server_spent
-    from hdp_planner_train.simulator.trainer import secagg_metrics
+    from hdp_planner_train.run.metrics import secagg_metrics
 
     block = {k: v for k, v in secagg_metrics(p.plan, p.spec, rounds, None).items() if k != "dropout_simulated"}
     if p.spec.secagg.cohorts is None:

@@ -22,7 +22,7 @@ Nodes are mapped to groups by the server alone: an enrolment query asks every no
 ``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
 group. A federation whose node count differs from the plan's n, a missing or repeated client id, or a reply that
 claims another group than the one it was sent stops the run with :class:`FlowerRunError`. Before each round the
-per-group ledger (the plan's spending accountant, ``hdp_planner_train.simulator.scaffold.privacy_ledger``) is checked:
+per-group ledger (the plan's spending accountant, ``hdp_planner_train.run.ledger.privacy_ledger``) is checked:
 the run stops before any group would exceed its ε.
 """
 
@@ -58,7 +58,7 @@ from hdp_planner_train.rules.aggregate import (
     noisy_sums,
 )
 from hdp_planner_train.rules.secagg import release, round_plan
-from hdp_planner_train.simulator.scaffold import privacy_ledger
+from hdp_planner_train.run.ledger import privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
 """Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""

@@ -13,11 +13,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from hdp_planner_train.api import GroupSpending, RoundResult, TrainResult, train, train_config
+from hdp_planner_train.run.errors import TrainError
 
 if TYPE_CHECKING:
     from hdp_planner_train.rounds.loop import RunLog, Schedule, run_rounds
     from hdp_planner_train.rules.aggregate import GroupAggregator
-    from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
+    from hdp_planner_train.simulator.scaffold import TrainConfig
 
 TORCH_HINT = "pip install torch==2.13.0 && pip install -e '.[train]'"
 
@@ -26,7 +27,6 @@ _LAZY = {
     "RunLog": "hdp_planner_train.rounds.loop",
     "Schedule": "hdp_planner_train.rounds.loop",
     "TrainConfig": "hdp_planner_train.simulator.scaffold",
-    "TrainError": "hdp_planner_train.simulator.scaffold",
     "run_rounds": "hdp_planner_train.rounds.loop",
 }
 

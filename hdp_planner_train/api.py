@@ -86,7 +86,7 @@ def train(
     :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` fields (``rounds``, ``clients``, ``seed``, ``out``,
     ``noise``, ``trust``, …) or a family's own options, by name (``rho=0.05``) or whole
     (``personal=PersonalOptions(rho=0.05)``, :mod:`~hdp_planner_train.simulator.options`). Raises
-    :class:`~hdp_planner_train.simulator.scaffold.TrainError` on bad input, with the one-line message the command
+    :class:`~hdp_planner_train.run.errors.TrainError` on bad input, with the one-line message the command
     line prints."""
     from hdp_planner_train.simulator.trainer import run
 
@@ -97,8 +97,9 @@ def train(
 def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any):
     """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs: ``options`` as there
     (a family's options by name gathered into its dataclass); unknown names are refused."""
+    from hdp_planner_train.run.errors import TrainError
     from hdp_planner_train.simulator.options import gather_family_options
-    from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
+    from hdp_planner_train.simulator.scaffold import TrainConfig
 
     options = gather_family_options(options)
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TrainConfig)})

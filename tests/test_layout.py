@@ -27,6 +27,7 @@ LAYERS = (
     "hdp_planner_train.rules",  # the round rules in torch (simulator and Flower)
     "hdp_planner_train.audit",  # canaries in a run
     "hdp_planner_train.rounds",  # the round loop with hooks (simulator and Flower)
+    "hdp_planner_train.run",  # a run's plan, trust, ledger, progress, metrics and output (simulator and Flower)
     "hdp_planner_train.simulator",  # data, models, engines, trainers, compare
     "hdp_planner_train",  # the Python API (train, TrainResult) and the install hint
     "hdp_planner_flower",  # the same rounds on Flower
@@ -137,6 +138,21 @@ def test_lower_layers_never_import_higher_ones():
         for name, targets in GRAPH.items()
         for t in sorted(targets)
         if _layer(t) > _layer(name)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+SIMULATOR_RUNS = ("scaffold", "trainer", "compare", "personal", "private_selection", "checkpoint", "interrupts")
+"""The simulator's own runs: Flower shares the run layer (``hdp_planner_train.run``) with them, never imports them."""
+
+
+def test_flower_imports_no_simulator_run():
+    wrong = [
+        f"{name} imports {t}"
+        for name, targets in GRAPH.items()
+        if name.split(".")[0] == "hdp_planner_flower"
+        for t in sorted(targets)
+        if t.rpartition(".")[0] == "hdp_planner_train.simulator" and t.rpartition(".")[2] in SIMULATOR_RUNS
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -51,7 +51,7 @@ from hdp_planner_train.simulator.engines import (
     vectorized_train,
     widen,
 )
-from hdp_planner_train.simulator.models import head_module_name, make_model, split_head
+from hdp_planner_train.simulator.models import head_module_name, make_model, model_name, split_head
 
 PERSONAL_METHODS = keys("personal")
 SAM_METHODS = tuple(k for k in PERSONAL_METHODS if REGISTRY[k].personal.sam)  # --rho applies
@@ -336,7 +336,7 @@ def evaluate_finetuned(
 
 def check_options(cfg) -> None:
     """Refuse --rho / --head-steps where the method does not use them, and bad values."""
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     opts = cfg.personal
     if opts.rho is not None:
@@ -355,17 +355,17 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS`; same metrics, plus the privacy
     model."""
     from hdp_planner_train.rounds.loop import RunLog
+    from hdp_planner_train.run.errors import TrainError
+    from hdp_planner_train.run.ledger import ledger_run
+    from hdp_planner_train.run.metrics import base_metrics
+    from hdp_planner_train.run.noise import noise_kind
+    from hdp_planner_train.run.output import write_metrics
     from hdp_planner_train.simulator.scaffold import (
-        TrainError,
-        base_metrics,
         device_arrays,
-        ledger_run,
-        noise_kind,
         resume_state,
         run_identity,
         save_checkpoint,
         train_rounds,
-        write_metrics,
     )
 
     method, c = cfg.method, plan.config
@@ -479,7 +479,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
 
     mn = plan.method(METHOD_NAMES[method])
     d_shared = int(shared.sum())
-    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log,
+                           model_name(cfg.dataset, cfg.model))  # fmt: skip
     metrics.update(
         {
             "engine": engine,

@@ -119,17 +119,11 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
         TrainError: bad options, or noise that would exceed a client's budget (refused before training).
     """
     from hdp_planner_train.rounds.loop import RunLog
+    from hdp_planner_train.run.errors import TrainError
+    from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE, noise_kind
+    from hdp_planner_train.run.output import write_metrics
     from hdp_planner_train.simulator.models import make_model, model_name
-    from hdp_planner_train.simulator.scaffold import (
-        SECURE_NOTE,
-        SEEDED_NOTE,
-        TrainError,
-        device_arrays,
-        global_evaluation,
-        noise_kind,
-        train_rounds,
-        write_metrics,
-    )
+    from hdp_planner_train.simulator.scaffold import device_arrays, global_evaluation, train_rounds
 
     c, n, traits = plan.config, data.n_clients, REGISTRY[cfg.method].selection
     kind = noise_kind(cfg)  # secure: DP-SGD noise and record sampling from the OS's CSPRNG

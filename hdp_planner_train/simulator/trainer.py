@@ -17,22 +17,26 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner.ledger.runs import plan_clients
-from hdp_planner.methods.registry import REGISTRY, planner
-from hdp_planner.planfile.document import load_plan, read_document, verify
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import (
     METHOD_NAMES,
     GroupAggregator,
     GroupSpec,
-    method_spec,
     noise_source,
     round_rows,
     round_seed,
     sample_round,
 )
-from hdp_planner_train.rules.cohort import cohort_round, epsilon_spent, planned_secure
+from hdp_planner_train.rules.cohort import cohort_round
+from hdp_planner_train.run.errors import TrainError
+from hdp_planner_train.run.ledger import ledger_run
+from hdp_planner_train.run.metrics import base_metrics, secagg_metrics
+from hdp_planner_train.run.noise import noise_kind
+from hdp_planner_train.run.output import output_folder, write_metrics
+from hdp_planner_train.run.plan import check_clients, method_groups, trusted_groups, verified_plan
+from hdp_planner_train.run.progress import status
+from hdp_planner_train.run.trust import plan_trust, run_trust
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.simulator.engines import (
     ENGINES,
@@ -43,26 +47,16 @@ from hdp_planner_train.simulator.engines import (
 from hdp_planner_train.simulator.models import MODELS, make_model, model_dim, model_name
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
-from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, privacy_ledger, SEEDED_NOTE: the run's API)
+from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT: the run's API)
     CHECKPOINT,
-    SECURE_NOTE,
-    SEEDED_NOTE,
     TrainConfig,
-    TrainError,
-    base_metrics,
     check_finished,
     device_arrays,
     global_evaluation,
-    ledger_run,
-    noise_kind,
-    output_folder,
-    privacy_ledger,
     resume_state,
     run_identity,
     save_checkpoint,
-    status,
     train_rounds,
-    write_metrics,
 )
 
 
@@ -74,73 +68,6 @@ def _device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise TrainError(f"--device must be auto, cpu or cuda, got {name!r}")
     return torch.device(name)
-
-
-def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
-    """The method's groups under the plan's ``secagg`` trust object (verified, :func:`~hdp_planner_train.rules.secagg.
-    planned_groups`), or its public cohorts and private coins where it was solved with ``--hide-sample``
-    (:func:`~hdp_planner_train.rules.cohort.planned_cohorts`), and the simulated dropout rate."""
-    if cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
-        raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
-                         "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
-    if not 0 <= cfg.dropout < 1:
-        raise TrainError(f"--dropout must lie in [0, 1), got {cfg.dropout}")
-    try:
-        return planned_secure(read_document(cfg.plan), plan, spec, METHOD_NAMES[spec.method], cfg.dropout)
-    except ValueError as exc:
-        raise TrainError(str(exc).replace("this plan", cfg.plan)) from None
-
-
-def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> dict[str, Any]:
-    """The run's privacy under secure aggregation, from the distributed accounting of the rounds run: ε against third
-    parties and against the server (every round a participation, the worst case), per group."""
-    from hdp_planner_train.rules.secagg import epsilon_server_spent, epsilon_third_parties_spent
-
-    sa, delta, groups = spec.secagg, plan.config.delta, range(len(spec.sizes))
-    if sa.cohorts is not None:  # hidden participation: the ε against the server bounds third parties' too
-        return {
-            "kind": "secagg", "hidden_participation": True, "bits": sa.bits, "survivors": sa.survivors,
-            "colluders": sa.colluders, "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
-            "cohort": [g.cohort for g in sa.cohorts], "coin": [g.coin for g in sa.cohorts],
-            "memberships": [g.memberships for g in sa.cohorts],
-            "epsilon_server": [epsilon_spent(sa, m, rounds=rounds, delta=delta) for m in groups],
-            "coins": "OS CSPRNG" if withheld is None else "seeded: a simulation's, regenerated from the seed",
-            **({"group_rounds_withheld": withheld} if withheld is not None else {}),
-        }  # fmt: skip
-    doc = {
-        "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
-        "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
-        "epsilon_third_parties": [epsilon_third_parties_spent(spec, m, rounds=rounds, delta=delta) for m in groups],
-        "epsilon_server_every_round": [epsilon_server_spent(spec, m, participations=rounds, delta=delta)
-                                       for m in groups],
-    }  # fmt: skip
-    if withheld is not None:  # which group-rounds released nothing depends on who took part: simulations only
-        doc["group_rounds_withheld"] = withheld
-    return doc
-
-
-def plan_trust(plan_file: str) -> str:
-    """The trust model a plan file was solved for: ``secagg`` when it holds a secure-aggregation trust object."""
-    from hdp_planner.planfile.trust import trust_from_dict
-
-    return trust_from_dict(read_document(plan_file)).kind
-
-
-def run_trust(cfg: TrainConfig, spec: GroupSpec) -> str:
-    """The trust model the run follows: ``cfg.trust``, by default the plan's (:func:`plan_trust`; a method without
-    noise runs as the trusted-server reference). ``--trust server`` on a plan solved for secure aggregation would
-    show the server every clipped update it was planned never to see: refused unless ``cfg.override_trust``."""
-    if cfg.trust not in (None, "server", "secagg"):
-        raise TrainError(f"--trust must be server or secagg, got {cfg.trust!r}")
-    planned = plan_trust(cfg.plan)
-    if cfg.trust is None:
-        return planned if spec.private else "server"
-    if cfg.trust == "server" and planned == "secagg" and spec.private and not cfg.override_trust:
-        raise TrainError(
-            f"{cfg.plan} was solved for a server that is not trusted (--trust secagg): --trust server would show "
-            "the server every clipped update; add --override-trust to run it so"
-        )
-    return cfg.trust
 
 
 def validate_config(cfg: TrainConfig):
@@ -161,14 +88,7 @@ def validate_config(cfg: TrainConfig):
         model_name(cfg.dataset, cfg.model)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    plan = load_plan(cfg.plan)
-    problems = verify(plan)
-    if problems:
-        raise TrainError(f"plan {cfg.plan} fails verification: {problems[0]}")
-    t = plan.config.rounds
-    rounds = t if cfg.rounds is None else cfg.rounds
-    if not 1 <= rounds <= t:
-        raise TrainError(f"--rounds must be between 1 and the plan's T = {t}, got {rounds}")
+    plan, rounds = verified_plan(cfg)
     if cfg.eval_every < 1:
         raise TrainError(f"--eval-every must be ≥ 1, got {cfg.eval_every}")
     if not 0 < cfg.lr_decay <= 1:
@@ -193,29 +113,12 @@ def validate_config(cfg: TrainConfig):
     data = load_federated(
         cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share, skew
     )
-    if data.n_clients != plan.config.n:
-        raise TrainError(
-            f"plan has n = {plan.config.n} clients but the {cfg.dataset} partition gives n = {data.n_clients}: "
-            f"re-plan with --n {data.n_clients} or train with --clients {plan.config.n}"
-        )
-    try:
-        # a selection method: each client the ε of its group in its row, as the method planning that row executes it
-        spec = method_spec(plan, cfg.method if cfg.method in METHOD_NAMES else planner(REGISTRY[cfg.method].row))
-    except ValueError as exc:
-        raise TrainError(f"{cfg.plan}: {exc}") from None
-    try:  # a plan made from per-client budgets runs only with the clients' own groups file
-        plan_clients(plan, METHOD_NAMES[spec.method], read_document(cfg.plan), cfg.groups)
-    except ValueError as exc:
-        raise TrainError(str(exc)) from None
-    if run_trust(cfg, spec) == "secagg":
-        spec = secagg_spec(cfg, plan, spec)
-    if cfg.audit:
-        from hdp_planner_train.audit.canaries import check_auditable
-
-        try:
-            check_auditable(spec)
-        except ValueError as exc:
-            raise TrainError(str(exc)) from None
+    check_clients(cfg, plan, data.n_clients)
+    spec = method_groups(cfg, plan)
+    if (cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS) and run_trust(cfg, spec) == "secagg":
+        raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
+                         "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
+    spec = trusted_groups(cfg, plan, spec)
     return plan, data, spec, rounds, batch, momentum
 
 
@@ -325,7 +228,8 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     train_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=global_evaluation(model, x_test, y_test),
                checkpoint=checkpoint if out else None)  # fmt: skip
 
-    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log,
+                           model_name(cfg.dataset, cfg.model))  # fmt: skip
     if spec.secagg is not None:
         metrics["trust"] = secagg_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
     else:

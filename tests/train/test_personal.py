@@ -16,6 +16,7 @@ from hdp_planner import load_plan, plan, save_plan  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.api import train_config  # noqa: E402
 from hdp_planner_train.rules.aggregate import method_spec  # noqa: E402
+from hdp_planner_train.run.ledger import privacy_ledger  # noqa: E402
 from hdp_planner_train.simulator import personal  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.data import DataError, load_federated, pathological_partition  # noqa: E402
@@ -29,7 +30,7 @@ from hdp_planner_train.simulator.personal import (  # noqa: E402
     label_distribution,
     sam_step,
 )
-from hdp_planner_train.simulator.trainer import CHECKPOINT, TrainConfig, TrainError, privacy_ledger, run  # noqa: E402
+from hdp_planner_train.simulator.trainer import CHECKPOINT, TrainConfig, TrainError, run  # noqa: E402
 
 ROUNDS = 4
 

@@ -462,7 +462,7 @@ def test_a_diverged_run_is_still_recorded(tmp_path):
     """A loss that became NaN is written as null with "diverged": true (metrics.json refuses NaN itself)."""
     import json
 
-    from hdp_planner_train.simulator.trainer import write_metrics
+    from hdp_planner_train.run.output import write_metrics
 
     metrics = {"final_loss": float("nan"), "history": [{"round": 1, "accuracy": 10.0, "loss": float("nan")}],
                "epsilon_spent": [{"epsilon_spent": 0.5}], "noise": [float("inf"), 1.0]}  # fmt: skip
@@ -496,7 +496,7 @@ def test_train_from_python_returns_a_typed_result_equal_to_the_command_line(plan
 
 def test_train_refuses_an_unknown_option(plan_file):
     from hdp_planner_train import train
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     with pytest.raises(TrainError, match=r"unknown training option.*roundz"):
         train(plan_file, method="gdpfed+", dataset="digits", roundz=2)
@@ -522,7 +522,7 @@ def test_a_family_option_goes_into_its_family_dataclass(plan_file):
 
 def test_a_family_option_is_refused_for_another_family(plan_file):
     from hdp_planner_train import train
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     with pytest.raises(TrainError, match=r"--rho \(SAM radius\) applies to dp2-fedsam and dp-fedsam, not gdpfed\+"):
         train(plan_file, method="gdpfed+", dataset="digits", rho=0.1, rounds=1, noise="seeded")

@@ -1,0 +1,32 @@
+"""Which trust model a run follows: a trusted server, or secure aggregation (the plan's, unless asked otherwise)."""
+
+from __future__ import annotations
+
+from hdp_planner.planfile.document import read_document
+from hdp_planner_train.rules.aggregate import GroupSpec
+from hdp_planner_train.run.errors import TrainError
+from hdp_planner_train.run.settings import RunSettings
+
+
+def plan_trust(plan_file: str) -> str:
+    """The trust model a plan file was solved for: ``secagg`` when it holds a secure-aggregation trust object."""
+    from hdp_planner.planfile.trust import trust_from_dict
+
+    return trust_from_dict(read_document(plan_file)).kind
+
+
+def run_trust(cfg: RunSettings, spec: GroupSpec) -> str:
+    """The trust model the run follows: ``cfg.trust``, by default the plan's (:func:`plan_trust`; a method without
+    noise runs as the trusted-server reference). ``--trust server`` on a plan solved for secure aggregation would
+    show the server every clipped update it was planned never to see: refused unless ``cfg.override_trust``."""
+    if cfg.trust not in (None, "server", "secagg"):
+        raise TrainError(f"--trust must be server or secagg, got {cfg.trust!r}")
+    planned = plan_trust(cfg.plan)
+    if cfg.trust is None:
+        return planned if spec.private else "server"
+    if cfg.trust == "server" and planned == "secagg" and spec.private and not cfg.override_trust:
+        raise TrainError(
+            f"{cfg.plan} was solved for a server that is not trusted (--trust secagg): --trust server would show "
+            "the server every clipped update; add --override-trust to run it so"
+        )
+    return cfg.trust
