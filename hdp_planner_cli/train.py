@@ -157,8 +157,8 @@ def train(
         _fail(f"hdp-plan train needs PyTorch: {TORCH_HINT}")
     if (plot or resume) and not out:
         _fail("--plot and --resume need --out DIR")
-    from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
     from hdp_planner_train.run.noise import SEEDED_NOTE
+    from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     cfg = TrainConfig(
@@ -328,6 +328,7 @@ def compare(
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan compare needs PyTorch: {TORCH_HINT}")
+    from hdp_planner_train.run.output import output_folder
     from hdp_planner_train.simulator.compare import (
         PAPER_SETTINGS,
         PAPER_SPARSITY,
@@ -342,7 +343,6 @@ def compare(
     from hdp_planner_train.simulator.data import load_federated
     from hdp_planner_train.simulator.engines import PRECISIONS
     from hdp_planner_train.simulator.models import model_dim, model_name
-    from hdp_planner_train.run.output import output_folder
 
     done: list[str] = []  # the runs finished (or reused) so far, for an interrupted grid's message
     total = 0

@@ -422,8 +422,8 @@ class DeployConfig:
 
 def check_config(cfg: DeployConfig) -> None:
     """Refuse (ValueError, one line) a deployment that cannot run, before any file is written or process started."""
+    from hdp_planner.distributed.trust import TRUST_KINDS
     from hdp_planner.planfile.document import load_plan
-    from hdp_planner_flower.mods import TRUST_MODELS
     from hdp_planner_train.run.trust import plan_trust
 
     if not Path(cfg.plan).is_file():
@@ -431,9 +431,9 @@ def check_config(cfg: DeployConfig) -> None:
     plan = load_plan(cfg.plan)
     if cfg.nodes != plan.config.n:
         raise ValueError(f"--nodes {cfg.nodes}: the plan has n = {plan.config.n} clients, one SuperNode each")
-    bad = [t for t in cfg.trust if t not in TRUST_MODELS]
+    bad = [t for t in cfg.trust if t not in TRUST_KINDS]
     if bad:
-        raise ValueError(f"--trust takes {' and/or '.join(TRUST_MODELS)} (comma-separated), got {','.join(cfg.trust)}")
+        raise ValueError(f"--trust takes {' and/or '.join(TRUST_KINDS)} (comma-separated), got {','.join(cfg.trust)}")
     if "server" in cfg.trust and plan_trust(cfg.plan) == "secagg":
         raise ValueError(f"{cfg.plan} was solved for a server that is not trusted: --trust server would show the "
                          "server every clipped update (solve a plan with --trust server for that run)")  # fmt: skip

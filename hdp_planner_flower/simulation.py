@@ -81,7 +81,7 @@ class Prepared:
 
 def prepare(cfg: FlowerConfig) -> Prepared:
     """Validate ``cfg`` (ValueError with a one-line message for anything the user can fix) and load its data."""
-    from hdp_planner_flower.mods import TRUST_MODELS
+    from hdp_planner.distributed.trust import TRUST_KINDS
 
     version = require_flwr()
     from hdp_planner_train.api import train_config
@@ -91,8 +91,8 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
         names = ", ".join(key for key, m in REGISTRY.items() if m.flower)
         raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
-    if cfg.trust not in TRUST_MODELS:
-        raise ValueError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {cfg.trust!r}")
+    if cfg.trust not in TRUST_KINDS:
+        raise ValueError(f"--trust must be one of {', '.join(TRUST_KINDS)}, got {cfg.trust!r}")
     if cfg.cpus_per_client <= 0:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
     if not cfg.masks and (cfg.trust != "secagg" or not cfg.diagnostics):

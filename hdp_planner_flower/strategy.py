@@ -42,10 +42,10 @@ from flwr.serverapp.strategy import Result, Strategy
 from hdp_planner.distributed.coins import choose_cohort
 from hdp_planner.distributed.encoding import top_up
 from hdp_planner.distributed.randomness import SecureBits
+from hdp_planner.distributed.trust import TRUST_KINDS, TrustKind
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
 from hdp_planner_flower.membership import CONNECT_WAIT, FlowerRunError, default_groups, registered_members
-from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
 from hdp_planner_train.rounds.loop import Report, RunLog, Schedule, run_rounds
@@ -76,7 +76,7 @@ class HdpStrategy(Strategy):
         plan: Plan,
         spec: GroupSpec,
         group_of_client: np.ndarray | None = None,
-        trust: str = "server",
+        trust: TrustKind = "server",
         noise_for: NoiseFor = secure_source,
         uniform=None,
         on_round: Report | None = None,
@@ -88,8 +88,8 @@ class HdpStrategy(Strategy):
         node_clients: dict[int, int] | None = None,
         sparse_graph: bool = False,
     ) -> None:
-        if trust not in TRUST_MODELS:
-            raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
+        if trust not in TRUST_KINDS:
+            raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_KINDS)}, got {trust!r}")
         if not spec.private:
             raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
         if auditor is not None and trust != "server":

@@ -157,6 +157,20 @@ def test_flower_imports_no_simulator_run():
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_trust_models_are_listed_once():
+    """Every layer checks a trust model against ``hdp_planner.distributed.trust.TRUST_KINDS``, never its own list."""
+    home = MODULES["hdp_planner.distributed.trust"]
+    lists = [
+        name
+        for name, path in MODULES.items()
+        if path != home
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+        and {e.value for e in node.elts if isinstance(e, ast.Constant)} >= {"server", "secagg"}
+    ]
+    assert not lists, ", ".join(lists)
+
+
 def test_the_cycle_finder_finds_a_circle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None

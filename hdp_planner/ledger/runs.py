@@ -17,7 +17,7 @@ from hdp_planner.distributed.trust import secagg_row
 from hdp_planner.ledger.composition import GroupRound
 from hdp_planner.planfile.document import budgets_digest_of, plan_to_dict
 from hdp_planner.planfile.mechanism import executed_mechanism
-from hdp_planner.planfile.trust import trust_from_dict
+from hdp_planner.planfile.trust import recorded_row, trust_from_dict
 from hdp_planner.planning.budgets import read_assignment
 from hdp_planner.planning.plan import Plan
 
@@ -78,7 +78,7 @@ def executed_costs(plan: Plan, row: str, doc: Mapping[str, Any], *, start: int, 
     trust = trust_from_dict(doc)
     if trust.kind != "secagg":
         return round_costs(plan, row, start=start, rounds=rounds)
-    entry = doc["trust"]["rows"].get(row)
+    entry = recorded_row(doc, row)
     if not entry or entry.get("noise_multiplier") is None:
         raise ValueError(f"{row} has no distributed form under the plan's secagg trust model")
     m = plan.method(row)

@@ -24,7 +24,7 @@ from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotati
 from hdp_planner.distributed.law import GroupLaw
 from hdp_planner.distributed.randomness import Bits, SecureBits, SeededBits
 from hdp_planner.distributed.rounds import group_tau_d
-from hdp_planner.planfile.trust import secagg_rows, trust_from_dict, verify_trust
+from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_from_dict, verify_trust
 from hdp_planner.rules.noise import SecureRandom
 
 
@@ -93,7 +93,7 @@ def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
     problems = verify_trust(plan, doc)
     if problems:
         raise ValueError(f"the plan fails verification: {problems[0]}")
-    entry = doc["trust"]["rows"].get(method)
+    entry = recorded_row(doc, method)
     row = next((r for r in secagg_rows(plan, trust) if r.name == method), None)
     if entry is None or row is None or row.groups is None or not spec.private:
         why = f": {row.note}" if row is not None and row.note else ""
