@@ -163,6 +163,7 @@ def serve(p: Prepared, grid, account, progress=print):
         line = round_description(p.plan, p.spec, rnd, p.rounds, entry["accuracy"], entry["loss"])
         if p.cfg.diagnostics:  # who joined and how long it took reveal participation: simulation only
             line += f" joined {'/'.join(str(j) for j in stats.joined)} ({seconds:.2f} s)"
+            line += "".join(f"; group {w.group + 1} withheld: {w.reason}" for w in stats.withheld)
         progress(line)
 
     progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.dataset}, {p.data.n_clients} nodes, trust "

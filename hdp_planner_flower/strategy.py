@@ -57,7 +57,7 @@ from hdp_planner_train.rules.aggregate import (
     SecureNoise,
     noisy_sums,
 )
-from hdp_planner_train.rules.secagg import release, round_plan
+from hdp_planner_train.rules.secagg import Withheld, release, round_plan, too_few_sampled
 from hdp_planner_train.run.ledger import privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
@@ -238,10 +238,11 @@ class HdpStrategy(Strategy):
         picked = self.sample(server_round)
         self.arrays = arrays
         theta = flatten(arrays)
-        ys: list[np.ndarray | None] = [None] * len(picked)
+        ys: list[np.ndarray | Withheld] = []
         for m, nodes in enumerate(picked):
             plan = round_plan(sa, rnd=rnd, group=m)
             if len(nodes) < plan.law.threshold:
+                ys.append(too_few_sampled(m, len(nodes), plan.law.threshold))
                 continue
             law, early = plan.law, max(0, plan.law.shares - len(nodes))  # shares the server adds whoever survives
             configs = {n: fit_config(self.rules(server_round, m), config) for n in nodes}
@@ -257,15 +258,18 @@ class HdpStrategy(Strategy):
                 out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
                                    threshold=law.run_threshold(len(nodes)), masks=self.masks,
                                    timeout=timeout, sparse=self.sparse_graph, colluders=law.colluders)  # fmt: skip
-                if out is not None:
-                    totals, alive = out
-                    ys[m] = release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
-                                    SecureBits())  # fmt: skip
-        withheld = sum(y is None for y in ys)
-        sums = [torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype) for y in ys]
+                if out is None:
+                    ys.append(Withheld(group=m, reason="SecAgg+ halted: fewer replies than its threshold"))
+                    continue
+                totals, alive = out
+                ys.append(release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
+                                  SecureBits()))  # fmt: skip
+        withheld = tuple(y for y in ys if isinstance(y, Withheld))
+        sums = [torch.zeros_like(theta) if isinstance(y, Withheld) else torch.as_tensor(y, dtype=theta.dtype)
+                for y in ys]  # fmt: skip
         update, measured, applied = self.aggregator.release(sums, None, self.noise_for(rnd))
         self.stats = RoundStats(list(self.joined), 0, measured, applied, withheld)
-        return unflatten(arrays, theta + update), MetricRecord({"joined": sum(self.joined), "withheld": withheld})
+        return unflatten(arrays, theta + update), MetricRecord({"joined": sum(self.joined), "withheld": len(withheld)})
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord, MetricRecord]:
         """θ + Σ_m ω_m·Top_k(y_m) for the model sent in this round; the round's statistics in ``self.stats``."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import METHOD_NAMES, GroupSpec
 from hdp_planner_train.rules.cohort import epsilon_spent
+from hdp_planner_train.rules.secagg import Withheld
 from hdp_planner_train.run.ledger import ledger_target, privacy_ledger
 from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE, noise_kind
 from hdp_planner_train.run.settings import RunSettings
@@ -52,9 +54,13 @@ def base_metrics(cfg: RunSettings, plan, spec, data, device, rounds: int, d: int
     }
 
 
-def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> dict[str, Any]:
+def secagg_metrics(
+    plan, spec: GroupSpec, rounds: int, withheld: Sequence[tuple[int, Withheld]] | None
+) -> dict[str, Any]:
     """The run's privacy under secure aggregation, from the distributed accounting of the rounds run: ε against third
-    parties and against the server (every round a participation, the worst case), per group."""
+    parties and against the server (every round a participation, the worst case), per group. ``withheld``: the
+    group-rounds (round index, :class:`~hdp_planner_train.rules.secagg.Withheld`) that released nothing, recorded
+    with how many and why (a simulation's; None for a secure run, as they depend on who took part)."""
     from hdp_planner_train.rules.secagg import epsilon_server_spent, epsilon_third_parties_spent
 
     sa, delta, groups = spec.secagg, plan.config.delta, range(len(spec.sizes))
@@ -66,7 +72,7 @@ def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> 
             "memberships": [g.memberships for g in sa.cohorts],
             "epsilon_server": [epsilon_spent(sa, m, rounds=rounds, delta=delta) for m in groups],
             "coins": "OS CSPRNG" if withheld is None else "seeded: a simulation's, regenerated from the seed",
-            **({"group_rounds_withheld": withheld} if withheld is not None else {}),
+            **(withheld_metrics(withheld) if withheld is not None else {}),
         }  # fmt: skip
     doc = {
         "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
@@ -76,5 +82,13 @@ def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> 
                                        for m in groups],
     }  # fmt: skip
     if withheld is not None:  # which group-rounds released nothing depends on who took part: simulations only
-        doc["group_rounds_withheld"] = withheld
+        doc.update(withheld_metrics(withheld))
+    return doc
+
+
+def withheld_metrics(withheld: Sequence[tuple[int, Withheld]]) -> dict[str, Any]:
+    """How many group-rounds released nothing and, where any did, each one's round, group and reason."""
+    doc: dict[str, Any] = {"group_rounds_withheld": len(withheld)}
+    if withheld:
+        doc["withheld"] = [{"round": r + 1, "group": w.group + 1, "reason": w.reason} for r, w in withheld]
     return doc

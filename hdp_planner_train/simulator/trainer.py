@@ -29,6 +29,7 @@ from hdp_planner_train.rules.aggregate import (
     sample_round,
 )
 from hdp_planner_train.rules.cohort import cohort_round
+from hdp_planner_train.rules.secagg import Withheld
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.ledger import ledger_run
 from hdp_planner_train.run.metrics import base_metrics, secagg_metrics
@@ -176,7 +177,7 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
 
     c = plan.config
     account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
-    withheld = 0  # secure aggregation: group sums not released this run
+    withheld: list[tuple[int, Withheld]] = []  # secure aggregation: the group sums not released this run, by round
     cohorts = spec.secagg.cohorts if spec.secagg is not None else None
     canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients
     used = [np.zeros(s + e, np.int64) for s, e in zip(spec.sizes, canaries)]  # hidden participation: memberships
@@ -184,7 +185,6 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
         used = [np.asarray(u, dtype=np.int64) for u in state["cohort_memberships"]]
 
     def step(r: int, lr: float):
-        nonlocal withheld
         extra = auditor.extra if auditor is not None else None
         if cohorts is not None:
             rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 0))
@@ -206,7 +206,7 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
         update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe, referee=referee)
         if auditor is not None:
             stats = auditor.real_stats(stats)
-        withheld += stats.withheld
+        withheld.extend((r, w) for w in stats.withheld)
 
         def apply_update() -> None:
             nonlocal theta
