@@ -76,7 +76,7 @@ class Prepared:
     settings: Any
     version: str
     clients: Any = None  # (membership, budgets) by client id from --groups, for the ledger
-    plan_sha256: str = ""  # the plan file's SHA-256: announced each round, pinned by secagg clients
+    run_plan: Any = None  # the plan file read once (a RunPlan): its SHA-256 announced each round, pinned by secagg
 
 
 def prepare(cfg: FlowerConfig) -> Prepared:
@@ -85,9 +85,10 @@ def prepare(cfg: FlowerConfig) -> Prepared:
 
     version = require_flwr()
     from hdp_planner_train.api import train_config
-    from hdp_planner_train.run.trust import plan_trust
+    from hdp_planner_train.run.plan import RunPlan
 
-    cfg = replace(cfg, trust=cfg.trust or plan_trust(cfg.plan))  # the plan's trust model unless one is asked for
+    run_plan = RunPlan.read(cfg.plan)  # the one read of the plan file
+    cfg = replace(cfg, trust=cfg.trust or run_plan.trust)  # the plan's trust model unless one is asked for
     if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
         names = ", ".join(key for key, m in REGISTRY.items() if m.flower)
         raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
@@ -101,7 +102,7 @@ def prepare(cfg: FlowerConfig) -> Prepared:
         raise ValueError("--sparse-graph is a SecAgg+ neighbour graph: it needs --trust secagg and the masks")
     offline_env()
     from hdp_planner.ledger.runs import plan_clients
-    from hdp_planner.planfile.document import budgets_digest_of, read_document
+    from hdp_planner.planfile.document import budgets_digest_of
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.aggregate import METHOD_NAMES
@@ -113,32 +114,31 @@ def prepare(cfg: FlowerConfig) -> Prepared:
                      federation=cfg.federation, trust=cfg.trust, override_trust=cfg.override_trust)  # fmt: skip
     if cfg.audit and cfg.trust != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
-    plan, data, spec, rounds, batch, momentum = validate(tc)
-    doc = read_document(cfg.plan)
+    run_plan, data, spec, rounds, batch, momentum = validate(tc, run_plan)
+    plan, doc = run_plan.plan, run_plan.document
     clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.groups)  # refuses a default mapping
     groups = groups_from_file(cfg.groups, spec, plan.groups.epsilon, budgets_digest_of(doc)) if cfg.groups else None
     settings = DataSettings(cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, plan.config.local_steps,
                             batch, momentum, plan.config.lr, tc.lr_decay)  # fmt: skip
-    from hdp_planner_flower.pin import file_sha256
-
     return Prepared(cfg, tc, plan, data, spec, rounds, batch, momentum, groups, settings, version, clients,
-                    file_sha256(cfg.plan))  # fmt: skip
+                    run_plan)  # fmt: skip
 
 
-def validate(tc):
+def validate(tc, run_plan):
     """The checks of the run layer (:mod:`hdp_planner_train.run.plan`) on the trainer's configuration ``tc`` of the
-    run, and its data; returns (plan, data, spec, rounds, batch, momentum)."""
-    from hdp_planner_train.run.plan import check_clients, method_groups, trusted_groups, verified_plan
+    run under ``run_plan`` (a :class:`~hdp_planner_train.run.plan.RunPlan`), and its data; returns (run plan, data,
+    spec, rounds, batch, momentum)."""
+    from hdp_planner_train.run.plan import bind_plan, check_clients, method_groups, trusted_groups
     from hdp_planner_train.simulator.data import DEFAULTS, load_federated
 
     if tc.dataset not in DEFAULTS:
         raise ValueError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {tc.dataset!r}")
-    plan, rounds = verified_plan(tc)
+    bound, rounds = bind_plan(tc, run_plan)
     data = load_federated(tc.dataset, tc.data_dir, tc.clients, tc.dirichlet, tc.seed)
-    check_clients(tc, plan, data.n_clients)
-    spec = trusted_groups(tc, plan, method_groups(tc, plan))
+    check_clients(tc, bound.plan, data.n_clients)
+    spec = trusted_groups(tc, bound, method_groups(tc, bound))
     defaults = DEFAULTS[tc.dataset]
-    return plan, data, spec, rounds, int(defaults["batch_size"]), float(defaults["momentum"])
+    return bound, data, spec, rounds, int(defaults["batch_size"]), float(defaults["momentum"])
 
 
 def open_account(p: Prepared):
@@ -146,7 +146,7 @@ def open_account(p: Prepared):
     round 1 if a client would exceed its budget."""
     from hdp_planner_train.run.ledger import NO_LEDGER_HINT, ledger_run
 
-    return ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
+    return ledger_run(p.train, p.run_plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
                       refusal_hint=NO_LEDGER_HINT)  # fmt: skip
 
 
@@ -175,7 +175,7 @@ def serve(p: Prepared, grid, account, progress=print):
         auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.dataset), p.cfg.seed, p.cfg.audit_canaries)
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust, on_round=on_round, diagnostics=p.cfg.diagnostics,
-        auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
+        auditor=auditor, account=account, plan_sha256=p.run_plan.sha256, masks=p.cfg.masks,
         node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None, sparse_graph=p.cfg.sparse_graph,
     )  # fmt: skip
     strategy.start(
@@ -276,7 +276,7 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
         if p.cfg.trust == "secagg":
             from hdp_planner_flower.pin import Pin
 
-            pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
+            pin = Pin(str(Path(cfg.plan).resolve()), p.run_plan.sha256, cfg.method,
                       str(Path(cfg.groups).resolve()) if cfg.groups else None, state_dir,
                       sparse_graph=cfg.sparse_graph)  # fmt: skip
         if cfg.in_process:
@@ -341,14 +341,13 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     """The trainer's secure-aggregation block (ε against third parties, and against the server with every round a
     participation) and ε against the server at the clients' cap K (each pinned client refuses past K); with hidden
     participation, the cohorts' block and each group's cap K_m."""
-    from hdp_planner.planfile.document import read_document
     from hdp_planner.planfile.trust import trust_from_dict
     from hdp_planner_train.rules.secagg import epsilon_server_spent
     from hdp_planner_train.run.metrics import secagg_metrics
 
     block = {k: v for k, v in secagg_metrics(p.plan, p.spec, rounds, None).items() if k != "dropout_simulated"}
     if p.spec.secagg.cohorts is None:
-        cap = min(trust_from_dict(read_document(p.cfg.plan)).participations or rounds, rounds)
+        cap = min(trust_from_dict(p.run_plan.document).participations or rounds, rounds)
         block["participation_cap"] = cap
         block["epsilon_server"] = [epsilon_server_spent(p.spec, m, participations=cap, delta=p.plan.config.delta)
                                    for m in range(len(p.spec.sizes))]  # fmt: skip

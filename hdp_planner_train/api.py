@@ -13,7 +13,11 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hdp_planner.planning.plan import Plan
+    from hdp_planner_train.run.plan import RunPlan
 
 __all__ = ["GroupSpending", "RoundResult", "TrainResult", "train", "train_config"]
 
@@ -80,18 +84,23 @@ def _number(x: object, missing: float) -> float:
 
 
 def train(
-    plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any
+    plan: str | os.PathLike[str] | Plan | RunPlan, *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any
 ) -> TrainResult:
-    """Train ``method`` of the plan file ``plan`` on ``dataset``; ``options`` are
+    """Train ``method`` of ``plan`` on ``dataset``: a plan file's path, a :class:`~hdp_planner.planning.plan.Plan` (a
+    trusted server's) or a :class:`~hdp_planner_train.run.plan.RunPlan` already read; ``options`` are
     :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` fields (``rounds``, ``clients``, ``seed``, ``out``,
     ``noise``, ``trust``, …) or a family's own options, by name (``rho=0.05``) or whole
     (``personal=PersonalOptions(rho=0.05)``, :mod:`~hdp_planner_train.simulator.options`). Raises
     :class:`~hdp_planner_train.run.errors.TrainError` on bad input, with the one-line message the command
     line prints."""
+    from hdp_planner.planning.plan import Plan
+    from hdp_planner_train.run.plan import RunPlan
     from hdp_planner_train.simulator.trainer import run
 
     options.setdefault("progress", False)
-    return TrainResult.from_metrics(run(train_config(plan, method=method, dataset=dataset, **options)))
+    bound = RunPlan.of(plan) if isinstance(plan, Plan) else plan if isinstance(plan, RunPlan) else None
+    cfg = train_config(plan if bound is None else bound.source, method=method, dataset=dataset, **options)
+    return TrainResult.from_metrics(run(cfg, bound))
 
 
 def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", dataset: str = "fmnist", **options: Any):

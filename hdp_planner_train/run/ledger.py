@@ -16,12 +16,12 @@ from hdp_planner.ledger.runs import (
     round_costs,
 )
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
-from hdp_planner.planfile.document import read_document
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.rules.aggregate import METHOD_NAMES
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.interrupts import HeldInterrupt
 from hdp_planner_train.run.noise import noise_kind
+from hdp_planner_train.run.plan import RunPlan
 from hdp_planner_train.run.settings import RunSettings
 
 
@@ -124,22 +124,22 @@ TRAIN_REFUSAL_HINT = " (a simulation: --seeded-noise; no ledger: --ledger none)"
 
 
 def ledger_run(
-    cfg: RunSettings, plan, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
+    cfg: RunSettings, run_plan: RunPlan, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
     supersedes: str | None = None, refusal_hint: str = TRAIN_REFUSAL_HINT,
 ) -> LedgerRun | None:  # fmt: skip
     """Open the run's account in the ledger (:func:`ledger_target`), refusing the run before round 1 if a client
-    would exceed its lifetime budget.
-    ``clients``: (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
-    ``cfg.groups``. ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``).
-    ``refusal_hint``: the command's own ways around a refusal, appended to it."""
+    would exceed its lifetime budget. ``run_plan``: the run's plan (:class:`~.plan.RunPlan`). ``clients``:
+    (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of ``cfg.groups``.
+    ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``). ``refusal_hint``: the
+    command's own ways around a refusal, appended to it."""
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     target = ledger_target(cfg, secure)[0]
     if not spec.private or target is None:
         return None
-    row = METHOD_NAMES[spec.method]
+    row, plan = METHOD_NAMES[spec.method], run_plan.plan
     if clients is None:
         try:
-            clients = plan_clients(plan, row, read_document(cfg.plan), cfg.groups)
+            clients = plan_clients(plan, row, run_plan.document, cfg.groups)
         except ValueError as exc:
             raise TrainError(str(exc)) from None
     membership, budgets = clients

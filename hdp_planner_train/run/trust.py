@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 from hdp_planner.distributed.trust import TRUST_KINDS, TrustKind
-from hdp_planner.planfile.document import read_document
 from hdp_planner_train.rules.aggregate import GroupSpec
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.settings import RunSettings
 
 
-def plan_trust(plan_file: str) -> TrustKind:
-    """The trust model a plan file was solved for: ``secagg`` when it holds a secure-aggregation trust object."""
-    from hdp_planner.planfile.trust import trust_from_dict
-
-    return trust_from_dict(read_document(plan_file)).kind
-
-
-def run_trust(cfg: RunSettings, spec: GroupSpec) -> TrustKind:
-    """The trust model the run follows: ``cfg.trust``, by default the plan's (:func:`plan_trust`; a method without
-    noise runs as the trusted-server reference). ``--trust server`` on a plan solved for secure aggregation would
+def run_trust(cfg: RunSettings, spec: GroupSpec, planned: TrustKind) -> TrustKind:
+    """The trust model the run follows: ``cfg.trust``, by default the plan's ``planned`` (a method without noise runs
+    as the trusted-server reference). ``--trust server`` on a plan solved for secure aggregation would
     show the server every clipped update it was planned never to see: refused unless ``cfg.override_trust``."""
     if cfg.trust is not None and cfg.trust not in TRUST_KINDS:
         raise TrainError(f"--trust must be {' or '.join(TRUST_KINDS)}, got {cfg.trust!r}")
-    planned = plan_trust(cfg.plan)
     if cfg.trust is None:
         return planned if spec.private else "server"
     if cfg.trust == "server" and planned == "secagg" and spec.private and not cfg.override_trust:

@@ -351,9 +351,9 @@ def check_options(cfg) -> None:
             raise TrainError(f"--head-steps must be ≥ 0, got {opts.head_steps}")
 
 
-def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
-    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS`; same metrics, plus the privacy
-    model."""
+def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
+    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS` under ``run_plan`` (a
+    :class:`~hdp_planner_train.run.plan.RunPlan`); same metrics, plus the privacy model."""
     from hdp_planner_train.rounds.loop import RunLog
     from hdp_planner_train.run.errors import TrainError
     from hdp_planner_train.run.ledger import ledger_run
@@ -368,6 +368,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
         train_rounds,
     )
 
+    plan = run_plan.plan
     method, c = cfg.method, plan.config
     traits = REGISTRY[method].personal
     if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients
@@ -378,7 +379,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     head_steps = c.local_steps if opts.head_steps is None else int(opts.head_steps)
     engine = cfg.engine
     out = Path(cfg.out) if cfg.out else None
-    identity = run_identity(cfg, data, batch, momentum, rho=rho, head_steps=head_steps)
+    identity = run_identity(cfg, run_plan.sha256, data, batch, momentum, rho=rho, head_steps=head_steps)
     kind = noise_kind(cfg)
     withheld = personal and kind == "secure"  # personal heads are not private: a secure run never writes them
     if withheld and cfg.resume:
@@ -406,7 +407,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     scratch = copy.deepcopy(model)
     shared = ~mask if personal else torch.ones_like(mask)
     client_scores: np.ndarray | None = None
-    account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
+    account = ledger_run(cfg, run_plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
 
     def step(r: int, lr: float):
         sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")

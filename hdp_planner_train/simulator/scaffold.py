@@ -8,7 +8,6 @@ Imports no trainer: the dispatcher (:mod:`.trainer`) and the method families (:m
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
@@ -81,10 +80,10 @@ class TrainConfig:
         return f"TrainConfig({', '.join(shown)})"
 
 
-def run_identity(cfg: TrainConfig, data, batch: int, momentum: float, **extra: Any) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed: the plan's hash and every setting that changes the run."""
+def run_identity(cfg: TrainConfig, plan_sha256: str, data, batch: int, momentum: float, **extra: Any) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the plan's SHA-256 and every setting that changes the run."""
     return {
-        "plan_sha256": hashlib.sha256(Path(cfg.plan).read_bytes()).hexdigest(),
+        "plan_sha256": plan_sha256,
         "method": cfg.method,
         "dataset": cfg.dataset,
         "model": model_name(cfg.dataset, cfg.model),

@@ -35,9 +35,9 @@ from hdp_planner_train.run.ledger import ledger_run
 from hdp_planner_train.run.metrics import base_metrics, secagg_metrics
 from hdp_planner_train.run.noise import noise_kind
 from hdp_planner_train.run.output import output_folder, write_metrics
-from hdp_planner_train.run.plan import check_clients, method_groups, trusted_groups, verified_plan
+from hdp_planner_train.run.plan import RunPlan, bind_plan, check_clients, method_groups, trusted_groups
 from hdp_planner_train.run.progress import status
-from hdp_planner_train.run.trust import plan_trust, run_trust
+from hdp_planner_train.run.trust import run_trust
 from hdp_planner_train.simulator.data import DEFAULTS, load_federated, parse_group_classes
 from hdp_planner_train.simulator.engines import (
     ENGINES,
@@ -71,8 +71,9 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def validate_config(cfg: TrainConfig):
-    """Validate everything before anything is written; returns (plan, data, spec, rounds, batch, momentum)."""
+def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None):
+    """Validate everything before anything is written, on ``run_plan`` (by default the plan file ``cfg.plan``, read
+    once); returns (run plan, data, spec, rounds, batch, momentum)."""
     if cfg.method not in METHOD_NAMES and cfg.method not in SELECTION_METHODS:
         names = ", ".join((*METHOD_NAMES, *SELECTION_METHODS))
         raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
@@ -89,7 +90,8 @@ def validate_config(cfg: TrainConfig):
         model_name(cfg.dataset, cfg.model)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    plan, rounds = verified_plan(cfg)
+    bound, rounds = bind_plan(cfg, run_plan)
+    plan = bound.plan
     if cfg.eval_every < 1:
         raise TrainError(f"--eval-every must be ≥ 1, got {cfg.eval_every}")
     if not 0 < cfg.lr_decay <= 1:
@@ -115,18 +117,20 @@ def validate_config(cfg: TrainConfig):
         cfg.dataset, cfg.data_dir, cfg.clients, cfg.dirichlet, cfg.seed, cfg.shards, cfg.iid_share, skew
     )
     check_clients(cfg, plan, data.n_clients)
-    spec = method_groups(cfg, plan)
-    if (cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS) and run_trust(cfg, spec) == "secagg":
+    spec = method_groups(cfg, bound)
+    family = cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS
+    if family and run_trust(cfg, spec, bound.trust) == "secagg":
         raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
                          "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
-    spec = trusted_groups(cfg, plan, spec)
-    return plan, data, spec, rounds, batch, momentum
+    spec = trusted_groups(cfg, bound, spec)
+    return bound, data, spec, rounds, batch, momentum
 
 
-def run(cfg: TrainConfig) -> dict[str, Any]:
-    """Train ``cfg.method`` on ``cfg.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to ``cfg.out``,
-    which is checked before round 1 (:func:`output_folder`) and never holds a finished run unless ``cfg.overwrite``."""
-    plan, data, spec, rounds, batch, momentum = validate_config(cfg)
+def run(cfg: TrainConfig, run_plan: RunPlan | None = None) -> dict[str, Any]:
+    """Train ``cfg.method`` on ``cfg.dataset`` under ``run_plan`` (by default the plan file ``cfg.plan``, read once);
+    writes metrics (and checkpoints) to ``cfg.out``, which is checked before round 1 (:func:`output_folder`) and never
+    holds a finished run unless ``cfg.overwrite``."""
+    plan, data, spec, rounds, batch, momentum = validate_config(cfg, run_plan)
     device = _device(cfg.device)
     check_finished(cfg)
     with output_folder(cfg.out):
@@ -137,18 +141,23 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         return run_fedavg(cfg, plan, data, spec, rounds, batch, momentum, device)
 
 
-def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch: int, momentum: float, device):
+def run_fedavg(
+    cfg: TrainConfig, run_plan: RunPlan, data, spec: GroupSpec, rounds: int, batch: int, momentum: float, device
+):
     """The FedAvg family's run (GDPFed Algorithm 2): :func:`run` once the configuration is checked."""
     out = Path(cfg.out) if cfg.out else None
-    identity = run_identity(cfg, data, batch, momentum, audit=(cfg.audit_canaries or "default") if cfg.audit else None)
+    plan = run_plan.plan
+    audit = (cfg.audit_canaries or "default") if cfg.audit else None
+    identity = run_identity(cfg, run_plan.sha256, data, batch, momentum, audit=audit)
     state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
     model = make_model(cfg.dataset, data.num_classes, cfg.model).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     if spec.secagg is not None and spec.secagg.model_dim != theta.numel():
-        raise TrainError(f"{cfg.plan}'s trust object was planned for d = {spec.secagg.model_dim}, this model has "
-                         f"d = {theta.numel()}: re-plan with --trust secagg --model-dim {theta.numel()}")  # fmt: skip
+        d = theta.numel()
+        raise TrainError(f"{run_plan.source}'s trust object was planned for d = {spec.secagg.model_dim}, this model "
+                         f"has d = {d}: re-plan with --trust secagg --model-dim {d}")  # fmt: skip
     if spec.projection is not None and spec.projection.model_dim != theta.numel():
         raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, theta.numel(), data.num_classes))
     x_train, y_train, x_test, y_test = device_arrays(data, device)
@@ -176,7 +185,7 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     vector_to_parameters(theta.clone(), model.parameters())
 
     c = plan.config
-    account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
+    account = ledger_run(cfg, run_plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
     withheld: list[tuple[int, Withheld]] = []  # secure aggregation: the group sums not released this run, by round
     cohorts = spec.secagg.cohorts if spec.secagg is not None else None
     canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients
@@ -233,7 +242,7 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     if spec.secagg is not None:
         metrics["trust"] = secagg_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
     else:
-        planned = plan_trust(cfg.plan)
+        planned = run_plan.trust
         metrics["trust"] = {"kind": "server", **({"plan_trust": planned} if planned != "server" else {})}
     if cfg.group_classes is not None:  # accuracy on each privacy group's own classes
         classes = parse_group_classes(cfg.group_classes, len(plan.groups.size), data.num_classes)  # DP-FedAvg: 1 group
