@@ -86,7 +86,8 @@ def train(
     out = output.out
     if (output.plot or output.resume) and not out:
         _fail("--plot and --resume need --out DIR")
-    from hdp_planner_train.simulator.trainer import SEEDED_NOTE, TrainConfig, run
+    from hdp_planner_train.run.noise import SEEDED_NOTE
+    from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     cfg = TrainConfig(plan=plan_file, method=method, rounds=rounds, seed=seed, data=data, model=model, noise=noise,
                       trust=trust, audit=audit, ledger=ledger, output=replace(output, progress=_out.is_terminal),
@@ -214,6 +215,7 @@ def compare(
     from hdp_planner_train.learning.engines import PRECISIONS
     from hdp_planner_train.learning.federated import load_federated
     from hdp_planner_train.learning.models import model_dim, model_name
+    from hdp_planner_train.run.output import output_folder
     from hdp_planner_train.simulator.compare import (
         PAPER_SETTINGS,
         PAPER_SPARSITY,
@@ -225,7 +227,6 @@ def compare(
         summarize,
         write_results,
     )
-    from hdp_planner_train.simulator.scaffold import output_folder
 
     done: list[str] = []  # the runs finished (or reused) so far, for an interrupted grid's message
     total = 0

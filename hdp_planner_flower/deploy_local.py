@@ -51,19 +51,19 @@ class DeployConfig:
 
 def check_config(cfg: DeployConfig) -> None:
     """Refuse (ValueError, one line) a deployment that cannot run, before any file is written or process started."""
-    from hdp_planner.planfile.document import load_plan
-    from hdp_planner_flower.mods import TRUST_MODELS
-    from hdp_planner_train.simulator.trainer import plan_trust
+    from hdp_planner.distributed.trust import TRUST_KINDS
+    from hdp_planner_train.run.plan import RunPlan
 
     if not Path(cfg.plan).is_file():
         raise ValueError(f"plan file {cfg.plan} not found")
-    plan = load_plan(cfg.plan)
+    run_plan = RunPlan.read(cfg.plan)
+    plan = run_plan.plan
     if cfg.nodes != plan.config.n:
         raise ValueError(f"--nodes {cfg.nodes}: the plan has n = {plan.config.n} clients, one SuperNode each")
-    bad = [t for t in cfg.trust if t not in TRUST_MODELS]
+    bad = [t for t in cfg.trust if t not in TRUST_KINDS]
     if bad:
-        raise ValueError(f"--trust takes {' and/or '.join(TRUST_MODELS)} (comma-separated), got {','.join(cfg.trust)}")
-    if "server" in cfg.trust and plan_trust(cfg.plan) == "secagg":
+        raise ValueError(f"--trust takes {' and/or '.join(TRUST_KINDS)} (comma-separated), got {','.join(cfg.trust)}")
+    if "server" in cfg.trust and run_plan.trust == "secagg":
         raise ValueError(f"{cfg.plan} was solved for a server that is not trusted: --trust server would show the "
                          "server every clipped update (solve a plan with --trust server for that run)")  # fmt: skip
     if cfg.rounds is not None and not 1 <= cfg.rounds <= plan.config.rounds:
@@ -92,7 +92,7 @@ def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -
     import shutil
     import tempfile
 
-    from hdp_planner_train.simulator.trainer import plan_trust
+    from hdp_planner_train.run.plan import RunPlan
 
     check_config(cfg)
     folder = Path(cfg.folder) if cfg.folder else Path(tempfile.mkdtemp(prefix="hdp-deploy-"))
@@ -107,7 +107,7 @@ def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -
         started = time.monotonic()
         progress(f"{cfg.nodes} SuperNodes registered and started ({started - linked:.1f} s); node state in "
                  f"{dep.state_dir}")  # fmt: skip
-        for trust in cfg.trust or (plan_trust(cfg.plan),):
+        for trust in cfg.trust or (RunPlan.read(cfg.plan).trust,):
             t0 = time.monotonic()
             results[trust] = dep.run(trust=trust, out=out / trust, dataset=cfg.dataset, rounds=cfg.rounds,
                                      seed=cfg.seed, timeout=cfg.timeout, round_timeout=cfg.round_timeout,

@@ -17,8 +17,6 @@ from flwr.clientapp.typing import ClientAppCallable
 from hdp_planner_flower.records import ARRAYS, HDP, flatten, unflatten
 from hdp_planner_train.rules.clipping import clip_rows
 
-TRUST_MODELS = ("server", "secagg")
-
 
 def client_id(context: Context) -> int:
     """The node's client id: ``client-id`` of its node config (deployment) or ``partition-id`` (simulation)."""

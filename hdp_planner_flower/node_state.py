@@ -38,7 +38,7 @@ from hdp_planner_flower.mods import client_id
 from hdp_planner_flower.pin import Pin, RoundRefused, load_pinned, read_pinned
 from hdp_planner_flower.records import HDP
 from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
-from hdp_planner_train.simulator.scaffold import planned_costs
+from hdp_planner_train.run.ledger import planned_costs
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
     plan_sha256 TEXT NOT NULL, run_id TEXT NOT NULL, server_round INTEGER NOT NULL, participated INTEGER NOT NULL,

@@ -1,8 +1,8 @@
 """``hdp-plan flower``: a plan's method trained through Flower's simulation engine (Ray), one virtual node per client.
 
-Validation is the trainer's (:func:`hdp_planner_train.simulator.trainer.validate_config`: plan verified, data
-partition of the plan's n, method in the plan); metrics are the trainer's (``base_metrics``,
-``metrics.json``/``.csv``) plus ``"runtime": "flower"``, the flwr version and the trust model.
+Validation is the run layer's (:mod:`hdp_planner_train.run.plan`: plan verified, data partition of the plan's n,
+method in the plan, trust model); metrics are the trainer's (``base_metrics``, ``metrics.json``/``.csv``) plus
+``"runtime": "flower"``, the flwr version and the trust model.
 """
 
 from __future__ import annotations
@@ -87,22 +87,24 @@ class Prepared:
     settings: Any
     version: str
     clients: Any = None  # (membership, budgets) by client id from --groups, for the ledger
-    plan_sha256: str = ""  # the plan file's SHA-256: announced each round, pinned by secagg clients
+    run_plan: Any = None  # the plan file read once (a RunPlan): its SHA-256 announced each round, pinned by secagg
 
 
 def prepare(cfg: FlowerConfig) -> Prepared:
     """Validate ``cfg`` (ValueError with a one-line message for anything the user can fix) and load its data."""
-    from hdp_planner_flower.mods import TRUST_MODELS
+    from hdp_planner.distributed.trust import TRUST_KINDS
 
     version = require_flwr()
-    from hdp_planner_train.simulator.trainer import TrainConfig, plan_trust, validate_config
+    from hdp_planner_train.api import train_config
+    from hdp_planner_train.run.plan import RunPlan
 
-    cfg = replace(cfg, trust=replace(cfg.trust, kind=cfg.trust.kind or plan_trust(cfg.plan)))  # the plan's unless asked
+    run_plan = RunPlan.read(cfg.plan)  # the one read of the plan file
+    cfg = replace(cfg, trust=replace(cfg.trust, kind=cfg.trust.kind or run_plan.trust))  # the plan's unless asked
     if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
         names = ", ".join(key for key, m in REGISTRY.items() if m.flower)
         raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
-    if cfg.trust.kind not in TRUST_MODELS:
-        raise ValueError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {cfg.trust.kind!r}")
+    if cfg.trust.kind not in TRUST_KINDS:
+        raise ValueError(f"--trust must be one of {', '.join(TRUST_KINDS)}, got {cfg.trust.kind!r}")
     if cfg.output != OutputOptions(out=cfg.output.out):
         raise ValueError("a Flower run writes its metrics to --out: it takes no other output option")
     if cfg.cpus_per_client <= 0:
@@ -113,36 +115,52 @@ def prepare(cfg: FlowerConfig) -> Prepared:
         raise ValueError("--sparse-graph is a SecAgg+ neighbour graph: it needs --trust secagg and the masks")
     offline_env()
     from hdp_planner.ledger.runs import plan_clients
-    from hdp_planner.planfile.document import budgets_digest_of, read_document
+    from hdp_planner.planfile.document import budgets_digest_of
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.specs import METHOD_NAMES
 
-    tc = TrainConfig(plan=cfg.plan, method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
-                     model=ModelOptions(engine="loop"), trust=cfg.trust, audit=cfg.audit, ledger=cfg.ledger,
-                     output=cfg.output)  # fmt: skip
+    tc = train_config(cfg.plan, method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
+                      model=ModelOptions(engine="loop"), trust=cfg.trust, audit=cfg.audit, ledger=cfg.ledger,
+                      output=cfg.output)  # fmt: skip
     if cfg.audit.enabled and cfg.trust.kind != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
-    plan, data, spec, rounds, batch, momentum = validate_config(tc)
-    doc = read_document(cfg.plan)
+    run_plan, data, spec, rounds, batch, momentum = validate(tc, run_plan)
+    plan, doc = run_plan.plan, run_plan.document
     clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.ledger.groups)  # refuses a default mapping
     groups_file = cfg.ledger.groups
     groups = groups_from_file(groups_file, spec, plan.groups.epsilon, budgets_digest_of(doc)) if groups_file else None
     settings = DataSettings(cfg.data.dataset, cfg.data.data_dir, cfg.data.clients, cfg.data.dirichlet, cfg.seed,
                             plan.config.local_steps, batch, momentum, plan.config.lr, tc.model.lr_decay)  # fmt: skip
-    from hdp_planner_flower.pin import file_sha256
-
     return Prepared(cfg=cfg, train=tc, plan=plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
-                    groups=groups, settings=settings, version=version, clients=clients,
-                    plan_sha256=file_sha256(cfg.plan))  # fmt: skip
+                    groups=groups, settings=settings, version=version, clients=clients, run_plan=run_plan)  # fmt: skip
+
+
+def validate(tc, run_plan):
+    """The checks of the run layer (:mod:`hdp_planner_train.run.plan`) on the trainer's configuration ``tc`` of the
+    run under ``run_plan`` (a :class:`~hdp_planner_train.run.plan.RunPlan`), and its data; returns (run plan, data,
+    spec, rounds, batch, momentum)."""
+    from hdp_planner_train.learning.datasets import DEFAULTS
+    from hdp_planner_train.learning.federated import load_federated
+    from hdp_planner_train.run.plan import bind_plan, check_clients, method_groups, trusted_groups
+
+    d = tc.data
+    if d.dataset not in DEFAULTS:
+        raise ValueError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {d.dataset!r}")
+    bound, rounds = bind_plan(tc, run_plan)
+    data = load_federated(d.dataset, d.data_dir, d.clients, d.dirichlet, tc.seed)
+    check_clients(tc, bound.plan, data.n_clients)
+    spec = trusted_groups(tc, bound, method_groups(tc, bound))
+    defaults = DEFAULTS[d.dataset]
+    return bound, data, spec, rounds, int(defaults["batch_size"]), float(defaults["momentum"])
 
 
 def open_account(p: Prepared):
     """The run's account in the privacy ledger (None without one), opened before any node starts: refused before
     round 1 if a client would exceed its budget."""
-    from hdp_planner_train.simulator.scaffold import NO_LEDGER_HINT, ledger_run
+    from hdp_planner_train.run.ledger import NO_LEDGER_HINT, ledger_run
 
-    return ledger_run(p.train, p.plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
+    return ledger_run(p.train, p.run_plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
                       refusal_hint=NO_LEDGER_HINT)  # fmt: skip
 
 
@@ -153,12 +171,13 @@ def serve(p: Prepared, grid, account, progress=print):
     from hdp_planner_flower.app import central_evaluation, model_arrays
     from hdp_planner_flower.membership import read_node_clients
     from hdp_planner_flower.strategy import HdpStrategy
-    from hdp_planner_train.simulator.scaffold import round_description
+    from hdp_planner_train.run.progress import round_description
 
     def on_round(rnd: int, entry, stats, seconds: float) -> None:
         line = round_description(p.plan, p.spec, rnd, p.rounds, entry["accuracy"], entry["loss"])
         if p.cfg.diagnostics:  # who joined and how long it took reveal participation: simulation only
             line += f" joined {'/'.join(str(j) for j in stats.joined)} ({seconds:.2f} s)"
+            line += "".join(f"; group {w.group + 1} withheld: {w.reason}" for w in stats.withheld)
         progress(line)
 
     progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.data.dataset}, {p.data.n_clients} nodes, trust "
@@ -170,7 +189,7 @@ def serve(p: Prepared, grid, account, progress=print):
         auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.data.dataset), p.cfg.seed, p.cfg.audit.canaries)
     strategy = HdpStrategy(
         p.plan, p.spec, p.groups, trust=p.cfg.trust.kind, on_round=on_round, diagnostics=p.cfg.diagnostics,
-        auditor=auditor, account=account, plan_sha256=p.plan_sha256, masks=p.cfg.masks,
+        auditor=auditor, account=account, plan_sha256=p.run_plan.sha256, masks=p.cfg.masks,
         node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None, sparse_graph=p.cfg.trust.sparse_graph,
     )  # fmt: skip
     strategy.start(
@@ -186,11 +205,14 @@ def serve(p: Prepared, grid, account, progress=print):
 
 def finish(p: Prepared, strategy) -> dict[str, Any]:
     """The trainer's metrics of the run (``base_metrics``) plus the runtime's; written to ``--out`` if given."""
-    from hdp_planner_train.simulator.scaffold import base_metrics, ledger_target, write_metrics
+    from hdp_planner_train.learning.models import model_name
+    from hdp_planner_train.run.ledger import ledger_target
+    from hdp_planner_train.run.metrics import base_metrics
+    from hdp_planner_train.run.output import write_metrics
 
     log, spec = strategy.log, p.spec
     metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.data.dataset),
-                           p.batch, p.momentum, log)  # fmt: skip
+                           p.batch, p.momentum, log, model_name(p.cfg.data.dataset))  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
         if isinstance(metrics.get(key), float) and math.isnan(metrics[key]):
             metrics[key] = None
@@ -231,7 +253,7 @@ def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
 
 
 def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
-    from hdp_planner_train.simulator.scaffold import output_folder
+    from hdp_planner_train.run.output import output_folder
 
     p = prepare(cfg)
     with output_folder(cfg.output.out):  # checked before any node starts or the ledger is charged
@@ -268,7 +290,7 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
         if p.cfg.trust.kind == "secagg":
             from hdp_planner_flower.pin import Pin
 
-            pin = Pin(str(Path(cfg.plan).resolve()), p.plan_sha256, cfg.method,
+            pin = Pin(str(Path(cfg.plan).resolve()), p.run_plan.sha256, cfg.method,
                       str(Path(cfg.ledger.groups).resolve()) if cfg.ledger.groups else None, state_dir,
                       sparse_graph=cfg.trust.sparse_graph)  # fmt: skip
         if cfg.in_process:
@@ -306,7 +328,7 @@ def run_config_server_app():
                            ledger=LedgerOptions(federation="flower", groups=text["groups"]),
                            output=OutputOptions(out=text["out"]), nodes=text["nodes"],
                            round_timeout=float(rc.get("round-timeout", 0)) or 3600.0)  # fmt: skip
-        from hdp_planner_train.simulator.scaffold import output_folder
+        from hdp_planner_train.run.output import output_folder
 
         p = prepare(cfg)
         with output_folder(cfg.output.out):  # checked before round 1 and before the ledger is charged
@@ -335,14 +357,13 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     """The trainer's secure-aggregation block (ε against third parties, and against the server with every round a
     participation) and ε against the server at the clients' cap K (each pinned client refuses past K); with hidden
     participation, the cohorts' block and each group's cap K_m."""
-    from hdp_planner.planfile.document import read_document
     from hdp_planner.planfile.trust import trust_from_dict
     from hdp_planner_train.rules.secagg import epsilon_server_spent
-    from hdp_planner_train.simulator.trainer import secagg_metrics
+    from hdp_planner_train.run.metrics import secagg_metrics
 
     block = {k: v for k, v in secagg_metrics(p.plan, p.spec, rounds, None).items() if k != "dropout_simulated"}
     if p.spec.secagg.cohorts is None:
-        cap = min(trust_from_dict(read_document(p.cfg.plan)).participations or rounds, rounds)
+        cap = min(trust_from_dict(p.run_plan.document).participations or rounds, rounds)
         block["participation_cap"] = cap
         block["epsilon_server"] = [epsilon_server_spent(p.spec, m, participations=cap, delta=p.plan.config.delta)
                                    for m in range(len(p.spec.sizes))]  # fmt: skip

@@ -22,7 +22,7 @@ Nodes are mapped to groups by the server alone: an enrolment query asks every no
 ``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
 group. A federation whose node count differs from the plan's n, a missing or repeated client id, or a reply that
 claims another group than the one it was sent stops the run with :class:`FlowerRunError`. Before each round the
-per-group ledger (the plan's spending accountant, ``hdp_planner_train.simulator.scaffold.privacy_ledger``) is checked:
+per-group ledger (the plan's spending accountant, ``hdp_planner_train.run.ledger.privacy_ledger``) is checked:
 the run stops before any group would exceed its ε.
 """
 
@@ -42,19 +42,19 @@ from flwr.serverapp.strategy import Result, Strategy
 from hdp_planner.distributed.coins import choose_cohort
 from hdp_planner.distributed.encoding import top_up
 from hdp_planner.distributed.randomness import SecureBits
+from hdp_planner.distributed.trust import TRUST_KINDS, TrustKind
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
 from hdp_planner_flower.membership import CONNECT_WAIT, FlowerRunError, default_groups, registered_members
-from hdp_planner_flower.mods import TRUST_MODELS
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
 from hdp_planner_train.audit.canaries import CanaryAuditor
 from hdp_planner_train.rounds.loop import Account, Report, RunLog, Schedule, run_rounds
 from hdp_planner_train.rules.aggregate import GroupAggregator, RoundStats, noisy_sums
 from hdp_planner_train.rules.noise_sources import NoiseSource, SecureNoise
-from hdp_planner_train.rules.secagg import release, round_plan
+from hdp_planner_train.rules.secagg import Withheld, release, round_plan, too_few_sampled
 from hdp_planner_train.rules.specs import GroupSpec
-from hdp_planner_train.simulator.scaffold import privacy_ledger
+from hdp_planner_train.run.ledger import privacy_ledger
 
 NoiseFor = Callable[[int], NoiseSource]
 """Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""
@@ -95,7 +95,7 @@ class HdpStrategy(Strategy):
         plan: Plan,
         spec: GroupSpec,
         group_of_client: np.ndarray | None = None,
-        trust: str = "server",
+        trust: TrustKind = "server",
         noise_for: NoiseFor = secure_source,
         uniform: np.random.Generator | SecureRandom | None = None,
         on_round: Report | None = None,
@@ -107,8 +107,8 @@ class HdpStrategy(Strategy):
         node_clients: dict[int, int] | None = None,
         sparse_graph: bool = False,
     ) -> None:
-        if trust not in TRUST_MODELS:
-            raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_MODELS)}, got {trust!r}")
+        if trust not in TRUST_KINDS:
+            raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_KINDS)}, got {trust!r}")
         if not spec.private:
             raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
         if auditor is not None and trust != "server":
@@ -257,10 +257,11 @@ class HdpStrategy(Strategy):
         picked = self.sample(server_round)
         self.arrays = arrays
         theta = flatten(arrays)
-        ys: list[np.ndarray | None] = [None] * len(picked)
+        ys: list[np.ndarray | Withheld] = []
         for m, nodes in enumerate(picked):
             plan = round_plan(sa, rnd=rnd, group=m)
             if len(nodes) < plan.law.threshold:
+                ys.append(too_few_sampled(m, len(nodes), plan.law.threshold))
                 continue
             law, early = plan.law, max(0, plan.law.shares - len(nodes))  # shares the server adds whoever survives
             configs = {n: fit_config(self.rules(server_round, m), config) for n in nodes}
@@ -276,15 +277,18 @@ class HdpStrategy(Strategy):
                 out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
                                    threshold=law.run_threshold(len(nodes)), masks=self.masks,
                                    timeout=timeout, sparse=self.sparse_graph, colluders=law.colluders)  # fmt: skip
-                if out is not None:
-                    totals, alive = out
-                    ys[m] = release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
-                                    SecureBits())  # fmt: skip
-        withheld = sum(y is None for y in ys)
-        sums = [torch.zeros_like(theta) if y is None else torch.as_tensor(y, dtype=theta.dtype) for y in ys]
+                if out is None:
+                    ys.append(Withheld(group=m, reason="SecAgg+ halted: fewer replies than its threshold"))
+                    continue
+                totals, alive = out
+                ys.append(release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
+                                  SecureBits()))  # fmt: skip
+        withheld = tuple(y for y in ys if isinstance(y, Withheld))
+        sums = [torch.zeros_like(theta) if isinstance(y, Withheld) else torch.as_tensor(y, dtype=theta.dtype)
+                for y in ys]  # fmt: skip
         update, measured, applied = self.aggregator.release(sums, None, self.noise_for(rnd))
         self.stats = RoundStats(list(self.joined), 0, measured, applied, withheld)
-        return unflatten(arrays, theta + update), MetricRecord({"joined": sum(self.joined), "withheld": withheld})
+        return unflatten(arrays, theta + update), MetricRecord({"joined": sum(self.joined), "withheld": len(withheld)})
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord, MetricRecord]:
         """θ + Σ_m ω_m·Top_k(y_m) for the model sent in this round; the round's statistics in ``self.stats``."""

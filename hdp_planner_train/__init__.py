@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from hdp_planner.io.lazy import lazy_getattr
 from hdp_planner_train.api import GroupSpending, RoundResult, TrainResult, train, train_config
+from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.options import (
     AuditOptions,
     DataOptions,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from hdp_planner_train.audit.canaries import CanaryAuditor, auditable
     from hdp_planner_train.rounds.loop import RunLog, Schedule, run_rounds
     from hdp_planner_train.rules.aggregate import GroupAggregator
-    from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
+    from hdp_planner_train.simulator.scaffold import TrainConfig
 
 TORCH_HINT = "pip install torch==2.13.0 && pip install -e '.[train]'"
 
@@ -43,7 +44,6 @@ __getattr__ = lazy_getattr(
         "RunLog": "hdp_planner_train.rounds.loop",
         "Schedule": "hdp_planner_train.rounds.loop",
         "TrainConfig": "hdp_planner_train.simulator.scaffold",
-        "TrainError": "hdp_planner_train.simulator.scaffold",
         "run_rounds": "hdp_planner_train.rounds.loop",
         "auditable": "hdp_planner_train.audit.canaries",
     },

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hdp_planner.planning.plan import Plan
+    from hdp_planner_train.run.plan import RunPlan
     from hdp_planner_train.simulator.scaffold import TrainConfig
 
 __all__ = ["GroupSpending", "RoundResult", "TrainResult", "train", "train_config"]
@@ -115,12 +117,12 @@ def _number(x: object, missing: float) -> float:
     return missing if x is None else float(x)  # type: ignore[arg-type]
 
 
-def train(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **options: Any) -> TrainResult:
-    """Train ``method`` of the plan file ``plan``, as ``hdp-plan train`` does (no progress bar unless
-    ``progress=True``).
+def train(plan: str | os.PathLike[str] | Plan | RunPlan, *, method: str = "gdpfed+", **options: Any) -> TrainResult:
+    """Train ``method`` of ``plan``, as ``hdp-plan train`` does (no progress bar unless ``progress=True``).
 
     Args:
-        plan: The plan file.
+        plan: A plan file's path, a :class:`~hdp_planner.planning.plan.Plan` (a trusted server's) or a
+            :class:`~hdp_planner_train.run.plan.RunPlan` already read.
         method: A ``--method`` key of the plan.
         **options: As :func:`train_config` takes them (``dataset``, ``rounds``, ``clients``, ``seed``, ``out``,
             ``noise``, ``trust``, ``audit``, …), flat by name or as whole groups.
@@ -132,12 +134,16 @@ def train(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **options: A
         TrainError: A setting the run refuses, with the one-line message the command line prints.
         PlanFileError: The plan file cannot be read or is inconsistent.
     """
+    from hdp_planner.planning.plan import Plan
     from hdp_planner_train.run.options import OutputOptions
+    from hdp_planner_train.run.plan import RunPlan
     from hdp_planner_train.simulator.trainer import run
 
     if not isinstance(options.get("output"), OutputOptions):
         options.setdefault("progress", False)
-    return TrainResult.from_metrics(run(train_config(plan, method=method, **options)))
+    bound = RunPlan.of(plan) if isinstance(plan, Plan) else plan if isinstance(plan, RunPlan) else None
+    cfg = train_config(plan if bound is None else bound.source, method=method, **options)
+    return TrainResult.from_metrics(run(cfg, bound))
 
 
 def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **options: Any) -> TrainConfig:
@@ -158,8 +164,9 @@ def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **opt
     Raises:
         TrainError: An unknown option name.
     """
+    from hdp_planner_train.run.errors import TrainError
     from hdp_planner_train.run.options import gather_options
-    from hdp_planner_train.simulator.scaffold import TrainConfig, TrainError
+    from hdp_planner_train.simulator.scaffold import TrainConfig
 
     options = gather_options(TrainConfig, options)
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TrainConfig)})

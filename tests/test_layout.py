@@ -25,11 +25,11 @@ LAYERS = (
     "hdp_planner.audit",  # canary statistics (empirical ε)
     "hdp_planner.report",  # sweeps and figures (matplotlib)
     "hdp_planner",  # the public API (re-exports)
-    "hdp_planner_train.run",  # a run's option groups (simulator, compare and Flower)
     "hdp_planner_train.rules",  # the round rules in torch (simulator and Flower)
     "hdp_planner_train.learning",  # datasets, partitions, models, local training (simulator and Flower's clients)
     "hdp_planner_train.audit",  # canaries in a run
     "hdp_planner_train.rounds",  # the round loop with hooks (simulator and Flower)
+    "hdp_planner_train.run",  # a run's options, plan, trust, ledger, progress, metrics and output (simulator, Flower)
     "hdp_planner_train.simulator",  # the run scaffold, trainers, compare
     "hdp_planner_train",  # the Python API (train, TrainResult) and the install hint
     "hdp_planner_flower",  # the same rounds on Flower
@@ -142,6 +142,35 @@ def test_lower_layers_never_import_higher_ones():
         if _layer(t) > _layer(name)
     ]
     assert not wrong, "\n".join(wrong)
+
+
+SIMULATOR_RUNS = ("scaffold", "trainer", "compare", "personal", "private_selection", "checkpoint", "interrupts")
+"""The simulator's own runs: Flower shares the run layer (``hdp_planner_train.run``) with them, never imports them."""
+
+
+def test_flower_imports_no_simulator_run():
+    wrong = [
+        f"{name} imports {t}"
+        for name, targets in GRAPH.items()
+        if name.split(".")[0] == "hdp_planner_flower"
+        for t in sorted(targets)
+        if t.rpartition(".")[0] == "hdp_planner_train.simulator" and t.rpartition(".")[2] in SIMULATOR_RUNS
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_trust_models_are_listed_once():
+    """Every layer checks a trust model against ``hdp_planner.distributed.trust.TRUST_KINDS``, never its own list."""
+    home = MODULES["hdp_planner.distributed.trust"]
+    lists = [
+        name
+        for name, path in MODULES.items()
+        if path != home
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+        and {e.value for e in node.elts if isinstance(e, ast.Constant)} >= {"server", "secagg"}
+    ]
+    assert not lists, ", ".join(lists)
 
 
 def test_the_cycle_finder_finds_a_circle():

@@ -22,7 +22,8 @@ from hdp_planner.planning.plan import MethodNoise, Plan
 from hdp_planner.rules.noise import lambda_exact
 
 TrustKind = Literal["server", "secagg"]
-TRUST_KINDS: tuple[str, ...] = ("server", "secagg")
+TRUST_KINDS: tuple[TrustKind, ...] = ("server", "secagg")
+"""The trust models, the one list every layer checks against: a trusted server, or secure aggregation."""
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.trust import secagg_row
 from hdp_planner.ledger.composition import GroupRound
 from hdp_planner.planfile.document import budgets_digest_of, plan_to_dict
 from hdp_planner.planfile.mechanism import executed_mechanism
-from hdp_planner.planfile.trust import trust_from_dict
+from hdp_planner.planfile.trust import recorded_row, trust_from_dict
 from hdp_planner.planning.budgets import read_assignment
 from hdp_planner.planning.plan import Plan
 
@@ -45,8 +46,13 @@ def plan_digest(plan: Plan) -> str:
 
 def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[GroupRound]]:
     """Rounds ``start``..``rounds``−1 of ``row`` as executed (:func:`executed_mechanism`: q_m, effective σ_m of the
-    round's phase), each recorded with the plan's spending accountant."""
+    round's phase), each recorded with the plan's spending accountant, and charged through it: a plan whose
+    accountant bounds the distributed discrete Gaussian (``ddg``, Zhu and Wang's amplification of α/(2σ²) + τ·d')
+    records its τ·d' (0 for the registered one), so that the ledger composes the rounds by that bound
+    (:func:`~hdp_planner.ledger.composition.compose_distributed`), not as plain sampled Gaussians."""
     mech = executed_mechanism(plan.method(row), plan.config)
+    accountant = plan.config.spending_accountant
+    tau_d = getattr(get_accountant(accountant), "tau_d", None)  # only a distributed accountant has a τ·d'
     costs = []
     for r in range(start, rounds):
         left, sigma = r, mech.phases[-1][1]
@@ -55,7 +61,7 @@ def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[G
                 sigma = phase_sigma
                 break
             left -= length
-        costs.append([GroupRound(q, s, accountant=plan.config.spending_accountant) for q, s in zip(mech.q, sigma)])
+        costs.append([GroupRound(q, s, tau_d, accountant=accountant) for q, s in zip(mech.q, sigma)])
     return costs
 
 
@@ -78,7 +84,7 @@ def executed_costs(plan: Plan, row: str, doc: Mapping[str, Any], *, start: int, 
     trust = trust_from_dict(doc)
     if trust.kind != "secagg":
         return round_costs(plan, row, start=start, rounds=rounds)
-    entry = doc["trust"]["rows"].get(row)
+    entry = recorded_row(doc, row)
     if not entry or entry.get("noise_multiplier") is None:
         raise ValueError(f"{row} has no distributed form under the plan's secagg trust model")
     m = plan.method(row)

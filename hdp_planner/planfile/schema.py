@@ -43,8 +43,13 @@ def read_document(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise PlanFileError(f"plan file {path} not found")
+    return parse_document(path.read_bytes(), path)
+
+
+def parse_document(raw: bytes, path: str | Path) -> dict[str, Any]:
+    """The plan object of a plan file's bytes ``raw`` (read from ``path``, named in the errors)."""
     try:
-        doc = json.loads(path.read_text(), parse_constant=_reject_constant)
+        doc = json.loads(raw.decode(), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
         raise PlanFileError(f"{path} is not a text file") from exc
     except json.JSONDecodeError as exc:

@@ -74,6 +74,14 @@ def trust_from_dict(doc: Mapping[str, Any]) -> TrustModel:
         raise PlanFileError(f"trust: {exc}") from exc
 
 
+def recorded_row(doc: Mapping[str, Any], row: str) -> dict[str, Any] | None:
+    """What the plan document's trust object records for ``row`` (its z_m and the numbers beside them), or None where
+    it records nothing: a trusted-server plan, or a row with no distributed form."""
+    obj = doc.get("trust")
+    rows = obj.get("rows") if isinstance(obj, dict) else None
+    return rows.get(row) if isinstance(rows, dict) else None
+
+
 def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
     """Re-derive the file's trust object from its plan and parameters; one message per difference or violation.
 

@@ -33,7 +33,7 @@ from hdp_planner_train.rules.clipping import clip_rows
 from hdp_planner_train.rules.cohort import member_coins
 from hdp_planner_train.rules.noise_sources import NoiseSource, group_noise
 from hdp_planner_train.rules.release import Observer, noisy_update, skipping
-from hdp_planner_train.rules.secagg import group_sum, round_sources
+from hdp_planner_train.rules.secagg import Withheld, group_sum, round_sources
 from hdp_planner_train.rules.specs import GroupSpec
 
 
@@ -43,7 +43,7 @@ class RoundStats:
     clipped: int  # clients whose update was scaled down
     lambda_measured: float
     lambda_applied: float
-    withheld: int = 0  # secure aggregation: groups whose sum was not released (too few survivors)
+    withheld: tuple[Withheld, ...] = ()  # secure aggregation: the groups whose sum was not released, and why
 
 
 Referee = Callable[[int, np.ndarray], None]
@@ -82,25 +82,24 @@ def aggregate(
     if spec.secagg is not None and not spec.pooled:  # the exact integer pipeline; a silent group contributes nothing
         clipped_rows = [clip_rows(r, c) for r, c in zip(rows, spec.clips)]
         clipped = sum(c for _, c in clipped_rows)
-        ys, noises, silent = [], [], set()
+        ys, noises, silent = [], [], {}  # silent: the groups that released nothing, each with why
         for m, (r, _) in enumerate(clipped_rows):
             bits, dropouts = round_sources(source.kind, getattr(source, "seed", None), rnd, m)
             coins = None if spec.secagg.cohorts is None else member_coins(
                 spec.secagg, source.kind, getattr(source, "seed", None), rnd, m, r.shape[0])  # fmt: skip
             if coins is not None and referee is not None:
                 referee(m, coins)
-            out = group_sum(r, spec=spec.secagg, rnd=rnd, group=m, bits=bits, dropouts=dropouts,
-                            coins=coins) if r.shape[0] else None  # fmt: skip
-            if out is None:
-                silent.add(m)
+            out = group_sum(r, spec=spec.secagg, rnd=rnd, group=m, bits=bits, dropouts=dropouts, coins=coins)
+            if isinstance(out, Withheld):
+                silent[m] = out
                 if observe is not None:
                     observe(m, None, None)
-            y, n = out if out is not None else (deltas.new_zeros(d), deltas.new_zeros(d))
+            y, n = (deltas.new_zeros(d), deltas.new_zeros(d)) if isinstance(out, Withheld) else out
             ys.append(y)
             noises.append(n)
-        withheld = len(silent)
+        withheld = tuple(silent.values())
         if observe is not None and silent:
-            observe = skipping(observe, silent)
+            observe = skipping(observe, set(silent))
         update, measured, applied = noisy_update(ys, noises, spec, source, public_history, observe)
         return update, RoundStats(joined, clipped, measured, applied, withheld)
     ys, noises, clipped = noisy_sums(rows, spec, sigma, source)

@@ -24,7 +24,7 @@ from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotati
 from hdp_planner.distributed.law import GroupLaw
 from hdp_planner.distributed.randomness import Bits, SecureBits, SeededBits
 from hdp_planner.distributed.rounds import group_tau_d
-from hdp_planner.planfile.trust import secagg_rows, trust_from_dict, verify_trust
+from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_from_dict, verify_trust
 from hdp_planner.rules.noise import SecureRandom
 
 
@@ -93,7 +93,7 @@ def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
     problems = verify_trust(plan, doc)
     if problems:
         raise ValueError(f"the plan fails verification: {problems[0]}")
-    entry = doc["trust"]["rows"].get(method)
+    entry = recorded_row(doc, method)
     row = next((r for r in secagg_rows(plan, trust) if r.name == method), None)
     if entry is None or row is None or row.groups is None or not spec.private:
         why = f": {row.note}" if row is not None and row.note else ""
@@ -104,21 +104,37 @@ def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
     return dataclasses.replace(spec, noise_multiplier=tuple(entry["noise_multiplier"]), secagg=secagg)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Withheld:
+    """A group's round that released nothing under secure aggregation, and why: its sum never reaches the model.
+    The reason names how many clients were sampled or survived, which depends on who took part: a run records it
+    only where it records who took part (a simulation's diagnostics)."""
+
+    group: int
+    reason: str
+
+
+def too_few_sampled(group: int, sampled: int, threshold: int) -> Withheld:
+    """The group's round withheld before any message: ``sampled`` clients, below its threshold t_m."""
+    return Withheld(group=group, reason=f"{sampled} sampled, below the threshold t = {threshold}")
+
+
 def group_sum(
     rows: torch.Tensor, *, spec: SecaggSpec, rnd: int, group: int, bits: Bits,
     dropouts: np.random.Generator | SecureRandom, coins: np.ndarray | None = None,
-) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-    """(released noisy sum, its error against the survivors' clipped contributions) of one group, or None (nothing
-    released: fewer than the run's threshold survived). ``coins``: each row's private coin (1 or 0) in a cohort
-    round; a member drops out whatever its coin."""
+) -> tuple[torch.Tensor, torch.Tensor] | Withheld:  # fmt: skip
+    """(released noisy sum, its error against the survivors' clipped contributions) of one group, or
+    :class:`Withheld` (nothing released: fewer sampled than the threshold, or fewer survived than the run's
+    threshold). ``coins``: each row's private coin (1 or 0) in a cohort round; a member drops out whatever its coin."""
     c = rows.shape[0]
     plan = round_plan(spec, rnd=rnd, group=group)
     if c < plan.law.threshold:
-        return None
+        return too_few_sampled(group, c, plan.law.threshold)
     alive = dropouts.random(c) >= spec.dropout
     survivors = int(alive.sum())
     if survivors < plan.law.run_threshold(c):
-        return None
+        return Withheld(group=group, reason=f"{survivors} of {c} survived, below the run's threshold "
+                                            f"{plan.law.run_threshold(c)}")  # fmt: skip
     coins = np.ones(c, dtype=np.int64) if coins is None else np.asarray(coins, dtype=np.int64)
     kept = torch.as_tensor(alive, device=rows.device)
     updates = rows[kept].double().cpu().numpy()

@@ -1,1 +1,4 @@
-"""A training run's building blocks, shared by the simulator, ``hdp-plan compare`` and the Flower runtime."""
+"""The run layer the simulator and Flower share: the plan a run reads once (:mod:`.plan`), its errors and settings
+(:mod:`.errors`, :mod:`.settings`), noise source (:mod:`.noise`), trust model (:mod:`.trust`), privacy ledger
+(:mod:`.ledger`), progress (:mod:`.progress`), metrics (:mod:`.metrics`) and output folder (:mod:`.output`,
+:mod:`.plots`), and Ctrl-C held over a ledger charge (:mod:`.interrupts`)."""

@@ -15,7 +15,7 @@
   file 0600, with the run folder's path), a count that only grows. A checkpoint behind that count, a run whose key
   was replaced (its folder has a record under another key), or a run with no record at all is refused. A run that
   charges a privacy ledger is also checked against the rounds the ledger released
-  (:func:`hdp_planner_train.simulator.scaffold.ledger_run`), which holds across machines.
+  (:func:`hdp_planner_train.run.ledger.ledger_run`), which holds across machines.
 
 What none of this stops is someone who can rewrite both the run's folder and the user's data folder (and the ledger).
 """

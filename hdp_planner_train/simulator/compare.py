@@ -28,7 +28,7 @@ from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.cohorts import KEY as HIDDEN_KEY
 from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, verify_hidden
 from hdp_planner.planfile.document import plan_problems, plan_to_dict
-from hdp_planner.planfile.trust import secagg_rows, trust_to_dict, verify_trust
+from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PlanConfig
 from hdp_planner_train.run.options import (
@@ -179,8 +179,9 @@ def secure_form(plan, doc: dict[str, Any], method: str) -> bool | None:
 
     if not method_spec(plan, method).private:
         return None
-    rows = doc[HIDDEN_KEY]["rows"] if doc.get(HIDDEN_KEY) is not None else doc["trust"]["rows"]
-    return REGISTRY[method].family == "fedavg" and rows.get(METHOD_NAMES[method]) is not None
+    row = METHOD_NAMES[method]
+    entry = doc[HIDDEN_KEY]["rows"].get(row) if doc.get(HIDDEN_KEY) is not None else recorded_row(doc, row)
+    return REGISTRY[method].family == "fedavg" and entry is not None
 
 
 def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None]) -> list[dict[str, Any]]:

@@ -50,7 +50,7 @@ from hdp_planner_train.learning.engines import (
     vectorized_train,
     widen,
 )
-from hdp_planner_train.learning.models import head_module_name, make_model, split_head
+from hdp_planner_train.learning.models import head_module_name, make_model, model_name, split_head
 from hdp_planner_train.rules.aggregate import GroupAggregator
 from hdp_planner_train.rules.noise_sources import noise_source
 from hdp_planner_train.rules.sampling import round_rows, sample_round
@@ -339,7 +339,7 @@ def evaluate_finetuned(
 
 def check_options(cfg) -> None:
     """Refuse --rho / --head-steps where the method does not use them, and bad values."""
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     opts = cfg.personal
     if opts.rho is not None:
@@ -354,23 +354,24 @@ def check_options(cfg) -> None:
             raise TrainError(f"--head-steps must be ≥ 0, got {opts.head_steps}")
 
 
-def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
-    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS`; same metrics, plus the privacy
-    model."""
+def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
+    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS` under ``run_plan`` (a
+    :class:`~hdp_planner_train.run.plan.RunPlan`); same metrics, plus the privacy model."""
     from hdp_planner_train.rounds.loop import RunLog
+    from hdp_planner_train.run.errors import TrainError
+    from hdp_planner_train.run.ledger import ledger_run
+    from hdp_planner_train.run.metrics import base_metrics
+    from hdp_planner_train.run.noise import noise_kind
+    from hdp_planner_train.run.output import write_metrics
     from hdp_planner_train.simulator.scaffold import (
-        TrainError,
-        base_metrics,
         device_arrays,
-        ledger_run,
-        noise_kind,
         resume_state,
         run_identity,
         save_checkpoint,
         train_rounds,
-        write_metrics,
     )
 
+    plan = run_plan.plan
     method, c = cfg.method, plan.config
     traits = REGISTRY[method].personal
     if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients
@@ -381,7 +382,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     head_steps = c.local_steps if opts.head_steps is None else int(opts.head_steps)
     engine = cfg.model.engine
     out = Path(cfg.output.out) if cfg.output.out else None
-    identity = run_identity(cfg, data, batch, momentum, rho=rho, head_steps=head_steps)
+    identity = run_identity(cfg, run_plan.sha256, data, batch, momentum, rho=rho, head_steps=head_steps)
     kind = noise_kind(cfg)
     withheld = personal and kind == "secure"  # personal heads are not private: a secure run never writes them
     if withheld and cfg.output.resume:
@@ -409,7 +410,7 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
     scratch = copy.deepcopy(model)
     shared = ~mask if personal else torch.ones_like(mask)
     client_scores: np.ndarray | None = None
-    account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
+    account = ledger_run(cfg, run_plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
 
     def step(r: int, lr: float):
         sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
@@ -482,7 +483,8 @@ def run_personal(cfg, plan, data, spec, rounds: int, batch: int, momentum: float
 
     mn = plan.method(METHOD_NAMES[method])
     d_shared = int(shared.sum())
-    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log,
+                           model_name(cfg.data.dataset, cfg.model.name))  # fmt: skip
     metrics.update(
         {
             "engine": engine,

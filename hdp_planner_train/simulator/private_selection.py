@@ -26,7 +26,6 @@ line 8): with selection ∝ p this is unbiased for Σ_k p_k f_k (eq. 5).
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +100,12 @@ def power_of_choice(losses: np.ndarray, candidates: np.ndarray, *, per_round: in
     return np.asarray(candidates)[order]
 
 
-def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, device: torch.device) -> dict[str, Any]:
+def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float, device: torch.device) -> dict:
     """:func:`hdp_planner_train.simulator.trainer.run` for :data:`SELECTION_METHODS`.
 
     Args:
         cfg: the run's configuration.
-        plan: the plan (each client takes its group's ε).
+        run_plan: the plan (each client takes its group's ε), a :class:`~hdp_planner_train.run.plan.RunPlan`.
         data: the federated data.
         rounds: the rounds to run.
         batch: B, the expected local batch.
@@ -122,17 +121,12 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
     """
     from hdp_planner_train.learning.models import make_model, model_name
     from hdp_planner_train.rounds.loop import RunLog
-    from hdp_planner_train.simulator.scaffold import (
-        SECURE_NOTE,
-        SEEDED_NOTE,
-        TrainError,
-        device_arrays,
-        global_evaluation,
-        noise_kind,
-        train_rounds,
-        write_metrics,
-    )
+    from hdp_planner_train.run.errors import TrainError
+    from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE, noise_kind
+    from hdp_planner_train.run.output import write_metrics
+    from hdp_planner_train.simulator.scaffold import device_arrays, global_evaluation, train_rounds
 
+    plan = run_plan.plan
     c, n, traits = plan.config, data.n_clients, REGISTRY[cfg.method].selection
     kind = noise_kind(cfg)  # secure: DP-SGD noise and record sampling from the OS's CSPRNG
     opts = cfg.selection
@@ -242,7 +236,7 @@ def run_selection(cfg, plan, data, rounds: int, batch: int, momentum: float, dev
                 "carried by the applied update); planned = its expectation lr²Σ_s c_s²Σ_j σ_j²/K² at the selections"
             ),
             "selected": selected_log,
-            "plan_sha256": hashlib.sha256(Path(cfg.plan).read_bytes()).hexdigest(),
+            "plan_sha256": run_plan.sha256,
         }
     )
     if kind == "seeded":  # simulation diagnostics: the noise actually drawn and the round times

@@ -52,7 +52,7 @@ class ClientPrivacy:
 
 def check_selection_options(cfg) -> None:
     """Refuse the selection options where the method does not use them, and bad values (one line each)."""
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     chosen, opts = cfg.method in SELECTION_METHODS, cfg.selection
     given = (("--noise-rule", opts.noise_rule), ("--eta", opts.eta), ("--clients-per-round", opts.per_round))
@@ -195,7 +195,7 @@ def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, 
     Raises:
         TrainError: a client whose noise cannot be calibrated.
     """
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     rates, eps = problem.rates, np.asarray(problem.epsilon)
     paper, exact = np.zeros(problem.count), np.zeros(problem.count)
@@ -263,7 +263,7 @@ def check_budgets(privacy: ClientPrivacy, steps: np.ndarray, *, delta: float, ru
     Raises:
         TrainError: a client whose ε exceeds its budget.
     """
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     spent = spent_epsilon(privacy, steps, delta=delta)
     over = np.flatnonzero(spent > privacy.epsilon * (1 + 1e-9))

@@ -17,9 +17,6 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner.ledger.runs import plan_clients
-from hdp_planner.methods.registry import REGISTRY, planner
-from hdp_planner.planfile.document import load_plan, plan_problems, read_document
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.learning.datasets import DEFAULTS
 from hdp_planner_train.learning.engines import ENGINES, PRECISIONS, clients_deltas, evaluate
@@ -28,32 +25,31 @@ from hdp_planner_train.learning.models import MODELS, make_model, model_dim, mod
 from hdp_planner_train.learning.partitions import parse_group_classes
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import GroupAggregator
-from hdp_planner_train.rules.cohort import cohort_round, epsilon_spent, planned_secure
+from hdp_planner_train.rules.cohort import cohort_round
 from hdp_planner_train.rules.noise_sources import noise_source
 from hdp_planner_train.rules.sampling import round_rows, round_seed, sample_round
-from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec
+from hdp_planner_train.rules.secagg import Withheld
+from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec
+from hdp_planner_train.run.errors import TrainError
+from hdp_planner_train.run.ledger import ledger_run
+from hdp_planner_train.run.metrics import base_metrics, secagg_metrics
+from hdp_planner_train.run.noise import noise_kind
+from hdp_planner_train.run.output import output_folder, write_metrics
+from hdp_planner_train.run.plan import RunPlan, bind_plan, check_clients, method_groups, trusted_groups
+from hdp_planner_train.run.progress import status
+from hdp_planner_train.run.trust import run_trust
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
-from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT, privacy_ledger, SEEDED_NOTE: the run's API)
+from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT: the run's API)
     CHECKPOINT,
-    SECURE_NOTE,
-    SEEDED_NOTE,
     TrainConfig,
-    TrainError,
-    base_metrics,
     check_finished,
     device_arrays,
     global_evaluation,
-    ledger_run,
-    noise_kind,
-    output_folder,
-    privacy_ledger,
     resume_state,
     run_identity,
     save_checkpoint,
-    status,
     train_rounds,
-    write_metrics,
 )
 
 
@@ -67,75 +63,9 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def secagg_spec(cfg: TrainConfig, plan, spec: GroupSpec) -> GroupSpec:
-    """The method's groups under the plan's ``secagg`` trust object (verified, :func:`~hdp_planner_train.rules.secagg.
-    planned_groups`), or its public cohorts and private coins where it was solved with ``--hide-sample``
-    (:func:`~hdp_planner_train.rules.cohort.planned_cohorts`), and the simulated dropout rate."""
-    if cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS:
-        raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
-                         "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
-    if not 0 <= cfg.noise.dropout < 1:
-        raise TrainError(f"--dropout must lie in [0, 1), got {cfg.noise.dropout}")
-    try:
-        return planned_secure(read_document(cfg.plan), plan, spec, METHOD_NAMES[spec.method], cfg.noise.dropout)
-    except ValueError as exc:
-        raise TrainError(str(exc).replace("this plan", cfg.plan)) from None
-
-
-def secagg_metrics(plan, spec: GroupSpec, rounds: int, withheld: int | None) -> dict[str, Any]:
-    """The run's privacy under secure aggregation, from the distributed accounting of the rounds run: ε against third
-    parties and against the server (every round a participation, the worst case), per group."""
-    from hdp_planner_train.rules.secagg import epsilon_server_spent, epsilon_third_parties_spent
-
-    sa, delta, groups = spec.secagg, plan.config.delta, range(len(spec.sizes))
-    if sa.cohorts is not None:  # hidden participation: the ε against the server bounds third parties' too
-        return {
-            "kind": "secagg", "hidden_participation": True, "bits": sa.bits, "survivors": sa.survivors,
-            "colluders": sa.colluders, "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
-            "cohort": [g.cohort for g in sa.cohorts], "coin": [g.coin for g in sa.cohorts],
-            "memberships": [g.memberships for g in sa.cohorts],
-            "epsilon_server": [epsilon_spent(sa, m, rounds=rounds, delta=delta) for m in groups],
-            "coins": "OS CSPRNG" if withheld is None else "seeded: a simulation's, regenerated from the seed",
-            **({"group_rounds_withheld": withheld} if withheld is not None else {}),
-        }  # fmt: skip
-    doc = {
-        "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
-        "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
-        "epsilon_third_parties": [epsilon_third_parties_spent(spec, m, rounds=rounds, delta=delta) for m in groups],
-        "epsilon_server_every_round": [epsilon_server_spent(spec, m, participations=rounds, delta=delta)
-                                       for m in groups],
-    }  # fmt: skip
-    if withheld is not None:  # which group-rounds released nothing depends on who took part: simulations only
-        doc["group_rounds_withheld"] = withheld
-    return doc
-
-
-def plan_trust(plan_file: str) -> str:
-    """The trust model a plan file was solved for: ``secagg`` when it holds a secure-aggregation trust object."""
-    from hdp_planner.planfile.trust import trust_from_dict
-
-    return trust_from_dict(read_document(plan_file)).kind
-
-
-def run_trust(cfg: TrainConfig, spec: GroupSpec) -> str:
-    """The trust model the run follows: ``cfg.trust.kind``, by default the plan's (:func:`plan_trust`; a method without
-    noise runs as the trusted-server reference). ``--trust server`` on a plan solved for secure aggregation would
-    show the server every clipped update it was planned never to see: refused unless ``cfg.trust.override``."""
-    if cfg.trust.kind not in (None, "server", "secagg"):
-        raise TrainError(f"--trust must be server or secagg, got {cfg.trust.kind!r}")
-    planned = plan_trust(cfg.plan)
-    if cfg.trust.kind is None:
-        return planned if spec.private else "server"
-    if cfg.trust.kind == "server" and planned == "secagg" and spec.private and not cfg.trust.override:
-        raise TrainError(
-            f"{cfg.plan} was solved for a server that is not trusted (--trust secagg): --trust server would show "
-            "the server every clipped update; add --override-trust to run it so"
-        )
-    return cfg.trust.kind
-
-
-def validate_config(cfg: TrainConfig):
-    """Validate everything before anything is written; returns (plan, data, spec, rounds, batch, momentum)."""
+def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None):
+    """Validate everything before anything is written, on ``run_plan`` (by default the plan file ``cfg.plan``, read
+    once); returns (run plan, data, spec, rounds, batch, momentum)."""
     if cfg.method not in METHOD_NAMES and cfg.method not in SELECTION_METHODS:
         names = ", ".join((*METHOD_NAMES, *SELECTION_METHODS))
         raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
@@ -152,14 +82,8 @@ def validate_config(cfg: TrainConfig):
         model_name(cfg.data.dataset, cfg.model.name)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    plan = load_plan(cfg.plan)
-    problems = plan_problems(plan)
-    if problems:
-        raise TrainError(f"plan {cfg.plan} fails verification: {problems[0]}")
-    t = plan.config.rounds
-    rounds = t if cfg.rounds is None else cfg.rounds
-    if not 1 <= rounds <= t:
-        raise TrainError(f"--rounds must be between 1 and the plan's T = {t}, got {rounds}")
+    bound, rounds = bind_plan(cfg, run_plan)
+    plan = bound.plan
     if cfg.output.eval_every < 1:
         raise TrainError(f"--eval-every must be ≥ 1, got {cfg.output.eval_every}")
     if not 0 < cfg.model.lr_decay <= 1:
@@ -185,37 +109,21 @@ def validate_config(cfg: TrainConfig):
     data = load_federated(
         split.dataset, split.data_dir, split.clients, split.dirichlet, cfg.seed, split.shards, split.iid_share, skew
     )
-    if data.n_clients != plan.config.n:
-        raise TrainError(
-            f"plan has n = {plan.config.n} clients but the {cfg.data.dataset} partition gives n = {data.n_clients}: "
-            f"re-plan with --n {data.n_clients} or train with --clients {plan.config.n}"
-        )
-    try:
-        # a selection method: each client the ε of its group in its row, as the method planning that row executes it
-        spec = method_spec(plan, cfg.method if cfg.method in METHOD_NAMES else planner(REGISTRY[cfg.method].row))
-    except ValueError as exc:
-        raise TrainError(f"{cfg.plan}: {exc}") from None
-    try:  # a plan made from per-client budgets runs only with the clients' own groups file
-        plan_clients(plan, METHOD_NAMES[spec.method], read_document(cfg.plan), cfg.ledger.groups)
-    except ValueError as exc:
-        raise TrainError(str(exc)) from None
-    if run_trust(cfg, spec) == "secagg":
-        spec = secagg_spec(cfg, plan, spec)
-    if cfg.audit.enabled:
-        from hdp_planner_train.audit.canaries import check_auditable
-
-        try:
-            check_auditable(spec)
-        except ValueError as exc:
-            raise TrainError(str(exc)) from None
-    return plan, data, spec, rounds, batch, momentum
+    check_clients(cfg, plan, data.n_clients)
+    spec = method_groups(cfg, bound)
+    family = cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS
+    if family and run_trust(cfg, spec, bound.trust) == "secagg":
+        raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
+                         "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
+    spec = trusted_groups(cfg, bound, spec)
+    return bound, data, spec, rounds, batch, momentum
 
 
-def run(cfg: TrainConfig) -> dict[str, Any]:
-    """Train ``cfg.method`` on ``cfg.data.dataset`` under ``cfg.plan``; writes metrics (and checkpoints) to
-    ``cfg.output.out``, which is checked before round 1 (:func:`output_folder`) and never holds a finished run unless
-    ``cfg.output.overwrite``."""
-    plan, data, spec, rounds, batch, momentum = validate_config(cfg)
+def run(cfg: TrainConfig, run_plan: RunPlan | None = None) -> dict[str, Any]:
+    """Train ``cfg.method`` on ``cfg.data.dataset`` under ``run_plan`` (by default the plan file ``cfg.plan``, read
+    once); writes metrics (and checkpoints) to ``cfg.output.out``, which is checked before round 1
+    (:func:`output_folder`) and never holds a finished run unless ``cfg.output.overwrite``."""
+    plan, data, spec, rounds, batch, momentum = validate_config(cfg, run_plan)
     device = _device(cfg.model.device)
     check_finished(cfg)
     with output_folder(cfg.output.out):
@@ -226,20 +134,23 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         return run_fedavg(cfg, plan, data, spec, rounds, batch, momentum, device)
 
 
-def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch: int, momentum: float, device):
+def run_fedavg(
+    cfg: TrainConfig, run_plan: RunPlan, data, spec: GroupSpec, rounds: int, batch: int, momentum: float, device
+):
     """The FedAvg family's run (GDPFed Algorithm 2): :func:`run` once the configuration is checked."""
     out = Path(cfg.output.out) if cfg.output.out else None
-    identity = run_identity(
-        cfg, data, batch, momentum, audit=(cfg.audit.canaries or "default") if cfg.audit.enabled else None
-    )
+    plan = run_plan.plan
+    audit = (cfg.audit.canaries or "default") if cfg.audit.enabled else None
+    identity = run_identity(cfg, run_plan.sha256, data, batch, momentum, audit=audit)
     state = resume_state(cfg, identity, rounds)
 
     torch.manual_seed(cfg.seed)
     model = make_model(cfg.data.dataset, data.num_classes, cfg.model.name).to(device)
     theta = parameters_to_vector(model.parameters()).detach()
     if spec.secagg is not None and spec.secagg.model_dim != theta.numel():
-        raise TrainError(f"{cfg.plan}'s trust object was planned for d = {spec.secagg.model_dim}, this model has "
-                         f"d = {theta.numel()}: re-plan with --trust secagg --model-dim {theta.numel()}")  # fmt: skip
+        d = theta.numel()
+        raise TrainError(f"{run_plan.source}'s trust object was planned for d = {spec.secagg.model_dim}, this model "
+                         f"has d = {d}: re-plan with --trust secagg --model-dim {d}")  # fmt: skip
     if spec.projection is not None and spec.projection.model_dim != theta.numel():
         raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, theta.numel(), data.num_classes))
     x_train, y_train, x_test, y_test = device_arrays(data, device)
@@ -267,8 +178,8 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     vector_to_parameters(theta.clone(), model.parameters())
 
     c = plan.config
-    account = ledger_run(cfg, plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
-    withheld = 0  # secure aggregation: group sums not released this run
+    account = ledger_run(cfg, run_plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
+    withheld: list[tuple[int, Withheld]] = []  # secure aggregation: the group sums not released this run, by round
     cohorts = spec.secagg.cohorts if spec.secagg is not None else None
     canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients
     used = [np.zeros(s + e, np.int64) for s, e in zip(spec.sizes, canaries)]  # hidden participation: memberships
@@ -276,7 +187,6 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
         used = [np.asarray(u, dtype=np.int64) for u in state["cohort_memberships"]]
 
     def step(r: int, lr: float):
-        nonlocal withheld
         extra = auditor.extra if auditor is not None else None
         if cohorts is not None:
             rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 0))
@@ -298,7 +208,7 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
         update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe, referee=referee)
         if auditor is not None:
             stats = auditor.real_stats(stats)
-        withheld += stats.withheld
+        withheld.extend((r, w) for w in stats.withheld)
 
         def apply_update() -> None:
             nonlocal theta
@@ -320,11 +230,12 @@ def run_fedavg(cfg: TrainConfig, plan, data, spec: GroupSpec, rounds: int, batch
     train_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=global_evaluation(model, x_test, y_test),
                checkpoint=checkpoint if out else None)  # fmt: skip
 
-    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log)
+    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log,
+                           model_name(cfg.data.dataset, cfg.model.name))  # fmt: skip
     if spec.secagg is not None:
         metrics["trust"] = secagg_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
     else:
-        planned = plan_trust(cfg.plan)
+        planned = run_plan.trust
         metrics["trust"] = {"kind": "server", **({"plan_trust": planned} if planned != "server" else {})}
     if cfg.data.group_classes is not None:  # accuracy on each privacy group's own classes (DP-FedAvg: 1 group)
         classes = parse_group_classes(cfg.data.group_classes, len(plan.groups.size), data.num_classes)

@@ -185,7 +185,7 @@ def test_ctrl_c_stops_a_flower_run_within_seconds(tmp_path):
 def test_progress_line_names_every_groups_spending():
     pytest.importorskip("torch")
     from hdp_planner_train.rules.specs import method_spec
-    from hdp_planner_train.simulator.scaffold import round_description
+    from hdp_planner_train.run.progress import round_description
 
     p = plan([0.5, 1.5, 3.0], n=600, rounds=10, q=0.1)
     line = round_description(p, method_spec(p, "gdpfed+"), 10, 10, 50.0, 1.0)

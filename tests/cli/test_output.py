@@ -99,7 +99,7 @@ def test_a_wide_table_is_split_with_its_key_column_and_every_cell_kept():
 
 
 def test_progress_bar_stacks_its_description_in_80_columns():
-    from hdp_planner_train.simulator.scaffold import progress_bar
+    from hdp_planner_train.run.progress import progress_bar
 
     target = Console(width=80, file=io.StringIO(), record=True)  # not a terminal: the last frame only
     line = "round 12/50 acc 81.25% loss 0.512 ε spent/budget 0.213/0.5 0.64/1.5 1.28/3"

@@ -304,8 +304,10 @@ def test_secagg_counts_its_sample_against_the_grids_nodes():
     ],
 )
 def test_which_runs_the_ledger_charges(settings, charged, monkeypatch):
+    from hdp_planner_train.run.ledger import ledger_target
+    from hdp_planner_train.run.noise import noise_kind
     from hdp_planner_train.run.options import configure
-    from hdp_planner_train.simulator.scaffold import TrainConfig, ledger_target, noise_kind
+    from hdp_planner_train.simulator.scaffold import TrainConfig
 
     monkeypatch.setenv("HDP_PLANNER_LEDGER", "default.sqlite")
     cfg = configure(TrainConfig, plan="plan.json", dataset=settings.pop("dataset", "digits"), out="run", **settings)

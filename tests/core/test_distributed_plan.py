@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from hdp_planner import plan
 from hdp_planner.distributed.trust import TrustModel, secagg_row
-from hdp_planner.planfile.trust import secagg_rows, trust_to_dict, verify_trust
+from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner_cli.app import app
 
 runner = CliRunner()
@@ -68,6 +68,17 @@ def test_a_server_plan_has_nothing_to_verify(small):
     p = small[0]
     assert verify_trust(p, {}) == []
     assert secagg_row(p.groups, p, TrustModel(kind="secagg", model_dim=10)).lambda_secagg > p.groups.lambda_exact
+
+
+def test_the_trust_object_records_each_calibrated_row(small):
+    _, _, rows, doc = small
+    for r in rows:
+        entry = recorded_row(doc, r.name)
+        assert (entry is None) == (r.groups is None)
+        if entry is not None:
+            assert entry["noise_multiplier"] == [g.noise_multiplier for g in r.groups]
+    assert recorded_row(doc, "no such row") is None
+    assert recorded_row({}, "GDPFed+") is None  # a trusted-server plan records no rows
 
 
 def test_solve_secagg_writes_a_plan_verify_accepts_and_refuses_when_edited(tmp_path):

@@ -52,6 +52,27 @@ def test_a_pld_plan_spends_its_budget_through_the_ledger_api(tmp_path, pld_plan)
                        planned=round_costs(p, p.groups.name, start=0, rounds=1))  # fmt: skip
 
 
+def test_a_ddg_plan_is_charged_through_its_accountant(tmp_path):
+    """A trusted-server plan calibrated with the distributed discrete Gaussian's accountant is charged by that bound
+    (what its run reports), not as plain sampled Gaussian rounds (RDP's, smaller): the ledger and the run agree."""
+    p = plan((1.0, 2.0, 4.0), 120, rounds=4, q=0.2, clip=1.0, accountant="ddg")
+    costs = round_costs(p, p.groups.name, start=0, rounds=4)
+    assert all(g.tau_d == 0.0 and g.accountant == "ddg" for r in costs for g in r)
+    membership, budgets = simulated_clients(p, p.groups.name)
+    book = Ledger(str(tmp_path / "l.sqlite"))
+    run_id = book.start_run(federation="f", label="ddg", plan_sha256="0" * 64, membership=membership,
+                            budgets_of=budgets, delta=p.config.delta, planned=costs)  # fmt: skip
+    for r in range(4):
+        book.release(run_id, r)
+    book.finish(run_id)
+    spent = {s.client_id: s.epsilon_spent for s in book.spending("f")}
+    rdp = _rdp(p, 4)
+    for m in range(3):
+        charged = spent[str(sum(p.groups.size[:m]))]
+        assert charged == pytest.approx(p.groups.epsilon_spent[m], rel=1e-9)
+        assert rdp[m] < charged <= p.groups.epsilon[m] * (1 + 1e-9)
+
+
 def test_mixed_rounds_take_the_smallest_valid_bound():
     """σ and q mixed: PLD (dp-accounting's PLDAccountant) is used where a round was planned by PLD, and the result
     is at most RDP's and at least either part alone (composition never reports less than a part of itself)."""

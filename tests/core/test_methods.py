@@ -136,9 +136,9 @@ def test_family_traits_are_declared_where_they_belong():
 def test_the_trainers_options_follow_the_declared_traits(key, option, value, refused):
     pytest.importorskip("torch")
     from hdp_planner_train.api import train_config
+    from hdp_planner_train.run.errors import TrainError
     from hdp_planner_train.simulator.personal import check_options
     from hdp_planner_train.simulator.private_selection import check_selection_options
-    from hdp_planner_train.simulator.scaffold import TrainError
 
     cfg = train_config("plan.json", method=key, **{option: value})
     if refused:

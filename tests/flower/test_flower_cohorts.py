@@ -108,7 +108,7 @@ def test_heads_and_tails_send_the_same_fields_sizes_and_stages(cohort_plan, tmp_
     grid = InProcessGrid(client_app(step, pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
     strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=2, train_config=SETTINGS.record())
-    assert strategy.log.next_round == 2 and strategy.stats.withheld == 0
+    assert strategy.log.next_round == 2 and len(strategy.stats.withheld) == 0
     cohorts = strategy.spec.secagg.cohorts
     assert [len(c) for c in named] == [g.cohort for g in cohorts] * 2
     assert len(trained) == len(coins) == 2 * sum(g.cohort for g in cohorts)  # every member trained, heads or tails
@@ -143,7 +143,7 @@ def test_a_cohort_of_another_size_than_the_plans_is_refused(cohort_plan, tmp_pat
     strategy = strategy_for(cohort_plan)
     arrays = model_arrays("digits", 10, SEED)
     strategy.start(grid, arrays, num_rounds=1, train_config=SETTINGS.record())
-    assert strategy.stats.withheld == 3
+    assert len(strategy.stats.withheld) == 3
     assert any(r.has_error() and "announces a cohort of" in r.error.reason for r in grid.received)
 
 
@@ -174,7 +174,7 @@ def test_a_member_whose_training_fails_sends_its_share_and_does_not_drop_out(coh
     grid = InProcessGrid(client_app(failing, pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
     strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
-    assert strategy.stats.withheld == 0
+    assert len(strategy.stats.withheld) == 0
     assert not any(r.has_error() for r in grid.received)
 
 
@@ -193,5 +193,5 @@ def test_members_past_their_groups_k_memberships_refuse(cohort_plan, tmp_path):
     grid = InProcessGrid(client_app(pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
     strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
-    assert strategy.stats.withheld == 3
+    assert len(strategy.stats.withheld) == 3
     assert any(r.has_error() and f"cap K = {k}" in r.error.reason for r in grid.received)

@@ -20,6 +20,7 @@ from hdp_planner_train.learning.federated import load_federated  # noqa: E402
 from hdp_planner_train.learning.models import make_model, split_head  # noqa: E402
 from hdp_planner_train.learning.partitions import pathological_partition  # noqa: E402
 from hdp_planner_train.rules.specs import method_spec  # noqa: E402
+from hdp_planner_train.run.ledger import privacy_ledger  # noqa: E402
 from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator import personal  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
@@ -32,7 +33,7 @@ from hdp_planner_train.simulator.personal import (  # noqa: E402
     label_distribution,
     sam_step,
 )
-from hdp_planner_train.simulator.trainer import CHECKPOINT, TrainConfig, TrainError, privacy_ledger, run  # noqa: E402
+from hdp_planner_train.simulator.trainer import CHECKPOINT, TrainConfig, TrainError, run  # noqa: E402
 
 ROUNDS = 4
 

@@ -394,7 +394,7 @@ def test_train_refuses_a_tampered_plan_or_executes_within_every_budget(tmp_path_
         p, _, spec, _, _, _ = validate_config(cfg)
     except (TrainError, PlanFileError):
         return
-    assert_within_budgets(spec, client_budgets(original), p.config.rounds, original["config"]["delta"])
+    assert_within_budgets(spec, client_budgets(original), p.plan.config.rounds, original["config"]["delta"])
 
 
 def test_the_independent_check_catches_finding_1():

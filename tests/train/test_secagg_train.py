@@ -17,7 +17,7 @@ from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
 from hdp_planner.distributed.trust import TrustModel  # noqa: E402
 from hdp_planner.planfile.document import plan_to_dict  # noqa: E402
 from hdp_planner.planfile.trust import secagg_rows, trust_to_dict  # noqa: E402
-from hdp_planner_train.rules.secagg import SecaggSpec, group_sum  # noqa: E402
+from hdp_planner_train.rules.secagg import SecaggSpec, Withheld, group_sum  # noqa: E402
 from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run  # noqa: E402
@@ -43,9 +43,12 @@ def test_group_sum_is_the_clipped_sum_plus_the_planned_noise():
 def test_fewer_than_the_threshold_release_nothing():
     rows = torch.randn(10, 4000, dtype=torch.float64)
     spec = SecaggSpec(bits=20, survivors=0.9, colluders=0, model_dim=4000, laws=(LAW,), dropout=0.99)
-    assert group_sum(rows, spec=spec, rnd=0, group=0, bits=SeededBits(3), dropouts=np.random.default_rng(0)) is None
+    dropped = group_sum(rows, spec=spec, rnd=0, group=0, bits=SeededBits(3), dropouts=np.random.default_rng(0))
+    assert isinstance(dropped, Withheld) and dropped.group == 0
+    assert dropped.reason.endswith(f"of 10 survived, below the run's threshold {LAW.run_threshold(10)}")
     few = rows[: LAW.threshold - 1]  # sampled below t: not even run
-    assert group_sum(few, spec=SPEC, rnd=0, group=0, bits=SeededBits(3), dropouts=np.random.default_rng(0)) is None
+    unrun = group_sum(few, spec=SPEC, rnd=0, group=0, bits=SeededBits(3), dropouts=np.random.default_rng(0))
+    assert unrun == Withheld(group=0, reason=f"{LAW.threshold - 1} sampled, below the threshold t = {LAW.threshold}")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,8 @@ def test_train_secagg_reports_the_distributed_accounting(plan_files, tmp_path):
     state = load_checkpoint(tmp_path / "run")
     assert not {k for k in state if "share" in k or "bits" in k}  # no share and no noise seed is written
     seeded = run(_cfg(plan_files["secagg"], tmp_path / "seeded", noise="seeded", dropout=0.5))
-    assert seeded["trust"]["group_rounds_withheld"] > 0
+    assert seeded["trust"]["group_rounds_withheld"] == len(seeded["trust"]["withheld"]) > 0  # each with why
+    assert all("below" in w["reason"] and 1 <= w["group"] <= 3 for w in seeded["trust"]["withheld"])
 
 
 @pytest.mark.parametrize(

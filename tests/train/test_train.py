@@ -458,7 +458,7 @@ def test_a_diverged_run_is_still_recorded(tmp_path):
     """A loss that became NaN is written as null with "diverged": true (metrics.json refuses NaN itself)."""
     import json
 
-    from hdp_planner_train.simulator.trainer import write_metrics
+    from hdp_planner_train.run.output import write_metrics
 
     metrics = {"final_loss": float("nan"), "history": [{"round": 1, "accuracy": 10.0, "loss": float("nan")}],
                "epsilon_spent": [{"epsilon_spent": 0.5}], "noise": [float("inf"), 1.0]}  # fmt: skip
@@ -490,9 +490,44 @@ def test_train_from_python_returns_a_typed_result_equal_to_the_command_line(plan
     assert all(g.epsilon_spent == float("inf") for g in unnoised.epsilon_spent)
 
 
+def test_a_run_reads_its_plan_file_once(plan_file, tmp_path, monkeypatch):
+    """The plan is read, verified and bound once (a RunPlan): the checkpoint's identity, the ledger's clients and the
+    trust model come from that read, never from the file again."""
+    from pathlib import Path
+
+    from hdp_planner_train import train
+
+    reads = []
+    for name in ("read_bytes", "read_text"):
+        real = getattr(Path, name)
+
+        def counting(self, *args, real=real, name=name, **kwargs):
+            if self.resolve() == Path(plan_file).resolve():
+                reads.append(name)
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, name, counting)
+    train(plan_file, method="gdpfed+", dataset="digits", rounds=1, noise="seeded", out=str(tmp_path / "run"),
+          ledger=str(tmp_path / "l.sqlite"))  # fmt: skip
+    assert reads == ["read_bytes"]
+
+
+def test_train_takes_a_plan_object_or_a_bound_plan(digits_plan, plan_file):
+    from hdp_planner_train import train
+    from hdp_planner_train.run.plan import IN_MEMORY, RunPlan
+
+    from_file = train(plan_file, method="gdpfed+", dataset="digits", rounds=1, noise="seeded", seed=3)
+    from_plan = train(digits_plan, method="gdpfed+", dataset="digits", rounds=1, noise="seeded", seed=3)
+    bound = RunPlan.read(plan_file)
+    from_bound = train(bound, method="gdpfed+", dataset="digits", rounds=1, noise="seeded", seed=3)
+    assert from_plan.history == from_file.history == from_bound.history
+    assert from_plan.epsilon_spent == from_file.epsilon_spent
+    assert RunPlan.of(digits_plan).source == IN_MEMORY and RunPlan.of(digits_plan).trust == "server"
+
+
 def test_train_refuses_an_unknown_option(plan_file):
     from hdp_planner_train import train
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     with pytest.raises(TrainError, match=r"unknown training option.*roundz"):
         train(plan_file, method="gdpfed+", dataset="digits", roundz=2)
@@ -518,7 +553,7 @@ def test_a_family_option_goes_into_its_family_dataclass(plan_file):
 
 def test_a_family_option_is_refused_for_another_family(plan_file):
     from hdp_planner_train import train
-    from hdp_planner_train.simulator.scaffold import TrainError
+    from hdp_planner_train.run.errors import TrainError
 
     with pytest.raises(TrainError, match=r"--rho \(SAM radius\) applies to dp2-fedsam and dp-fedsam, not gdpfed\+"):
         train(plan_file, method="gdpfed+", dataset="digits", rho=0.1, rounds=1, noise="seeded")

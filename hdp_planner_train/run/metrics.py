@@ -1,0 +1,94 @@
+"""The metrics every plan-noised run reports, the simulator's and Flower's alike."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hdp_planner_train.rounds.loop import RunLog
+from hdp_planner_train.rules.cohort import epsilon_spent
+from hdp_planner_train.rules.secagg import Withheld
+from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec
+from hdp_planner_train.run.ledger import ledger_target, privacy_ledger
+from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE, noise_kind
+from hdp_planner_train.run.settings import RunSettings
+
+
+def planned_lambda(plan, spec) -> float:
+    """The Λ the run's noise should have: the row's exact Λ, or under secure aggregation the trust object's."""
+    if not spec.private:
+        return 0.0
+    if spec.secagg is not None and spec.secagg.planned_lambda is not None:
+        return float(spec.secagg.planned_lambda)
+    return plan.method(METHOD_NAMES[spec.method]).lambda_exact
+
+
+def base_metrics(cfg: RunSettings, plan, spec, data, device, rounds: int, d: int, batch: int, momentum: float,
+                 log: RunLog, model: str) -> dict[str, Any]:  # fmt: skip
+    """The metrics every plan-noised method reports (settings, model, accuracy history, ε spent, Λ measured vs
+    planned)."""
+    c = plan.config
+    return {
+        "method": cfg.method,
+        "plan_method": METHOD_NAMES[spec.method],
+        "dataset": cfg.data.dataset,
+        "model": model,
+        "device": str(device),
+        "precision": cfg.model.precision,
+        "seed": cfg.seed,
+        "rounds": rounds,
+        "plan_rounds": c.rounds,
+        "clients": data.n_clients,
+        "d": d,
+        "batch_size": batch,
+        "momentum": momentum,
+        "lr": c.lr,
+        "lr_decay": cfg.model.lr_decay,
+        "local_steps": c.local_steps,
+        "epsilon_spent": privacy_ledger(plan, spec, rounds),
+        "noise_source": noise_kind(cfg),
+        "noise_note": SEEDED_NOTE if noise_kind(cfg) == "seeded" else SECURE_NOTE,
+        "noise_lambda_planned": planned_lambda(plan, spec),
+        "ledger": ledger_target(cfg, noise_kind(cfg) == "secure")[1] if spec.private else "not charged: no noise",
+        **log.summary(),
+    }
+
+
+def secagg_metrics(
+    plan, spec: GroupSpec, rounds: int, withheld: Sequence[tuple[int, Withheld]] | None
+) -> dict[str, Any]:
+    """The run's privacy under secure aggregation, from the distributed accounting of the rounds run: ε against third
+    parties and against the server (every round a participation, the worst case), per group. ``withheld``: the
+    group-rounds (round index, :class:`~hdp_planner_train.rules.secagg.Withheld`) that released nothing, recorded
+    with how many and why (a simulation's; None for a secure run, as they depend on who took part)."""
+    from hdp_planner_train.rules.secagg import epsilon_server_spent, epsilon_third_parties_spent
+
+    sa, delta, groups = spec.secagg, plan.config.delta, range(len(spec.sizes))
+    if sa.cohorts is not None:  # hidden participation: the ε against the server bounds third parties' too
+        return {
+            "kind": "secagg", "hidden_participation": True, "bits": sa.bits, "survivors": sa.survivors,
+            "colluders": sa.colluders, "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
+            "cohort": [g.cohort for g in sa.cohorts], "coin": [g.coin for g in sa.cohorts],
+            "memberships": [g.memberships for g in sa.cohorts],
+            "epsilon_server": [epsilon_spent(sa, m, rounds=rounds, delta=delta) for m in groups],
+            "coins": "OS CSPRNG" if withheld is None else "seeded: a simulation's, regenerated from the seed",
+            **(withheld_metrics(withheld) if withheld is not None else {}),
+        }  # fmt: skip
+    doc = {
+        "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
+        "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
+        "epsilon_third_parties": [epsilon_third_parties_spent(spec, m, rounds=rounds, delta=delta) for m in groups],
+        "epsilon_server_every_round": [epsilon_server_spent(spec, m, participations=rounds, delta=delta)
+                                       for m in groups],
+    }  # fmt: skip
+    if withheld is not None:  # which group-rounds released nothing depends on who took part: simulations only
+        doc.update(withheld_metrics(withheld))
+    return doc
+
+
+def withheld_metrics(withheld: Sequence[tuple[int, Withheld]]) -> dict[str, Any]:
+    """How many group-rounds released nothing and, where any did, each one's round, group and reason."""
+    doc: dict[str, Any] = {"group_rounds_withheld": len(withheld)}
+    if withheld:
+        doc["withheld"] = [{"round": r + 1, "group": w.group + 1, "reason": w.reason} for r, w in withheld]
+    return doc
