@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,16 +42,26 @@ TRUST_NOTES = {
 
 @dataclass(frozen=True, kw_only=True)
 class FlowerConfig:
-    """A Flower run (``hdp-plan flower``): ``method`` of the plan file ``plan`` for ``rounds`` rounds (None: the
-    plan's T) from ``seed``, with the shared option groups (:mod:`hdp_planner_train.run.options`: the data, the
-    trust model, none of which by default is the plan's, the audit under a trusted server, the ledger, and
-    ``output.out``, the folder of metrics.json/.csv, the one output option a Flower run takes) and its own:
-    ``cpus_per_client``, Ray CPUs per virtual node; ``diagnostics``, per-round joined counts, measured noise and round
-    times (a simulation's); ``node_state``, the simulated nodes' state folder under secagg (None: the user's data
-    folder); ``in_process``, every node in this process, one after another (no Ray: InProcessGrid); ``masks`` False
-    sums secagg's messages in the clear (simulations of long runs, with ``diagnostics``); ``nodes``, a deployment's
-    registry (CSV node_id,client_id: no enrolment round); ``round_timeout``, seconds the server waits for a round's
-    replies (a dead node is a dropout after). Flower's noise is always secure."""
+    """A Flower run (``hdp-plan flower``) on the simulation engine. Flower's noise is always secure.
+
+    Args:
+        plan: The plan file.
+        method: A ``--method`` key of the plan.
+        rounds: Rounds to run (None: the plan's T).
+        seed: The run's seed (data split, initial model).
+        data: Which data, split how (:class:`~hdp_planner_train.run.options.DataOptions`; digits by default).
+        trust: Whom the clients trust (None: the plan's trust model).
+        audit: The privacy audit, under a trusted server.
+        ledger: The privacy ledger charged.
+        output: ``out``, the folder of metrics.json/.csv: the one output option a Flower run takes.
+        cpus_per_client: Ray CPUs per virtual node.
+        diagnostics: Per-round joined counts, measured noise and round times (a simulation's).
+        node_state: The simulated nodes' state folder under secagg (None: the user's data folder).
+        in_process: Every node in this process, one after another (no Ray: InProcessGrid).
+        masks: False sums secagg's messages in the clear (simulations of long runs, with ``diagnostics``).
+        nodes: A deployment's registry (CSV node_id,client_id: no enrolment round).
+        round_timeout: Seconds the server waits for a round's replies (a dead node is a dropout after).
+    """
 
     plan: str
     method: str = "gdpfed+"
@@ -241,13 +251,25 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     return metrics
 
 
-def run_flower(cfg: FlowerConfig, progress=print) -> dict[str, Any]:
-    """Run ``cfg`` on Flower's simulation engine (``run_simulation``, one virtual node per client); ``progress`` gets
-    one line per round. Raises ValueError (one-line message) for anything the user can fix. The run's ledger account
-    is opened here, before any node starts, and closed here however the run ends: on KeyboardInterrupt the rounds
-    never released are given back and the run finished, then Ray is shut down and the temporary Flower home removed
-    before the interrupt propagates (Flower's ServerApp thread may still be waiting for replies: a command line
-    ends the process, see ``hdp-plan flower``; a release it tries after that is refused by the ledger)."""
+def run_flower(cfg: FlowerConfig, progress: Callable[[str], object] = print) -> dict[str, Any]:
+    """Run ``cfg`` on Flower's simulation engine (``run_simulation``, one virtual node per client).
+
+    The run's ledger account is opened here, before any node starts, and closed here however the run ends: on
+    KeyboardInterrupt the rounds never released are given back and the run finished, then Ray is shut down and the
+    temporary Flower home removed before the interrupt propagates (Flower's ServerApp thread may still be waiting for
+    replies: a command line ends the process, see ``hdp-plan flower``; a release it tries after that is refused by the
+    ledger).
+
+    Args:
+        cfg: The run.
+        progress: Called with one line per round.
+
+    Returns:
+        The run's metrics (what metrics.json holds).
+
+    Raises:
+        ValueError: Anything the user can fix, with a one-line message.
+    """
     with offline_environment():
         return _run_flower(cfg, progress)
 

@@ -58,11 +58,17 @@ class _Group:
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class DataOptions(_Group):
-    """Which data, split how: ``dataset`` (fmnist, digits, cifar10, svhn, shakespeare), read from ``data_dir`` (None:
-    the installed public copy); ``clients``, the clients to split it among (None: the paper's n); the split, IID
-    unless ``dirichlet`` α (label skew), ``shards`` S (S classes per client), ``iid_share`` s (the selection paper's
-    mix: a share s IID, the rest label-sorted) or ``group_classes`` ("0,1,2,3/4,5,6/7,8,9": the classes of each plan
-    group) says otherwise."""
+    """Which data, split how among the clients.
+
+    Args:
+        dataset: fmnist, digits, cifar10, svhn or shakespeare.
+        data_dir: Where the dataset's files are (None: the installed public copy).
+        clients: The clients to split it among (None: the paper's n).
+        dirichlet: Dirichlet(α) label skew (None: IID; natural for shakespeare).
+        shards: Pathological non-IID: S classes per client.
+        iid_share: The selection paper's mix: a share s IID, the rest label-sorted.
+        group_classes: Group-skewed labels, the classes of each plan group ("0,1,2,3/4,5,6/7,8,9").
+    """
 
     dataset: str = "fmnist"
     data_dir: str | None = None
@@ -75,11 +81,18 @@ class DataOptions(_Group):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class ModelOptions(_Group):
-    """The model and its local optimisation: ``name``, a ``models.MODELS`` name (None: the dataset's default);
-    ``engine``, vectorized (torch.func) or loop (the reference); ``precision`` of the local forward pass (fp32, bf16;
-    updates, clipping and noise stay float32); ``batch_size`` and ``momentum`` of local SGD (None: the dataset's);
-    ``lr_decay``, the learning rate's factor per round; ``chunk``, clients per vectorized batch (None: all);
-    ``device``, auto, cpu or cuda."""
+    """The model and its local optimisation.
+
+    Args:
+        name: A ``models.MODELS`` name (None: the dataset's default); flat keyword ``model``.
+        engine: vectorized (torch.func) or loop (the reference).
+        precision: Of the local forward pass, fp32 or bf16 (updates, clipping and noise stay float32).
+        batch_size: Local SGD's batch (None: the dataset's).
+        momentum: Local SGD's momentum (None: the dataset's).
+        lr_decay: The learning rate's factor per round.
+        chunk: Clients per vectorized batch (None: all).
+        device: auto, cpu or cuda.
+    """
 
     FLAT: ClassVar[dict[str, str]] = {"model": "name"}
 
@@ -95,10 +108,14 @@ class ModelOptions(_Group):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class NoiseOptions(_Group):
-    """Where the noise comes from: ``kind`` secure (the OS's CSPRNG) or seeded (reproducible from the seed: a
-    simulation whose model is never released); None: secure when the run writes a model (``out``), else seeded.
-    ``dropout``: under secure aggregation, the probability that a sampled client drops out before the sum
-    (simulated)."""
+    """Where the noise comes from.
+
+    Args:
+        kind: secure (the OS's CSPRNG) or seeded (reproducible from the seed: a simulation whose model is never
+            released); None: secure when the run writes a model (``out``), else seeded. Flat keyword ``noise``.
+        dropout: Under secure aggregation, the probability that a sampled client drops out before the sum
+            (simulated).
+    """
 
     FLAT: ClassVar[dict[str, str]] = {"noise": "kind"}
 
@@ -108,11 +125,17 @@ class NoiseOptions(_Group):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class TrustOptions(_Group):
-    """Whom the clients trust: ``kind`` server (a trusted server adds the noise) or secagg (each group's sum through
-    the exact integer pipeline of secure aggregation); None: the plan's. ``override``: allow server on a plan solved
-    for secagg. Planning under secagg (compare): ``hide_sample`` (public cohorts and private coins), ``max_cohort``
-    (clients in a cohort at most), ``cohort_multiple`` (a cohort at most this many times its expected contributors).
-    On Flower, ``sparse_graph``: SecAgg+ over the neighbour rule's sparse graph (an honest-but-curious server)."""
+    """Whom the clients trust.
+
+    Args:
+        kind: server (a trusted server adds the noise) or secagg (each group's sum through the exact integer pipeline
+            of secure aggregation); None: the plan's. Flat keyword ``trust``.
+        override: Allow server on a plan solved for secagg. Flat keyword ``override_trust``.
+        hide_sample: Planning under secagg (compare): public cohorts and private coins.
+        max_cohort: Planning with ``hide_sample``: clients in a cohort at most.
+        cohort_multiple: Planning with ``hide_sample``: a cohort at most this many times its expected contributors.
+        sparse_graph: On Flower, SecAgg+ over the neighbour rule's sparse graph (an honest-but-curious server).
+    """
 
     FLAT: ClassVar[dict[str, str]] = {"trust": "kind", "override_trust": "override"}
 
@@ -126,8 +149,13 @@ class TrustOptions(_Group):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class AuditOptions(_Group):
-    """The privacy audit (:mod:`hdp_planner.audit`): ``enabled`` inserts canary clients and reports an empirical ε
-    per group; ``canaries`` per group, in and out together (None: min(2000, ⌊d/M⌋))."""
+    """The privacy audit (:mod:`hdp_planner.audit`).
+
+    Args:
+        enabled: Insert canary clients and report an empirical ε per group. Flat keyword ``audit``.
+        canaries: Canaries per group, in and out together (None: min(2000, ⌊d/M⌋)). Flat keyword
+            ``audit_canaries``.
+    """
 
     FLAT: ClassVar[dict[str, str]] = {"audit": "enabled", "audit_canaries": "canaries"}
 
@@ -137,10 +165,14 @@ class AuditOptions(_Group):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class LedgerOptions(_Group):
-    """The privacy ledger (:mod:`hdp_planner.ledger`): ``url``, an SQLAlchemy URL or SQLite file, none, or auto (the
-    default ledger where the run charges one; ``ledger_target`` says when); ``federation``, a name the ledger records
-    with the run (budgets are per client id); ``groups``, ``hdp-plan assign``'s file: the clients the ledger charges,
-    each with its own budget."""
+    """The privacy ledger (:mod:`hdp_planner.ledger`).
+
+    Args:
+        url: An SQLAlchemy URL or SQLite file, none, or auto (the default ledger where the run charges one;
+            ``ledger_target`` says when). Flat keyword ``ledger``.
+        federation: A name the ledger records with the run (budgets are per client id).
+        groups: ``hdp-plan assign``'s file: the clients the ledger charges, each with its own budget.
+    """
 
     FLAT: ClassVar[dict[str, str]] = {"ledger": "url"}
 
@@ -151,9 +183,16 @@ class LedgerOptions(_Group):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class OutputOptions(_Group):
-    """What the run writes and reports: ``out``, the folder of metrics.json/.csv, the plot and checkpoints (None:
-    nothing written); ``plot``, the convergence figure; ``resume`` from the checkpoint in ``out``; ``overwrite``, start
-    over in a folder that holds a run; ``eval_every``, rounds between evaluations; ``progress``, the progress bar."""
+    """What the run writes and reports.
+
+    Args:
+        out: The folder of metrics.json/.csv, the plot and checkpoints (None: nothing written).
+        plot: Write the convergence figure.
+        resume: Continue from the checkpoint in ``out``.
+        overwrite: Start over in a folder that holds a run.
+        eval_every: Rounds between evaluations.
+        progress: Show the progress bar.
+    """
 
     out: str | None = None
     plot: bool = False

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import io
 import json
 import time
@@ -185,16 +184,16 @@ def secure_form(plan, doc: dict[str, Any], method: str) -> bool | None:
 
 
 def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Train every (seed, method) under ``plan_path`` (reusing finished runs with ``resume``); one row per run."""
-    from hdp_planner.planfile.document import load_plan, read_document
+    """Train every (seed, method) under ``plan_path``, read once (reusing finished runs with ``resume``); one row per
+    run."""
     from hdp_planner_train.audit.canaries import auditable
     from hdp_planner_train.learning.models import model_name
+    from hdp_planner_train.run.plan import RunPlan
     from hdp_planner_train.simulator.scaffold import CHECKPOINT, FINISHED
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
-    plan = load_plan(plan_path)
-    doc = read_document(plan_path)
-    plan_hash = hashlib.sha256(plan_path.read_bytes()).hexdigest()
+    run_plan = RunPlan.read(plan_path)  # the one read of the plan file: every run of the grid is bound to it
+    plan, doc, plan_hash = run_plan.plan, run_plan.document, run_plan.sha256
     partition = {
         "dirichlet": cfg.data.dirichlet,
         "shards": cfg.data.shards,
@@ -238,7 +237,8 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                         resume=unfinished,
                         overwrite=not unfinished and (cfg.output.overwrite or cfg.output.resume),
                     ),
-                )
+                ),
+                run_plan,
             )
             row = {
                 "method": method,

@@ -39,10 +39,23 @@ from hdp_planner_train.simulator.options import PersonalOptions, SelectionOption
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """A simulator run (``hdp-plan train``): ``method`` of the plan file ``plan`` for ``rounds`` rounds (None: the
-    plan's T) from ``seed``, with the shared option groups (:mod:`hdp_planner_train.run.options`) and the trainer
-    families' own options (:mod:`.options`). :func:`hdp_planner_train.api.train_config` builds one from flat
-    keywords."""
+    """A simulator run (``hdp-plan train``); :func:`hdp_planner_train.api.train_config` builds one from flat keywords.
+
+    Args:
+        plan: The plan file.
+        method: A ``--method`` key of the plan.
+        rounds: Rounds to run (None: the plan's T).
+        seed: The run's seed (data split, initial model; the noise too where it is seeded).
+        data: Which data, split how (:class:`~hdp_planner_train.run.options.DataOptions`).
+        model: The model and its local optimisation.
+        noise: Where the noise comes from.
+        trust: Whom the clients trust.
+        audit: The privacy audit.
+        ledger: The privacy ledger charged.
+        output: What the run writes and reports.
+        personal: The DP²-FedSAM family's own options (:mod:`.options`).
+        selection: The client-selection family's own options.
+    """
 
     plan: str
     method: str = "gdpfed+"
