@@ -23,7 +23,11 @@ An accountant proves what the mechanism *as specified* spends; canaries measure 
 - Public cohorts, private coins. The draws are a canary's cohort memberships (which the server names), the joins
   its heads (its coin at p_m, told to the audit's referee only after the run), and ε̂ composes
   PoissonSampled(p_m, Gaussian(σ̂)) over min(T, K_m) memberships: the plan's ε against the server
-  (:func:`audit_group`'s ``offered``, ``compositions``).
+  (:func:`audit_group`'s ``offered``, ``compositions``). The tails memberships must not shift the sum
+  (:func:`silent_shift`): a coin that does not stop a tails member's contribution is caught there.
+- Dropouts (secure aggregation). A canary that drops out is neither a contribution nor a member of the released sum:
+  it is left out of the insertions and, with cohorts, of the memberships; under Poisson sampling the sampler's draws
+  are still tested against q_m (:func:`audit_group`'s ``joins``).
 - Proof. :func:`steinke_lower_bound` gives the rigorous one-run lower bound of Steinke, Nasr and Jagielski
   ("Privacy auditing with one (1) training run", NeurIPS 2023) from the same canaries.
 
@@ -50,6 +54,11 @@ noise stream gives ≈ 1."""
 SAMPLING_ALPHA = 1e-6
 """A join rate differs from q_m when its two-sided binomial p-value is below this (a correct run of 50 rounds
 and 3 groups is flagged with probability ≈ 6e-6)."""
+SILENT_MATERIAL = 0.1
+"""Memberships that must not contribute (a cohort member's tails) shift the sum when their mean shift exceeds this
+many noise units by more than the z-score of :data:`SAMPLING_ALPHA` standard errors: real clients' updates project
+onto the canary directions too (a few 0.01, as for :data:`CORRELATION_MATERIAL`), a tails member that still
+contributes shifts it by the heads' 1/σ."""
 STEINKE_GUESSES = (10, 20, 50, 100, 200, 500, 1000)
 """Numbers of top-scored canaries guessed "in" (Bonferroni over this grid keeps the bound a proof)."""
 
@@ -147,6 +156,23 @@ def shift_interval(
     return float(np.quantile(mu, tail)), float(np.quantile(mu, 1 - tail))
 
 
+def silent_shift(z: np.ndarray, silent: np.ndarray, inserted: np.ndarray) -> tuple[float | None, float, int]:
+    """The mean shift, in noise units, of the in canaries' projections at the (round, canary) pairs ``silent`` (T, K)
+    that must not contribute, against the out canaries; the one-sided p-value of a shift above
+    :data:`SILENT_MATERIAL` (normal approximation, standard error √(1/n_silent + 1/n_out)); and n_silent. (None, 1, 0)
+    when no pair is silent."""
+    zs = z[:, inserted][silent[:, inserted]]
+    zout = z[:, ~inserted].ravel()
+    if zs.size == 0 or zout.size < 2:
+        return None, 1.0, int(zs.size)
+    sd = float(np.std(zout, ddof=1))
+    if sd == 0:
+        return None, 1.0, int(zs.size)
+    mu = (float(zs.mean()) - float(zout.mean())) / sd
+    se = math.sqrt(1 / zs.size + 1 / zout.size)
+    return mu, float(stats.norm.sf((mu - SILENT_MATERIAL) / se)), int(zs.size)
+
+
 def lag_correlation(z_out: np.ndarray) -> tuple[float | None, float | None]:
     """Mean lag-1 correlation of the null canaries' projections across rounds, z_out (T, k), and its standard
     error 1/√(k(T−1)) under independent rounds; (None, None) with fewer than 3 rounds."""
@@ -161,11 +187,11 @@ def lag_correlation(z_out: np.ndarray) -> tuple[float | None, float | None]:
 
 
 def empirical_epsilon(sigma: float, q: float, rounds: int, delta: float) -> tuple[float, bool]:
-    """PLD ε of PoissonSampled(q, Gaussian(σ)) over ``rounds`` at ``delta``; σ = ∞ (μ̂ ≤ 0) gives 0. Also whether
-    σ was raised to :data:`EPSILON_SIGMA_FLOOR`."""
+    """PLD ε of PoissonSampled(q, Gaussian(σ)) over ``rounds`` at ``delta``; σ = ∞ (μ̂ ≤ 0) or no round released
+    (secure aggregation with too few survivors) gives 0. Also whether σ was raised to :data:`EPSILON_SIGMA_FLOOR`."""
     from hdp_planner.accounting.pld import pld_epsilon
 
-    if not sigma > 0 or math.isinf(sigma):
+    if not sigma > 0 or math.isinf(sigma) or rounds == 0:
         return 0.0, False
     capped = sigma < EPSILON_SIGMA_FLOOR
     return pld_epsilon(noise_multiplier=max(sigma, EPSILON_SIGMA_FLOOR), q=q, rounds=rounds, delta=delta), capped
@@ -228,6 +254,8 @@ def audit_group(
     offered: int | None = None,
     compositions: int | None = None,
     rate: str = "q_m",
+    joins: int | None = None,
+    silent: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The audit entry of one group from its canaries' projections z (T, K), joins (T, K) and in/out bits (K,) in
     the T rounds it released, the real clients aggregated out of the (client, round) pairs offered ``clients``,
@@ -236,7 +264,12 @@ def audit_group(
 
     Public cohorts and private coins: ``joined`` marks the canaries' heads (the referee's, learnt after the run),
     ``offered`` their cohort memberships (the draws at rate ``q``, the coin p_m; by default every in canary in every
-    round), ``compositions`` the memberships ε composes, min(T, K_m) (by default T), and ``rate`` names the rate."""
+    round), ``compositions`` the memberships ε composes, min(T, K_m) (by default T), ``rate`` names the rate, and
+    ``silent`` (T, K) marks the memberships that must not shift the sum (tails, :func:`silent_shift`).
+
+    Dropouts: ``joined`` marks only the contributions that reached the sum; ``joins``, the draws' joins tested
+    against the rate, defaults to their count (a Poisson audit passes the sampler's joins, dropped canaries
+    included; a cohort audit leaves the dropped memberships out of ``offered``)."""
     rounds = z.shape[0]
     steps = rounds if compositions is None else compositions
     mu, count = shift_estimate(z, joined, inserted)
@@ -244,13 +277,14 @@ def audit_group(
     corr, se = lag_correlation(z[:, ~inserted])
     k_in = int(inserted.sum())
     draws = k_in * rounds if offered is None else offered
+    drawn = count if joins is None else joins
     entry: dict[str, Any] = {
         "epsilon_planned": epsilon_planned,
         "noise_multiplier_planned": sigma_planned,
         "sampling_rate_planned": q,
         "sampling_rate_name": rate,
-        "sampling_rate_observed": count / draws if draws else None,
-        "sampling_p_value": join_p_value(count, draws, q),
+        "sampling_rate_observed": drawn / draws if draws else None,
+        "sampling_p_value": join_p_value(drawn, draws, q),
         "sampling_rate_clients": clients[0] / clients[1] if clients[1] else None,
         "sampling_p_value_clients": join_p_value(*clients, q),
         "releases_not_post_processing": unfaithful,
@@ -265,11 +299,14 @@ def audit_group(
         "shift_interval": None if math.isnan(lo) else [lo, hi],
         "lag1_correlation": corr,
         "lag1_correlation_se": se,
-        "epsilon_lower_bound": steinke_lower_bound(z.sum(0), inserted, delta),
+        "epsilon_lower_bound": steinke_lower_bound(z.sum(0), inserted, delta) if rounds else 0.0,  # no release
         # what ε̂ estimates when the run is correct: the same PLD accountant at the planned σ (below the planned ε,
         # which the plan's accountant, RDP by default, bounds less tightly)
         "epsilon_pld_of_planned_sigma": empirical_epsilon(sigma_planned, q, steps, delta)[0],
     }
+    if silent is not None:
+        shift, p_value, pairs = silent_shift(z, silent, inserted)
+        entry.update(silent_memberships=pairs, silent_shift_noise_units=shift, silent_p_value=p_value)
     if math.isnan(mu):
         entry.update(
             epsilon_empirical=None, epsilon_empirical_interval=None, epsilon_empirical_upper=None,
@@ -305,10 +342,11 @@ def _finite(x: float) -> float | None:
 
 def verdict(entry: dict[str, Any]) -> str:
     """Verdict "UNDER-NOISED" when ε̂'s interval lies above the planned ε, the one-run lower bound exceeds it, the
-    null canaries correlate across rounds, clients or canaries join more often than q_m (p < ``SAMPLING_ALPHA``), a
-    release is not the plan's post-processing of the noisy sum or a round aggregated more clients than were sampled;
-    "NOT AS PLANNED" when they join less often than q_m or a round aggregated fewer clients than were sampled; "not
-    identifiable" when no canary was inserted; else "consistent"."""
+    null canaries correlate across rounds, clients or canaries join more often than q_m (p < ``SAMPLING_ALPHA``),
+    tails memberships shift the sum (:func:`silent_shift`, p < ``SAMPLING_ALPHA``), a release is not the plan's
+    post-processing of the noisy sum or a round aggregated more clients than were sampled; "NOT AS PLANNED" when
+    they join less often than q_m or a round aggregated fewer clients than were sampled; "not identifiable" when no
+    canary was inserted; else "consistent"."""
     planned = entry["epsilon_planned"]
     reasons = []
     q, name = entry["sampling_rate_planned"], entry.get("sampling_rate_name", "q_m")
@@ -319,6 +357,8 @@ def verdict(entry: dict[str, Any]) -> str:
         if entry[rate] is not None and entry[p_value] < SAMPLING_ALPHA:
             found = f"{who} join at {entry[rate]:.3g}, the plan's {name} {q:.3g}"
             (reasons if entry[rate] > q else below).append(found)
+    if entry.get("silent_p_value", 1.0) < SAMPLING_ALPHA:
+        reasons.append(f"tails memberships shift the sum by {entry['silent_shift_noise_units']:.3g} noise units")
     if entry["releases_not_post_processing"]:
         reasons.append(f"{entry['releases_not_post_processing']} releases not a function of the noisy sum")
     if entry["rounds_aggregating_more_than_sampled"]:

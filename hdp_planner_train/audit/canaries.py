@@ -19,8 +19,16 @@ S·C_m·u_j is multiplied by that coin. The auditor plays the server: it knows t
 noisy sum, never the coins. The coins reach it as the audit's referee (:meth:`CanaryAuditor.referee`), who keeps
 the canaries' coins aside until the report, where they are the ground truth of which memberships contributed: the
 shift is measured on heads memberships, the canaries' heads rate is tested against p_m, and ε̂ composes
-PoissonSampled(p_m, N(σ̂)) over min(T, K_m) memberships, the plan's ε against the server. The real members' heads
-are not observable and not counted: the clients' check is the members aggregated against the cohort named.
+PoissonSampled(p_m, N(σ̂)) over min(T, K_m) memberships, the plan's ε against the server. The tails memberships
+must not shift the sum (a coin that does not stop a tails member's contribution). The real members' heads are not
+observable and not counted: the clients' check is the members aggregated against the cohort named.
+
+Simulated dropouts under secure aggregation: the aggregation tells the auditor which rows survived to each group's
+secure sum (:meth:`CanaryAuditor.survivors`; the server sees who sent a masked vector). A canary that drops out is
+neither inserted nor a member of the released sum, on both sides of the audit: it is left out of the contributions
+whose shift is measured and, with cohorts, of the memberships whose heads rate is tested against p_m (its coin was
+flipped, but nothing of it reached the sum). Under Poisson sampling the sampler's draws, dropped canaries included,
+are still tested against q_m.
 """
 
 from __future__ import annotations
@@ -48,14 +56,11 @@ projection by S noise-free units, which no run's noise hides."""
 
 
 def check_auditable(spec: GroupSpec) -> None:
-    """Refuse what the audit does not cover: no noise (p-fedavg), a σ schedule (one σ̂ per group is fitted), or
-    simulated dropouts under secure aggregation (a dropped canary would count as inserted)."""
+    """Refuse what the audit does not cover: no noise (p-fedavg) or a σ schedule (one σ̂ per group is fitted)."""
     if not spec.private:
         raise ValueError(f"--audit: {spec.method} adds no noise, there is nothing to audit (ε = ∞)")
     if spec.schedule:
         raise ValueError(f"--audit: {spec.method}'s σ changes over rounds; the audit fits one σ per group")
-    if spec.secagg is not None and spec.secagg.dropout:
-        raise ValueError("--audit: with --dropout a dropped canary would count as inserted; audit with --dropout 0")
 
 
 def auditable(plan: Plan, method: str) -> bool:
@@ -110,8 +115,10 @@ class CanaryAuditor:
         self._joins: list[np.ndarray] = [np.zeros(0, np.int64)] * groups
         self.cohorts = spec.secagg.cohorts if spec.secagg is not None else None
         self.heads: list[list[np.ndarray]] = [[] for _ in range(groups)]  # the referee's: canaries' coins per round
+        self.dropped: list[list[np.ndarray]] = [[] for _ in range(groups)]  # canaries that dropped out per round
         self._rows: list[tuple[np.ndarray, np.ndarray]] = []  # per group: canaries' rows among its rows, their index
         self._coins: list[np.ndarray | None] = [None] * groups
+        self._dropped: list[np.ndarray | None] = [None] * groups
 
     @property
     def extra(self) -> tuple[int, ...]:
@@ -172,15 +179,26 @@ class CanaryAuditor:
         mask[index] = np.asarray(coins)[positions] == 1
         self._coins[group] = mask
 
+    def survivors(self, group: int, alive: np.ndarray) -> None:
+        """The aggregation's :data:`~hdp_planner_train.rules.aggregate.Survivors`: which of group ``group``'s rows
+        survived to its secure sum this round, in the order :meth:`insert` gave them; the canaries that dropped out
+        are kept for :meth:`observe`."""
+        positions, index = self._rows[group]
+        mask = np.zeros(self.per_group, dtype=bool)
+        mask[index[~np.asarray(alive, dtype=bool)[positions]]] = True
+        self._dropped[group] = mask
+
     def observe(self, group: int, noisy_sum: torch.Tensor | None, released: torch.Tensor | None) -> None:
         """The aggregation's :data:`~hdp_planner_train.rules.release.Observer`: keep the projections of group
         ``group``'s noisy sum onto its canaries and check what is released of it; (None, None): nothing released,
         the round's joins of that group are forgotten."""
         t0 = time.perf_counter()
         coins, self._coins[group] = self._coins[group], None
+        dropped, self._dropped[group] = self._dropped[group], None
         if noisy_sum is None:
             self.joined[group].pop()
             return
+        self.dropped[group].append(np.zeros(self.per_group, dtype=bool) if dropped is None else dropped)
         if self.cohorts is not None:
             if coins is None:
                 raise ValueError("--audit: a cohort round's canaries need their coins (the aggregation's referee)")
@@ -209,7 +227,8 @@ class CanaryAuditor:
         """What a checkpoint keeps (the layout is regenerated from the seed)."""
         return {"per_group": self.per_group, "z": self.z, "joined": self.joined, "clients": self.clients,
                 "population": self.population, "unfaithful": self.unfaithful, "seconds": self.seconds,
-                "aggregated": self.aggregated, "mismatched": self.mismatched, "heads": self.heads}  # fmt: skip
+                "aggregated": self.aggregated, "mismatched": self.mismatched, "heads": self.heads,
+                "dropped": self.dropped}  # fmt: skip
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Back from a checkpoint (which keeps the arrays as tensors)."""
@@ -222,6 +241,9 @@ class CanaryAuditor:
         self.aggregated = [[int(c) for c in g] for g in state.get("aggregated", [[] for _ in self.spec.sizes])]
         self.mismatched = [[int(c) for c in g] for g in state.get("mismatched", [[0, 0] for _ in self.spec.sizes])]
         self.heads = [[np.asarray(a) for a in g] for g in state.get("heads", [[] for _ in self.spec.sizes])]
+        self.dropped = [[np.asarray(a) for a in g] for g in state.get("dropped", [])] or [
+            [np.zeros(self.per_group, dtype=bool) for _ in g] for g in self.joined
+        ]  # a checkpoint from before dropouts were audited: none dropped
 
     def report(self, epsilon_planned: list[float], delta: float) -> dict[str, Any]:
         """The ``audit`` section of metrics.json: one entry per group (:func:`hdp_planner.audit.audit_group`)."""
@@ -229,19 +251,22 @@ class CanaryAuditor:
         groups = []
         for m in range(len(self.spec.sizes)):
             joined = np.stack(self.joined[m]) if self.joined[m] else np.zeros((0, self.per_group), dtype=bool)
-            if self.cohorts is None:
-                model = dict(clients=(sum(self.aggregated[m]), self.population[m] * len(self.aggregated[m])))
-                contributed, rate = joined, self.spec.q[m]
-            else:  # the referee's coins mark the contributions; the real members' heads are not observable
+            reached = joined & ~(np.stack(self.dropped[m]) if self.dropped[m] else np.zeros_like(joined))
+            inserted = self.layout.inserted[m]
+            if self.cohorts is None:  # the sampler's draws are tested; the survivors among them contributed
+                model = dict(clients=(sum(self.aggregated[m]), self.population[m] * len(self.aggregated[m])),
+                             joins=int(joined[:, inserted].sum()))  # fmt: skip
+                contributed, rate = reached, self.spec.q[m]
+            else:  # the referee's coins mark the contributions among the memberships that reached the sum
                 g = self.cohorts[m]
-                contributed = np.stack(self.heads[m]) if self.heads[m] else np.zeros_like(joined)
-                model = dict(offered=int(joined[:, self.layout.inserted[m]].sum()),
+                contributed = reached & (np.stack(self.heads[m]) if self.heads[m] else np.zeros_like(joined))
+                model = dict(offered=int(reached[:, inserted].sum()), silent=reached & ~contributed,
                              compositions=min(joined.shape[0], g.memberships), rate="coin p_m")  # fmt: skip
                 rate = g.coin
             entry = audit_group(
                 np.stack(self.z[m]) if self.z[m] else np.zeros((0, self.per_group)),
                 contributed,
-                self.layout.inserted[m],
+                inserted,
                 rate,
                 delta,
                 epsilon_planned[m],
@@ -267,7 +292,8 @@ METHOD = (
     "population, sampled with its clients by the same sampler and put at random rows; update 1000·C_m·u_j through the "
     "real clipping/noise/aggregation; σ̂ = 1/μ̂ from z = ⟨u_j, y_m⟩ on each released group's noisy sum, whose release "
     "is checked to be Top_k(y_m) or a projection of y_m; the clients aggregated counted against the sampler's output "
-    "each round; clients' (as aggregated) and canaries' join rates tested against q_m (binomial, p < 1e-6); ε̂ = PLD ε "
+    "each round; clients' (as aggregated) and canaries' join rates tested against q_m (binomial, p < 1e-6); a canary "
+    "that drops out under secure aggregation is sampled but not inserted; ε̂ = PLD ε "
     "of PoissonSampled(q_m, N(σ̂)) over the rounds run; interval: 95% bootstrap over canaries; epsilon_lower_bound: "
     "Steinke et al. 2023 at 95%"
 )
@@ -282,7 +308,9 @@ METHOD_COHORT = (
     "coin at p_m in the members' pipeline and contributes 1000·C_m·u_j times its coin; the statistic (z on each "
     "released noisy sum, the members aggregated against the cohort named, the releases checked) uses only what the "
     "server sees; the canaries' coins, kept by the referee until the report, mark the contributions: σ̂ = 1/μ̂ from "
-    "heads memberships, the canaries' heads rate tested against p_m (binomial, p < 1e-6); ε̂ = PLD ε of "
+    "heads memberships, the canaries' heads rate tested against p_m (binomial, p < 1e-6), the tails memberships' "
+    "shift tested against 0.1 noise units (p < 1e-6); a canary that drops out is neither a membership nor a "
+    "contribution; ε̂ = PLD ε of "
     "PoissonSampled(p_m, N(σ̂)) over min(T, K_m) memberships, compared with the plan's ε against the server; "
     "interval: 95% bootstrap over canaries; epsilon_lower_bound: Steinke et al. 2023 at 95% from the server's view"
 )

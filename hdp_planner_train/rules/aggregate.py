@@ -23,6 +23,7 @@ projection, the weights, the measured noise) is :func:`~.release.noisy_update`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +50,9 @@ class RoundStats:
 Referee = Callable[[int, np.ndarray], None]
 """``referee(m, coins)``: the private coins of group m's rows in a cohort round, handed to the audit's referee (never
 to the server), who reads the canaries' among them only after the run (:mod:`hdp_planner_train.audit.canaries`)."""
+Survivors = Callable[[int, np.ndarray], None]
+"""``survivors(m, alive)``: which of group m's rows survived to its secure sum this round (the server sees who sent a
+masked vector), told to the audit before the group is observed."""
 
 
 def aggregate(
@@ -60,6 +64,7 @@ def aggregate(
     public_history: list[torch.Tensor] | None = None,
     observe: Observer | None = None,
     referee: Referee | None = None,
+    survivors: Survivors | None = None,
 ) -> tuple[torch.Tensor, RoundStats]:
     """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d).
 
@@ -67,7 +72,8 @@ def aggregate(
     caller keeps it between rounds) and projects onto the principal subspace of its latest ``window`` entries.
     ``observe`` (the privacy audit, :mod:`hdp_planner_train.audit.canaries`) sees what :func:`noisy_update` releases;
     under secure aggregation a group that releases nothing is observed as ``observe(m, None, None)``. ``referee``
-    (the audit's, :data:`Referee`) learns each cohort round's coins.
+    (the audit's, :data:`Referee`) learns each cohort round's coins, ``survivors`` (:data:`Survivors`) which rows
+    survived to each secure sum.
     """
     d = deltas.shape[1]
     groups = torch.as_tensor(np.asarray(group_of_row, dtype=np.int64), device=deltas.device)
@@ -89,7 +95,9 @@ def aggregate(
                 spec.secagg, source.kind, getattr(source, "seed", None), rnd, m, r.shape[0])  # fmt: skip
             if coins is not None and referee is not None:
                 referee(m, coins)
-            out = group_sum(r, spec=spec.secagg, rnd=rnd, group=m, bits=bits, dropouts=dropouts, coins=coins)
+            survived = None if survivors is None else functools.partial(survivors, m)
+            out = group_sum(r, spec=spec.secagg, rnd=rnd, group=m, bits=bits, dropouts=dropouts, coins=coins,
+                            survived=survived)  # fmt: skip
             if isinstance(out, Withheld):
                 silent[m] = out
                 if observe is not None:
@@ -129,6 +137,7 @@ class GroupAggregator:
         rnd: int,
         observe: Observer | None = None,
         referee: Referee | None = None,
+        survivors: Survivors | None = None,
     ) -> tuple[torch.Tensor, RoundStats]:
         """:func:`aggregate` of one round's client updates.
 
@@ -139,11 +148,13 @@ class GroupAggregator:
             rnd: The round (0-based), which picks σ_m from a schedule.
             observe: The privacy audit's observer of what the round releases.
             referee: The audit's referee, told each cohort round's coins.
+            survivors: The audit's, told which rows of each group survived to its secure sum.
 
         Returns:
             The server update, and the round's statistics.
         """
-        return aggregate(deltas, group_of_row, self.spec, source, rnd, self.public_history, observe, referee)
+        return aggregate(deltas, group_of_row, self.spec, source, rnd, self.public_history, observe, referee,
+                         survivors)  # fmt: skip
 
     def release(
         self,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,15 +123,20 @@ def too_few_sampled(group: int, sampled: int, threshold: int) -> Withheld:
 def group_sum(
     rows: torch.Tensor, *, spec: SecaggSpec, rnd: int, group: int, bits: Bits,
     dropouts: np.random.Generator | SecureRandom, coins: np.ndarray | None = None,
+    survived: Callable[[np.ndarray], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor] | Withheld:  # fmt: skip
     """(released noisy sum, its error against the survivors' clipped contributions) of one group, or
     :class:`Withheld` (nothing released: fewer sampled than the threshold, or fewer survived than the run's
-    threshold). ``coins``: each row's private coin (1 or 0) in a cohort round; a member drops out whatever its coin."""
+    threshold). ``coins``: each row's private coin (1 or 0) in a cohort round; a member drops out whatever its coin.
+    ``survived`` (the audit's) is told which rows survived to the sum, as the server sees them (who sent a masked
+    vector)."""
     c = rows.shape[0]
     plan = round_plan(spec, rnd=rnd, group=group)
     if c < plan.law.threshold:
         return too_few_sampled(group, c, plan.law.threshold)
     alive = dropouts.random(c) >= spec.dropout
+    if survived is not None:
+        survived(alive)
     survivors = int(alive.sum())
     if survivors < plan.law.run_threshold(c):
         return Withheld(group=group, reason=f"{survivors} of {c} survived, below the run's threshold "

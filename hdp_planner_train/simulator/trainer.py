@@ -205,7 +205,9 @@ def run_fedavg(
         gen = noise_source(kind, cfg.seed, r) if spec.private else None
         observe = auditor.observe if auditor is not None else None
         referee = auditor.referee if auditor is not None else None
-        update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe, referee=referee)
+        survivors = auditor.survivors if auditor is not None else None
+        update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe, referee=referee,
+                                         survivors=survivors)  # fmt: skip
         if auditor is not None:
             stats = auditor.real_stats(stats)
         withheld.extend((r, w) for w in stats.withheld)

@@ -50,10 +50,12 @@ def one_thread():
 
 
 def simulate(
-    spec: GroupSpec, seed: int, rounds: int = ROUNDS, canaries: int = 3000, secure: bool = False
-) -> dict[str, Any]:
+    spec: GroupSpec, seed: int, rounds: int = ROUNDS, canaries: int = 3000, secure: bool = False,
+    survivors: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     """``rounds`` rounds of synthetic client updates (norm ≈ 3, so clipped) plus canaries through ``aggregate``,
-    with the seeded noise stream or the OS's secure one."""
+    with the seeded noise stream or the OS's secure one; the auditor is told who survived to each secure sum unless
+    ``survivors`` is False."""
     d = canaries * len(spec.sizes)
     auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
     data = np.random.default_rng(seed + 1000)
@@ -63,7 +65,8 @@ def simulate(
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
         source = SecureNoise() if secure else SeededNoise(seed, r)
-        agg.aggregate(deltas, group_of_row, spec, source, r, observe=auditor.observe)
+        agg.aggregate(deltas, group_of_row, spec, source, r, observe=auditor.observe,
+                      survivors=auditor.survivors if survivors else None)  # fmt: skip
     planned = [
         rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA) for s, q in zip(spec.noise_multiplier, spec.q)
     ]
@@ -207,6 +210,20 @@ def test_secure_aggregation_is_audited_on_the_decoded_sums():
         assert g["noise_multiplier_empirical"] > 0.9 * z
 
 
+def test_secure_aggregation_with_dropouts_counts_a_dropped_canary_as_sampled_but_not_inserted():
+    """30% of the sampled rows drop out: the sampler's draws are tested against q_m, the survivors are the
+    insertions. An auditor not told who survived (the same run, the same noise) counts the dropped canaries as
+    inserted: it dilutes the shift by about 30% and reports σ̂ about 1/0.7 too large, hiding missing noise."""
+    spec = dataclasses.replace(SECAGG, secagg=dataclasses.replace(SECAGG.secagg, dropout=0.3))
+    told = simulate(spec, 0, rounds=10, canaries=1000)["groups"]
+    blind = simulate(spec, 0, rounds=10, canaries=1000, survivors=False)["groups"]
+    for a, b in zip(told, blind):
+        assert a["verdict"] == "consistent", a
+        assert a["sampling_rate_observed"] == b["sampling_rate_observed"]  # the sampler's draws, dropouts included
+        assert 0.6 < a["insertions"] / b["insertions"] < 0.8
+        assert 0.6 < a["noise_multiplier_empirical"] / b["noise_multiplier_empirical"] < 0.8
+
+
 def test_secure_aggregation_with_shares_a_third_too_small_is_flagged(monkeypatch):
     from hdp_planner_train.rules import secagg
 
@@ -253,6 +270,34 @@ def test_no_insertion_is_not_identifiable():
     entry = audit.audit_group(z, np.zeros((5, 40), bool), inserted, 0.01, 1e-5, 1.0, 1.0, seed=0)
     assert entry["epsilon_empirical"] is None and entry["verdict"].startswith("not identifiable")
     assert entry["sampling_rate_observed"] == 0.0
+
+
+def test_a_group_that_released_nothing_is_not_identifiable():
+    """Secure aggregation with too few survivors in every round: no projection, no composition, no error."""
+    inserted = np.arange(40) < 20
+    none = np.zeros((0, 40), bool)
+    entry = audit.audit_group(np.zeros((0, 40)), none, inserted, 0.2, 1e-5, 1.0, 1.0, seed=0, offered=0,
+                              compositions=0, silent=none)  # fmt: skip
+    assert entry["verdict"].startswith("not identifiable") and entry["epsilon_pld_of_planned_sigma"] == 0.0
+    assert entry["silent_memberships"] == 0 and entry["silent_p_value"] == 1.0
+
+
+def test_silent_memberships_that_shift_the_sum_are_flagged():
+    """Tails memberships (``silent``) must leave the canary's projection null: a shift of one noise unit over 200
+    of them is flagged, none is not."""
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=(10, 400))
+    inserted = np.arange(400) % 2 == 0
+    member = (rng.random((10, 400)) < 0.2) & inserted
+    heads = member & (rng.random((10, 400)) < 0.5)
+    tails = member & ~heads
+    z += heads
+    kw = dict(offered=int(member.sum()), silent=tails, rate="coin p_m")
+    honest = audit.audit_group(z, heads, inserted, 0.5, 1e-5, 100.0, 1.0, seed=0, **kw)
+    assert honest["verdict"] == "consistent" and honest["silent_p_value"] > 1e-3, honest
+    leaking = audit.audit_group(z + tails, heads, inserted, 0.5, 1e-5, 100.0, 1.0, seed=0, **kw)
+    assert leaking["verdict"].startswith("UNDER-NOISED") and "tails memberships shift" in leaking["verdict"]
+    assert abs(leaking["silent_shift_noise_units"] - 1) < 0.2
 
 
 def test_no_shift_gives_zero_epsilon():

@@ -36,7 +36,7 @@ def cohort_plan(tmp_path_factory):
 
 def _audit(path, **kw):
     cfg = configure(TrainConfig, plan=str(path), method="gdpfed+", dataset="digits", trust="secagg", ledger="none",
-                      progress=False, noise="seeded", rounds=ROUNDS, audit=True, device="cpu", **kw)  # fmt: skip
+                    progress=False, noise="seeded", audit=True, device="cpu", **{"rounds": ROUNDS, **kw})  # fmt: skip
     return run(cfg)
 
 
@@ -59,6 +59,34 @@ def test_a_faithful_cohort_run_stays_within_the_epsilon_against_the_server(cohor
         assert g["insertions"] > 0 and g["rounds_aggregating_fewer_than_sampled"] == 0
     coin3 = section["groups"][2]
     assert coin3["shift_interval"][0] > 0  # p ≈ 0.99: the canaries that contributed are seen in the noisy sums
+    assert all(g["silent_memberships"] > 0 for g in section["groups"][:2])  # tails memberships, tested for a shift
+
+
+def test_a_cohort_run_with_dropouts_stays_within_the_epsilon_against_the_server(faithful, cohort_plan):
+    """10% of the members drop out whatever their coin: a dropped canary is neither a membership nor a
+    contribution, so the heads rate is still p_m and ε̂ stays within the plan's ε against the server. The cohorts
+    and coins are the faithful run's (the same seed), so no more is counted than there."""
+    dropping = _audit(cohort_plan, dropout=0.1)
+    assert dropping["trust"]["dropout_simulated"] == 0.1
+    for g, f, planned in zip(dropping["audit"]["groups"], faithful["audit"]["groups"],
+                             dropping["trust"]["epsilon_server"]):  # fmt: skip
+        assert g["verdict"] in ("consistent", "not identifiable (no canary inserted)"), g
+        assert g["sampling_p_value"] > 1e-6
+        if g["epsilon_empirical_interval"] is not None:
+            assert g["epsilon_empirical_interval"][0] <= planned
+        assert g["epsilon_lower_bound"] <= planned
+        assert g["insertions"] <= f["insertions"] and g["silent_memberships"] <= f["silent_memberships"]
+    assert dropping["audit"]["groups"][2]["verdict"] == "consistent"
+
+
+def test_tails_that_still_contribute_are_flagged(cohort_plan, monkeypatch):
+    """The coins are honest (the referee sees them) but a tails member's update is not zeroed: the tails
+    memberships shift the noisy sums by the heads' 1/σ, in groups 1 and 2 (p ≈ 0.14, 0.27) over their K_m = 4."""
+    real = secagg.client_message
+    monkeypatch.setattr(secagg, "client_message", lambda update, plan, bits, coin=1: real(update, plan, bits, 1))
+    groups = _audit(cohort_plan, rounds=4)["audit"]["groups"]
+    for g in groups[:2]:
+        assert g["verdict"].startswith("UNDER-NOISED") and "tails memberships shift" in g["verdict"], g
 
 
 def test_canaries_are_named_in_the_cohorts_and_their_heads_come_at_the_coins_rate(faithful):
@@ -99,8 +127,10 @@ def test_cli_train_audit_on_a_cohort_plan(cohort_plan, tmp_path):
     assert "privacy audit (100 canaries per group)" in result.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["audit"]["groups"]) == 3
-    refused = runner.invoke(app, [*args[:-2], "--dropout", "0.1", "--out", str(tmp_path / "x")])
-    assert refused.exit_code == 2 and "--dropout 0" in refused.output and len(refused.output.strip().splitlines()) == 1
+    dropping = runner.invoke(app, [*args[:-2], "--dropout", "0.1", "--out", str(tmp_path / "dropout")])
+    assert dropping.exit_code == 0, dropping.output
+    metrics = json.loads((tmp_path / "dropout" / "metrics.json").read_text())
+    assert metrics["trust"]["dropout_simulated"] == 0.1 and len(metrics["audit"]["groups"]) == 3
 
 
 def test_a_member_named_but_not_aggregated_is_flagged(cohort_plan, monkeypatch):

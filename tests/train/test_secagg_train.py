@@ -88,7 +88,6 @@ def test_train_secagg_reports_the_distributed_accounting(plan_files, tmp_path):
     "plan_name,kw,message",
     [
         ("server", {}, "needs a plan solved with --trust secagg"),
-        ("secagg", {"audit": True, "dropout": 0.1}, "a dropped canary would count as inserted"),
         ("secagg", {"method": "idp-fedavg-sample"}, "no"),
         ("wrong-dim", {}, "planned for d = 1000"),
         ("secagg", {"dropout": 1.0}, "--dropout"),
