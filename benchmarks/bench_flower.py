@@ -86,9 +86,9 @@ def secagg_rounds(args) -> None:
     from hdp_planner_flower.app import client_app, model_arrays, train
     from hdp_planner_flower.local import InProcessGrid
     from hdp_planner_flower.pin import Pin, file_sha256
+    from hdp_planner_flower.preparation import FlowerConfig, prepare
     from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, fit_config, flatten, split_config
     from hdp_planner_flower.secagg_workflow import run_secaggplus
-    from hdp_planner_flower.simulation import FlowerConfig, prepare
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.learning.models import model_dim
     from hdp_planner_train.rules.clipping import clip_rows

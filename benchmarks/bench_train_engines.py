@@ -30,7 +30,7 @@ from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.report.results import Result, Table, write_result
 from hdp_planner_train.learning.engines import PRECISIONS, loop_deltas, vectorized_deltas
 from hdp_planner_train.learning.models import make_model
-from hdp_planner_train.simulator.personal import client_update, client_updates_vectorized, head_mask
+from hdp_planner_train.simulator.personal_local import client_update, client_updates_vectorized, head_mask
 
 PERSONAL = ("dp2-fedsam", "dp-fedsam", "centaur")
 

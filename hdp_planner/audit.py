@@ -28,8 +28,8 @@ An accountant proves what the mechanism *as specified* spends; canaries measure 
 - Dropouts (secure aggregation). A canary that drops out is neither a contribution nor a member of the released sum:
   it is left out of the insertions and, with cohorts, of the memberships; under Poisson sampling the sampler's draws
   are still tested against q_m (:func:`audit_group`'s ``joins``).
-- Proof. :func:`steinke_lower_bound` gives the rigorous one-run lower bound of Steinke, Nasr and Jagielski
-  ("Privacy auditing with one (1) training run", NeurIPS 2023) from the same canaries.
+- Proof. :func:`~hdp_planner.audit_one_run.steinke_lower_bound` gives the rigorous one-run lower bound of Steinke,
+  Nasr and Jagielski ("Privacy auditing with one (1) training run", NeurIPS 2023) from the same canaries.
 
 Everything here is computed from projections of the noisy sums (post-processing of what the accountant covers)
 and the canaries' own random bits: nothing depends on which real clients took part beyond that.
@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 from scipy import fft, stats
+
+from hdp_planner.audit_one_run import steinke_lower_bound
 
 EPSILON_SIGMA_FLOOR = 0.25
 """Below this σ̂ the PLD ε is slow to compute (≈10 s at 0.1) and huge anyway: ε at the floor is reported (a
@@ -59,8 +61,6 @@ SILENT_MATERIAL = 0.1
 many noise units by more than the z-score of :data:`SAMPLING_ALPHA` standard errors: real clients' updates project
 onto the canary directions too (a few 0.01, as for :data:`CORRELATION_MATERIAL`), a tails member that still
 contributes shifts it by the heads' 1/σ."""
-STEINKE_GUESSES = (10, 20, 50, 100, 200, 500, 1000)
-"""Numbers of top-scored canaries guessed "in" (Bonferroni over this grid keeps the bound a proof)."""
 
 
 @dataclass(frozen=True)
@@ -195,47 +195,6 @@ def empirical_epsilon(sigma: float, q: float, rounds: int, delta: float) -> tupl
         return 0.0, False
     capped = sigma < EPSILON_SIGMA_FLOOR
     return pld_epsilon(noise_multiplier=max(sigma, EPSILON_SIGMA_FLOOR), q=q, rounds=rounds, delta=delta), capped
-
-
-def steinke_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
-    """P[≥ v of r guesses correct] under (ε, δ)-DP with m canaries each "in" with probability 1/2: Steinke,
-    Nasr, Jagielski (2023), the (ε, δ) theorem of their §5 (binomial tail of ε-randomized response plus the δ
-    term 2mδ·max_i P[v−i ≤ Bin(r, p) < v]/i), as in the p-value routine of their appendix."""
-    p = 1.0 / (1.0 + math.exp(-eps))
-    beta = float(stats.binom.sf(v - 1, r, p))
-    if v == 0:
-        return min(beta, 1.0)
-    partial = np.cumsum(stats.binom.pmf(v - np.arange(1, v + 1), r, p))
-    alpha = float(np.max(partial / np.arange(1, v + 1)))
-    return min(beta + alpha * delta * 2 * m, 1.0)
-
-
-def steinke_epsilon(m: int, r: int, v: int, delta: float, p_value: float) -> float:
-    """Largest ε (bisection, 30 steps) whose p-value of ``v`` correct out of ``r`` guesses is still < p_value:
-    (ε, δ)-DP with a smaller ε is rejected at that level. 0 when even ε = 0 is not rejected."""
-    if r == 0 or steinke_p_value(m, r, v, 0.0, delta) >= p_value:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while steinke_p_value(m, r, v, hi, delta) < p_value and hi < 100:
-        hi += 1.0
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        if steinke_p_value(m, r, v, mid, delta) < p_value:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def steinke_lower_bound(scores: np.ndarray, inserted: np.ndarray, delta: float, confidence: float = 0.95) -> float:
-    """Rigorous ε lower bound at ``confidence`` from one run (Steinke et al. 2023): guess "in" for the top-r
-    scores (score_j = Σ_t z_{j,t}), abstain on the rest; the best r of :data:`STEINKE_GUESSES` with a
-    Bonferroni correction over that grid, so the reported bound holds at the stated confidence."""
-    m = len(scores)
-    grid = [r for r in STEINKE_GUESSES if r <= m] or [m]
-    order = np.argsort(-np.asarray(scores), kind="stable")
-    level = (1 - confidence) / len(grid)
-    return max(steinke_epsilon(m, r, int(inserted[order[:r]].sum()), delta, level) for r in grid)
 
 
 def audit_group(

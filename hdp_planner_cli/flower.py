@@ -88,7 +88,8 @@ def flower(
         import torch  # noqa: F401
     except (RuntimeError, ImportError) as exc:
         _fail(str(exc) if isinstance(exc, RuntimeError) else "hdp-plan flower needs PyTorch: install the flower extra")
-    from hdp_planner_flower.simulation import FlowerConfig, run_flower
+    from hdp_planner_flower.preparation import FlowerConfig
+    from hdp_planner_flower.simulation import run_flower
 
     out = output.out
     cfg = FlowerConfig(plan=plan_file, method=method, rounds=rounds, seed=seed, data=data, trust=trust, audit=audit,

@@ -86,7 +86,7 @@ __getattr__ = lazy_getattr(
     {
         "DeployConfig": "hdp_planner_flower.deploy_local",
         "DeployError": "hdp_planner_flower.deploy",
-        "FlowerConfig": "hdp_planner_flower.simulation",
+        "FlowerConfig": "hdp_planner_flower.preparation",
         "HdpStrategy": "hdp_planner_flower.strategy",
         "LocalDeployment": "hdp_planner_flower.deploy",
         "client_app": "hdp_planner_flower.app",

@@ -12,17 +12,15 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hdp_planner.methods.registry import REGISTRY
-from hdp_planner_flower import offline_env, offline_environment, require_flwr
+from hdp_planner_flower import offline_environment
+from hdp_planner_flower.preparation import FlowerConfig, Prepared, prepare
 from hdp_planner_train.run.options import (
-    AuditOptions,
     DataOptions,
     LedgerOptions,
-    ModelOptions,
     OutputOptions,
     TrustOptions,
 )
@@ -38,131 +36,6 @@ TRUST_NOTES = {
         "server sees masked vectors, each group's decoded noisy sum, and who was sampled and replied"
     ),
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class FlowerConfig:
-    """A Flower run (``hdp-plan flower``) on the simulation engine. Flower's noise is always secure.
-
-    Args:
-        plan: The plan file.
-        method: A ``--method`` key of the plan.
-        rounds: Rounds to run (None: the plan's T).
-        seed: The run's seed (data split, initial model).
-        data: Which data, split how (:class:`~hdp_planner_train.run.options.DataOptions`; digits by default).
-        trust: Whom the clients trust (None: the plan's trust model).
-        audit: The privacy audit, under a trusted server.
-        ledger: The privacy ledger charged.
-        output: ``out``, the folder of metrics.json/.csv: the one output option a Flower run takes.
-        cpus_per_client: Ray CPUs per virtual node.
-        diagnostics: Per-round joined counts, measured noise and round times (a simulation's).
-        node_state: The simulated nodes' state folder under secagg (None: the user's data folder).
-        in_process: Every node in this process, one after another (no Ray: InProcessGrid).
-        masks: False sums secagg's messages in the clear (simulations of long runs, with ``diagnostics``).
-        nodes: A deployment's registry (CSV node_id,client_id: no enrolment round).
-        round_timeout: Seconds the server waits for a round's replies (a dead node is a dropout after).
-    """
-
-    plan: str
-    method: str = "gdpfed+"
-    rounds: int | None = None
-    seed: int = 0
-    data: DataOptions = field(default_factory=lambda: DataOptions(dataset="digits"))
-    trust: TrustOptions = field(default_factory=TrustOptions)
-    audit: AuditOptions = field(default_factory=AuditOptions)
-    ledger: LedgerOptions = field(default_factory=lambda: LedgerOptions(federation="flower"))
-    output: OutputOptions = field(default_factory=OutputOptions)
-    cpus_per_client: float = 1.0
-    diagnostics: bool = False
-    node_state: str | None = None
-    in_process: bool = False
-    masks: bool = True
-    nodes: str | None = None
-    round_timeout: float = 3600.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Prepared:
-    """A checked run: everything the server needs, built before any node starts or any file is written."""
-
-    cfg: FlowerConfig
-    train: Any  # the trainer's TrainConfig of the same run (validation and metrics are the trainer's)
-    plan: Any
-    data: Any
-    spec: Any
-    rounds: int
-    batch: int
-    momentum: float
-    groups: Any
-    settings: Any
-    version: str
-    clients: Any = None  # (membership, budgets) by client id from --groups, for the ledger
-    run_plan: Any = None  # the plan file read once (a RunPlan): its SHA-256 announced each round, pinned by secagg
-
-
-def prepare(cfg: FlowerConfig) -> Prepared:
-    """Validate ``cfg`` (ValueError with a one-line message for anything the user can fix) and load its data."""
-    from hdp_planner.distributed.trust import TRUST_KINDS
-
-    version = require_flwr()
-    from hdp_planner_train.api import train_config
-    from hdp_planner_train.run.plan import RunPlan
-
-    run_plan = RunPlan.read(cfg.plan)  # the one read of the plan file
-    cfg = replace(cfg, trust=replace(cfg.trust, kind=cfg.trust.kind or run_plan.trust))  # the plan's unless asked
-    if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
-        names = ", ".join(key for key, m in REGISTRY.items() if m.flower)
-        raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
-    if cfg.trust.kind not in TRUST_KINDS:
-        raise ValueError(f"--trust must be one of {', '.join(TRUST_KINDS)}, got {cfg.trust.kind!r}")
-    if cfg.output != OutputOptions(out=cfg.output.out):
-        raise ValueError("a Flower run writes its metrics to --out: it takes no other output option")
-    if cfg.cpus_per_client <= 0:
-        raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
-    if not cfg.masks and (cfg.trust.kind != "secagg" or not cfg.diagnostics):
-        raise ValueError("--no-masks is for simulations of --trust secagg only: it needs --diagnostics")
-    if cfg.trust.sparse_graph and (cfg.trust.kind != "secagg" or not cfg.masks):
-        raise ValueError("--sparse-graph is a SecAgg+ neighbour graph: it needs --trust secagg and the masks")
-    offline_env()
-    from hdp_planner.ledger.runs import plan_clients
-    from hdp_planner.planfile.document import budgets_digest_of
-    from hdp_planner_flower.app import DataSettings
-    from hdp_planner_flower.membership import groups_from_file
-    from hdp_planner_train.rules.specs import METHOD_NAMES
-
-    tc = train_config(cfg.plan, method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
-                      model=ModelOptions(engine="loop"), trust=cfg.trust, audit=cfg.audit, ledger=cfg.ledger,
-                      output=cfg.output)  # fmt: skip
-    if cfg.audit.enabled and cfg.trust.kind != "server":
-        raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
-    run_plan, data, spec, rounds, batch, momentum = validate(tc, run_plan)
-    plan, doc = run_plan.plan, run_plan.document
-    clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.ledger.groups)  # refuses a default mapping
-    groups_file = cfg.ledger.groups
-    groups = groups_from_file(groups_file, spec, plan.groups.epsilon, budgets_digest_of(doc)) if groups_file else None
-    settings = DataSettings(cfg.data.dataset, cfg.data.data_dir, cfg.data.clients, cfg.data.dirichlet, cfg.seed,
-                            plan.config.local_steps, batch, momentum, plan.config.lr, tc.model.lr_decay)  # fmt: skip
-    return Prepared(cfg=cfg, train=tc, plan=plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
-                    groups=groups, settings=settings, version=version, clients=clients, run_plan=run_plan)  # fmt: skip
-
-
-def validate(tc, run_plan):
-    """The checks of the run layer (:mod:`hdp_planner_train.run.plan`) on the trainer's configuration ``tc`` of the
-    run under ``run_plan`` (a :class:`~hdp_planner_train.run.plan.RunPlan`), and its data; returns (run plan, data,
-    spec, rounds, batch, momentum)."""
-    from hdp_planner_train.learning.datasets import DEFAULTS
-    from hdp_planner_train.learning.federated import load_federated
-    from hdp_planner_train.run.plan import bind_plan, check_clients, method_groups, trusted_groups
-
-    d = tc.data
-    if d.dataset not in DEFAULTS:
-        raise ValueError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {d.dataset!r}")
-    bound, rounds = bind_plan(tc, run_plan)
-    data = load_federated(d.dataset, d.data_dir, d.clients, d.dirichlet, tc.seed)
-    check_clients(tc, bound.plan, data.n_clients)
-    spec = trusted_groups(tc, bound, method_groups(tc, bound))
-    defaults = DEFAULTS[d.dataset]
-    return bound, data, spec, rounds, int(defaults["batch_size"]), float(defaults["momentum"])
 
 
 def open_account(p: Prepared):

@@ -1,6 +1,6 @@
 """A run's options in groups, shared by ``hdp-plan train`` (:class:`~hdp_planner_train.simulator.scaffold.
 TrainConfig`), ``compare`` (:class:`~hdp_planner_train.simulator.compare.CompareConfig`) and ``flower``
-(:class:`~hdp_planner_flower.simulation.FlowerConfig`): each configuration is a composition of these groups plus its
+(:class:`~hdp_planner_flower.preparation.FlowerConfig`): each configuration is a composition of these groups plus its
 own few fields, so that an option is declared, validated and documented once.
 
 The groups:

@@ -21,8 +21,10 @@ example of class c: the expectation over a test set drawn with the client's labe
 split, with no split noise and no training data held out (training data equal to the other methods'). The
 reported accuracy is the unweighted mean over all n clients (DP²-FedSAM §5 averages clients' local accuracies).
 
-``--engine vectorized`` (the default) trains all sampled clients at once (:func:`client_updates_vectorized`;
-fine-tuning in blocks of clients); ``loop`` is the per-client reference (the two agree, tested). Their privacy
+``--engine vectorized`` (the default) trains all sampled clients at once
+(:func:`~.personal_local.client_updates_vectorized`; fine-tuning in blocks of clients); ``loop`` is the per-client
+reference (the two agree, tested). The local training is in :mod:`.personal_local`, the per-client evaluation in
+:mod:`.personal_eval`. Their privacy
 guarantee covers what leaves the clients (the noisy body updates); heads, fine-tuned copies and per-client
 accuracies stay local (accuracies are reported by the simulation only).
 """
@@ -36,305 +38,27 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
-from torch.func import functional_call, vmap
-from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner.methods.registry import REGISTRY, keys
 from hdp_planner_train.learning.engines import (
-    autocast,
     batch_indices,
     clients_deltas,
     evaluate,
-    vectorized_train,
-    widen,
 )
-from hdp_planner_train.learning.models import head_module_name, make_model, model_name, split_head
+from hdp_planner_train.learning.models import make_model, model_name
 from hdp_planner_train.rules.aggregate import GroupAggregator
 from hdp_planner_train.rules.noise_sources import noise_source
 from hdp_planner_train.rules.sampling import round_rows, sample_round
 from hdp_planner_train.rules.specs import METHOD_NAMES
+from hdp_planner_train.simulator.personal_eval import evaluate_finetuned, evaluate_heads, label_distribution
+from hdp_planner_train.simulator.personal_local import client_update, client_updates_vectorized, head_mask
 
 PERSONAL_METHODS = keys("personal")
 SAM_METHODS = tuple(k for k in PERSONAL_METHODS if REGISTRY[k].personal.sam)  # --rho applies
 LOCAL_STEP_METHODS = tuple(k for k in PERSONAL_METHODS if REGISTRY[k].personal.local_steps)  # --head-steps applies
 DEFAULT_RHO = 0.1  # the DP²-FedSAM paper's §5: ρ = 0.1 for CIFAR-10 (best of 0.05, 0.1, 0.5, 1.0), 0.5 for FEMNIST
 PRIVACY_MODEL = "client-level (ε, δ)-DP, one ε"
-FINETUNE_STREAM = 3  # randomness stream of the fine-tuning batches (1: training batches)
-FINETUNE_BLOCK = 256  # clients fine-tuned at once by the vectorized engine before their evaluation
-
-
-def head_mask(model: nn.Module) -> torch.Tensor:
-    """Boolean mask of the head's coordinates in ``parameters_to_vector(model.parameters())``."""
-    head = set(split_head(model))
-    return torch.cat(
-        [torch.full((p.numel(),), n in head, dtype=torch.bool, device=p.device) for n, p in model.named_parameters()]
-    )
-
-
-def sam_step(
-    model: nn.Module,
-    params: list[nn.Parameter],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    rho: float,
-    optimizer: torch.optim.Optimizer,
-    precision: str = "fp32",
-) -> torch.Tensor:
-    """One SAM step on ``params`` (Foret et al. 2021; DP²-FedSAM eqs. 11-12): p = ρ·g/‖g‖ with g the mini-batch
-    gradient w.r.t. ``params`` only, then ``optimizer`` steps along the gradient taken at params + p (same batch).
-    ρ = 0 is one plain SGD step. Returns the perturbation as a flat vector over all of ``model``'s parameters
-    (zero outside ``params``). ``precision``: of the forward passes
-    (:func:`hdp_planner_train.learning.engines.autocast`)."""
-    chosen = {id(p) for p in params}
-    cast = autocast(precision, x.device)
-
-    def loss() -> torch.Tensor:
-        with cast:
-            out = model(x)
-        return F.cross_entropy(widen(out), y)
-
-    optimizer.zero_grad(set_to_none=True)
-    loss().backward()
-    perturb = [torch.zeros_like(p) for p in params]
-    if rho > 0:
-        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-        scale = rho / (float(norm) + 1e-12)
-        with torch.no_grad():
-            for p, g, e in zip(params, grads, perturb):
-                e.copy_(g * scale)
-                p.add_(e)
-        optimizer.zero_grad(set_to_none=True)
-        loss().backward()
-        with torch.no_grad():
-            for p, e in zip(params, perturb):
-                p.sub_(e)
-    optimizer.step()
-    it = iter(perturb)
-    return torch.cat([(next(it) if id(p) in chosen else torch.zeros_like(p)).reshape(-1) for p in model.parameters()])
-
-
-def _sgd_phase(model, params, xs, ys, lr, momentum, rho=0.0, precision="fp32") -> None:
-    """Steps of SAM (ρ > 0) or SGD on ``params`` with every other parameter frozen."""
-    chosen = {id(p) for p in params}
-    frozen = [p for p in model.parameters() if id(p) not in chosen]
-    for p in frozen:
-        p.requires_grad_(False)
-    try:
-        opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
-        for s in range(xs.shape[0]):
-            sam_step(model, params, xs[s], ys[s], rho, opt, precision)
-    finally:
-        for p in frozen:
-            p.requires_grad_(True)
-
-
-def client_update(
-    model: nn.Module,
-    theta: torch.Tensor,
-    head: torch.Tensor | None,
-    xs: torch.Tensor,
-    ys: torch.Tensor,
-    *,
-    head_steps: int,
-    lr: float,
-    momentum: float,
-    rho: float,
-    mask: torch.Tensor | None,
-    precision: str = "fp32",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One client's local training from the global θ; ``model`` is a scratch module (overwritten).
-
-    With a personal ``head`` (its flat values, ``mask`` its coordinates in θ): ``head_steps`` SGD steps on the head
-    (body frozen) on the first batches, then SAM(ρ) steps on the body (head frozen) on the rest; returns (the body's
-    update Δ_i = φ_i − φ, of dimension d_φ only, the new head). Without a head (``head`` None): SAM(ρ) on every
-    parameter over all batches; returns (Δ_i of dimension d, None)."""
-    start = theta.clone()
-    if head is not None:
-        assert mask is not None
-        start[mask] = head
-    vector_to_parameters(start.clone(), model.parameters())
-    if head is None:
-        _sgd_phase(model, list(model.parameters()), xs, ys, lr, momentum, rho, precision)
-        return parameters_to_vector(model.parameters()).detach() - start, None
-    names = set(split_head(model))
-    head_params = [p for n, p in model.named_parameters() if n in names]
-    body_params = [p for n, p in model.named_parameters() if n not in names]
-    _sgd_phase(model, head_params, xs[:head_steps], ys[:head_steps], lr, momentum, precision=precision)
-    _sgd_phase(model, body_params, xs[head_steps:], ys[head_steps:], lr, momentum, rho, precision)
-    end = parameters_to_vector(model.parameters()).detach()
-    return (end - start)[~mask], end[mask].clone()
-
-
-def client_updates_vectorized(
-    model: nn.Module,
-    theta: torch.Tensor,
-    heads: torch.Tensor | None,
-    xs: torch.Tensor,
-    ys: torch.Tensor,
-    *,
-    head_steps: int,
-    lr: float,
-    momentum: float,
-    rho: float,
-    mask: torch.Tensor | None,
-    chunk: int | None = None,
-    precision: str = "fp32",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`client_update` for all K sampled clients at once (``heads``: their (K, d_h) heads, xs: (K, τ, B, ...))
-    by :func:`hdp_planner_train.learning.engines.vectorized_train`: the head phase (SGD, body frozen), then the body
-    phase (SAM(ρ), head frozen), each with a fresh momentum buffer as the loop's optimizer per phase; returns (K rows of
-    Δ_i, the K new heads or None)."""
-    starts = theta.unsqueeze(0).repeat(xs.shape[0], 1)
-    kw = dict(chunk=chunk, precision=precision)
-    if heads is None:
-        return vectorized_train(model, starts, xs, ys, lr, momentum, rho=rho, **kw) - starts, None
-    assert mask is not None
-    starts[:, mask] = heads
-    head = split_head(model)
-    body = [n for n, _ in model.named_parameters() if n not in set(head)]
-    mid = vectorized_train(model, starts, xs[:, :head_steps], ys[:, :head_steps], lr, momentum, wrt=head, **kw)
-    end = vectorized_train(model, mid, xs[:, head_steps:], ys[:, head_steps:], lr, momentum, rho=rho, wrt=body, **kw)
-    return (end - starts)[:, ~mask], end[:, mask]
-
-
-# ------------------------------------------------------------------ per-client evaluation
-
-
-def label_distribution(clients: list[np.ndarray], labels: np.ndarray, num_classes: int) -> np.ndarray:
-    """(n, C): p_i(c), the share of class c in client i's training data (its test distribution)."""
-    dist = np.zeros((len(clients), num_classes))
-    for i, idx in enumerate(clients):
-        dist[i] = np.bincount(labels[idx], minlength=num_classes)[:num_classes]
-    return dist / np.maximum(dist.sum(1, keepdims=True), 1)
-
-
-def _weighted(acc_c: np.ndarray, loss_c: np.ndarray, dist: np.ndarray, present: np.ndarray):
-    """Per-client (accuracy %, loss) = Σ_c p_i(c)·metric_i(c) over the classes the test split holds."""
-    w = dist * present
-    w = w / np.maximum(w.sum(1, keepdims=True), 1e-300)
-    return 100.0 * np.sum(np.nan_to_num(acc_c) * w, 1), np.sum(np.nan_to_num(loss_c) * w, 1)
-
-
-@torch.no_grad()
-def head_features(model: nn.Module, x: torch.Tensor, batch: int = 1000) -> torch.Tensor:
-    """The head's inputs (the body's output) for ``x``."""
-    feats: list[torch.Tensor] = []
-    hook = model.get_submodule(head_module_name(model)).register_forward_hook(
-        lambda _m, inp, _out: feats.append(inp[0].detach())
-    )
-    model.eval()
-    try:
-        for i in range(0, len(x), batch):
-            model(x[i : i + batch])
-    finally:
-        hook.remove()
-        model.train()
-    return torch.cat(feats)
-
-
-@torch.no_grad()
-def evaluate_heads(
-    model: nn.Module,
-    theta: torch.Tensor,
-    heads: torch.Tensor,
-    x_test: torch.Tensor,
-    y_test: torch.Tensor,
-    dist: np.ndarray,
-    chunk: int = 32,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-client (accuracy %, loss): the global body θ with each client's own head ``heads`` (n, d_h)."""
-    vector_to_parameters(theta.clone(), model.parameters())
-    feats = head_features(model, x_test)
-    name = head_module_name(model)
-    head = model.get_submodule(name)
-    shapes = [(n[len(name) + 1 :], p.shape) for n, p in model.named_parameters() if n.startswith(name + ".")]
-    sizes = [math.prod(s) for _, s in shapes]
-    onehot = F.one_hot(y_test, dist.shape[1]).to(feats.dtype)
-    counts = onehot.sum(0)
-
-    def logits(flat: torch.Tensor) -> torch.Tensor:
-        parts = torch.split(flat, sizes)
-        return functional_call(head, {n: t.view(s) for (n, s), t in zip(shapes, parts)}, (feats,))
-
-    acc, loss = [], []
-    for start in range(0, heads.shape[0], chunk):
-        out = vmap(logits)(heads[start : start + chunk])  # (k, T, C)
-        correct = (out.argmax(-1) == y_test).to(feats.dtype)
-        ce = F.cross_entropy(out.transpose(1, 2), y_test.expand(out.shape[0], -1), reduction="none")
-        acc.append((correct @ onehot / counts.clamp(min=1)).cpu().numpy())
-        loss.append((ce @ onehot / counts.clamp(min=1)).cpu().numpy())
-    return _weighted(np.concatenate(acc), np.concatenate(loss), dist, (counts > 0).cpu().numpy())
-
-
-@torch.no_grad()
-def _class_scores(model: nn.Module, x: torch.Tensor, y: torch.Tensor, classes: np.ndarray, by_class, num_classes):
-    acc, loss = np.full(num_classes, np.nan), np.full(num_classes, np.nan)
-    model.eval()
-    for c in classes:
-        idx = by_class[c]
-        if len(idx) == 0:
-            continue
-        out = model(x[idx])
-        acc[c] = float((out.argmax(-1) == y[idx]).double().mean())
-        loss[c] = float(F.cross_entropy(out, y[idx]))
-    model.train()
-    return acc, loss
-
-
-def evaluate_finetuned(
-    model: nn.Module,
-    theta: torch.Tensor,
-    x_train: torch.Tensor,
-    y_train: torch.Tensor,
-    x_test: torch.Tensor,
-    y_test: torch.Tensor,
-    clients: list[np.ndarray],
-    dist: np.ndarray,
-    *,
-    steps: int,
-    batch: int,
-    lr: float,
-    momentum: float,
-    seed: int,
-    rnd: int,
-    engine: str = "loop",
-    chunk: int | None = None,
-    precision: str = "fp32",
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-client (accuracy %, loss) after each client fine-tunes a copy of θ for ``steps`` SGD steps on its data;
-    ``engine`` vectorized fine-tunes clients in chunks at once (:func:`vectorized_train`), each then evaluated."""
-    n, num_classes = len(clients), dist.shape[1]
-    labels = y_test.cpu().numpy()
-    by_class = [torch.as_tensor(np.flatnonzero(labels == c), device=x_test.device) for c in range(num_classes)]
-    idx = torch.as_tensor(
-        batch_indices(clients, np.arange(n), steps, batch, seed, rnd, stream=FINETUNE_STREAM), device=x_train.device
-    )
-    local = copy.deepcopy(model)
-    acc_c, loss_c = np.zeros((n, num_classes)), np.zeros((n, num_classes))
-    tuned: torch.Tensor | None = None
-    block = FINETUNE_BLOCK if engine == "vectorized" else 1
-    for i in range(n):
-        if engine == "vectorized" and i % block == 0:  # the next block of clients fine-tuned at once
-            rows = slice(i, min(i + block, n))
-            starts = theta.unsqueeze(0).repeat(rows.stop - i, 1)
-            xs, ys = x_train[idx[rows]], y_train[idx[rows]]
-            tuned = vectorized_train(local, starts, xs, ys, lr, momentum, chunk=chunk, precision=precision)
-        if tuned is not None:
-            vector_to_parameters(tuned[i % block].clone(), local.parameters())
-        else:
-            vector_to_parameters(theta.clone(), local.parameters())
-            if steps:
-                _sgd_phase(local, list(local.parameters()), x_train[idx[i]], y_train[idx[i]], lr, momentum,
-                           precision=precision)  # fmt: skip
-        acc_c[i], loss_c[i] = _class_scores(local, x_test, y_test, np.flatnonzero(dist[i] > 0), by_class, num_classes)
-    present = np.array([len(b) > 0 for b in by_class])
-    return _weighted(acc_c, loss_c, dist, present)
-
-
-# ------------------------------------------------------------------ training
 
 
 def check_options(cfg) -> None:

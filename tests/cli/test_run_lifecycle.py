@@ -95,7 +95,8 @@ def test_an_unwritable_compare_out_fails_before_round_1(tmp_path):
 @pytest.mark.parametrize("target", UNWRITABLE)
 def test_an_unwritable_flower_out_fails_before_training_and_charges_nothing(digits_plan, tmp_path, target):
     pytest.importorskip("flwr")
-    from hdp_planner_flower.simulation import FlowerConfig, run_flower
+    from hdp_planner_flower.preparation import FlowerConfig
+    from hdp_planner_flower.simulation import run_flower
     from hdp_planner_train.run.options import configure
 
     (tmp_path / "file").write_text("not a folder")
@@ -236,7 +237,7 @@ def test_train_follows_the_plans_trust_model_and_refuses_a_contradicting_flag(se
 
 def test_flower_follows_the_plans_trust_model(secagg_plan, digits_plan):
     pytest.importorskip("flwr")
-    from hdp_planner_flower.simulation import FlowerConfig, prepare
+    from hdp_planner_flower.preparation import FlowerConfig, prepare
     from hdp_planner_train.run.options import configure
 
     assert (

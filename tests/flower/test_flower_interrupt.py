@@ -18,7 +18,8 @@ pytest.importorskip("flwr")
 
 from hdp_planner import plan, save_plan
 from hdp_planner.ledger.store import Ledger
-from hdp_planner_flower.simulation import FlowerConfig, run_flower
+from hdp_planner_flower.preparation import FlowerConfig
+from hdp_planner_flower.simulation import run_flower
 from hdp_planner_train.run.options import configure
 
 N, ROUNDS = 30, 6

@@ -343,7 +343,8 @@ def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
 def test_hdp_plan_flower_in_process_runs_a_secure_plan_and_reports_both_adversaries(secagg_plan, tmp_path):
     """The command's path (in this process instead of Ray): the run's ε per group is the distributed accounting's,
     and metrics.json carries ε against third parties and against the server at the clients' cap K."""
-    from hdp_planner_flower.simulation import FlowerConfig, run_flower
+    from hdp_planner_flower.preparation import FlowerConfig
+    from hdp_planner_flower.simulation import run_flower
     from hdp_planner_train.rules.secagg import epsilon_third_parties_spent
     from hdp_planner_train.run.options import configure
 

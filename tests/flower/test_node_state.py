@@ -17,7 +17,8 @@ from hdp_planner import plan, save_plan
 from hdp_planner.ledger.store import GroupRound, compose
 from hdp_planner_flower.node_state import NodeState, Terms, admit_round, default_state_dir
 from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256
-from hdp_planner_flower.simulation import FlowerConfig, node_state
+from hdp_planner_flower.preparation import FlowerConfig
+from hdp_planner_flower.simulation import node_state
 from hdp_planner_train.run.options import configure
 
 SHA = "a" * 64

@@ -218,7 +218,8 @@ def test_the_strategy_runs_each_group_over_the_sparse_graph_when_asked(plan_path
 def test_hdp_plan_flower_sparse_graph_runs_and_says_so(plan_path, tmp_path):
     """``hdp-plan flower --sparse-graph``: the simulated nodes accept the rule's graph, the run releases, and its
     metrics name the graph and the server it needs; without secagg the option is refused in one line."""
-    from hdp_planner_flower.simulation import FlowerConfig, run_flower
+    from hdp_planner_flower.preparation import FlowerConfig
+    from hdp_planner_flower.simulation import run_flower
     from hdp_planner_train.run.options import configure
 
     cfg = configure(

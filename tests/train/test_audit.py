@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdp_planner import audit
+from hdp_planner import audit, audit_one_run
 from hdp_planner.accounting.rdp import rdp_epsilon
 
 torch = pytest.importorskip("torch")
@@ -315,18 +315,18 @@ def test_no_shift_gives_zero_epsilon():
 def test_steinke_epsilon_is_the_edge_of_rejection(m, frac, acc, delta):
     r = max(1, int(frac * m))
     v = round(acc * r)
-    eps = audit.steinke_epsilon(m, r, v, delta, 0.05)
+    eps = audit_one_run.steinke_epsilon(m, r, v, delta, 0.05)
     assert eps >= 0
     if eps > 0:  # ε just below the bound is rejected, just above it is not
-        assert audit.steinke_p_value(m, r, v, eps, delta) < 0.05
-        assert audit.steinke_p_value(m, r, v, eps + 1e-6 + 1e-6 * eps, delta) >= 0.05 - 1e-9 or eps >= 99
+        assert audit_one_run.steinke_p_value(m, r, v, eps, delta) < 0.05
+        assert audit_one_run.steinke_p_value(m, r, v, eps + 1e-6 + 1e-6 * eps, delta) >= 0.05 - 1e-9 or eps >= 99
 
 
 def test_steinke_bound_is_zero_on_random_guesses_and_large_on_perfect_ones():
     rng = np.random.default_rng(0)
     inserted = rng.random(2000) < 0.5
-    assert audit.steinke_lower_bound(rng.normal(size=2000), inserted, 1e-5) < 0.5
-    perfect = audit.steinke_lower_bound(inserted.astype(float), inserted, 1e-5)
+    assert audit_one_run.steinke_lower_bound(rng.normal(size=2000), inserted, 1e-5) < 0.5
+    perfect = audit_one_run.steinke_lower_bound(inserted.astype(float), inserted, 1e-5)
     assert perfect > 3
 
 

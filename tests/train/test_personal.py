@@ -24,13 +24,15 @@ from hdp_planner_train.run.ledger import privacy_ledger  # noqa: E402
 from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator import personal  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
-from hdp_planner_train.simulator.personal import (  # noqa: E402
-    client_update,
-    client_updates_vectorized,
+from hdp_planner_train.simulator.personal_eval import (  # noqa: E402
     evaluate_finetuned,
     evaluate_heads,
-    head_mask,
     label_distribution,
+)
+from hdp_planner_train.simulator.personal_local import (  # noqa: E402
+    client_update,
+    client_updates_vectorized,
+    head_mask,
     sam_step,
 )
 from hdp_planner_train.simulator.trainer import CHECKPOINT, TrainConfig, TrainError, run  # noqa: E402

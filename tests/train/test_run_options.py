@@ -47,7 +47,7 @@ def test_a_whole_group_is_merged_with_its_flat_keywords_and_a_flat_value_is_not_
 
 def test_flat_keywords_start_from_the_configurations_own_defaults():
     """Flower's ledger records the federation ``flower`` unless told otherwise; compare's grid has no ledger."""
-    from hdp_planner_flower.simulation import FlowerConfig
+    from hdp_planner_flower.preparation import FlowerConfig
     from hdp_planner_train.simulator.compare import CompareConfig
 
     flower = configure(FlowerConfig, plan="p.json", ledger="none")
