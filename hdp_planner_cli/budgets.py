@@ -44,6 +44,7 @@ from hdp_planner_cli.options import (
     LocalSteps,
     Lr,
     N,
+    PlanFile,
     Q,
     Rounds,
     SigmaModelOpt,
@@ -157,7 +158,7 @@ def sweep(
 
 @one_line_errors
 def plot_cmd(
-    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    plan_file: PlanFile,
     out_dir: Annotated[str, typer.Option("--out", help="Directory for the figures (created if missing).")] = "plots",
     fmt: Annotated[str, typer.Option("--format", help="png | svg | pdf.")] = "png",
 ) -> None:
@@ -225,7 +226,7 @@ def group_budgets(
 
 @one_line_errors
 def assign_cmd(
-    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    plan_file: PlanFile,
     budgets: Annotated[str, typer.Argument(help="Client budgets: CSV client_id,epsilon or JSON.")],
     output: Annotated[
         str | None, typer.Option("--output", "-o", help="Write client_id,epsilon,group,group_epsilon CSV here.")

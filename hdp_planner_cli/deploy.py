@@ -11,7 +11,7 @@ import typer
 from hdp_planner_cli.command import PlainCommand
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import result_out as _out
-from hdp_planner_cli.options import DatasetOpt, GroupsFile
+from hdp_planner_cli.options import DatasetOpt, GroupsFile, PlanFile
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
@@ -26,7 +26,7 @@ def _interrupt(signum, frame) -> None:
 
 @app.command("local", cls=PlainCommand)
 def local(
-    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    plan_file: PlanFile,
     nodes: Annotated[int, typer.Option("--nodes", help="SuperNodes to start: the plan's n, one per client.")],
     trust: Annotated[
         str,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import result_out as _out
+from hdp_planner_cli.options import PlanFile
 from hdp_planner_cli.run_options import AUDIT, DATA, LEDGER, OUTPUT, TRUST, Opt, option, with_groups
-from hdp_planner_train.run.options import AuditOptions, DataOptions, LedgerOptions, OutputOptions, TrustOptions
 
 
 @with_groups(
@@ -27,7 +27,7 @@ from hdp_planner_train.run.options import AuditOptions, DataOptions, LedgerOptio
     output=OUTPUT.pick("out", out=Opt(option("--out", str | None, "Folder for metrics.json/.csv."))),
 )  # fmt: skip
 def flower(
-    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    plan_file: PlanFile,
     method: Annotated[
         str,
         typer.Option(
@@ -74,11 +74,7 @@ def flower(
         ),
     ] = False,
     *,
-    data: DataOptions,
-    trust: TrustOptions,
-    audit: AuditOptions,
-    ledger: LedgerOptions,
-    output: OutputOptions,
+    groups: dict[str, Any],
 ) -> None:
     """Train a plan's method through Flower's simulation engine (Ray), one virtual node per client; offline."""
     from hdp_planner_flower import require_flwr
@@ -91,10 +87,10 @@ def flower(
     from hdp_planner_flower.preparation import FlowerConfig
     from hdp_planner_flower.simulation import run_flower
 
-    out = output.out
-    cfg = FlowerConfig(plan=plan_file, method=method, rounds=rounds, seed=seed, data=data, trust=trust, audit=audit,
-                       ledger=ledger, output=output, cpus_per_client=cpus_per_client, diagnostics=diagnostics,
-                       node_state=node_state, in_process=in_process, masks=not no_masks)  # fmt: skip
+    out = groups["output"].out
+    cfg = FlowerConfig(plan=plan_file, method=method, rounds=rounds, seed=seed, **groups,
+                       cpus_per_client=cpus_per_client, diagnostics=diagnostics, node_state=node_state,
+                       in_process=in_process, masks=not no_masks)  # fmt: skip
     try:
         metrics = run_flower(cfg, progress=lambda line: _out.print(line, highlight=False, markup=False))
     except (ValueError, OSError, KeyError) as exc:

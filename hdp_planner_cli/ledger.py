@@ -19,7 +19,7 @@ from hdp_planner.ledger.store import Ledger, LedgerError
 from hdp_planner.planfile.document import load_plan, read_document
 from hdp_planner_cli.command import PlainCommand
 from hdp_planner_cli.console import one_line_errors, out
-from hdp_planner_cli.options import GroupsFile
+from hdp_planner_cli.options import GroupsFile, PlanFile
 
 LedgerOpt = Annotated[
     str | None,
@@ -35,7 +35,6 @@ HeadOpt = Annotated[
     str | None,
     typer.Option("--head", help="A head digest printed by an earlier check: it must still be in the chain."),
 ]
-PlanArg = Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
@@ -62,7 +61,7 @@ def _plan_clients(plan_file: str, groups: str | None):
 @app.command("show", cls=PlainCommand)
 @one_line_errors
 def show(
-    plan_file: PlanArg,
+    plan_file: PlanFile,
     federation: FederationOpt = None,
     ledger: LedgerOpt = None,
     groups: GroupsFile = None,

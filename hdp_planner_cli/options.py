@@ -40,6 +40,7 @@ class WholeNumber(click.ParamType):
 
 N_HELP = "Total number of clients n (1e6 reads as 1000000)."
 # Options of `solve`, defined once and shared by every command that plans (names are a contract).
+PlanFile = Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")]
 Eps = Annotated[str, typer.Option("--eps", help="Privacy budget ε of each group, comma-separated: 0.5,1.5,3.0.")]
 N = Annotated[int, typer.Option("--n", help=N_HELP, click_type=WholeNumber())]
 Sizes = Annotated[str | None, typer.Option("--sizes", help="Clients per group, comma-separated [even split of n].")]

@@ -41,6 +41,7 @@ from hdp_planner_cli.options import (
     PfaDim,
     PfaSubspace,
     PfaWindow,
+    PlanFile,
     Q,
     Rounds,
     SavingNoise,
@@ -225,7 +226,7 @@ def check_hidden_options(trust: TrustModel, hide: bool, max_cohort: int | None, 
 
 @one_line_errors
 def verify_cmd(
-    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    plan_file: PlanFile,
 ) -> None:
     """Re-derive every group's ε from PLAN_FILE with its accountant; exit 1 naming any group over budget."""
     p = load_plan(plan_file)

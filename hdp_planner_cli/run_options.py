@@ -2,9 +2,9 @@
 (:mod:`hdp_planner_train.run.options`) and built into the groups by one function.
 
 A command takes a group's options with :func:`with_groups`: ``@with_groups(data=DATA, audit=AUDIT.pick("audit"))``
-adds the block's options to the command line and passes the command ``data=DataOptions(…)``, ``audit=…``. A command
-picks the options it takes and changes a default or a declaration where its meaning differs (``compare --out`` is the
-grid's folder). Imports no trainer: torch and flwr load when a command runs.
+adds the block's options to the command line and passes the command ``groups={"data": DataOptions(…), "audit": …}``.
+A command picks the options it takes and changes a default or a declaration where its meaning differs
+(``compare --out`` is the grid's folder). Imports no trainer: torch and flwr load when a command runs.
 """
 
 from __future__ import annotations
@@ -75,12 +75,13 @@ class OptionBlock:
 
 
 def with_groups(**blocks: OptionBlock) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A command that takes each block's options and receives, under the block's keyword, the group built from them
-    (:meth:`OptionBlock.build`); the command declares those keywords without defaults, its own options as usual."""
+    """A command that takes each block's options and receives the groups built from them
+    (:meth:`OptionBlock.build`), by block name, in one keyword-only parameter ``groups`` (a dict) that it declares
+    without a default; its own options as usual."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(command, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.name not in blocks]
+        own = [p for p in signature.parameters.values() if p.name != "groups"]
         added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt.default, annotation=opt.declared)
                  for block in blocks.values() for name, opt in block.options.items()]  # fmt: skip
 
@@ -88,7 +89,7 @@ def with_groups(**blocks: OptionBlock) -> Callable[[Callable[..., Any]], Callabl
         def run(**values: Any) -> Any:
             groups = {key: block.build({name: values.pop(name) for name in block.options}) for key, block in
                       blocks.items()}  # fmt: skip
-            return command(**values, **groups)
+            return command(**values, groups=groups)
 
         params = own + added
         run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]

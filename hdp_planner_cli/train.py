@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,6 +18,7 @@ from hdp_planner_cli.options import (
     CliError,
     Colluders,
     Participations,
+    PlanFile,
     Survivors,
     build_baselines,
     build_request,
@@ -38,22 +39,12 @@ from hdp_planner_cli.run_options import (
     with_groups,
 )
 from hdp_planner_train import TORCH_HINT
-from hdp_planner_train.run.options import (
-    AuditOptions,
-    DataOptions,
-    LedgerOptions,
-    ModelOptions,
-    NoiseOptions,
-    OutputOptions,
-    TrustOptions,
-)
-from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
 
 @with_groups(data=DATA, model=MODEL, noise=NOISE, trust=TRUST.pick("trust", "override_trust"), audit=AUDIT,
              ledger=LEDGER, output=OUTPUT, personal=PERSONAL, selection=SELECTION)  # fmt: skip
 def train(
-    plan_file: Annotated[str, typer.Argument(help="A plan.json written by `hdp-plan solve`.")],
+    plan_file: PlanFile,
     method: Annotated[
         str,
         typer.Option(
@@ -68,30 +59,22 @@ def train(
     rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds to run (≤ the plan's T; default T).")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     *,
-    data: DataOptions,
-    model: ModelOptions,
-    noise: NoiseOptions,
-    trust: TrustOptions,
-    audit: AuditOptions,
-    ledger: LedgerOptions,
-    output: OutputOptions,
-    personal: PersonalOptions,
-    selection: SelectionOptions,
+    groups: dict[str, Any],
 ) -> None:
     """Train a federated model under PLAN_FILE's noise (GDPFed Algorithms 1-2) and report accuracy and ε spent."""
     try:
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan train needs PyTorch: {TORCH_HINT}")
+    output = groups["output"]
     out = output.out
     if (output.plot or output.resume) and not out:
         _fail("--plot and --resume need --out DIR")
     from hdp_planner_train.run.noise import SEEDED_NOTE
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
-    cfg = TrainConfig(plan=plan_file, method=method, rounds=rounds, seed=seed, data=data, model=model, noise=noise,
-                      trust=trust, audit=audit, ledger=ledger, output=replace(output, progress=_out.is_terminal),
-                      personal=personal, selection=selection)  # fmt: skip
+    cfg = TrainConfig(plan=plan_file, method=method, rounds=rounds, seed=seed,
+                      **{**groups, "output": replace(output, progress=_out.is_terminal)})  # fmt: skip
     try:
         metrics = run(cfg)
     except (ValueError, OSError, KeyError) as exc:
@@ -199,19 +182,14 @@ def compare(
     colluders: Colluders = 0,
     participations: Participations = None,
     *,
-    data: DataOptions,
-    model: ModelOptions,
-    noise: NoiseOptions,
-    trust: TrustOptions,
-    audit: AuditOptions,
-    ledger: LedgerOptions,
-    output: OutputOptions,
+    groups: dict[str, Any],
 ) -> None:
     """Train several methods on one plan over several seeds and print GDPFed Table 2 (mean ± std), with a figure."""
     try:
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan compare needs PyTorch: {TORCH_HINT}")
+    data, model, noise, trust, output = (groups[key] for key in ("data", "model", "noise", "trust", "output"))
     from hdp_planner_train.learning.engines import PRECISIONS
     from hdp_planner_train.learning.federated import load_federated
     from hdp_planner_train.learning.models import model_dim, model_name
@@ -274,9 +252,8 @@ def compare(
         if partition.n_clients != config.n:
             raise ValueError(f"--n {config.n} but the {dataset} partition has {partition.n_clients} clients")
         every = max(1, min(5, config.rounds // 10)) if eval_every is None else eval_every
-        cfg = CompareConfig(methods=chosen, seeds=seeds, data=data, model=model, noise=noise, trust=trust,
-                            plan_trust=trust_model, audit=audit, ledger=ledger,
-                            output=replace(output, eval_every=every))  # fmt: skip
+        cfg = CompareConfig(methods=chosen, seeds=seeds, plan_trust=trust_model,
+                            **{**groups, "output": replace(output, eval_every=every)})  # fmt: skip
 
         def report(line: str) -> None:
             done.append(line)
