@@ -9,7 +9,7 @@ import csv
 import dataclasses
 import io
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -33,26 +33,9 @@ from hdp_planner.planning.budgets import (
 from hdp_planner.planning.plan import METHODS, PlanConfig
 from hdp_planner.report.sweep import parse_range, parse_values, sweep_plan
 from hdp_planner_cli.console import err, one_line_errors, out, pct
-from hdp_planner_cli.options import (
-    AccountantOpt,
-    CliError,
-    Clip,
-    Delta,
-    Eps,
-    FixedQ,
-    LambdaOpt,
-    LocalSteps,
-    Lr,
-    N,
-    PlanFile,
-    Q,
-    Rounds,
-    SigmaModelOpt,
-    Sizes,
-    Sparsity,
-    build_config,
-    build_request,
-)
+from hdp_planner_cli.option_blocks import with_groups
+from hdp_planner_cli.options import CliError, PlanFile
+from hdp_planner_cli.plan_options import PLAN, PlanRequest
 
 
 def _progress() -> Progress:
@@ -71,21 +54,10 @@ def _progress() -> Progress:
 
 
 @one_line_errors
+@with_groups(plan=PLAN)
 def sweep(
-    eps: Eps,
-    n: N,
-    sizes: Sizes = None,
-    rounds: Rounds = 50,
-    q: Q = 0.02,
-    delta: Delta = None,
-    clip: Clip = 1.0,
-    lr: Lr = 0.1,
-    local_steps: LocalSteps = 5,
-    sparsity: Sparsity = None,
-    fixed_q: FixedQ = None,
-    accountant: AccountantOpt = "rdp",
-    sigma_model: SigmaModelOpt = "bound",
-    lambda_convention: LambdaOpt = "exact",
+    *,
+    groups: dict[str, Any],
     vary: Annotated[
         str, typer.Option("--vary", help="What varies: a group number (1-based, its ε) or rounds | q | clip.")
     ] = "1",
@@ -101,26 +73,11 @@ def sweep(
     """Re-solve the plan while one parameter varies (GDPFed Figure 2: optimal q_m against ε_1)."""
     from hdp_planner.report.sweep import parse_vary
 
-    groups, config = build_request(
-        eps,
-        n,
-        sizes,
-        rounds,
-        q,
-        delta,
-        clip,
-        lr,
-        local_steps,
-        sparsity,
-        fixed_q,
-        accountant,
-        sigma_model,
-        lambda_convention,
-    )
+    plan_groups, config = groups["plan"].build()
     if (values is None) == (range_ is None):
         raise CliError("give exactly one of --values v1,v2,... or --range a:b:steps")
     points = parse_values(values) if values is not None else parse_range(range_ or "")
-    varied = parse_vary(vary, groups)
+    varied = parse_vary(vary, plan_groups)
     if plot:
         from hdp_planner.report.plots import check_figure_path
 
@@ -131,7 +88,7 @@ def sweep(
             raise CliError(f"cannot write {csv_path}: directory {parent} does not exist")
     with _progress() as bar:
         task = bar.add_task(f"solving {len(points)} plans", total=len(points))
-        result = sweep_plan(groups, config, varied, points, progress=lambda i: bar.update(task, completed=i))
+        result = sweep_plan(plan_groups, config, varied, points, progress=lambda i: bar.update(task, completed=i))
     table = Table(box=box.SIMPLE_HEAD, title=f"Sweep of {varied.text}: GDPFed+ q_m and σ_m², Λ per method")
     table.add_column(varied.name, justify="right")
     for m in range(result.count):
@@ -203,21 +160,20 @@ def render_grouping(g: Grouping, console: Console = out) -> None:
 
 
 def group_budgets(
-    budgets: str, group_count: str, grouping: str, n: int | None, config_options: tuple
+    budgets: str, group_count: str, grouping: str, request: PlanRequest
 ) -> tuple[Grouping, PlanConfig, str]:
-    """``solve --budgets FILE``: read the clients' budgets and group them (``config_options`` as in
-    :func:`hdp_planner_cli.options.build_config` after n), with the budgets' digest. Raises CliError/ValueError on
-    bad input."""
+    """``solve --budgets FILE``: read the clients' budgets and group them under ``request``'s configuration (its
+    ``eps`` and ``sizes`` aside), with the budgets' digest. Raises CliError/ValueError on bad input."""
     if grouping not in GROUPINGS:
         raise CliError(f"--grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
     count = parse_group_count(group_count)
     columns = load_budget_columns(budgets)
     file_delta = None if columns.delta is None else float(columns.delta.min())
-    if n is not None and n != len(columns):
-        raise CliError(f"--n {n} but {budgets} lists {len(columns)} clients")
-    config = build_config(len(columns), *config_options)
+    if request.n is not None and request.n != len(columns):
+        raise CliError(f"--n {request.n} but {budgets} lists {len(columns)} clients")
+    config = request.config(len(columns))
     if file_delta is not None and config.delta > file_delta:
-        if config_options[2] is not None:  # --delta given
+        if request.delta is not None:
             raise CliError(f"--delta {config.delta:g} exceeds the smallest client delta in {budgets} ({file_delta:g})")
         config = dataclasses.replace(config, delta=file_delta)  # the default δ = 1/n^1.1, lowered to every client's
     grouped = groups_from_histogram(columns.values, columns.counts, groups=count, method=grouping, config=config)

@@ -8,8 +8,9 @@ import typer
 
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import result_out as _out
+from hdp_planner_cli.option_blocks import Opt, option, with_groups
 from hdp_planner_cli.options import PlanFile
-from hdp_planner_cli.run_options import AUDIT, DATA, LEDGER, OUTPUT, TRUST, Opt, option, with_groups
+from hdp_planner_cli.run_options import AUDIT, DATA, LEDGER, OUTPUT, TRUST
 
 
 @with_groups(

@@ -11,10 +11,7 @@ from typing import Annotated, Any
 import click
 import typer
 
-from hdp_planner.io.inputs import parse_floats, parse_ints
 from hdp_planner.methods.baselines import BaselineOptions, baseline_names, needing_model_dim
-from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import PlanConfig
 
 
 class CliError(Exception):
@@ -125,59 +122,8 @@ MinShare = Annotated[
 ]
 
 
-def build_config(
-    n: int,
-    rounds: int,
-    q: float,
-    delta: float | None,
-    clip: float,
-    lr: float,
-    local_steps: int,
-    sparsity: str | None,
-    fixed_q: str | None,
-    accountant: str,
-    sigma_model: str,
-    lambda_convention: str,
-    min_share: float = 0.0,
-    large_delta: bool = False,
-) -> PlanConfig:
-    """Validate the configuration options of `solve` into the API's PlanConfig."""
-    return PlanConfig(
-        n=n,
-        rounds=rounds,
-        q=q,
-        delta=delta,
-        clip=clip,
-        lr=lr,
-        local_steps=local_steps,
-        accountant=accountant,  # type: ignore[arg-type]
-        sigma_model=sigma_model,  # type: ignore[arg-type]
-        lambda_convention=lambda_convention,  # type: ignore[arg-type]
-        sparsity=parse_floats(sparsity, "--sparsity"),
-        fixed_q=parse_floats(fixed_q, "--fixed-q"),
-        min_share=min_share,
-        large_delta=large_delta,
-    )
-
-
-def check_group_count(config: PlanConfig, count: int) -> None:
-    """Per-group options must give one value per group."""
-    for name, values in (("--sparsity", config.sparsity), ("--fixed-q", config.fixed_q)):
-        if values is not None and len(values) != count:
-            raise CliError(f"{name} has {len(values)} values for {count} groups")
-
-
-def build_request(eps: str, n: int, sizes: str | None, *config_options: Any) -> tuple[Groups, PlanConfig]:
-    """Validate the options of `solve` (``config_options`` as :func:`build_config` takes them after n)."""
-    groups = Groups.from_budgets(parse_floats(eps, "--eps") or (), n, parse_ints(sizes, "--sizes"))
-    if not groups.canonical:
-        raise CliError(f"--eps must be listed in increasing order (group 1 the strictest), got {eps}")
-    config = build_config(n, *config_options)
-    check_group_count(config, groups.count)
-    return groups, config
-
-
 def build_baselines(
+    *,
     methods: str | None,
     model_dim: int | None,
     pfa_dim: int,

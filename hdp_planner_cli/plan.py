@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from dataclasses import replace
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -20,20 +21,14 @@ from hdp_planner.planfile.document import load_plan, plan_problems, plan_to_dict
 from hdp_planner.planfile.trust import recommended, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner_cli.budgets import group_budgets, render_grouping
 from hdp_planner_cli.console import err, labelled, one_line_errors, out
+from hdp_planner_cli.option_blocks import Opt, option, with_groups
 from hdp_planner_cli.options import (
     N_HELP,
-    AccountantOpt,
     Bits,
     CliError,
-    Clip,
     CohortMultiple,
     Colluders,
-    Delta,
-    FixedQ,
     HideSample,
-    LambdaOpt,
-    LocalSteps,
-    Lr,
     MaxCohort,
     MinShare,
     ModelDim,
@@ -42,19 +37,13 @@ from hdp_planner_cli.options import (
     PfaSubspace,
     PfaWindow,
     PlanFile,
-    Q,
-    Rounds,
     SavingNoise,
     SavingRounds,
-    SigmaModelOpt,
-    Sizes,
-    Sparsity,
     Survivors,
     WholeNumber,
     build_baselines,
-    build_request,
-    check_group_count,
 )
+from hdp_planner_cli.plan_options import PLAN, check_group_count
 from hdp_planner_cli.plan_render import (
     pld_saving_line,
     recommendation_line,
@@ -64,23 +53,18 @@ from hdp_planner_cli.plan_render import (
     spent_of_budget,
 )
 
+SOLVE_PLAN = PLAN.pick(
+    eps=Opt(option("--eps", str | None, "Privacy budget ε of each group: 0.5,1.5,3.0.")),
+    n=Opt(option("--n", int | None, N_HELP, click_type=WholeNumber())),
+)
+"""``solve``'s planning options: ``--eps`` and ``--n`` may give way to ``--budgets``."""
+
 
 @one_line_errors
+@with_groups(plan=SOLVE_PLAN)
 def solve(
-    eps: Annotated[str | None, typer.Option("--eps", help="Privacy budget ε of each group: 0.5,1.5,3.0.")] = None,
-    n: Annotated[int | None, typer.Option("--n", help=N_HELP, click_type=WholeNumber())] = None,
-    sizes: Sizes = None,
-    rounds: Rounds = 50,
-    q: Q = 0.02,
-    delta: Delta = None,
-    clip: Clip = 1.0,
-    lr: Lr = 0.1,
-    local_steps: LocalSteps = 5,
-    sparsity: Sparsity = None,
-    fixed_q: FixedQ = None,
-    accountant: AccountantOpt = "rdp",
-    sigma_model: SigmaModelOpt = "bound",
-    lambda_convention: LambdaOpt = "exact",
+    *,
+    groups: dict[str, Any],
     budgets: Annotated[
         str | None,
         typer.Option("--budgets", help="Per-client budgets: CSV client_id,epsilon or JSON (instead of --eps/--sizes)."),
@@ -135,26 +119,26 @@ def solve(
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     check_hidden_options(trust_model, hide_sample, max_cohort, cohort_multiple)
-    options = (rounds, q, delta, clip, lr, local_steps, sparsity, fixed_q, accountant, sigma_model, lambda_convention)
-    options += (min_share, large_delta)
+    request = replace(groups["plan"], min_share=min_share, large_delta=large_delta)
     extra, extra_options = build_baselines(
-        methods, model_dim, pfa_dim, pfa_window, pfa_subspace, saving_rounds, saving_noise
-    )
+        methods=methods, model_dim=model_dim, pfa_dim=pfa_dim, pfa_window=pfa_window, pfa_subspace=pfa_subspace,
+        saving_rounds=saving_rounds, saving_noise=saving_noise,
+    )  # fmt: skip
     grouped = None
     if budgets is not None:
-        if eps is not None or sizes is not None:
+        if request.eps is not None or request.sizes is not None:
             raise CliError("--budgets replaces --eps and --sizes; give one or the other")
-        grouped, config, digest = group_budgets(budgets, group_count, grouping, n, options)
-        groups = grouped.groups
-        check_group_count(config, groups.count)
-    elif eps is None or n is None:
+        grouped, config, digest = group_budgets(budgets, group_count, grouping, request)
+        plan_groups = grouped.groups
+        check_group_count(config, plan_groups.count)
+    elif request.eps is None or request.n is None:
         raise CliError("give --eps and --n, or --budgets FILE")
     else:
-        groups, config = build_request(eps, n, sizes, *options)
+        plan_groups, config = request.build()
     if "all" in {x.strip().lower() for x in (methods or "").split(",")}:
-        extra = planned_with_all(extra, groups.epsilons)  # e.g. PFA needs a public and a projected group
+        extra = planned_with_all(extra, plan_groups.epsilons)  # e.g. PFA needs a public and a projected group
     with err.status(f"solving with the {config.accountant} accountant…"):
-        result = add_baselines(solve_plan(groups, config), extra, extra_options)
+        result = add_baselines(solve_plan(plan_groups, config), extra, extra_options)
         problems = plan_problems(result)
     if problems:  # a plan must never under-noise: refuse to write one the accountant rejects
         raise CliError(f"internal check failed, no plan written: {problems[0]}")

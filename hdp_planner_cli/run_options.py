@@ -1,22 +1,13 @@
 """The options of the commands that train (``train``, ``compare``, ``flower``), declared once per option group
-(:mod:`hdp_planner_train.run.options`) and built into the groups by one function.
+(:mod:`hdp_planner_train.run.options`) as option blocks (:class:`~hdp_planner_cli.option_blocks.OptionBlock`).
 
-A command takes a group's options with :func:`with_groups`: ``@with_groups(data=DATA, audit=AUDIT.pick("audit"))``
-adds the block's options to the command line and passes the command ``groups={"data": DataOptions(…), "audit": …}``.
 A command picks the options it takes and changes a default or a declaration where its meaning differs
-(``compare --out`` is the grid's folder). Imports no trainer: torch and flwr load when a command runs.
+(``compare --out`` is the grid's folder). Imports no trainer's torch or flwr: they load when a command runs.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Annotated, Any
-
-import typer
-
+from hdp_planner_cli.option_blocks import Opt, OptionBlock, option
 from hdp_planner_cli.options import (
     CohortMultiple,
     DatasetOpt,
@@ -34,78 +25,12 @@ from hdp_planner_train.run.options import (
     NoiseOptions,
     OutputOptions,
     TrustOptions,
-    flat_names,
 )
 from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
 
-@dataclass(frozen=True)
-class Opt:
-    """One command-line option: its Typer declaration (``Annotated[type, typer.Option(…)]``) and default; ``flat``,
-    the group option it sets when that is not the parameter's name, and ``convert``, the command line's value to the
-    option's."""
-
-    declared: Any
-    default: Any = None
-    flat: str | None = None
-    convert: Callable[[Any], Any] | None = None
-
-
-@dataclass(frozen=True)
-class OptionBlock:
-    """The command-line options of one group, by parameter name."""
-
-    group: type
-    options: dict[str, Opt]
-
-    def pick(self, *names: str, **changes: Any) -> OptionBlock:
-        """The block with only ``names`` (all if none), each of ``changes`` a new :class:`Opt` or a new default."""
-        chosen = {name: self.options[name] for name in names or self.options}
-        for name, change in changes.items():
-            chosen[name] = change if isinstance(change, Opt) else replace(chosen[name], default=change)
-        return OptionBlock(self.group, chosen)
-
-    def build(self, values: dict[str, Any]) -> Any:
-        """The group from the parsed values of the block's options (the options not taken: the group's defaults)."""
-        field_of = flat_names(self.group)
-        return self.group(**{
-            field_of[opt.flat or name]: opt.convert(values[name]) if opt.convert else values[name]
-            for name, opt in self.options.items()
-        })  # fmt: skip
-
-
-def with_groups(**blocks: OptionBlock) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A command that takes each block's options and receives the groups built from them
-    (:meth:`OptionBlock.build`), by block name, in one keyword-only parameter ``groups`` (a dict) that it declares
-    without a default; its own options as usual."""
-
-    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(command, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.name != "groups"]
-        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt.default, annotation=opt.declared)
-                 for block in blocks.values() for name, opt in block.options.items()]  # fmt: skip
-
-        @functools.wraps(command)
-        def run(**values: Any) -> Any:
-            groups = {key: block.build({name: values.pop(name) for name in block.options}) for key, block in
-                      blocks.items()}  # fmt: skip
-            return command(**values, groups=groups)
-
-        params = own + added
-        run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-        run.__annotations__ = {p.name: p.annotation for p in params}
-        return run
-
-    return decorate
-
-
 def _noise_kind(secure: bool | None) -> str | None:
     return None if secure is None else ("secure" if secure else "seeded")
-
-
-def option(flag: str, kind: Any, help: str, **kw: Any) -> Any:
-    """The Typer declaration of the option ``flag`` of type ``kind``."""
-    return Annotated[kind, typer.Option(flag, help=help, **kw)]
 
 
 DATA = OptionBlock(DataOptions, {

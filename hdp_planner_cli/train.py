@@ -13,6 +13,7 @@ from hdp_planner_cli.console import err as _err
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import out as console
 from hdp_planner_cli.console import result_out as _out
+from hdp_planner_cli.option_blocks import Opt, option, with_groups
 from hdp_planner_cli.options import (
     Bits,
     CliError,
@@ -21,9 +22,9 @@ from hdp_planner_cli.options import (
     PlanFile,
     Survivors,
     build_baselines,
-    build_request,
 )
 from hdp_planner_cli.plan import check_hidden_options
+from hdp_planner_cli.plan_options import PLAN
 from hdp_planner_cli.run_options import (
     AUDIT,
     DATA,
@@ -34,9 +35,6 @@ from hdp_planner_cli.run_options import (
     PERSONAL,
     SELECTION,
     TRUST,
-    Opt,
-    option,
-    with_groups,
 )
 from hdp_planner_train import TORCH_HINT
 
@@ -131,7 +129,28 @@ COMPARE_OUTPUT = OUTPUT.pick(
 """``compare``'s output: the grid's folder, continued or replaced as a whole."""
 
 
+COMPARE_PLAN = PLAN.pick(
+    "eps", "n", "sizes", "rounds", "q", "delta", "clip", "lr", "local_steps", "sparsity", "fixed_q", "accountant",
+    "sigma_model",
+    eps=Opt(option("--eps", str | None, "ε per group [the paper's for the dataset].")),
+    n=Opt(option("--n", int | None, "Clients n [the partition's].")),
+    sizes=Opt(option("--sizes", str | None, "Clients per group [even split].")),
+    rounds=Opt(Annotated[int | None, typer.Option("--rounds", "-T", help="Rounds T [the paper's].")]),
+    q=Opt(option("--q", float | None, "Expected participation ratio q [the paper's].")),
+    delta=Opt(option("--delta", float | None, "δ [1/n^1.1].")),
+    clip=Opt(Annotated[float | None, typer.Option("--clip", "-C", help="Clipping threshold C [the paper's].")]),
+    lr=Opt(option("--lr", float, "Local learning rate η."), 0.1),
+    local_steps=Opt(option("--local-steps", int | None, "Local steps τ [the paper's].")),
+    sparsity=Opt(option("--sparsity", str | None, "GDPFed+ k_m/d [0.7,0.8,0.9].")),
+    fixed_q=Opt(option("--fixed-q", str | None, "GDPFed-op/+ q_m instead of Problem 1.")),
+    accountant=Opt(option("--accountant", str, "rdp | pld | closed-form."), "rdp"),
+    sigma_model=Opt(option("--sigma-model", str, "bound | accountant."), "bound"),
+)  # fmt: skip
+"""``compare``'s planning options: what is not given is the paper's for the dataset (or the partition's)."""
+
+
 @with_groups(
+    plan=COMPARE_PLAN,
     data=DATA.pick("dataset", "data_dir", "dirichlet", "shards"),
     model=MODEL.pick("model", "engine", "precision", "device"),
     noise=NOISE.pick("dropout"),
@@ -151,19 +170,8 @@ def compare(
         str, typer.Option("--methods", help="Methods to train, comma-separated (train's --method names).")
     ] = "p-fedavg,dp-fedavg,gdpfed,pfa,idp-fedavg-sample,gdpfed+",
     seeds: Annotated[int, typer.Option("--seeds", help="Runs per method, seeds 0..S-1.")] = 3,
-    eps: Annotated[str | None, typer.Option("--eps", help="ε per group [the paper's for the dataset].")] = None,
-    n: Annotated[int | None, typer.Option("--n", help="Clients n [the partition's].")] = None,
-    sizes: Annotated[str | None, typer.Option("--sizes", help="Clients per group [even split].")] = None,
-    rounds: Annotated[int | None, typer.Option("--rounds", "-T", help="Rounds T [the paper's].")] = None,
-    q: Annotated[float | None, typer.Option("--q", help="Expected participation ratio q [the paper's].")] = None,
-    delta: Annotated[float | None, typer.Option("--delta", help="δ [1/n^1.1].")] = None,
-    clip: Annotated[float | None, typer.Option("--clip", "-C", help="Clipping threshold C [the paper's].")] = None,
-    lr: Annotated[float, typer.Option("--lr", help="Local learning rate η.")] = 0.1,
-    local_steps: Annotated[int | None, typer.Option("--local-steps", help="Local steps τ [the paper's].")] = None,
-    sparsity: Annotated[str | None, typer.Option("--sparsity", help="GDPFed+ k_m/d [0.7,0.8,0.9].")] = None,
-    fixed_q: Annotated[str | None, typer.Option("--fixed-q", help="GDPFed-op/+ q_m instead of Problem 1.")] = None,
-    accountant: Annotated[str, typer.Option("--accountant", help="rdp | pld | closed-form.")] = "rdp",
-    sigma_model: Annotated[str, typer.Option("--sigma-model", help="bound | accountant.")] = "bound",
+    *,
+    groups: dict[str, Any],
     pfa_dim: Annotated[int, typer.Option("--pfa-dim", help="PFA: subspace dimension k.")] = 1,
     pfa_window: Annotated[int, typer.Option("--pfa-window", help="PFA: public noisy sums spanning it.")] = 10,
     pfa_subspace: Annotated[str, typer.Option("--pfa-subspace", help="PFA: lanczos | randomized.")] = "lanczos",
@@ -181,15 +189,14 @@ def compare(
     survivors: Survivors = 0.9,
     colluders: Colluders = 0,
     participations: Participations = None,
-    *,
-    groups: dict[str, Any],
 ) -> None:
     """Train several methods on one plan over several seeds and print GDPFed Table 2 (mean ± std), with a figure."""
     try:
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan compare needs PyTorch: {TORCH_HINT}")
-    data, model, noise, trust, output = (groups[key] for key in ("data", "model", "noise", "trust", "output"))
+    plan, data, model, noise, trust, output = (groups[key] for key in ("plan", "data", "model", "noise", "trust",
+                                                                       "output"))  # fmt: skip
     from hdp_planner_train.learning.engines import PRECISIONS
     from hdp_planner_train.learning.federated import load_federated
     from hdp_planner_train.learning.models import model_dim, model_name
@@ -224,43 +231,41 @@ def compare(
         total = seeds * len(chosen)
         model_name(dataset, model.name)
         paper = PAPER_SETTINGS[dataset]
-        partition = load_federated(dataset, data.data_dir, None if n is None or dataset == "shakespeare" else n,
-                                   data.dirichlet, shards=data.shards)  # fmt: skip
+        clients = None if plan.n is None or dataset == "shakespeare" else plan.n
+        partition = load_federated(dataset, data.data_dir, clients, data.dirichlet, shards=data.shards)
         d = model_dim(dataset, partition.num_classes, model.name) if trust.kind == "secagg" else None
         trust_model = TrustModel(kind=trust.kind, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
                                  participations=participations, model_dim=d)  # fmt: skip
         check_hidden_options(trust_model, trust.hide_sample, trust.max_cohort, trust.cohort_multiple)
         if output.resume and output.overwrite:
             raise ValueError("--resume continues the grid in --out, --overwrite replaces it: choose one")
-        groups, config = build_request(
-            eps or ",".join(f"{e:g}" for e in paper["eps"]),
-            partition.n_clients if n is None else n,
-            sizes,
-            paper["rounds"] if rounds is None else rounds,
-            paper["q"] if q is None else q,
-            delta,
-            paper["clip"] if clip is None else clip,
-            lr,
-            paper["local_steps"] if local_steps is None else local_steps,
-            sparsity or ",".join(map(str, PAPER_SPARSITY)),
-            fixed_q,
-            accountant,
-            sigma_model,
-            "exact",
+        request = replace(
+            plan,
+            eps=plan.eps or ",".join(f"{e:g}" for e in paper["eps"]),
+            n=partition.n_clients if plan.n is None else plan.n,
+            rounds=paper["rounds"] if plan.rounds is None else plan.rounds,
+            q=paper["q"] if plan.q is None else plan.q,
+            clip=paper["clip"] if plan.clip is None else plan.clip,
+            local_steps=paper["local_steps"] if plan.local_steps is None else plan.local_steps,
+            sparsity=plan.sparsity or ",".join(map(str, PAPER_SPARSITY)),
         )
-        _, options = build_baselines(None, None, pfa_dim, pfa_window, pfa_subspace, saving_rounds, saving_noise)
+        plan_groups, config = request.build()
+        _, options = build_baselines(methods=None, model_dim=None, pfa_dim=pfa_dim, pfa_window=pfa_window,
+                                     pfa_subspace=pfa_subspace, saving_rounds=saving_rounds,
+                                     saving_noise=saving_noise)  # fmt: skip
         if partition.n_clients != config.n:
             raise ValueError(f"--n {config.n} but the {dataset} partition has {partition.n_clients} clients")
         every = max(1, min(5, config.rounds // 10)) if eval_every is None else eval_every
-        cfg = CompareConfig(methods=chosen, seeds=seeds, plan_trust=trust_model,
-                            **{**groups, "output": replace(output, eval_every=every)})  # fmt: skip
+        cfg = CompareConfig(methods=chosen, seeds=seeds, plan_trust=trust_model, data=data, model=model, noise=noise,
+                            trust=trust, audit=groups["audit"], ledger=groups["ledger"],
+                            output=replace(output, eval_every=every))  # fmt: skip
 
         def report(line: str) -> None:
             done.append(line)
             _out.print(line, highlight=False)
 
         with output_folder(out):
-            plan_path = prepare_plan(cfg, groups, config, options, partition.num_classes)
+            plan_path = prepare_plan(cfg, plan_groups, config, options, partition.num_classes)
             _out.print(f"note: {SIMULATION}", highlight=False)
             rows = run_grid(cfg, plan_path, report)
             summary = summarize(dataset, cfg.methods, rows)

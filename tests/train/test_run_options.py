@@ -77,7 +77,8 @@ def test_the_trust_kind_of_a_grid_is_its_plans():
 
 
 def test_a_command_receives_the_groups_built_from_its_option_blocks():
-    from hdp_planner_cli.run_options import AUDIT, DATA, NOISE, OUTPUT, with_groups
+    from hdp_planner_cli.option_blocks import with_groups
+    from hdp_planner_cli.run_options import AUDIT, DATA, NOISE, OUTPUT
 
     seen = {}
     app = typer.Typer()
