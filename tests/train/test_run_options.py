@@ -4,6 +4,7 @@ merged with flat ones, and the command line's blocks built into the same groups.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import typer
@@ -86,8 +87,8 @@ def test_a_command_receives_the_groups_built_from_its_option_blocks():
     @app.command()
     @with_groups(data=DATA.pick("dataset", "clients", dataset="digits"), noise=NOISE, audit=AUDIT,
                  output=OUTPUT.pick("out"))  # fmt: skip
-    def command(seed: int = 0, *, data: DataOptions, noise: NoiseOptions, audit: AuditOptions, output: OutputOptions):
-        seen.update(seed=seed, data=data, noise=noise, audit=audit, output=output)
+    def command(seed: int = 0, *, groups: dict[str, Any]):
+        seen.update(seed=seed, **groups)
 
     done = CliRunner().invoke(app, ["--clients", "60", "--seeded-noise", "--audit", "--seed", "2"])
     assert done.exit_code == 0, done.output
