@@ -112,9 +112,9 @@ def check_group_count(config: PlanConfig, count: int) -> None:
             raise CliError(f"{name} has {len(values)} values for {count} groups")
 
 
-DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
+_DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 PLAN = OptionBlock(PlanRequest, {"eps": Opt(Eps, REQUIRED), "n": Opt(N, REQUIRED)} | {
-    name: Opt(declared, DEFAULTS[name]) for name, declared in {
+    name: Opt(declared, _DEFAULTS[name]) for name, declared in {
         "sizes": Sizes, "rounds": Rounds, "q": Q, "delta": Delta, "clip": Clip, "lr": Lr, "local_steps": LocalSteps,
         "sparsity": Sparsity, "fixed_q": FixedQ, "accountant": AccountantOpt, "sigma_model": SigmaModelOpt,
         "lambda_convention": LambdaOpt,
