@@ -143,7 +143,7 @@ def test_pld_calibrates_every_row_idp_sample_included():
 
 def test_solve_methods_all_ends_with_the_recommendation(tmp_path):
     out = tmp_path / "plan.json"
-    args = ["solve", "--eps", "0.5,1.5,3.0", "--n", "600", "--rounds", "10", "--methods", "all", "-o", str(out)]
+    args = ["solve", "--eps", "0.5,1.5,3.0", "--n", "300", "--rounds", "10", "--methods", "all", "-o", str(out)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def flower_plan():
-    base = plan([0.5, 1.5, 3.0], n=N, rounds=ROUNDS, q=0.3, clip=1.5, sparsity=(0.7, 0.8, 0.9))
+    base = plan([0.5, 1.5, 3.0], n=N, rounds=ROUNDS, q=0.4, clip=1.5, sparsity=(0.7, 0.8, 0.9))
     d = sum(p.numel() for p in make_model("digits").parameters())
     return add_baselines(base, tuple(BASELINES.values()), BaselineOptions(model_dim=d, pfa_dim=2, pfa_window=3))
 
