@@ -235,12 +235,13 @@ def test_ctrl_c_in_train_says_how_to_resume(tmp_path, monkeypatch):
     plan_file, out = digits_plan(tmp_path), tmp_path / "run"
     out.mkdir()
     (out / "checkpoint.pt").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)  # a short path as typed: the message wraps at 80 columns, not inside this check
 
     def interrupted(cfg):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer, "run", interrupted)
-    result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--out", str(out), "--overwrite"])
+    result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--out", "run", "--overwrite"])
     assert result.exit_code == 130 and "--resume" in result.output and "checkpoint.pt" in result.output
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -110,8 +111,9 @@ def test_progress_bar_stacks_its_description_in_80_columns():
     assert description == line and "12/50" in progress and "ETA" in progress and len(progress) <= 80
 
 
-def test_paths_are_printed_as_typed(tmp_path):
-    path = tmp_path / "[bold]plan.json"
+def test_paths_are_printed_as_typed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a short path as typed: a long one wraps at 80 columns
+    path = Path("[bold]plan.json")
     assert f"plan written to {path}" in run(*SOLVE, "-o", str(path))
     assert f"{path}: all 3 groups within budget" in run("verify", str(path))
 

@@ -230,13 +230,13 @@ def test_never_sampled_bound():
 def test_both_accountants_answer_at_once_where_any_sigma_meets_the_budget(q, rounds, eps, delta):
     if never_sampled_bound(q, rounds) > delta:
         return
-    t = time.perf_counter()
+    t = time.process_time()  # the work done, not the wall clock of a shared machine
     assert calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld") == SIGMA_MIN
     assert calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="rdp") == SIGMA_MIN
     assert pld_epsilon(noise_multiplier=SIGMA_MIN, q=q, rounds=rounds, delta=delta) == 0.0
     assert epsilon_spent(GaussianRounds(SIGMA_MIN, q, rounds), delta=delta, accountant="pld") == 0.0
     assert epsilon_spent(GaussianRounds(SIGMA_MIN, q, rounds), delta=delta, accountant="rdp") == 0.0
-    assert time.perf_counter() - t < 0.05
+    assert time.process_time() - t < 0.05
 
 
 def test_pld_where_any_sigma_meets_the_budget_is_a_true_bound():
