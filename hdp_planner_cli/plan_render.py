@@ -15,6 +15,9 @@ from hdp_planner.planning.rows import rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
 from hdp_planner_cli.console import fit_table, labelled, pct
 
+STARVED_SHARE = 0.01
+"""A cohort row whose smallest group's share of the update is below this gets a note: its clients barely count."""
+
 
 def _fmt(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
@@ -197,6 +200,11 @@ def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
     for name, r in rows:
         if r is None:
             console.print(labelled(f"{name}:", "cyan", "no cohort under these caps (or no distributed form)"))
+        elif min(r.weight_shares) < STARVED_SHARE:
+            shares = " / ".join(f"{s:.2%}" for s in r.weight_shares)
+            console.print(labelled(f"{name}:", "yellow", f"the groups' shares of the update are {shares}: the least "
+                                   "Λ leaves some groups' clients almost out of the model (--min-share keeps each "
+                                   "group a share of its population's)"))  # fmt: skip
 
 
 def spent_of_budget(spent: float, budget: float) -> str:

@@ -78,6 +78,13 @@ class CohortRow:
     lambda_server: float
 
     @property
+    def weight_shares(self) -> tuple[float, ...]:
+        """Each group's share r_m²/Σr² of the update (ω_m·r_m with ω_m = r_m/Σr²): how much its clients shape the
+        model."""
+        raw = [g.expected_contributors**2 for g in self.groups]
+        return tuple(x / sum(raw) for x in raw)
+
+    @property
     def price(self) -> float:
         """Λ with hidden participation over Λ with a trusted server."""
         return self.lambda_cohort / self.lambda_server

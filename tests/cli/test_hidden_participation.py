@@ -65,3 +65,20 @@ def test_edited_contributors_weights_or_sparsity_are_refused_by_verify(tmp_path,
     result = runner.invoke(app, ["verify", path])
     assert result.exit_code == 1
     assert f"hidden_participation, GDPFed+: {key}" in result.output
+
+
+def test_solve_names_the_groups_the_least_noise_leaves_out_of_the_model(tmp_path):
+    """A row whose search gives a group under 1% of the update is named, with its shares; a row that does not is
+    not."""
+    path = str(tmp_path / "plan.json")
+    strict = ["solve", "--eps", "0.25,4", "--n", "200", "--rounds", "10", "--q", "0.2", "--model-dim", "100",
+              "--trust", "secagg", "--hide-sample", "--cohort-multiple", "10"]  # fmt: skip
+    result = runner.invoke(app, [*strict, "-o", path])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    rows = json.loads((tmp_path / "plan.json").read_text())["hidden_participation"]["rows"]
+    assert "GDPFed+: the groups' shares of the update are" in text  # the strict group's clients barely count here
+    for name, row in rows.items():
+        squares = [r**2 for r in row["expected_contributors"]]
+        starved = min(squares) / sum(squares) < 0.01
+        assert (f"{name}: the groups' shares of the update are" in text) == starved, (name, squares)
