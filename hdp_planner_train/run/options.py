@@ -202,11 +202,6 @@ class OutputOptions(_Group):
     progress: bool = True
 
 
-GROUPS: tuple[type, ...] = (DataOptions, ModelOptions, NoiseOptions, TrustOptions, AuditOptions, LedgerOptions,
-                            OutputOptions)  # fmt: skip
-"""The option groups, in the order a configuration holds them."""
-
-
 def flat_names(group: type) -> dict[str, str]:
     """Flat keyword → field of the options group (or family options class) ``group``."""
     by_field = {field: flat for flat, field in getattr(group, "FLAT", {}).items()}
