@@ -30,31 +30,34 @@ from hdp_planner_cli.options import (
     Sparsity,
 )
 
+_CONFIG = {f.name: f.default for f in fields(PlanConfig)}
+"""The API's defaults, which the command line's are."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class PlanRequest:
     """A plan as the command line asks for it: the options of ``solve`` before they are parsed.
 
     ``eps``, ``sparsity`` and ``fixed_q`` are comma-separated lists, ``sizes`` one of whole numbers; the rest as
-    :class:`~hdp_planner.planning.plan.PlanConfig` takes them.
+    :class:`~hdp_planner.planning.plan.PlanConfig` takes them, with its defaults.
     """
 
     eps: str | None = None
     n: int | None = None
     sizes: str | None = None
-    rounds: int = 50
-    q: float = 0.02
-    delta: float | None = None
-    clip: float = 1.0
-    lr: float = 0.1
-    local_steps: int = 5
+    rounds: int = _CONFIG["rounds"]
+    q: float = _CONFIG["q"]
+    delta: float | None = _CONFIG["delta"]
+    clip: float = _CONFIG["clip"]
+    lr: float = _CONFIG["lr"]
+    local_steps: int = _CONFIG["local_steps"]
     sparsity: str | None = None
     fixed_q: str | None = None
-    accountant: str = "rdp"
-    sigma_model: str = "bound"
-    lambda_convention: str = "exact"
-    min_share: float = 0.0
-    large_delta: bool = False
+    accountant: str = _CONFIG["accountant"]
+    sigma_model: str = _CONFIG["sigma_model"]
+    lambda_convention: str = _CONFIG["lambda_convention"]
+    min_share: float = _CONFIG["min_share"]
+    large_delta: bool = _CONFIG["large_delta"]
 
     def config(self, n: int) -> PlanConfig:
         """The API's configuration for ``n`` clients (``eps`` and ``sizes`` aside).
