@@ -33,7 +33,7 @@ def classify(eps: float, delta: float, q: float, rounds: int) -> tuple[str, floa
         return "reference failed", ours, float("nan")
     if abs(ours / ref - 1) <= 0.01:
         return "within 1%", ours, ref
-    if ours > ref and reference_kl_refuted(GaussianRounds(ref, q, rounds), delta=delta):
+    if ours > ref and reference_kl_refuted(GaussianRounds(noise_multiplier=ref, q=q, rounds=rounds), delta=delta):
         return "above: the reference's ε = 0 refuted", ours, ref
     if ours < ref and kl_certifies_zero([(ours, q, rounds)], delta):
         return "below: ε = 0 by the closed-form bound", ours, ref

@@ -99,10 +99,10 @@ def main() -> None:
             title="Cost of the canary audit on one GDPFed+ FMNIST round",
             tables=(
                 Table(
-                    f"seconds, median (min) of {args.repeats} interleaved repeats; d = {d:,}, "
+                    caption=f"seconds, median (min) of {args.repeats} interleaved repeats; d = {d:,}, "
                     f"{auditor.per_group} canaries per group, {torch.get_num_threads()} threads",
-                    ("part", "without canaries", "audited", "audited / without"),
-                    tuple(rows),
+                    columns=("part", "without canaries", "audited", "audited / without"),
+                    rows=tuple(rows),
                 ),
             ),
             notes=(f"the report at the end of a run ({len(aud) + 1} rounds observed) took {report_s:.1f} s once",),

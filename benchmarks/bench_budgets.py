@@ -99,9 +99,9 @@ def main() -> None:
         title="hdp-plan solve --budgets FILE.csv as a process: time and peak memory",
         tables=(
             Table(
-                f"per process ({args.repeats} interleaved runs; peak: the largest resident set)",
-                ("clients", "CSV (MiB)", "median (s)", "min (s)", "peak (MiB)"),
-                tuple(rows),
+                caption=f"per process ({args.repeats} interleaved runs; peak: the largest resident set)",
+                columns=("clients", "CSV (MiB)", "median (s)", "min (s)", "peak (MiB)"),
+                rows=tuple(rows),
             ),
         ),
         notes=tuple(notes),

@@ -73,7 +73,9 @@ PLD_SETTINGS = [
 def ref_eps(sigma: float, q: float, rounds: int, delta: float, v: float | None = None) -> float:
     """dp-accounting's ε: RDP, or PLD at discretization v."""
     if v is None:
-        return reference_epsilon(GaussianRounds(sigma, q, rounds), delta=delta, accountant="rdp")
+        return reference_epsilon(
+            GaussianRounds(noise_multiplier=sigma, q=q, rounds=rounds), delta=delta, accountant="rdp"
+        )
     with quiet_dp_accounting():
         return float(
             PLDAccountant(value_discretization_interval=v).compose(dp_event(sigma, q, rounds)).get_epsilon(delta)
@@ -120,7 +122,7 @@ def _table(title: str, head: str, rows: list[tuple]) -> list[float]:
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         print(r[0])
-    RECORDED.append(Table(title, _cells(head), tuple(_cells(r[0]) for r in rows)))
+    RECORDED.append(Table(caption=title, columns=_cells(head), rows=tuple(_cells(r[0]) for r in rows)))
     for label, ratios in (("medians", [r[1] for r in rows]), ("minimums", [r[2] for r in rows])):
         mean = math.exp(statistics.fmean(math.log(x) for x in ratios))
         line = f"speed-up of the {label}: geometric mean {mean:.0f}x, min {min(ratios):.0f}x, max {max(ratios):.0f}x"

@@ -71,10 +71,10 @@ def main() -> None:
         title="A hidden-participation run on Flower's simulation engine: seconds per cohort round",
         tables=(
             Table(
-                f"digits, one group of {n} clients, GDPFed+ with --hide-sample; hdp-plan flower --trust secagg "
+                caption=f"digits, one group of {n} clients, GDPFed+ with --hide-sample; hdp-plan flower --trust secagg "
                 f"--sparse-graph, {args.rounds} rounds; load average {load_before[0]:.1f} before, {load[0]:.1f} after",
-                ("cohort m", "coin p", "members joined", "round seconds", "median (s)", "min (s)", "accuracy"),
-                (cells,),
+                columns=("cohort m", "coin p", "members joined", "round seconds", "median (s)", "min (s)", "accuracy"),
+                rows=(cells,),
             ),
         ),
         notes=(

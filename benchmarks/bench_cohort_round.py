@@ -85,8 +85,26 @@ def one_size(m: int, rounds: int, full: bool, folder: Path) -> dict:
     law = spec.secagg.laws[0]
     graph = sparse_graph(clients=m, survivors=law.run_threshold(m), colluders=law.colluders)
     sha = file_sha256(plan_path)
-    pin = Pin(str(plan_path.resolve()), sha, "gdpfed+", None, str(folder / f"nodes-{m}-{os.getpid()}"), True)
-    settings = DataSettings("digits", None, m, None, 0, 1, 10, 0.0, 0.1, 1.0)
+    pin = Pin(
+        plan=str(plan_path.resolve()),
+        sha256=sha,
+        method="gdpfed+",
+        groups=None,
+        state_dir=str(folder / f"nodes-{m}-{os.getpid()}"),
+        sparse_graph=True,
+    )
+    settings = DataSettings(
+        dataset="digits",
+        data_dir=None,
+        clients=m,
+        dirichlet=None,
+        seed=0,
+        local_steps=1,
+        batch_size=10,
+        momentum=0.0,
+        lr=0.1,
+        lr_decay=1.0,
+    )
 
     def unchanged(msg: Message, ctxt) -> Message:  # ours: an update of 0, the share still drawn and added
         return Message(RecordDict({ARRAYS: msg.content[ARRAYS]}), reply_to=msg)
@@ -195,7 +213,7 @@ def record(results: dict[str, dict], growth: dict[str, float]) -> None:
         "Each size ran in its own simulation; the raw timings, load averages and commands are under `sizes`.",
     )
     result = Result(name=RESULT.stem, title="A cohort's secure round over a sparse neighbour graph",
-                    tables=(Table(caption, columns, rows),), notes=notes)  # fmt: skip
+                    tables=(Table(caption=caption, columns=columns, rows=rows),), notes=notes)  # fmt: skip
     write_json_atomic(RESULT, asdict(result) | {"sizes": results})
     print(f"written to {RESULT}")
 

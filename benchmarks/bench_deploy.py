@@ -239,7 +239,7 @@ def record(kind: str, rows: list[list[str]], caption: str) -> None:
     new = {tuple(r[:key]) for r in rows}
     kept = [r for r in old["rows"] if tuple(old["columns"]) == columns and tuple(r[:key]) not in new]
     merged = sorted(kept + rows, key=lambda r: (int(r[0]), r[1:key]))
-    table = Table(caption, columns, tuple(map(tuple, merged)))
+    table = Table(caption=caption, columns=columns, rows=tuple(map(tuple, merged)))
     print(f"written to {write_result(Result(name=name, title=title, tables=(table,), notes=NOTES[kind]))}", flush=True)
 
 

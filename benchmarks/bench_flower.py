@@ -114,7 +114,9 @@ def secagg_rounds(args) -> None:
 
     bare_app = ClientApp(mods=[secaggplus_mod])
     bare_app.train()(bare_train)
-    pin = Pin(str(plan.resolve()), file_sha256(plan), "gdpfed+", None, str(out / "nodes"))
+    pin = Pin(
+        plan=str(plan.resolve()), sha256=file_sha256(plan), method="gdpfed+", groups=None, state_dir=str(out / "nodes")
+    )
     grids = {
         "ours": InProcessGrid(client_app(train, pin=pin), args.n),
         "server": InProcessGrid(client_app(train), args.n),
@@ -192,7 +194,7 @@ def secagg_rounds(args) -> None:
     print(f"\n{caption}\n{markdown_table(columns, table)}\n" + "\n".join(notes))
     if args.record:
         result = Result(name="bench_flower_secagg", title="A secure round on Flower against Flower's own SecAgg+",
-                        tables=(Table(caption, columns, table),), notes=notes)  # fmt: skip
+                        tables=(Table(caption=caption, columns=columns, rows=table),), notes=notes)  # fmt: skip
         print(f"written to {write_result(result)}")
 
 
@@ -297,7 +299,7 @@ def main() -> None:
         result = Result(
             name="bench_flower",
             title="A plan on Flower against the simulator: accuracy and time per round",
-            tables=(Table(caption, columns, tuple(table)),),
+            tables=(Table(caption=caption, columns=columns, rows=tuple(table)),),
             notes=tuple(notes),
         )
         print(f"written to {write_result(result)}")

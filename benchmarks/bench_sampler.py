@@ -63,9 +63,9 @@ def main() -> None:
             title="Exact discrete Gaussian noise shares: ours against opendp",
             tables=(
                 Table(
-                    f"σ = {args.sigma} integer units, {args.repeats} interleaved repeats, one process",
-                    ("d", "sampler", "median (s/share)", "min (s/share)", "shares/s"),
-                    tuple(rows),
+                    caption=f"σ = {args.sigma} integer units, {args.repeats} interleaved repeats, one process",
+                    columns=("d", "sampler", "median (s/share)", "min (s/share)", "shares/s"),
+                    rows=tuple(rows),
                 ),
             ),
             notes=tuple(notes),

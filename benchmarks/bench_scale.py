@@ -75,7 +75,9 @@ def main() -> None:
     )
     print("\n".join(notes))
     if args.record:
-        table = Table("planning time and traced peak memory", ("n", "M", "median s", "peak MiB"), rows)
+        table = Table(
+            caption="planning time and traced peak memory", columns=("n", "M", "median s", "peak MiB"), rows=rows
+        )
         result = Result(name="bench_scale", title="Planning for 10^7 per-client budgets", tables=(table,), notes=notes)
         print(f"written to {write_result(result)}")
 

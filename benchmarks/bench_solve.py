@@ -66,9 +66,9 @@ def main() -> None:
         title="Start-up and a whole solve against one reference calibration, each as a process",
         tables=(
             Table(
-                f"seconds per process ({args.repeats} interleaved runs)",
-                ("process", "median (s)", "min (s)", "median / reference"),
-                tuple(rows),
+                caption=f"seconds per process ({args.repeats} interleaved runs)",
+                columns=("process", "median (s)", "min (s)", "median / reference"),
+                rows=tuple(rows),
             ),
         ),
         notes=(

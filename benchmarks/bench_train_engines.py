@@ -140,7 +140,13 @@ def main() -> None:
         result = Result(
             name=f"bench_train_engines{variant.replace('-', '_')}",
             title="Local training per round: the loop engine against the vectorized engine",
-            tables=(Table(setting, ("engine", "median (s/round)", "min (s/round)", "loop / engine"), tuple(rows)),),
+            tables=(
+                Table(
+                    caption=setting,
+                    columns=("engine", "median (s/round)", "min (s/round)", "loop / engine"),
+                    rows=tuple(rows),
+                ),
+            ),
             notes=tuple(notes),
         )
         print(f"written to {write_result(result)}")

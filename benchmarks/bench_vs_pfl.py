@@ -264,7 +264,7 @@ def main() -> None:
         result = Result(
             name="bench_vs_pfl",
             title="Seconds per round: our engines against pfl-research",
-            tables=(Table(caption, columns, tuple(rows)),),
+            tables=(Table(caption=caption, columns=columns, rows=tuple(rows)),),
             notes=notes,
         )
         print(f"written to {write_result(result)}")

@@ -66,7 +66,13 @@ def main() -> None:
     result = Result(
         name=args.name,
         title=args.title,
-        tables=(Table(f"per group, {canaries} canaries per group", COLUMNS, tuple(r for m in runs for r in rows(m))),),
+        tables=(
+            Table(
+                caption=f"per group, {canaries} canaries per group",
+                columns=COLUMNS,
+                rows=tuple(r for m in runs for r in rows(m)),
+            ),
+        ),
         notes=(f"final test accuracy with canaries: {accuracy}", *args.note),
         command=args.command,
         date=dt.datetime.fromtimestamp(newest, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -28,9 +28,9 @@ def table(summary: list[dict]) -> Table:
         rows.append((s["method"], f"{s['accuracy_mean']:.2f}{spread}", paper, lam, eps))
     seeds = summary[0]["seeds"]
     return Table(
-        f"final test accuracy (%) after {summary[0].get('rounds', '?')} rounds, {seeds} seed(s) per method",
-        ("method", "ours", "paper", "Λ measured / planned", "ε spent per group"),
-        tuple(rows),
+        caption=f"final test accuracy (%) after {summary[0].get('rounds', '?')} rounds, {seeds} seed(s) per method",
+        columns=("method", "ours", "paper", "Λ measured / planned", "ε spent per group"),
+        rows=tuple(rows),
     )
 
 

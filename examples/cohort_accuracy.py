@@ -113,15 +113,15 @@ def main() -> None:
         title="Accuracy with participation hidden from the server: GDPFed+ on digits",
         tables=(
             Table(
-                f"ε = {', '.join(f'{e:g}' for e in eps)}, n = {n}, T = {rounds}, q = {Q}, C = {CLIP}, k/d = "
+                caption=f"ε = {', '.join(f'{e:g}' for e in eps)}, n = {n}, T = {rounds}, q = {Q}, C = {CLIP}, k/d = "
                 f"{', '.join(map(str, SPARSITY))}, d = {DIM:,}; cohorts ≤ {args.cohort_multiple:g}x the expected "
                 f"contributors: m = {hidden['cohort']}, r = {[round(r, 2) for r in hidden['expected_contributors']]}, "
                 f"p = {[round(p, 3) for p in hidden['coin']]}, "
                 f"K = {hidden['memberships']}; Λ = {lambdas['cohorts']:.4g} (cohorts), {lambdas['same Λ']:.4g} "
                 f"(trusted server, budgets × {scale:.3f}), {lambdas['same ε']:.4g} (trusted server, same budgets); "
                 f"accuracy (%) per seed; paired diff.: cohorts minus the trusted server at the same Λ",
-                ("seed", "cohorts", "server, same Λ", "server, same ε", "paired diff."),
-                tuple(rows),
+                columns=("seed", "cohorts", "server, same Λ", "server, same ε", "paired diff."),
+                rows=tuple(rows),
             ),
         ),
         notes=(

@@ -35,9 +35,10 @@ def main() -> None:
     for min_share in (0.0, 0.5):
         p = plan(list(EPSILONS), n=N, rounds=ROUNDS, clip=CLIP, sparsity=SPARSITY, min_share=min_share)
         tables.append(Table(
-            f"min share {min_share:g}: ε = {', '.join(map(str, EPSILONS))}, n = {N:,}, T = {ROUNDS}, C = {CLIP}, "
-            f"d = {DIM:,}, b = {args.bits}, F = {args.survivors:g}, k = {args.colluders}, δ = {p.config.delta:.3g}",
-            COLUMNS, frontier_rows(p, trust),
+            caption=f"min share {min_share:g}: ε = {', '.join(map(str, EPSILONS))}, n = {N:,}, T = {ROUNDS}, "
+            f"C = {CLIP}, d = {DIM:,}, b = {args.bits}, F = {args.survivors:g}, k = {args.colluders}, "
+            f"δ = {p.config.delta:.3g}",
+            columns=COLUMNS, rows=frontier_rows(p, trust),
         ))  # fmt: skip
     result = Result(
         name="cohort-frontier",

@@ -306,7 +306,7 @@ def run(name: str, out: Path, resume: bool, seeds: tuple[int, ...] | None = None
     return Result(
         name=name,
         title=exp.title,
-        tables=(Table(f"{seeds}; {noise}", exp.columns, tuple(table)),),
+        tables=(Table(caption=f"{seeds}; {noise}", columns=exp.columns, rows=tuple(table)),),
         notes=exp.notes,
     )
 

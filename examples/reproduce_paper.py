@@ -94,9 +94,9 @@ def table1() -> Table:
         ratio = (prob.value([x / 100 for x in ours]) - constant) / (prob.value(on_constraint) - constant)
         rows.append((name, fmt(ours), fmt(paper), f"{100 * diff:.1f}%", f"{ratio:.6f}"))
     return Table(
-        "Table 1: optimal q_m (%), Problem 1 with Theorem 1's σ(q) (--sigma-model bound)",
-        ("dataset", "ours", "paper", "max rel. diff", "noise term of Problem 1, ours / at paper q"),
-        tuple(rows),
+        caption="Table 1: optimal q_m (%), Problem 1 with Theorem 1's σ(q) (--sigma-model bound)",
+        columns=("dataset", "ours", "paper", "max rel. diff", "noise term of Problem 1, ours / at paper q"),
+        rows=tuple(rows),
     )
 
 
@@ -110,9 +110,9 @@ def table5() -> Table:
             diff = max([abs(a - b) / b for a, b in zip(m.sigma2, s2)] + [abs(m.lam - lam) / lam])
             rows.append((method, name, fmt(m.sigma2), fmt(s2), f"{m.lam:.2f}", f"{lam:.2f}", f"{100 * diff:.1f}%"))
     return Table(
-        "Table 5: σ² per group / Λ (--lambda-convention paper; GDPFed-op and GDPFed+ at Table 1's q)",
-        ("method", "dataset", "σ² ours", "σ² paper", "Λ ours", "Λ paper", "max rel. diff"),
-        tuple(rows),
+        caption="Table 5: σ² per group / Λ (--lambda-convention paper; GDPFed-op and GDPFed+ at Table 1's q)",
+        columns=("method", "dataset", "σ² ours", "σ² paper", "Λ ours", "Λ paper", "max rel. diff"),
+        rows=tuple(rows),
     )
 
 

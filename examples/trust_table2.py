@@ -64,10 +64,10 @@ def main() -> None:
         title="ε against each adversary under secure aggregation: the FMNIST Table 2 plan",
         tables=(
             Table(
-                f"b = {args.bits} bits, survivors F = {args.survivors:g}, colluders k = {args.colluders}, "
+                caption=f"b = {args.bits} bits, survivors F = {args.survivors:g}, colluders k = {args.colluders}, "
                 f"d = {trust['model_dim']:,}, δ = {delta:.3g}",
-                columns,
-                tuple(rows),
+                columns=columns,
+                rows=tuple(rows),
             ),
         ),
         notes=(

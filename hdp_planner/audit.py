@@ -63,7 +63,7 @@ onto the canary directions too (a few 0.01, as for :data:`CORRELATION_MATERIAL`)
 contributes shifts it by the heads' 1/σ."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CanaryLayout:
     """Where each group's canaries live: signs D (d,), slots (M, K) of the permutation π, in/out bits (M, K)."""
 
@@ -97,7 +97,7 @@ def canary_layout(d: int, groups: int, per_group: int, seed: int) -> CanaryLayou
     signs = rng.choice(np.array([-1.0, 1.0]), size=d)
     slots = rng.permutation(d)[: groups * per_group].reshape(groups, per_group)
     inserted = rng.random((groups, per_group)) < 0.5
-    return CanaryLayout(d, signs, slots, inserted)
+    return CanaryLayout(d=d, signs=signs, slots=slots, inserted=inserted)
 
 
 def canary_directions(layout: CanaryLayout, group: int, index: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Annotated, Any
 
 import typer
@@ -29,11 +29,12 @@ class Opt:
 
     declared: Any
     default: Any = None
+    _: KW_ONLY
     flat: str | None = None
     convert: Callable[[Any], Any] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OptionBlock:
     """The command-line options of one group, by parameter name. A group option is the group's field of that name,
     or the field its class's ``FLAT`` mapping (option → field) names."""
@@ -46,7 +47,7 @@ class OptionBlock:
         chosen = {name: self.options[name] for name in names or self.options}
         for name, change in changes.items():
             chosen[name] = change if isinstance(change, Opt) else replace(chosen[name], default=change)
-        return OptionBlock(self.group, chosen)
+        return OptionBlock(group=self.group, options=chosen)
 
     def build(self, values: dict[str, Any]) -> Any:
         """The group from the parsed values of the block's options (the options not taken: the group's defaults)."""

@@ -116,7 +116,7 @@ def check_group_count(config: PlanConfig, count: int) -> None:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
-PLAN = OptionBlock(PlanRequest, {"eps": Opt(Eps, REQUIRED), "n": Opt(N, REQUIRED)} | {
+PLAN = OptionBlock(group=PlanRequest, options={"eps": Opt(Eps, REQUIRED), "n": Opt(N, REQUIRED)} | {
     name: Opt(declared, _DEFAULTS[name]) for name, declared in {
         "sizes": Sizes, "rounds": Rounds, "q": Q, "delta": Delta, "clip": Clip, "lr": Lr, "local_steps": LocalSteps,
         "sparsity": Sparsity, "fixed_q": FixedQ, "accountant": AccountantOpt, "sigma_model": SigmaModelOpt,

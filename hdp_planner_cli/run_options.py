@@ -33,7 +33,7 @@ def _noise_kind(secure: bool | None) -> str | None:
     return None if secure is None else ("secure" if secure else "seeded")
 
 
-DATA = OptionBlock(DataOptions, {
+DATA = OptionBlock(group=DataOptions, options={
     "dataset": Opt(DatasetOpt, "fmnist"),
     "data_dir": Opt(option("--data-dir", str | None, "Where the dataset's files are.")),
     "clients": Opt(option("--clients", int | None, "Clients to split the data among (default: the paper's n).")),
@@ -48,7 +48,7 @@ DATA = OptionBlock(DataOptions, {
 })  # fmt: skip
 """Which data, split how (:class:`~hdp_planner_train.run.options.DataOptions`)."""
 
-MODEL = OptionBlock(ModelOptions, {
+MODEL = OptionBlock(group=ModelOptions, options={
     "model": Opt(ModelOpt),
     "engine": Opt(option("--engine", str, "vectorized (torch.func) | loop (reference)"), "vectorized"),
     "precision": Opt(option("--precision", str, "fp32 | bf16: the local forward only; updates, clipping, noise fp32."),
@@ -60,7 +60,7 @@ MODEL = OptionBlock(ModelOptions, {
 })  # fmt: skip
 """The model and its local optimisation (:class:`~hdp_planner_train.run.options.ModelOptions`)."""
 
-NOISE = OptionBlock(NoiseOptions, {
+NOISE = OptionBlock(group=NoiseOptions, options={
     "secure_noise": Opt(option(
         "--secure-noise/--seeded-noise", bool | None,
         "Noise and client sampling from the OS's CSPRNG (for models that are released), or reproducible from --seed "
@@ -71,7 +71,7 @@ NOISE = OptionBlock(NoiseOptions, {
 })  # fmt: skip
 """The noise source and the simulated dropout (:class:`~hdp_planner_train.run.options.NoiseOptions`)."""
 
-TRUST = OptionBlock(TrustOptions, {
+TRUST = OptionBlock(group=TrustOptions, options={
     "trust": Opt(option(
         "--trust", str | None,
         "server, or secagg: each group's sum through the exact integer pipeline of secure aggregation (distributed "
@@ -90,7 +90,7 @@ TRUST = OptionBlock(TrustOptions, {
 })  # fmt: skip
 """Whom the clients trust (:class:`~hdp_planner_train.run.options.TrustOptions`)."""
 
-AUDIT = OptionBlock(AuditOptions, {
+AUDIT = OptionBlock(group=AuditOptions, options={
     "audit": Opt(option("--audit", bool,
                          "Insert canary clients; report an empirical ε per group beside the plan's."), False),
     "audit_canaries": Opt(option("--audit-canaries", int | None,
@@ -98,7 +98,7 @@ AUDIT = OptionBlock(AuditOptions, {
 })  # fmt: skip
 """The privacy audit (:class:`~hdp_planner_train.run.options.AuditOptions`)."""
 
-LEDGER = OptionBlock(LedgerOptions, {
+LEDGER = OptionBlock(group=LedgerOptions, options={
     "ledger": Opt(option(
         "--ledger", str,
         "Privacy ledger charged round by round: an SQLAlchemy URL or SQLite file, none, or auto (the default ledger, "
@@ -111,7 +111,7 @@ LEDGER = OptionBlock(LedgerOptions, {
 })  # fmt: skip
 """The privacy ledger charged (:class:`~hdp_planner_train.run.options.LedgerOptions`)."""
 
-OUTPUT = OptionBlock(OutputOptions, {
+OUTPUT = OptionBlock(group=OutputOptions, options={
     "out": Opt(option("--out", str | None, "Folder for metrics.json/.csv, plot, checkpoint.")),
     "eval_every": Opt(option("--eval-every", int, "Evaluate every this many rounds."), 1),
     "plot": Opt(option("--plot", bool, "Write convergence.png to --out."), False),
@@ -121,14 +121,14 @@ OUTPUT = OptionBlock(OutputOptions, {
 })  # fmt: skip
 """What the run writes (:class:`~hdp_planner_train.run.options.OutputOptions`)."""
 
-PERSONAL = OptionBlock(PersonalOptions, {
+PERSONAL = OptionBlock(group=PersonalOptions, options={
     "rho": Opt(option("--rho", float | None, "SAM radius ρ for dp2-fedsam, dp-fedsam [0.1, the DP²-FedSAM paper].")),
     "head_steps": Opt(option("--head-steps", int | None,
                               "τ_h: head steps (dp2-fedsam, centaur), fine-tuning (dp-fedavg-ft) [τ].")),
 })  # fmt: skip
 """The DP²-FedSAM family's options (:class:`~hdp_planner_train.simulator.options.PersonalOptions`)."""
 
-SELECTION = OptionBlock(SelectionOptions, {
+SELECTION = OptionBlock(group=SelectionOptions, options={
     "noise_rule": Opt(option("--noise-rule", str | None,
                               "Selection methods: paper (its eqs. 6-7) | exact (RDP) [paper].")),
     "eta": Opt(option("--eta", float | None, "privacy-aware: Problem 1's weight η [1e5].")),

@@ -257,8 +257,8 @@ def select_cmd(
         raise CliError(f"--delta {delta:g} is not below 1/|M_k| = {1 / min(sizes):.3g} of the client with the fewest "
                        f"examples ({min(sizes)})")  # fmt: skip
     problem = SelectionProblem(
-        eps,
-        sizes,
+        epsilon=eps,
+        num_samples=sizes,
         delta=delta,
         batch_size=batch_size,
         clients_per_round=clients_per_round,

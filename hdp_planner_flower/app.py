@@ -27,7 +27,7 @@ from hdp_planner_train.learning.models import make_model
 CLIENT_STREAM = 1000  # randomness stream of client i's local batches: SeedSequence([seed, round, 1000 + i])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DataSettings:
     """What every node needs to load its own partition (sent by the server with each round)."""
 

@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 VALID_DAYS = 30
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tls:
     """The CA certificate every party trusts and the SuperLink's certificate and key (PEM files)."""
 
@@ -28,7 +28,7 @@ class Tls:
     key: Path
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeKey:
     """A SuperNode's key pair: the private key it signs with, the public key registered on the SuperLink."""
 
@@ -81,7 +81,9 @@ def make_tls(folder: str | Path, hosts: tuple[str, ...] = ("127.0.0.1", "localho
     write_private(folder / "ca.key", _pem_key(ca_key))
     (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (folder / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return Tls(folder / "ca.crt", folder / "server.pem", write_private(folder / "server.key", _pem_key(key)))
+    return Tls(
+        ca=folder / "ca.crt", certificate=folder / "server.pem", key=write_private(folder / "server.key", _pem_key(key))
+    )
 
 
 def make_node_key(folder: str | Path, name: str) -> NodeKey:
@@ -93,4 +95,4 @@ def make_node_key(folder: str | Path, name: str) -> NodeKey:
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     (folder / f"{name}.pub").parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     (folder / f"{name}.pub").write_bytes(public + b"\n")
-    return NodeKey(write_private(folder / name, private), folder / f"{name}.pub")
+    return NodeKey(private=write_private(folder / name, private), public=folder / f"{name}.pub")

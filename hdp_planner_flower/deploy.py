@@ -91,7 +91,7 @@ class DeployError(RuntimeError):
     """The deployment could not start or its run failed: one line (the logs are in the deployment's folder)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeSpec:
     """What one SuperNode is configured with, once: its client id, key pair, state folder and Runtime port."""
 
@@ -207,7 +207,8 @@ class LocalDeployment:
         self.tls = make_tls(self.folder / "certs")
         ports = free_ports(self.nodes + 1)
         self.port = ports[0]
-        self.specs = [NodeSpec(i, make_node_key(self.folder / "keys", f"node-{i}"), self.state_dir, ports[i + 1])
+        self.specs = [NodeSpec(client=i, key=make_node_key(self.folder / "keys", f"node-{i}"), state_dir=self.state_dir,
+                               port=ports[i + 1])
                       for i in range(self.nodes)]  # fmt: skip
         app = self.folder / "app"
         app.mkdir(exist_ok=True)

@@ -64,7 +64,7 @@ def private_folder(path: str | Path) -> Path:
     return folder
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Terms:
     """What the client accepted in a plan: each round's cost to its group (rounds 1..T), δ, its cap K and its
     lifetime budget ε."""
@@ -75,7 +75,7 @@ class Terms:
     budget: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Admission:
     """What the node counted for one participation: the plan's count after it, and the client's ε spent."""
 
@@ -125,7 +125,7 @@ class NodeState:
                              [(plan_sha256, str(run_id), r, int(r == server_round), g.q, g.noise_multiplier, g.tau_d,
                                terms.delta, now) for r, g in new])  # fmt: skip
             conn.execute("COMMIT")
-            return Admission(used + 1, spent)
+            return Admission(participations=used + 1, spent=spent)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -153,7 +153,7 @@ class NodeState:
 def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: float) -> float:
     """ε at ``delta`` of the rounds charged so far plus ``extra`` (the ledger's composition)."""
     rows = conn.execute("SELECT q, noise_multiplier, tau_d, COUNT(*) FROM rounds GROUP BY q, noise_multiplier, tau_d")
-    counts = Counter({GroupRound(q, z, tau): int(c) for q, z, tau, c in rows})
+    counts = Counter({GroupRound(q=q, noise_multiplier=z, tau_d=tau): int(c) for q, z, tau, c in rows})
     counts.update(extra)
     return compose(counts, delta)
 
@@ -180,7 +180,7 @@ def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
     cap = trust_from_dict(doc).participations or rounds
     if spec.secagg is not None and spec.secagg.cohorts is not None:  # hidden participation: K_m cohort memberships
         cap = spec.secagg.cohorts[m].memberships
-    return Terms(costs, plan.config.delta, cap, budgets[str(client)])
+    return Terms(costs=costs, delta=plan.config.delta, cap=cap, budget=budgets[str(client)])
 
 
 def node_budget(config, terms: Terms) -> Terms:
@@ -194,7 +194,7 @@ def node_budget(config, terms: Terms) -> Terms:
         value = math.nan
     if not value > 0:
         raise RoundRefused(f"node config budget must be a positive ε, got {config['budget']!r}")
-    return Terms(terms.costs, terms.delta, terms.cap, min(value, terms.budget))
+    return Terms(costs=terms.costs, delta=terms.delta, cap=terms.cap, budget=min(value, terms.budget))
 
 
 def admit_round(pin: Pin, ctxt, *, server_round: int, secure: bool) -> Admission:

@@ -47,7 +47,7 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pin:
     """The plan a node accepted (``plan`` with SHA-256 ``sha256``), the method it trains, the groups file that
     maps client ids to groups (None: the plan's group order), where it keeps its participation counts, and whether
@@ -68,25 +68,26 @@ class Pin:
         env = os.environ
         if not env.get("HDP_PLAN"):
             return None
-        return cls(env["HDP_PLAN"], env.get("HDP_PLAN_SHA256", ""), env.get("HDP_METHOD", "gdpfed+"),
-                   env.get("HDP_GROUPS") or None, env.get("HDP_STATE_DIR") or None,
-                   env.get("HDP_SPARSE_GRAPH") == "1")  # fmt: skip
+        return cls(plan=env["HDP_PLAN"], sha256=env.get("HDP_PLAN_SHA256", ""), method=env.get("HDP_METHOD", "gdpfed+"),
+                   groups=env.get("HDP_GROUPS") or None, state_dir=env.get("HDP_STATE_DIR") or None,
+                   sparse_graph=env.get("HDP_SPARSE_GRAPH") == "1")  # fmt: skip
 
     @classmethod
     def from_node_config(cls, config, fallback: Pin | None = None) -> Pin:
         """The node config's pin (keys ``plan``, ``plan-sha256``, ``method``, ``groups``, ``state-dir``,
         ``sparse-graph``), else ``fallback``; a node with neither cannot contribute."""
         if "plan" in config:
-            return cls(str(config["plan"]), str(config.get("plan-sha256", "")), str(config.get("method", "gdpfed+")),
-                       str(config["groups"]) if config.get("groups") else None,
-                       str(config["state-dir"]) if config.get("state-dir") else None,
-                       str(config.get("sparse-graph", "")).lower() in ("1", "true"))  # fmt: skip
+            return cls(plan=str(config["plan"]), sha256=str(config.get("plan-sha256", "")),
+                       method=str(config.get("method", "gdpfed+")),
+                       groups=str(config["groups"]) if config.get("groups") else None,
+                       state_dir=str(config["state-dir"]) if config.get("state-dir") else None,
+                       sparse_graph=str(config.get("sparse-graph", "")).lower() in ("1", "true"))  # fmt: skip
         if fallback is None:
             raise RoundRefused("no pinned plan: start the node with --node-config 'plan=PATH plan-sha256=HEX'")
         return fallback
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PinnedPlan:
     """A pinned plan, read and verified by the client itself."""
 
@@ -189,4 +190,12 @@ def load_pinned(pin: Pin) -> PinnedPlan:
         raise RoundRefused(DEFAULT_MAPPING_REFUSED)
     groups = groups_from_file(pin.groups, spec, plan.groups.epsilon, budgets) if pin.groups else default_groups(spec)
     t = plan.config.rounds
-    return PinnedPlan(digest, pin.method, spec, groups, t, trust.participations or t, pin.sparse_graph)
+    return PinnedPlan(
+        sha256=digest,
+        method=pin.method,
+        spec=spec,
+        group_of_client=groups,
+        rounds=t,
+        cap=trust.participations or t,
+        sparse_graph=pin.sparse_graph,
+    )

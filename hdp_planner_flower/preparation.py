@@ -119,8 +119,10 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.ledger.groups)  # refuses a default mapping
     groups_file = cfg.ledger.groups
     groups = groups_from_file(groups_file, spec, plan.groups.epsilon, budgets_digest_of(doc)) if groups_file else None
-    settings = DataSettings(cfg.data.dataset, cfg.data.data_dir, cfg.data.clients, cfg.data.dirichlet, cfg.seed,
-                            plan.config.local_steps, batch, momentum, plan.config.lr, tc.model.lr_decay)  # fmt: skip
+    settings = DataSettings(dataset=cfg.data.dataset, data_dir=cfg.data.data_dir, clients=cfg.data.clients,
+                            dirichlet=cfg.data.dirichlet, seed=cfg.seed, local_steps=plan.config.local_steps,
+                            batch_size=batch, momentum=momentum, lr=plan.config.lr,
+                            lr_decay=tc.model.lr_decay)  # fmt: skip
     return Prepared(cfg=cfg, train=tc, plan=plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
                     groups=groups, settings=settings, version=version, clients=clients, run_plan=run_plan)  # fmt: skip
 

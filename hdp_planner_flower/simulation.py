@@ -185,8 +185,8 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
         if p.cfg.trust.kind == "secagg":
             from hdp_planner_flower.pin import Pin
 
-            pin = Pin(str(Path(cfg.plan).resolve()), p.run_plan.sha256, cfg.method,
-                      str(Path(cfg.ledger.groups).resolve()) if cfg.ledger.groups else None, state_dir,
+            pin = Pin(plan=str(Path(cfg.plan).resolve()), sha256=p.run_plan.sha256, method=cfg.method,
+                      groups=str(Path(cfg.ledger.groups).resolve()) if cfg.ledger.groups else None, state_dir=state_dir,
                       sparse_graph=cfg.trust.sparse_graph)  # fmt: skip
         if cfg.in_process:
             from hdp_planner_flower.local import InProcessGrid

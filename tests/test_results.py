@@ -16,7 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def sample() -> Result:
-    return Result(name="bench_x", title="X against Y", tables=(Table("seconds", ("what", "s"), (("x", "1.0"),)),))
+    return Result(
+        name="bench_x",
+        title="X against Y",
+        tables=(Table(caption="seconds", columns=("what", "s"), rows=(("x", "1.0"),)),),
+    )
 
 
 def test_a_result_records_where_and_how_and_reads_back(tmp_path):

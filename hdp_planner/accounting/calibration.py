@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GaussianRounds:
     """``rounds`` compositions of a Gaussian mechanism (noise multiplier σ) on a Poisson sample of rate q.
 
@@ -129,7 +129,10 @@ def epsilons_spent(
 ) -> np.ndarray:
     """:func:`epsilon_spent` of ``rounds`` rounds for many groups (σ_m, q_m); ``rdp`` in one vectorised evaluation."""
     acc = get_accountant(accountant)
-    events = [GaussianRounds(float(s), float(qm), rounds) for s, qm in zip(noise_multipliers, q, strict=True)]
+    events = [
+        GaussianRounds(noise_multiplier=float(s), q=float(qm), rounds=rounds)
+        for s, qm in zip(noise_multipliers, q, strict=True)
+    ]
     sigma = np.array([ev.noise_multiplier for ev in events])
     qs = np.array([min(ev.q, 1.0) for ev in events])
     return acc.epsilons(sigma, qs, rounds=check_rounds(rounds), delta=check_delta(delta))
@@ -180,7 +183,9 @@ class CalibrationMemo:
         if key not in self._spent:
             if len(self._spent) >= self.limit:
                 self._spent.clear()
-            self._spent[key] = epsilon_spent(GaussianRounds(*key[:3]), delta=delta, accountant=accountant)
+            self._spent[key] = epsilon_spent(
+                GaussianRounds(noise_multiplier=key[0], q=key[1], rounds=rounds), delta=delta, accountant=accountant
+            )
         return self._spent[key]
 
     def clear(self) -> None:

@@ -64,7 +64,7 @@ _SIGMA_VARIABLE: _Variable = (
 _Q_VARIABLE: _Variable = (np.negative, np.negative, lambda x: -np.ones_like(x))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Problem:
     """One calibration: per group, the smallest x ∈ [lo, hi] with ε(x) ≤ target, at ``delta`` after ``rounds``;
     Newton and secant steps are taken in ``variable``."""
@@ -260,7 +260,14 @@ def calibrate_sigmas_rdp(
     x, spent = _calibrate(
         lambda x, groups: mech.epsilon(np.exp(x), groups),
         lambda x, groups, orders: int_rdp(qs[groups, None], np.exp(x), rounds, "u", mech.int_terms(groups), orders),
-        _Problem(_SIGMA_VARIABLE, eps * (1 - _SAFETY), math.log(SIGMA_MIN), math.log(SIGMA_MAX), rounds, delta),
+        _Problem(
+            variable=_SIGMA_VARIABLE,
+            target=eps * (1 - _SAFETY),
+            lo=math.log(SIGMA_MIN),
+            hi=math.log(SIGMA_MAX),
+            rounds=rounds,
+            delta=delta,
+        ),
         guess,
     )
     bad = ~np.isfinite(x)
@@ -299,7 +306,9 @@ def calibrate_q_rdp(*, epsilon: float, delta: float, noise_multiplier: float, ro
     x = _calibrate(
         lambda x, groups: RdpRounds(np.exp(-x), rounds, delta).epsilon(sigma[groups]),
         lambda x, groups, orders: int_rdp(np.exp(-x), sigma[groups, None], rounds, "log q", orders=orders),
-        _Problem(_Q_VARIABLE, np.array([epsilon * (1 - _SAFETY)]), 0.0, hi, rounds, delta),
+        _Problem(
+            variable=_Q_VARIABLE, target=np.array([epsilon * (1 - _SAFETY)]), lo=0.0, hi=hi, rounds=rounds, delta=delta
+        ),
         np.array([min(max(-math.log(guess), 1e-3), hi)]),
     )[0][0]
     if not math.isfinite(x):

@@ -40,7 +40,7 @@ Proposal = Callable[[float, float, float, float], float]
 nothing met); a proposal outside (a, b) is replaced by bisection or an expanding step."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Found:
     """The answer of :func:`smallest_meeting`."""
 
@@ -90,7 +90,7 @@ def smallest_meeting(
         if g <= 0:
             b, gb = x, g
             if g >= -accept or x <= lo:
-                return Found(x if x > lo else lo, g, evaluation)
+                return Found(x=x if x > lo else lo, gap=g, evaluations=evaluation)
             repeats, side = (repeats + 1 if side < 0 else 1), -1
         else:
             a, ga = x, g
@@ -110,8 +110,8 @@ def smallest_meeting(
                 width *= 2
         x = min(max(x, lo), hi)
     if not math.isfinite(b):
-        return Found(math.inf, math.nan, evaluation)
-    return Found(b, gb, evaluation)
+        return Found(x=math.inf, gap=math.nan, evaluations=evaluation)
+    return Found(x=b, gap=gb, evaluations=evaluation)
 
 
 def _illinois(a: float, ga: float, b: float, gb: float, side: int, repeats: int, xtol: float) -> float:
@@ -127,7 +127,7 @@ def _illinois(a: float, ga: float, b: float, gb: float, side: int, repeats: int,
     return min(max(x, a + 0.4 * xtol), b - 0.4 * xtol)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evaluated:
     """Points evaluated by :func:`smallest_meeting_each`, one per entry of ``groups`` (a group may appear twice)."""
 
@@ -150,7 +150,7 @@ points x + d ± 0.4·xtol are evaluated next, if x + d lies inside the bracket).
 the pairs just evaluated, the natural previous points of their groups; (a, b] is each current group's bracket."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FoundEach:
     """The answer of :func:`smallest_meeting_each`, per group."""
 
@@ -219,13 +219,13 @@ def smallest_meeting_each(
         todo, ag, bg = todo[live], ag[live], bg[live]
         if not todo.size:
             break
-        current = Evaluated(todo, points[:m][live], value[:m][live], detail[:m][live])
-        d, close = propose(current, Evaluated(two, points[m:], value[m:], detail[m:]), ag, bg, it)
+        current = Evaluated(groups=todo, x=points[:m][live], value=value[:m][live], detail=detail[:m][live])
+        d, close = propose(current, Evaluated(groups=two, x=points[m:], value=value[m:], detail=detail[m:]), ag, bg, it)
         bisect = it >= bisect_after
         inside = (ag < current.x + d) & (current.x + d < bg)  # a pair outside the bracket would not narrow it
         pair[todo] = close & inside & ~(np.isfinite(ag) & np.isfinite(bg) & bisect)
         x[todo] = np.where(pair[todo], current.x + d, _step(current.x, d, ag, bg, bisect, lo, hi, xtol, max_step))
-    return FoundEach(out, value_b)
+    return FoundEach(x=out, value=value_b)
 
 
 def _step(

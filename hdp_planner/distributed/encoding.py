@@ -33,7 +33,7 @@ def padded_dimension(dim: int) -> int:
     return 1 << (dim - 1).bit_length()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Encoding:
     """How one client's clipped update becomes an integer vector modulo 2^b (all norms in integer units).
 

@@ -44,7 +44,7 @@ class LawError(ValueError):
     """The group cannot be run under secure aggregation with these parameters (the message says why)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupLaw:
     """Group m's law: grid (``encoding.gamma``), share σ²_s, threshold t, released shares N; ``noise_multiplier``
     the calibrated z against third parties; ``event_rate`` the δ each round's law-breaking events cost; ``release``
@@ -168,7 +168,17 @@ def grid_law(
         enc = Encoding(dim=dim, clip=clip, bits=bits, gamma=gamma)
         s2 = share_sigma2(enc, noise_multiplier, honest)
         bound = wrap_bound(enc, shares, s2) if s2 <= MAX_SIGMA2 else 1.0
-        law = GroupLaw(enc, s2, threshold, shares, colluders, noise_multiplier, event_rate, release, bound)
+        law = GroupLaw(
+            encoding=enc,
+            share_sigma2=s2,
+            threshold=threshold,
+            shares=shares,
+            colluders=colluders,
+            noise_multiplier=noise_multiplier,
+            event_rate=event_rate,
+            release=release,
+            wrap_bound=bound,
+        )
         return s2 <= MAX_SIGMA2 and bound <= wrap, law
 
     hi = clip

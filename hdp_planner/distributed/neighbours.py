@@ -27,7 +27,7 @@ SECURITY_BITS = 40
 security parameter stated beside the cryptography's, not charged to the plan's δ."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NeighbourGraph:
     """The neighbour graph of a run of ``clients``: ``degree`` clients in each neighbourhood (the client itself
     included), SecAgg+'s reconstruction ``threshold`` τ within it, and ``failure``, the bound on the probability that
@@ -65,6 +65,6 @@ def sparse_graph(
     while degree < clients:
         failure = split_bound(clients=clients, degree=degree, outside=outside)
         if failure <= 2.0**-security:
-            return NeighbourGraph(clients, degree, threshold, failure)
+            return NeighbourGraph(clients=clients, degree=degree, threshold=threshold, failure=failure)
         degree += 2
     return None

@@ -26,7 +26,7 @@ TRUST_KINDS: tuple[TrustKind, ...] = ("server", "secagg")
 """The trust models, the one list every layer checks against: a trusted server, or secure aggregation."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrustModel:
     """Who is trusted with what. ``survivors`` F > 1/2: the fraction of a group's sampled clients assumed to survive
     to the sum (a strict majority: Flower's SecAgg+ has no consistency round); ``colluders`` k: clients that may
@@ -62,7 +62,7 @@ class TrustModel:
             raise ValueError(f"wrap-around probability must lie in (0, 1), got {self.wrap}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SecaggGroup:
     """One group under ``secagg``: its law (:class:`~.law.GroupLaw`), z_m, its ε against third parties (the budget)
     and against the server, and the released noise's effective multiplier (√(E[error variance per coordinate])/C_m:
@@ -76,7 +76,7 @@ class SecaggGroup:
     effective_noise_multiplier: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SecaggRow:
     """A method row under ``secagg`` (None fields: the row's mechanism has no distributed form here)."""
 
@@ -97,7 +97,13 @@ def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
     c = plan.config
     if m.pooled or m.schedule is not None or all(s == 0 for s in m.noise_multiplier):
         why = "one pooled draw" if m.pooled else "a σ schedule" if m.schedule is not None else "no noise"
-        return SecaggRow(m.name, None, None, m.lambda_exact, f"not planned under secagg ({why})")
+        return SecaggRow(
+            name=m.name,
+            groups=None,
+            lambda_secagg=None,
+            lambda_server=m.lambda_exact,
+            note=f"not planned under secagg ({why})",
+        )
     dim = int(trust.model_dim or 0)
     k = trust.participations or c.rounds
     if k > c.rounds:
@@ -109,7 +115,13 @@ def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
                                   bits=trust.bits, survivors=trust.survivors, colluders=trust.colluders,
                                   wrap=trust.wrap))  # fmt: skip
         except LawError as exc:
-            return SecaggRow(m.name, None, None, m.lambda_exact, f"not planned under secagg (group {i + 1}: {exc})")
+            return SecaggRow(
+                name=m.name,
+                groups=None,
+                lambda_secagg=None,
+                lambda_server=m.lambda_exact,
+                note=f"not planned under secagg (group {i + 1}: {exc})",
+            )
     least = min(law.share_sigma2 for law in laws)
     groups = tuple(
         SecaggGroup(
@@ -124,4 +136,4 @@ def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
         for law, eps, size, q, clip in zip(laws, m.epsilon, m.size, m.q, m.clips(c.clip))
     )  # fmt: skip
     lam = lambda_exact(m.weight, [g.effective_noise_multiplier for g in groups], m.k_ratio, m.clips(c.clip))
-    return SecaggRow(m.name, groups, lam, m.lambda_exact)
+    return SecaggRow(name=m.name, groups=groups, lambda_secagg=lam, lambda_server=m.lambda_exact)

@@ -31,7 +31,7 @@ def event_digest(*, seq: int, kind: str, prev: str, body: str) -> str:
     return hashlib.sha256(canonical([seq, kind, prev, body]).encode()).hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Event:
     """One appended event: its place ``seq`` (1, 2, …), ``kind``, canonical JSON ``body``, the digest of the event
     before it (``prev``) and its own ``digest``."""
@@ -50,7 +50,9 @@ class Event:
 def next_event(last: Event | None, kind: str, data: dict[str, Any]) -> Event:
     """The event that appends ``data`` after ``last`` (None: the first)."""
     seq, prev, body = (last.seq + 1 if last else 1), (last.digest if last else GENESIS), canonical(data)
-    return Event(seq, kind, body, prev, event_digest(seq=seq, kind=kind, prev=prev, body=body))
+    return Event(
+        seq=seq, kind=kind, body=body, prev=prev, digest=event_digest(seq=seq, kind=kind, prev=prev, body=body)
+    )
 
 
 def chain_break(events: Sequence[Event], head: str | None = None) -> str | None:

@@ -29,7 +29,7 @@ from hdp_planner.accounting.rdp import kl_certifies_zero
 from hdp_planner.distributed.accounting import ORDERS, epsilon_from_rdp, poisson_subsampled_rdp, release_rdp
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupRound:
     """What one group's release of one round costs its members: a Poisson(q)-sampled Gaussian of multiplier σ, or,
     with ``tau_d``, a distributed discrete Gaussian sum of multiplier z and Proposition 14's τ·d'. ``accountant``:

@@ -66,4 +66,9 @@ def legacy_events(conn: Connection) -> list[tuple[str, dict[str, Any]]]:
 
 def _round(row: Any) -> GroupRound:
     accountant = row.get("accountant") or "rdp"
-    return GroupRound(float(row["q"]), float(row["noise_multiplier"]), row.get("tau_d"), accountant)
+    return GroupRound(
+        q=float(row["q"]),
+        noise_multiplier=float(row["noise_multiplier"]),
+        tau_d=row.get("tau_d"),
+        accountant=accountant,
+    )

@@ -61,7 +61,9 @@ def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[G
                 sigma = phase_sigma
                 break
             left -= length
-        costs.append([GroupRound(q, s, tau_d, accountant=accountant) for q, s in zip(mech.q, sigma)])
+        costs.append(
+            [GroupRound(q=q, noise_multiplier=s, tau_d=tau_d, accountant=accountant) for q, s in zip(mech.q, sigma)]
+        )
     return costs
 
 
@@ -71,7 +73,8 @@ def distributed_costs(
     """Rounds ``start``..``rounds``−1 of distributed discrete Gaussian noise under secure aggregation: each group's
     q_m, z_m, Proposition 14's τ·d' (:func:`~hdp_planner.distributed.rounds.group_tau_d`) and the δ its law's
     rare events cost a round (:attr:`~hdp_planner.distributed.law.GroupLaw.event_rate`)."""
-    groups = [GroupRound(float(qm), float(z), group_tau_d(int(size), model_dim), delta_cost=float(cost))
+    groups = [GroupRound(q=float(qm), noise_multiplier=float(z), tau_d=group_tau_d(int(size), model_dim),
+                         delta_cost=float(cost))
               for qm, z, size, cost in zip(q, noise_multipliers, sizes, delta_costs, strict=True)]  # fmt: skip
     return [list(groups) for _ in range(start, rounds)]
 

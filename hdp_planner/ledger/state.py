@@ -29,7 +29,7 @@ class LedgerStateError(ValueError):
     """Events that no ledger writes (a release of a round never reserved, a run started twice …)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClientSpending:
     """One client's lifetime spending in a ledger.
 
@@ -55,7 +55,7 @@ class ClientSpending:
         return self.epsilon_budget - self.epsilon_spent
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunRecord:
     """A run as its events left it."""
 
@@ -171,10 +171,13 @@ class LedgerState:
         clients = {c: g for c, (g, _) in data["clients"].items()}
         self._registered.append((data["run_id"], data["clients"], float(data["delta"])))
         self._index = None
-        rounds = [[GroupRound(float(q), float(s), None if t is None else float(t), str(a), *map(float, cost))
+        rounds = [[GroupRound(q=float(q), noise_multiplier=float(s), tau_d=None if t is None else float(t),
+                              accountant=str(a), delta_cost=float(*cost) if cost else 0.0)
                    for q, s, t, a, *cost in groups] for groups in data["rounds"]]  # fmt: skip
-        self.runs[data["run_id"]] = RunRecord(data["run_id"], data["federation"], data["label"], data["plan_sha256"],
-                                              int(data["start"]), float(data["started"]), clients, rounds)  # fmt: skip
+        self.runs[data["run_id"]] = RunRecord(run_id=data["run_id"], federation=data["federation"],
+                                              label=data["label"], plan_sha256=data["plan_sha256"],
+                                              start=int(data["start"]), started=float(data["started"]),
+                                              clients=clients, rounds=rounds)  # fmt: skip
 
     def spending(self, clients: Iterable[str] | None = None) -> list[ClientSpending]:
         """Every (or each given and known) client's lifetime spending, composed over all its runs."""
@@ -201,5 +204,14 @@ class LedgerState:
                 cache[key] = compose(total, delta)
             released = sum(status[s]["released"] for s in signature)
             reserved = sum(status[s]["reserved"] for s in signature)
-            out.append(ClientSpending(client, eps_budget, delta, cache[key], released, reserved))
+            out.append(
+                ClientSpending(
+                    client_id=client,
+                    epsilon_budget=eps_budget,
+                    delta=delta,
+                    epsilon_spent=cache[key],
+                    released_rounds=released,
+                    reserved_rounds=reserved,
+                )
+            )
         return out

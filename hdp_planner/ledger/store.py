@@ -51,7 +51,7 @@ class LedgerError(RuntimeError):
     """The ledger refuses (a budget would be exceeded, a broken chain) or cannot be read or written: one line."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChainReport:
     """What ``ledger check`` reports of the chain: its length, its head (the last event's digest; GENESIS for an
     empty ledger), the first break found (None: unbroken) and whether it began as a copy of an unchained ledger."""
@@ -115,7 +115,8 @@ class Ledger:
     @staticmethod
     def _events(conn: Connection) -> list[Event]:
         return [
-            Event(r.seq, r.kind, r.body, r.prev, r.digest) for r in conn.execute(select(events).order_by(events.c.seq))
+            Event(seq=r.seq, kind=r.kind, body=r.body, prev=r.prev, digest=r.digest)
+            for r in conn.execute(select(events).order_by(events.c.seq))
         ]
 
     def _state(self, conn: Connection, run_id: str | None = None) -> tuple[LedgerState, Event | None]:
@@ -330,7 +331,9 @@ class Ledger:
                 LedgerState.replay(chain)
             except LedgerStateError as exc:
                 problem = str(exc)
-        return ChainReport(len(chain), chain[-1].digest if chain else GENESIS, problem, migrated)
+        return ChainReport(
+            events=len(chain), head=chain[-1].digest if chain else GENESIS, problem=problem, migrated=migrated
+        )
 
 
 def _create_schema(engine: Engine, attempts: int = 5) -> None:

@@ -32,7 +32,7 @@ PAPER_RATE = 0.05
 PAPER_ROUNDS = 200
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FedSamSetting:
     """One of the paper's settings: N clients (δ = 1/N) at budget ε."""
 
@@ -46,14 +46,14 @@ class FedSamSetting:
 
 
 PAPER_SETTINGS: tuple[FedSamSetting, ...] = (
-    FedSamSetting("FEMNIST, CIFAR-10 (500,5)", 500, 1.0),
-    FedSamSetting("FEMNIST", 500, 2.0),
-    FedSamSetting("CIFAR-10 (1000,2|5)", 1000, 1.0),
-    FedSamSetting("CIFAR-10 (1000,2)", 1000, 2.0),
+    FedSamSetting(name="FEMNIST, CIFAR-10 (500,5)", clients=500, epsilon=1.0),
+    FedSamSetting(name="FEMNIST", clients=500, epsilon=2.0),
+    FedSamSetting(name="CIFAR-10 (1000,2|5)", clients=1000, epsilon=1.0),
+    FedSamSetting(name="CIFAR-10 (1000,2)", clients=1000, epsilon=2.0),
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FedSamNoise:
     """The exact and the closed-form noise multiplier for (ε, δ) after T rounds at client sampling rate r."""
 
@@ -96,12 +96,20 @@ def fedsam_noise(
     """Exact RDP σ and Theorem 2's closed-form σ for client-level (ε, δ)-DP, and the closed form's true ε."""
     exact = calibrate_sigma(epsilon=epsilon, delta=delta, q=sample_rate, rounds=rounds)
     closed = math.sqrt(closed_form_sigma2(epsilon=epsilon, delta=delta, q=sample_rate, rounds=rounds))
-    spent = epsilon_spent(GaussianRounds(closed, sample_rate, rounds), delta=delta)
-    return FedSamNoise(epsilon, delta, sample_rate, rounds, exact, closed, spent)
+    spent = epsilon_spent(GaussianRounds(noise_multiplier=closed, q=sample_rate, rounds=rounds), delta=delta)
+    return FedSamNoise(
+        epsilon=epsilon,
+        delta=delta,
+        sample_rate=sample_rate,
+        rounds=rounds,
+        exact_sigma=exact,
+        closed_form_sigma=closed,
+        closed_form_epsilon=spent,
+    )
 
 
 METHODS = tuple(  # the trainer's personal family, on the plan's DP-FedAvg noise row (one ε for every client)
-    Method(key, "DP-FedAvg", family="personal", personal=traits)
+    Method(key=key, row="DP-FedAvg", family="personal", personal=traits)
     for key, traits in (
         ("dp2-fedsam", PersonalTraits(head=True, sam=True)),
         ("dp-fedsam", PersonalTraits(sam=True)),

@@ -134,7 +134,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
     )
     if get_accountant(config.accountant).rule:
         notes.extend(_theorem1_shortfalls(methods, config))
-    return Plan(config, methods, float(obj), float(uni), tuple(notes))
+    return Plan(config=config, methods=methods, objective=float(obj), uniform_objective=float(uni), notes=tuple(notes))
 
 
 def _row(method: Method, *args, **kwargs) -> MethodNoise:
@@ -187,16 +187,18 @@ def plus_check(p: Plan, m: MethodNoise) -> str | None:
     return None
 
 
-TOP_K = RoundRules("per-group-q", top_k=True)  # GDPFed-op's rounds, Top-k_m of each group's noisy sum
-DP_FEDAVG = Method("dp-fedavg", "DP-FedAvg", rules=RoundRules("plan-q", groups="one"), audit=True, flower=True,
-                   paper_weights="uniform")  # fmt: skip
-GDPFED = Method("gdpfed", "GDPFed", rules=RoundRules("plan-q"), audit=True, flower=True, paper_weights="uniform")
-OP = Method("gdpfed-op", "GDPFed-op", rules=RoundRules("per-group-q"), audit=True, flower=True, check=op_check,
-            paper_weights="participation")  # fmt: skip
-PLUS = Method("gdpfed+", PLANNED_METHOD, rules=TOP_K, audit=True, flower=True, check=plus_check,
+TOP_K = RoundRules(sampling="per-group-q", top_k=True)  # GDPFed-op's rounds, Top-k_m of each group's noisy sum
+DP_FEDAVG = Method(key="dp-fedavg", row="DP-FedAvg", rules=RoundRules(sampling="plan-q", groups="one"), audit=True,
+                   flower=True, paper_weights="uniform")  # fmt: skip
+GDPFED = Method(
+    key="gdpfed", row="GDPFed", rules=RoundRules(sampling="plan-q"), audit=True, flower=True, paper_weights="uniform"
+)
+OP = Method(key="gdpfed-op", row="GDPFed-op", rules=RoundRules(sampling="per-group-q"), audit=True, flower=True,
+            check=op_check, paper_weights="participation")  # fmt: skip
+PLUS = Method(key="gdpfed+", row=PLANNED_METHOD, rules=TOP_K, audit=True, flower=True, check=plus_check,
               paper_weights="participation")  # fmt: skip
 METHODS = (
-    Method("p-fedavg", "DP-FedAvg", private=False),  # trains from DP-FedAvg's row without noise
+    Method(key="p-fedavg", row="DP-FedAvg", private=False),  # trains from DP-FedAvg's row without noise
     DP_FEDAVG,
     GDPFED,
     OP,

@@ -87,18 +87,18 @@ def one_sigma(plan: Plan, m: MethodNoise) -> str | None:
 
 METHODS = (
     Method(
-        "idp-fedavg-sample",
-        "IDP-FedAvg-Sample",
-        rules=RoundRules("per-group-q", pooled=True),
+        key="idp-fedavg-sample",
+        row="IDP-FedAvg-Sample",
+        rules=RoundRules(sampling="per-group-q", pooled=True),
         build=idp_fedavg_sample,
         audit=True,
         flower=True,
         check=one_sigma,
     ),
     Method(
-        "idp-fedavg-scale",
-        "IDP-FedAvg-Scale",
-        rules=RoundRules("plan-q", pooled=True, clip="per-group"),
+        key="idp-fedavg-scale",
+        row="IDP-FedAvg-Scale",
+        rules=RoundRules(sampling="plan-q", pooled=True, clip="per-group"),
         build=idp_fedavg_scale,
         audit=True,
         flower=True,

@@ -30,7 +30,7 @@ Family = Literal["fedavg", "personal", "selection"]
 the DP²-FedSAM family with personal heads (``personal``), or the selection paper's client selection (``selection``)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundRules:
     """How the rounds of a plan row run (GDPFed Algorithm 1 and the baselines' variants, :mod:`~.rules.noise`).
 
@@ -95,7 +95,7 @@ class SelectionTraits:
     candidates: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Method:
     """One ``--method`` key: a new method is one module declaring ``METHODS = (Method(...),)`` and one entry in
     :data:`hdp_planner.methods.registry.MODULES` (see :mod:`hdp_planner` for an example).

@@ -27,7 +27,14 @@ def pfa(plan: Plan, options: BaselineOptions) -> MethodNoise:
         raise ValueError("pfa needs the model's parameter count d for its noise (--model-dim)")
     public = max(range(len(eps)), key=lambda m: (eps[m], m))
     projected = min(range(len(eps)), key=lambda m: (eps[m], m))
-    proj = Projection(public, projected, options.pfa_dim, options.pfa_window, options.pfa_subspace, options.model_dim)
+    proj = Projection(
+        public=public,
+        projected=projected,
+        dim=options.pfa_dim,
+        window=options.pfa_window,
+        subspace=options.pfa_subspace,
+        model_dim=options.model_dim,
+    )
     k = [1.0] * len(eps)
     k[projected] = options.pfa_dim / options.model_dim
     return derived_row("PFA", base, plan, k_ratio=tuple(k), projection=proj)
@@ -38,7 +45,9 @@ def two_budgets(epsilons: tuple[float, ...]) -> bool:
     return len(set(epsilons)) > 1
 
 
-RULES = RoundRules("plan-q", projection=True)  # every group at the plan's q, one group's noisy sum projected
+RULES = RoundRules(sampling="plan-q", projection=True)  # every group at the plan's q, one group's noisy sum projected
 METHODS = (
-    Method("pfa", "PFA", rules=RULES, build=pfa, audit=True, flower=True, needs_model_dim=True, in_all=two_budgets),
+    Method(
+        key="pfa", row="PFA", rules=RULES, build=pfa, audit=True, flower=True, needs_model_dim=True, in_all=two_budgets
+    ),
 )

@@ -104,7 +104,7 @@ def best_shares(room: np.ndarray, spread: np.ndarray, lower: np.ndarray, weight:
     return float(np.max(a / room)), a
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PooledPoint:
     """A point (q, α) of the pooled family with its calibrated σ*_m and J/C²."""
 
@@ -134,7 +134,7 @@ def evaluate(
     weight = 0.0 if model_dim is None else 1.0 / model_dim
     t, share = best_shares(r / sigma, (1.0 - qv) / r, lower, weight)
     value = t * t + weight * float(np.sum(share**2 * (1.0 - qv) / r))
-    return PooledPoint(tuple(qv.tolist()), tuple(share.tolist()), tuple(sigma.tolist()), value)
+    return PooledPoint(q=tuple(qv.tolist()), share=tuple(share.tolist()), sigma=tuple(sigma.tolist()), value=value)
 
 
 def solve_pooled(
@@ -241,9 +241,9 @@ def sampling_note(plan: Plan, options: BaselineOptions) -> str | None:
 
 METHODS = (
     Method(
-        "hdp-pooled",
-        NAME,
-        rules=RoundRules("per-group-q", pooled=True, clip="per-group"),
+        key="hdp-pooled",
+        row=NAME,
+        rules=RoundRules(sampling="per-group-q", pooled=True, clip="per-group"),
         build=pooled,
         audit=True,
         flower=True,

@@ -106,7 +106,7 @@ def _check_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a positive number, got {value}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SelectionProblem:
     """The inputs of the paper's Problem 1 and noise rule. Defaults are the paper's where it states them: δ = 10⁻⁵,
     K = N^select = 10 clients per round (Section VI-C), r = 0.1 for every client (Fig. 3; ``batch_size`` B gives
@@ -191,7 +191,7 @@ class SelectionProblem:
         return gap + math.sqrt(gap * gap + self.eta * float(np.sum(self.noise_factor * p * p)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SelectionSolution:
     """Problem 1's optimum p, its objective and the unbiased p^u's, and the KKT residual of the solver's
     primal-dual point (0 at an exact optimum; see :func:`solve_selection`)."""
@@ -266,7 +266,13 @@ def solve_selection(problem: SelectionProblem) -> SelectionSolution:
     """
     pu = problem.unbiased
     if problem.count == 1:
-        return SelectionSolution(problem, (1.0,), problem.objective(pu), problem.objective(pu), 0.0)
+        return SelectionSolution(
+            problem=problem,
+            p=(1.0,),
+            objective=problem.objective(pu),
+            unbiased_objective=problem.objective(pu),
+            kkt_residual=0.0,
+        )
     best: tuple[np.ndarray, float] | None = None
     for scale in (1.0, problem.objective(pu)):
         found = _solve_scaled(problem, scale)
@@ -279,10 +285,16 @@ def solve_selection(problem: SelectionProblem) -> SelectionSolution:
     x, residual = best
     if np.any(x <= 0):  # Proposition 2: never at an optimum
         raise ValueError("Problem 1: the solver returned a zero selection probability")
-    return SelectionSolution(problem, tuple(float(v) for v in x), problem.objective(x), problem.objective(pu), residual)
+    return SelectionSolution(
+        problem=problem,
+        p=tuple(float(v) for v in x),
+        objective=problem.objective(x),
+        unbiased_objective=problem.objective(pu),
+        kkt_residual=residual,
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClientNoise:
     """Each client's local DP-SGD noise at selection probabilities p: T_k, the noise multiplier z_k by the
     paper's rule, by the exact accountant (accountant ``exact`` or ``both``), and the ε that the exact accountant
@@ -328,9 +340,18 @@ def client_noise(problem: SelectionProblem, p: Sequence[float] | np.ndarray, acc
     if report.exact:
         exact = tuple(record_noise_multiplier(e, problem.delta, r, n, "exact") for e, r, n in args)
     if report.paper and report.exact:
-        spent = tuple(epsilon_spent(GaussianRounds(z, r, n), delta=problem.delta) for z, (_, r, n) in zip(paper, args))
+        spent = tuple(
+            epsilon_spent(GaussianRounds(noise_multiplier=z, q=r, rounds=n), delta=problem.delta)
+            for z, (_, r, n) in zip(paper, args)
+        )
     return ClientNoise(
-        problem, accountant, tuple(float(v) for v in p), tuple(int(c) for c in counts), paper, exact, spent
+        problem=problem,
+        accountant=accountant,
+        p=tuple(float(v) for v in p),
+        selections=tuple(int(c) for c in counts),
+        multiplier_paper=paper,
+        multiplier_exact=exact,
+        epsilon_of_paper=spent,
     )
 
 
@@ -340,7 +361,7 @@ def config_dict(problem: SelectionProblem) -> dict[str, object]:
 
 
 METHODS = tuple(  # the trainer's selection family: each client the ε of its group in the plan's GDPFed+ row
-    Method(key, "GDPFed+", family="selection", selection=traits)
+    Method(key=key, row="GDPFed+", family="selection", selection=traits)
     for key, traits in (
         ("privacy-aware", SelectionTraits(optimised=True)),
         ("unbiased", SelectionTraits()),

@@ -28,7 +28,9 @@ def time_adaptive(plan: Plan, options: BaselineOptions) -> MethodNoise:
         for e in gdp.epsilon
     ]
     phases = tuple(
-        Phase(rounds, tuple(p[i] for p in pairs)) for i, rounds in enumerate((saving, c.rounds - saving)) if rounds
+        Phase(rounds=rounds, noise_multiplier=tuple(p[i] for p in pairs))
+        for i, rounds in enumerate((saving, c.rounds - saving))
+        if rounds
     )
     spent = tuple(
         schedule_epsilon([(ph.rounds, ph.noise_multiplier[m]) for ph in phases], q=c.q, delta=c.delta)
@@ -45,7 +47,7 @@ def rdp_note(plan: Plan, options: BaselineOptions) -> str | None:
     return "Time-adaptive is calibrated and accounted with RDP (its schedule composes RDP curves)"
 
 
-RULES = RoundRules("plan-q", schedule=True)  # every group at the plan's q, σ in phases
+RULES = RoundRules(sampling="plan-q", schedule=True)  # every group at the plan's q, σ in phases
 METHODS = (  # the audit fits one σ per group: a schedule is not audited
-    Method("time-adaptive", "Time-adaptive", rules=RULES, build=time_adaptive, flower=True, note=rdp_note),
+    Method(key="time-adaptive", row="Time-adaptive", rules=RULES, build=time_adaptive, flower=True, note=rdp_note),
 )

@@ -28,7 +28,7 @@ from hdp_planner.methods.registry import REGISTRY, row_rules
 from hdp_planner.planning.plan import MethodNoise, Plan, PlanConfig, Projection
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExecutedMechanism:
     """What the trainer runs for one row: per group m, Poisson rate ``q[m]`` over ``sizes[m]`` clients, clipping
     to ``clip[m]``, and ``phases``: (rounds, effective σ_m) in order, noise std = clip[m]·σ_m. ``pooled``: one
@@ -73,16 +73,16 @@ def executed_mechanism(method: MethodNoise, config: PlanConfig) -> ExecutedMecha
     else:
         phases = tuple((r, tuple(float(x) for x in s)) for r, s in raw)
     return ExecutedMechanism(
-        method.size,
-        method.q,
-        clip,
-        phases,
-        method.pooled,
-        method.schedule is not None,
-        method.weight,
-        method.k_ratio,
-        method.projection,
-        method.clip is not None,
+        sizes=method.size,
+        q=method.q,
+        clip=clip,
+        phases=phases,
+        pooled=method.pooled,
+        scheduled=method.schedule is not None,
+        weight=method.weight,
+        k_ratio=method.k_ratio,
+        projection=method.projection,
+        clip_per_group=method.clip is not None,
     )
 
 
@@ -92,7 +92,9 @@ def mechanism_epsilon(mech: ExecutedMechanism, group: int, rounds: int, delta: f
     q = mech.q[group]
     if not mech.scheduled:
         return epsilon_spent(
-            GaussianRounds(mech.noise_multiplier[group], q, rounds), delta=delta, accountant=accountant
+            GaussianRounds(noise_multiplier=mech.noise_multiplier[group], q=q, rounds=rounds),
+            delta=delta,
+            accountant=accountant,
         )
     return schedule_epsilon(truncate(mech.group_phases(group), rounds), q=q, delta=delta)
 

@@ -112,11 +112,17 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
     notes = _field(doc, "notes", "plan", lambda v: isinstance(v, list), "a list")
     stored = _field(doc, "recommendation", "plan", lambda v: isinstance(v, dict), "an object")
     recorded = Recommendation(
-        _field(stored, "method", "recommendation", lambda v: isinstance(v, str), "a string"),
-        _field(stored, "lambda", "recommendation", _is_number, "a number"),
-        _field(stored, "ratio_to_planned", "recommendation", _is_number, "a number"),
+        method=_field(stored, "method", "recommendation", lambda v: isinstance(v, str), "a string"),
+        lam=_field(stored, "lambda", "recommendation", _is_number, "a number"),
+        ratio_to_planned=_field(stored, "ratio_to_planned", "recommendation", _is_number, "a number"),
     )
-    plan = Plan(config, tuple(methods), float(objective), float(uniform_objective), tuple(str(x) for x in notes))
+    plan = Plan(
+        config=config,
+        methods=tuple(methods),
+        objective=float(objective),
+        uniform_objective=float(uniform_objective),
+        notes=tuple(str(x) for x in notes),
+    )
     plan = dataclasses.replace(plan, recorded=recorded)
     problems = row_problems(plan)
     if problems:  # a row that is not its method cannot be accounted as that method
@@ -239,8 +245,10 @@ def _rules(name: str, entry: Mapping[str, Any], where: str, count: int, config: 
         phases = _field(entry, "schedule", where, _is_list_of(lambda v: isinstance(v, dict)), "a list of phases")
         rules["schedule"] = tuple(
             Phase(
-                _field(ph, "rounds", f"{where}.schedule", lambda v: _is_int(v) and v >= 1, "a positive integer"),
-                tuple(float(x) for x in _field(ph, "noise_multiplier", f"{where}.schedule", positive_list, "σ > 0")),
+                rounds=_field(ph, "rounds", f"{where}.schedule", lambda v: _is_int(v) and v >= 1, "a positive integer"),
+                noise_multiplier=tuple(
+                    float(x) for x in _field(ph, "noise_multiplier", f"{where}.schedule", positive_list, "σ > 0")
+                ),
             )
             for ph in phases
         )

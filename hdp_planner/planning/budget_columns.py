@@ -36,7 +36,7 @@ OTHER[ord('"')] = True
 some of them from around an id), quotes (a quoted field) and non-ASCII text: such files are read row by row."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class BudgetColumns:
     """The clients of a budgets file in file order: their ids as ``prefix`` (shared by all) followed by the bytes
     in ``keys`` (UTF-8, NUL-padded, as native unsigned 8-byte words read big-endian: one row per client, so that
@@ -63,7 +63,12 @@ class BudgetColumns:
         """
         encoded = np.array([i.encode() for i in ids], dtype=bytes) if ids else np.zeros(0, dtype="S8")
         values, codes = np.unique(np.asarray(epsilon, dtype=float), return_inverse=True)
-        return cls(sort_keys(encoded), values, codes, None if delta is None else np.asarray(delta, float))
+        return cls(
+            keys=sort_keys(encoded),
+            values=values,
+            codes=codes,
+            delta=None if delta is None else np.asarray(delta, float),
+        )
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -219,7 +224,7 @@ def read_plain_csv(path: str | os.PathLike[str]) -> BudgetColumns | None:
             keys[at : at + len(starts)] = sort_keys(_field(raw, starts + len(prefix), commas[:, 0]), words)
             at += len(starts)
     release_heap()
-    return BudgetColumns(keys, values, codes, delta, prefix)
+    return BudgetColumns(keys=keys, values=values, codes=codes, delta=delta, prefix=prefix)
 
 
 def release_heap() -> None:

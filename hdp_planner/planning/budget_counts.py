@@ -19,7 +19,7 @@ HASH_LIMIT = 4096
 """Most distinct budgets :func:`budget_histogram` counts by hashing; beyond, it sorts every chunk."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _BudgetIndex:
     """A perfect hash of known distinct budgets: slot = (bits · mult) >> shift on each float's 64 bits
     (multiply-shift), ``table[slot]`` the budget's position, -1 where no budget hashes."""
@@ -42,7 +42,7 @@ class _BudgetIndex:
             if len(np.unique(slots)) == len(keys):
                 table = np.full(1 << bits, -1, dtype=np.int32)
                 table[slots] = np.arange(len(keys), dtype=np.int32)
-                return cls(keys, mult, shift, table)
+                return cls(keys=keys, mult=mult, shift=shift, table=table)
         return None
 
     def count(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -217,7 +217,7 @@ def _make(method: str, starts: np.ndarray, values: np.ndarray, counts: np.ndarra
     sizes = tuple(int(counts[a:b].sum()) for a, b in zip(starts, ends))
     group_eps = values[starts]
     unused = tuple(float(np.sum(counts[a:b] * (values[a:b] - values[a]))) for a, b in zip(starts, ends))
-    groups = Groups(tuple(float(e) for e in group_eps), sizes)
+    groups = Groups(epsilons=tuple(float(e) for e in group_eps), sizes=sizes)
     boundaries = tuple(float(e) for e in group_eps[1:])
     return Grouping(
         method=method,

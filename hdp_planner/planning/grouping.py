@@ -30,7 +30,7 @@ def even_sizes(n: int, groups: int) -> tuple[int, ...]:
     return tuple(base + (1 if m < extra else 0) for m in range(groups))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Groups:
     """The groups of a plan: ε_m and |G_m| per group, in the caller's order.
 
@@ -78,7 +78,7 @@ class Groups:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, got {n}")
         sizes = even_sizes(n, len(epsilons)) if sizes is None else tuple(sizes)
-        groups = cls(tuple(float(e) for e in epsilons), tuple(sizes))
+        groups = cls(epsilons=tuple(float(e) for e in epsilons), sizes=tuple(sizes))
         if groups.n != n:
             raise ValueError(f"group sizes sum to {groups.n}, not n = {n}")
         return groups

@@ -113,7 +113,7 @@ class PlanConfig:
 
     @property
     def coefficients(self) -> Coefficients:
-        return Coefficients(self.lr, self.local_steps)
+        return Coefficients(lr=self.lr, local_steps=self.local_steps)
 
     @property
     def spending_accountant(self) -> Accountant:
@@ -121,7 +121,7 @@ class PlanConfig:
         return get_accountant(self.accountant).spending  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Phase:
     """``rounds`` consecutive rounds in which group m adds noise multiplier ``noise_multiplier[m]``."""
 
@@ -129,7 +129,7 @@ class Phase:
     noise_multiplier: tuple[float, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Projection:
     """PFA's projection (Liu et al., VLDB 2021): group ``projected``'s noisy sum is replaced by its orthogonal
     projection onto the top-``dim`` principal subspace of group ``public``'s last ``window`` noisy sums, found by
@@ -213,7 +213,7 @@ class MethodNoise:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """A plan: its configuration, the rows' noise, Problem 1's objective, and notes for the user.
 
@@ -296,10 +296,12 @@ class Plan:
         """The row with the least exact Λ among those meeting ``--min-share``, against the planned row (GDPFed+)."""
         rows = [m for m in self.methods if self.meets_min_share(m)]
         best = min(rows, key=lambda m: (m.lambda_exact, m.name)) if rows else self.groups
-        return Recommendation(best.name, best.lambda_exact, self.groups.lambda_exact / best.lambda_exact)
+        return Recommendation(
+            method=best.name, lam=best.lambda_exact, ratio_to_planned=self.groups.lambda_exact / best.lambda_exact
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recommendation:
     """The least-noise row meeting the plan's min share: its name, exact Λ, and Λ(GDPFed+)/Λ (x less noise)."""
 

@@ -20,7 +20,7 @@ K_FLOOR = 0.01
 """Smallest k_m/d the closed form may give; below it Remark 3's coarse formula is clamped."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Coefficients:
     """μ4 and μ5 of Problem 1 from the learning rate η and local steps τ."""
 

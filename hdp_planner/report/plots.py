@@ -329,7 +329,9 @@ def plot_plan(
     plt = pyplot()
 
     def spent(sigma: float, q: float, t: int) -> float:
-        return epsilon_spent(GaussianRounds(sigma, q, t), delta=c.delta, accountant=c.spending_accountant)
+        return epsilon_spent(
+            GaussianRounds(noise_multiplier=sigma, q=q, rounds=t), delta=c.delta, accountant=c.spending_accountant
+        )
 
     def sigma_of(e: float, q: float) -> float:
         return calibrate_sigma(epsilon=e, delta=c.delta, q=float(q), rounds=c.rounds, accountant=c.accountant)

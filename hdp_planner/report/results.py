@@ -21,7 +21,7 @@ from hdp_planner.io.files import write_json_atomic
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Table:
     """One table of a result: a caption, column names and rows of cells (numbers are formatted by the writer)."""
 
@@ -88,7 +88,11 @@ def read_result(path: str | os.PathLike[str]) -> Result:
     try:
         doc: dict[str, Any] = json.loads(Path(path).read_text())
         tables = tuple(
-            Table(t["caption"], tuple(t["columns"]), tuple(tuple(str(c) for c in r) for r in t["rows"]))
+            Table(
+                caption=t["caption"],
+                columns=tuple(t["columns"]),
+                rows=tuple(tuple(str(c) for c in r) for r in t["rows"]),
+            )
             for t in doc["tables"]
         )
         return Result(

@@ -27,7 +27,7 @@ CONFIG_PARAMETERS: tuple[str, ...] = ("rounds", "q", "clip")
 MAX_POINTS = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Varied:
     """What a sweep varies: a group's ε (``group`` 0-based) or a config field (``name``)."""
 
@@ -75,7 +75,7 @@ def parse_vary(vary: str | int, groups: Groups) -> Varied:
     """
     text = str(vary).strip().lower()
     if text in CONFIG_PARAMETERS:
-        return Varied(text)
+        return Varied(name=text)
     try:
         index = int(text)
     except ValueError:
@@ -84,7 +84,7 @@ def parse_vary(vary: str | int, groups: Groups) -> Varied:
         ) from None
     if not 1 <= index <= groups.count:
         raise ValueError(f"--vary {index}: there are {groups.count} groups (1..{groups.count})")
-    return Varied(f"eps_{index}", index - 1)
+    return Varied(name=f"eps_{index}", group=index - 1)
 
 
 def parse_values(text: str) -> tuple[float, ...]:
@@ -137,7 +137,7 @@ def vary_plan(groups: Groups, config: PlanConfig, varied: Varied, value: float) 
     if varied.group is not None:
         eps = list(groups.epsilons)
         eps[varied.group] = float(value)
-        return Groups(tuple(eps), groups.sizes), config
+        return Groups(epsilons=tuple(eps), sizes=groups.sizes), config
     if varied.name == "rounds":
         if not float(value).is_integer():
             raise ValueError(f"rounds must be whole numbers, got {value:g}")

@@ -101,7 +101,8 @@ def cohort_costs(secagg: SecaggSpec, *, start: int, rounds: int) -> list[list[Gr
     nothing after (a q = 0 round). A client is in at most min(r, K_m) cohorts after r rounds, so every prefix of
     the run is charged at least what it spends; the whole run charges the plan's ε against the server."""
     return [
-        [GroupRound(g.coin if r < g.memberships else 0.0, g.noise_multiplier, group_tau_d(g.cohort, secagg.model_dim))
+        [GroupRound(q=g.coin if r < g.memberships else 0.0, noise_multiplier=g.noise_multiplier,
+                    tau_d=group_tau_d(g.cohort, secagg.model_dim))
          for g in secagg.cohorts]
         for r in range(start, rounds)
     ]  # fmt: skip

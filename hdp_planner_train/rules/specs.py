@@ -72,7 +72,9 @@ class GroupSpec:
             private=private,
             pooled=mech.pooled,
             projection=mech.projection,
-            schedule=tuple(Phase(r, s) for r, s in mech.phases) if mech.scheduled and private else None,
+            schedule=tuple(Phase(rounds=r, noise_multiplier=s) for r, s in mech.phases)
+            if mech.scheduled and private
+            else None,
         )
 
     @property

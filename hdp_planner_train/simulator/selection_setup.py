@@ -243,7 +243,7 @@ def spent_epsilon(privacy: ClientPrivacy, steps: np.ndarray, *, delta: float) ->
             continue
         key = (float(privacy.multiplier[k]), float(privacy.rates[k]), int(n))
         if key not in cache:
-            cache[key] = epsilon_spent(GaussianRounds(*key), delta=delta)
+            cache[key] = epsilon_spent(GaussianRounds(noise_multiplier=key[0], q=key[1], rounds=key[2]), delta=delta)
         out[k] = cache[key]
     return out
 

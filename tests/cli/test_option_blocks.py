@@ -22,7 +22,7 @@ class Pair:
     name: str = "x"
 
 
-PAIR = OptionBlock(Pair, {
+PAIR = OptionBlock(group=Pair, options={
     "width": Opt(option("--width", int, "Width."), REQUIRED),
     "name": Opt(option("--name", str, "Name."), "x"),
 })  # fmt: skip

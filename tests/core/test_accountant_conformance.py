@@ -141,7 +141,7 @@ def recorded(name, sigma, q):
     """One round as the ledger records a round planned by ``name``: the sampled Gaussian, tagged with the spending
     accountant, or, for an accountant of the distributed discrete Gaussian (one with τ·d'), that release."""
     acc = get_accountant(name)
-    return GroupRound(q, sigma, getattr(acc, "tau_d", None), accountant=acc.spending)
+    return GroupRound(q=q, noise_multiplier=sigma, tau_d=getattr(acc, "tau_d", None), accountant=acc.spending)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -36,14 +36,16 @@ SETTINGS = [  # (epsilon, delta, q, rounds)
 @pytest.mark.parametrize(("epsilon", "delta", "q", "rounds"), SETTINGS)
 def test_rdp_calibration_meets_budget_by_dp_accounting(epsilon, delta, q, rounds):
     sigma = calibrate_sigma(epsilon=epsilon, delta=delta, q=q, rounds=rounds)
-    assert reference_epsilon(GaussianRounds(sigma, q, rounds), delta=delta) <= epsilon * (1 + 1e-12)
+    assert reference_epsilon(GaussianRounds(noise_multiplier=sigma, q=q, rounds=rounds), delta=delta) <= epsilon * (
+        1 + 1e-12
+    )
     # and is tight: 0.1% less noise would overspend
-    assert reference_epsilon(GaussianRounds(sigma * 0.999, q, rounds), delta=delta) > epsilon
+    assert reference_epsilon(GaussianRounds(noise_multiplier=sigma * 0.999, q=q, rounds=rounds), delta=delta) > epsilon
 
 
 @pytest.mark.parametrize(("epsilon", "delta", "q", "rounds"), SETTINGS[:6])
 def test_epsilon_spent_equals_dp_accounting(epsilon, delta, q, rounds):
-    event = GaussianRounds(1.3, q, rounds)
+    event = GaussianRounds(noise_multiplier=1.3, q=q, rounds=rounds)
     assert epsilon_spent(event, delta=delta) == pytest.approx(reference_epsilon(event, delta=delta), rel=1e-9)
 
 
@@ -98,7 +100,10 @@ def test_batched_calibration_and_spending(accountant):
     measure = "rdp" if accountant == "closed-form" else accountant
     spent = epsilons_spent(noise_multipliers=sigmas, q=q, rounds=rounds, delta=delta, accountant=measure)
     assert spent.tolist() == pytest.approx(
-        [epsilon_spent(GaussianRounds(s, x, rounds), delta=delta, accountant=measure) for s, x in zip(sigmas, q)],
+        [
+            epsilon_spent(GaussianRounds(noise_multiplier=s, q=x, rounds=rounds), delta=delta, accountant=measure)
+            for s, x in zip(sigmas, q)
+        ],
         rel=1e-12,
     )
     with pytest.raises(ValueError):
@@ -116,7 +121,9 @@ def test_memo_calibrates_only_new_groups_and_records_their_spending(monkeypatch)
     again = memo.sigmas(epsilons=[1.5, 0.5, 3.0], delta=1e-5, q=[0.02, 0.02, 0.02], rounds=50, accountant="rdp")
     assert calls == [[0.5, 1.5], [3.0]] and again[:2] == first[::-1]
     spent = memo.spent(noise_multiplier=first[0], q=0.02, rounds=50, delta=1e-5, accountant="rdp")
-    assert spent == pytest.approx(epsilon_spent(GaussianRounds(first[0], 0.02, 50), delta=1e-5), rel=1e-13)
+    assert spent == pytest.approx(
+        epsilon_spent(GaussianRounds(noise_multiplier=first[0], q=0.02, rounds=50), delta=1e-5), rel=1e-13
+    )
     assert spent <= 0.5
     memo.sigmas(epsilons=[4.0], delta=1e-5, q=[0.02], rounds=50, accountant="rdp")  # over the limit: starts afresh
     assert len(memo) == 1

@@ -145,7 +145,9 @@ def test_time_adaptive_schedule_spends_exactly_the_budget(small):
     for g, e in enumerate(m.epsilon):
         phases = [(ph.rounds, ph.noise_multiplier[g]) for ph in m.schedule]
         ours = schedule_epsilon(phases, q=c.q, delta=c.delta)
-        event = dpa.ComposedDpEvent([GaussianRounds(sigma, c.q, rounds).dp_event() for rounds, sigma in phases])
+        event = dpa.ComposedDpEvent(
+            [GaussianRounds(noise_multiplier=sigma, q=c.q, rounds=rounds).dp_event() for rounds, sigma in phases]
+        )
         reference = dpa.rdp.RdpAccountant().compose(event).get_epsilon(c.delta)
         assert ours == pytest.approx(reference, rel=1e-9)  # dp-accounting's RDP composition
         assert e * (1 - 1e-5) <= ours <= e  # the schedule sums to the budget
@@ -171,7 +173,7 @@ def test_any_schedule_meets_its_budget(saving, ratio, eps):
 
 
 def test_schedule_of_one_phase_is_dp_accountings_self_composition():
-    rounds = GaussianRounds(1.1, 0.05, 20)
+    rounds = GaussianRounds(noise_multiplier=1.1, q=0.05, rounds=20)
     assert schedule_epsilon([(20, 1.1)], q=0.05, delta=1e-5) == pytest.approx(
         reference_epsilon(rounds, delta=1e-5), rel=1e-9
     )

@@ -154,7 +154,7 @@ def test_rdp_above_dp_accounting_only_where_its_kl_verdict_is_float_noise(eps, d
     sigma, ref = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds), reference_sigma(eps, delta, q, rounds)
     assert sigma > 1.05 * ref
     assert rdp_eps(ref, q, rounds, delta) == 0.0
-    assert reference_kl_refuted(Rounds(ref, q, rounds), delta=delta)
+    assert reference_kl_refuted(Rounds(noise_multiplier=ref, q=q, rounds=rounds), delta=delta)
     assert kl_certifies_zero([(sigma, q, rounds)], delta)
     assert not kl_certifies_zero([(sigma * (1 - 1e-5), q, rounds)], delta)
 
@@ -208,7 +208,7 @@ def test_rdp_sweep_against_calibrate_dp_mechanism(eps, delta, q, rounds):
         return
     sigma = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
     assert sigma >= ref * 0.99 or kl_certifies_zero([(sigma, q, rounds)], delta)
-    assert sigma <= ref * 1.01 or reference_kl_refuted(Rounds(ref, q, rounds), delta=delta)
+    assert sigma <= ref * 1.01 or reference_kl_refuted(Rounds(noise_multiplier=ref, q=q, rounds=rounds), delta=delta)
 
 
 # ---------------------------------------------------------------------------- budgets that any σ meets
@@ -234,8 +234,14 @@ def test_both_accountants_answer_at_once_where_any_sigma_meets_the_budget(q, rou
     assert calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld") == SIGMA_MIN
     assert calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="rdp") == SIGMA_MIN
     assert pld_epsilon(noise_multiplier=SIGMA_MIN, q=q, rounds=rounds, delta=delta) == 0.0
-    assert epsilon_spent(GaussianRounds(SIGMA_MIN, q, rounds), delta=delta, accountant="pld") == 0.0
-    assert epsilon_spent(GaussianRounds(SIGMA_MIN, q, rounds), delta=delta, accountant="rdp") == 0.0
+    assert (
+        epsilon_spent(GaussianRounds(noise_multiplier=SIGMA_MIN, q=q, rounds=rounds), delta=delta, accountant="pld")
+        == 0.0
+    )
+    assert (
+        epsilon_spent(GaussianRounds(noise_multiplier=SIGMA_MIN, q=q, rounds=rounds), delta=delta, accountant="rdp")
+        == 0.0
+    )
     assert time.process_time() - t < 0.05
 
 
@@ -288,7 +294,10 @@ def test_delta_one_is_met_by_any_sigma():
     assert calibrate_sigma(epsilon=0.5, delta=1.0, q=0.3, rounds=50, accountant="pld") == SIGMA_MIN
     assert calibrate_sigma(epsilon=0.5, delta=1.0, q=0.3, rounds=50, accountant="rdp") == SIGMA_MIN
     for accountant in ("rdp", "pld"):
-        assert epsilon_spent(GaussianRounds(1.0, 0.3, 50), delta=1.0, accountant=accountant) == 0.0
+        assert (
+            epsilon_spent(GaussianRounds(noise_multiplier=1.0, q=0.3, rounds=50), delta=1.0, accountant=accountant)
+            == 0.0
+        )
     assert calibrate_q(epsilon=0.5, delta=1.0, noise_multiplier=1.0, rounds=50) == 1.0
 
 

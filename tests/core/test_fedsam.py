@@ -18,7 +18,9 @@ runner = CliRunner()
 def test_exact_sigma_meets_epsilon_and_the_closed_form_is_several_times_looser(setting):
     r = fedsam_noise(setting.epsilon, setting.delta)
     assert (r.sample_rate, r.rounds, r.delta) == (0.05, 200, 1 / setting.clients)
-    spent = epsilon_spent(GaussianRounds(r.exact_sigma, PAPER_RATE, PAPER_ROUNDS), delta=setting.delta)
+    spent = epsilon_spent(
+        GaussianRounds(noise_multiplier=r.exact_sigma, q=PAPER_RATE, rounds=PAPER_ROUNDS), delta=setting.delta
+    )
     assert 0.999 * setting.epsilon <= spent <= setting.epsilon  # exact: meets ε, and barely
     # Theorem 2 (eq. 26): σ² = 7r²T(ε + 2 log(1/δ))/ε²
     closed2 = 7 * 0.05**2 * 200 * (setting.epsilon + 2 * math.log(setting.clients)) / setting.epsilon**2

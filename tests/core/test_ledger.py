@@ -225,7 +225,7 @@ def test_a_run_stops_before_releasing_an_uncharged_round(tmp_path, small, monkey
 
 
 def test_composition_is_dp_accountings(small):
-    g = GroupRound(small.groups.q[0], small.groups.noise_multiplier[0])
+    g = GroupRound(q=small.groups.q[0], noise_multiplier=small.groups.noise_multiplier[0])
     assert compose({g: 10}, small.config.delta) == pytest.approx(small.groups.epsilon_spent[0], rel=1e-6)
     assert compose({}, 1e-5) == 0.0
 
@@ -301,7 +301,7 @@ def test_distributed_rounds_compose_as_the_distributed_accounting():
     from hdp_planner.distributed.accounting import epsilon_third_parties
     from hdp_planner.ledger.composition import compose_distributed
 
-    ddg, gauss = GroupRound(0.05, 1.3, 1e-6), GroupRound(0.05, 1.3)
+    ddg, gauss = GroupRound(q=0.05, noise_multiplier=1.3, tau_d=1e-6), GroupRound(q=0.05, noise_multiplier=1.3)
     planned = epsilon_third_parties(noise_multiplier=1.3, q=0.05, rounds=20, delta=1e-5, tau_d=1e-6)
     assert compose({ddg: 20}, 1e-5) == pytest.approx(planned, rel=1e-12)
     mixed = compose({ddg: 10, gauss: 10}, 1e-5)

@@ -76,14 +76,20 @@ def test_a_ddg_plan_is_charged_through_its_accountant(tmp_path):
 def test_mixed_rounds_take_the_smallest_valid_bound():
     """σ and q mixed: PLD (dp-accounting's PLDAccountant) is used where a round was planned by PLD, and the result
     is at most RDP's and at least either part alone (composition never reports less than a part of itself)."""
-    a, b = GroupRound(0.1, 1.1, accountant="pld"), GroupRound(0.3, 2.0, accountant="pld")
+    a, b = (
+        GroupRound(q=0.1, noise_multiplier=1.1, accountant="pld"),
+        GroupRound(q=0.3, noise_multiplier=2.0, accountant="pld"),
+    )
     mixed = {a: 5, b: 7}
     eps = compose(mixed, 1e-5)
     assert eps == compose_pld(mixed, 1e-5) < compose_rdp(mixed, 1e-5)
     assert eps >= max(compose({a: 5}, 1e-5), compose({b: 7}, 1e-5))
-    rdp_only = {GroupRound(0.1, 1.1): 5, GroupRound(0.3, 2.0): 7}
+    rdp_only = {GroupRound(q=0.1, noise_multiplier=1.1): 5, GroupRound(q=0.3, noise_multiplier=2.0): 7}
     assert compose(rdp_only, 1e-5) == compose_rdp(mixed, 1e-5)  # no PLD plan: RDP, as it planned
-    ddg = {GroupRound(0.1, 1.1, 1e-6, "pld"): 5, b: 7}  # a distributed round: only the distributed RDP bound holds
+    ddg = {
+        GroupRound(q=0.1, noise_multiplier=1.1, tau_d=1e-6, accountant="pld"): 5,
+        b: 7,
+    }  # a distributed round: only the distributed RDP bound holds
     assert compose(ddg, 1e-5) == compose_rdp(ddg, 1e-5) >= eps
 
 

@@ -49,13 +49,13 @@ def test_the_solver_rows_and_the_baselines_are_the_registry_rows():
 
 
 def test_collect_refuses_a_key_twice_and_a_row_without_one_planner():
-    one = Method("a", "A", rules=RoundRules("plan-q"))
+    one = Method(key="a", row="A", rules=RoundRules(sampling="plan-q"))
     with pytest.raises(ValueError, match="declared twice"):
         collect([types.SimpleNamespace(METHODS=(one, one))])
     with pytest.raises(ValueError, match="one method"):
-        collect([types.SimpleNamespace(METHODS=(one, Method("b", "A", rules=RoundRules("plan-q"))))])
+        collect([types.SimpleNamespace(METHODS=(one, Method(key="b", row="A", rules=RoundRules(sampling="plan-q"))))])
     with pytest.raises(ValueError, match="none"):
-        collect([types.SimpleNamespace(METHODS=(Method("c", "C"),))])
+        collect([types.SimpleNamespace(METHODS=(Method(key="c", row="C"),))])
 
 
 def test_what_methods_all_plans_is_declared_by_each_method():
@@ -114,9 +114,9 @@ def test_the_trainer_audit_and_flower_read_the_registry(full_plan):
 
 def test_family_traits_are_declared_where_they_belong():
     with pytest.raises(ValueError, match="personal traits"):
-        Method("x", "DP-FedAvg", family="personal")
+        Method(key="x", row="DP-FedAvg", family="personal")
     with pytest.raises(ValueError, match="selection traits"):
-        Method("x", "GDPFed+", selection=SelectionTraits())
+        Method(key="x", row="GDPFed+", selection=SelectionTraits())
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def _toy(plan_, options):
 
 
 def test_a_method_declared_once_reaches_solve_the_plan_file_and_verify(monkeypatch, tmp_path):
-    monkeypatch.setitem(REGISTRY, "toy", Method("toy", "Toy", rules=RoundRules("plan-q"), build=_toy))
+    monkeypatch.setitem(REGISTRY, "toy", Method(key="toy", row="Toy", rules=RoundRules(sampling="plan-q"), build=_toy))
     assert baseline_names(["toy"]) == ("Toy",)
     path = tmp_path / "plan.json"
     args = ["solve", "--eps", "1,2", "--n", "200", "--rounds", "10", "--methods", "toy", "-o", str(path)]
@@ -172,10 +172,12 @@ def test_a_method_declared_once_reaches_solve_the_plan_file_and_verify(monkeypat
         row = _toy(plan_, options)
         return dataclasses.replace(row, q=tuple(2 * q for q in row.q))
 
-    monkeypatch.setitem(REGISTRY, "toy", Method("toy", "Toy", rules=RoundRules("plan-q"), build=bad))
+    monkeypatch.setitem(REGISTRY, "toy", Method(key="toy", row="Toy", rules=RoundRules(sampling="plan-q"), build=bad))
     problems = plan_problems(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"]))
     assert any("Toy: every group must be sampled at the plan's q" in p for p in problems)
-    toy = Method("toy", "Toy", rules=RoundRules("plan-q"), build=_toy, check=lambda p, m: f"{len(m.q)} groups")
+    toy = Method(
+        key="toy", row="Toy", rules=RoundRules(sampling="plan-q"), build=_toy, check=lambda p, m: f"{len(m.q)} groups"
+    )
     monkeypatch.setitem(REGISTRY, "toy", toy)  # the method's own check runs in verify
     assert plan_problems(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"])) == ["Toy: 2 groups"]
     save_plan(add_baselines(plan([1.0, 2.0], n=200, rounds=10), ["Toy"]), tmp_path / "bad.json")

@@ -68,9 +68,9 @@ def table2():
 def test_pooled_meets_every_budget_by_dp_accounting(table2):
     m, c = table2.method("HDP-Pooled"), table2.config
     for eps, sigma, q in zip(m.epsilon, m.noise_multiplier, m.q):
-        assert reference_epsilon(GaussianRounds(sigma, q, c.rounds), delta=c.delta, accountant="rdp") <= eps * (
-            1 + 1e-6
-        )
+        assert reference_epsilon(
+            GaussianRounds(noise_multiplier=sigma, q=q, rounds=c.rounds), delta=c.delta, accountant="rdp"
+        ) <= eps * (1 + 1e-6)
     std = [cm * s for cm, s in zip(m.clip, m.noise_multiplier)]  # one pooled draw of std s = C_m·σ_m
     assert std == pytest.approx([std[0]] * 3, rel=1e-12)
     r = m.expected_clients

@@ -24,7 +24,7 @@ from hdp_planner.accounting.rdp import (
 
 
 def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
-    return reference_epsilon(GaussianRounds(sigma, q, rounds), delta=delta)
+    return reference_epsilon(GaussianRounds(noise_multiplier=sigma, q=q, rounds=rounds), delta=delta)
 
 
 def test_orders_match_dp_accounting():

@@ -60,7 +60,7 @@ def structured_optimum(pu: np.ndarray, v: np.ndarray, eta: float) -> np.ndarray:
 @pytest.fixture(scope="module")
 def example():
     ids, eps, sizes = read_clients(EXAMPLE)
-    problem = SelectionProblem(eps, sizes)
+    problem = SelectionProblem(epsilon=eps, num_samples=sizes)
     return ids, problem, solve_selection(problem)
 
 
@@ -96,14 +96,14 @@ def test_perturbing_the_optimum_never_lowers_the_objective(example):
 def test_unbiased_selection_is_optimal_exactly_below_the_threshold(example):
     _, problem, _ = example
     star = problem.unbiased_threshold
-    below = solve_selection(SelectionProblem(problem.epsilon, problem.num_samples, eta=0.5 * star))
-    above = solve_selection(SelectionProblem(problem.epsilon, problem.num_samples, eta=4 * star))
+    below = solve_selection(SelectionProblem(epsilon=problem.epsilon, num_samples=problem.num_samples, eta=0.5 * star))
+    above = solve_selection(SelectionProblem(epsilon=problem.epsilon, num_samples=problem.num_samples, eta=4 * star))
     assert below.selection_gap < 1e-6 and below.kkt_residual < 1e-5
     assert above.selection_gap > 1e-3 and above.kkt_residual < 1e-5
 
 
 def test_unbiased_baseline_is_proportional_to_data_size():
-    problem = SelectionProblem((0.5, 1.0, 8.0), (10, 20, 70))
+    problem = SelectionProblem(epsilon=(0.5, 1.0, 8.0), num_samples=(10, 20, 70))
     np.testing.assert_allclose(problem.unbiased, [0.1, 0.2, 0.7])
     assert problem.objective(problem.unbiased) == pytest.approx(
         math.sqrt(problem.eta * float(np.sum(problem.noise_factor * problem.unbiased**2)))
@@ -127,10 +127,10 @@ def test_unbiased_baseline_is_proportional_to_data_size():
 @hypothesis.example(clients=[(1.0, 2), (3.0, 1388), (3.0, 1411), (0.25, 27)], rate=1.0, log_eta=1.0)  # near-flat
 def test_random_instances_are_solved_to_kkt(clients, rate, log_eta):
     eps, sizes = zip(*clients)
-    base = SelectionProblem(eps, sizes, sample_rate=rate)
+    base = SelectionProblem(epsilon=eps, num_samples=sizes, sample_rate=rate)
     star = base.unbiased_threshold
     eta = (star if math.isfinite(star) else 1e3) * 10**log_eta
-    problem = SelectionProblem(eps, sizes, sample_rate=rate, eta=eta)
+    problem = SelectionProblem(epsilon=eps, num_samples=sizes, sample_rate=rate, eta=eta)
     sol = solve_selection(problem)
     p = np.asarray(sol.p)
     assert math.isclose(p.sum(), 1.0, abs_tol=1e-12) and np.all(p > 0)
@@ -147,7 +147,9 @@ def test_random_instances_are_solved_to_kkt(clients, rate, log_eta):
 
 
 def test_paper_rule_is_eq6_with_eq7():
-    problem = SelectionProblem((0.3, 2.0, 9.0), (100, 400, 1000), batch_size=64, local_steps=3, clip=1.5)
+    problem = SelectionProblem(
+        epsilon=(0.3, 2.0, 9.0), num_samples=(100, 400, 1000), batch_size=64, local_steps=3, clip=1.5
+    )
     p = (0.2, 0.3, 0.5)
     noise = client_noise(problem, p, "paper")
     counts = selection_counts(p, problem.rounds, problem.clients_per_round)
@@ -160,9 +162,9 @@ def test_paper_rule_is_eq6_with_eq7():
 @pytest.mark.parametrize("accountant", ["paper", "exact"])
 def test_record_level_noise_scales_linearly_with_the_clip_bound(accountant):
     eps, sizes = (0.4, 3.0, 10.0), (300, 600, 900)
-    base = client_noise(SelectionProblem(eps, sizes, clip=1.0), (0.2, 0.3, 0.5), accountant)
+    base = client_noise(SelectionProblem(epsilon=eps, num_samples=sizes, clip=1.0), (0.2, 0.3, 0.5), accountant)
     for clip in (0.1, 2.5):
-        scaled = client_noise(SelectionProblem(eps, sizes, clip=clip), (0.2, 0.3, 0.5), accountant)
+        scaled = client_noise(SelectionProblem(epsilon=eps, num_samples=sizes, clip=clip), (0.2, 0.3, 0.5), accountant)
         np.testing.assert_allclose(scaled.sigma(accountant), clip * base.sigma(accountant), rtol=1e-12)
     # and inversely with the expected batch r|M_k|: σ_k = z_k C/(r_k |M_k|)
     z = np.asarray(base.multiplier_paper if accountant == "paper" else base.multiplier_exact)
@@ -177,8 +179,12 @@ def test_exact_noise_meets_each_budget_and_the_paper_rule_over_noises(example):
         e, r, steps = problem.epsilon[k], float(problem.rates[k]), int(counts[k]) * problem.local_steps
         exact = record_noise_multiplier(e, problem.delta, r, steps, "exact")
         paper = record_noise_multiplier(e, problem.delta, r, steps, "paper")
-        assert 0.999 * e <= epsilon_spent(GaussianRounds(exact, r, steps), delta=problem.delta) <= e
-        assert epsilon_spent(GaussianRounds(paper, r, steps), delta=problem.delta) < 0.5 * e
+        assert (
+            0.999 * e
+            <= epsilon_spent(GaussianRounds(noise_multiplier=exact, q=r, rounds=steps), delta=problem.delta)
+            <= e
+        )
+        assert epsilon_spent(GaussianRounds(noise_multiplier=paper, q=r, rounds=steps), delta=problem.delta) < 0.5 * e
         ratios.append(paper / exact)
     assert min(ratios) > 3 and np.median(ratios) > 5  # all 100 clients: 3.1x to 9.2x, median 7.0x
 

@@ -60,7 +60,7 @@ def test_csv_columns_and_rows(fmnist_sweep):
 def test_config_parameters_vary(vary, values):
     groups, config = FMNIST
     result = sweep_plan(groups, config, vary, values)
-    assert result.varied == Varied(vary)
+    assert result.varied == Varied(name=vary)
     assert len(result.q) == 2
     if vary == "clip":  # Λ scales with C², the sampling plan does not move
         assert result.q[0] == pytest.approx(result.q[1])
@@ -73,7 +73,7 @@ def test_parsers():
     assert parse_range("0.5:3:6") == pytest.approx((0.5, 1.0, 1.5, 2.0, 2.5, 3.0))
     assert parse_values("1,2.5") == (1.0, 2.5)
     groups = FMNIST[0]
-    assert parse_vary("2", groups) == Varied("eps_2", 1)
+    assert parse_vary("2", groups) == Varied(name="eps_2", group=1)
     for bad, message in [("0", "there are 3 groups"), ("4", "there are 3 groups"), ("lr", "--vary must be")]:
         with pytest.raises(ValueError, match=message):
             parse_vary(bad, groups)

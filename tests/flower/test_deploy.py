@@ -43,7 +43,18 @@ _LEDGER_TESTS.loader.exec_module(_ledger_tests)
 postgres = _ledger_tests.postgres  # the ledger tests' throwaway PostgreSQL cluster
 
 N = 5
-SETTINGS = DataSettings("digits", None, N, None, 0, 1, 10, 0.0, 0.1, 1.0)
+SETTINGS = DataSettings(
+    dataset="digits",
+    data_dir=None,
+    clients=N,
+    dirichlet=None,
+    seed=0,
+    local_steps=1,
+    batch_size=10,
+    momentum=0.0,
+    lr=0.1,
+    lr_decay=1.0,
+)
 
 
 @pytest.fixture(scope="module")

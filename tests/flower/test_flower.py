@@ -56,7 +56,18 @@ def plan_path(flower_plan, tmp_path_factory):
     return path
 
 
-SETTINGS = DataSettings("digits", None, N, None, SEED, 2, 10, 0.0, 0.1, 0.99)
+SETTINGS = DataSettings(
+    dataset="digits",
+    data_dir=None,
+    clients=N,
+    dirichlet=None,
+    seed=SEED,
+    local_steps=2,
+    batch_size=10,
+    momentum=0.0,
+    lr=0.1,
+    lr_decay=0.99,
+)
 
 
 class LocalGrid:
@@ -431,7 +442,7 @@ def test_a_new_method_is_one_entry_and_trains_in_the_simulator_and_on_flower(flo
     from hdp_planner.methods.registry import REGISTRY
     from hdp_planner_train import train
 
-    toy = Method("toy", "Toy", rules=RoundRules("plan-q"), build=_toy_row, audit=True, flower=True)
+    toy = Method(key="toy", row="Toy", rules=RoundRules(sampling="plan-q"), build=_toy_row, audit=True, flower=True)
     monkeypatch.setitem(REGISTRY, "toy", toy)
     toy_plan = add_baselines(flower_plan, ("Toy",))
     path = tmp_path / "toy.json"

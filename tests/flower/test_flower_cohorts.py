@@ -39,7 +39,18 @@ from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E40
 
 N = 24  # three groups of 8; cohorts of at most 6, so the rotation names different members each round
 SEED = 5
-SETTINGS = DataSettings("digits", None, N, None, SEED, 1, 10, 0.0, 0.1, 1.0)
+SETTINGS = DataSettings(
+    dataset="digits",
+    data_dir=None,
+    clients=N,
+    dirichlet=None,
+    seed=SEED,
+    local_steps=1,
+    batch_size=10,
+    momentum=0.0,
+    lr=0.1,
+    lr_decay=1.0,
+)
 D = sum(p.numel() for p in make_model("digits").parameters())
 
 
@@ -56,7 +67,7 @@ def strategy_for(path: Path) -> HdpStrategy:
 
 
 def pin_for(path: Path, state: Path) -> Pin:
-    return Pin(str(path), file_sha256(path), "gdpfed+", None, str(state))
+    return Pin(plan=str(path), sha256=file_sha256(path), method="gdpfed+", groups=None, state_dir=str(state))
 
 
 def shape_of(value):
@@ -189,7 +200,8 @@ def test_members_past_their_groups_k_memberships_refuse(cohort_plan, tmp_path):
     for i in range(N):
         for r in range(k):
             NodeState(tmp_path, i).admit(plan_sha256=file_sha256(cohort_plan), run_id=7, server_round=r + 1,
-                                         terms=Terms((GroupRound(0.1, 50.0),) * k, 1e-5, k, 9.0))  # fmt: skip
+                                         terms=Terms(costs=(GroupRound(q=0.1, noise_multiplier=50.0),) * k, delta=1e-5,
+                                                     cap=k, budget=9.0))  # fmt: skip
     grid = InProcessGrid(client_app(pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
     strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())

@@ -48,7 +48,18 @@ from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E40
 
 N = 24  # virtual clients, three groups of 8, all sampled every round (q = 1): the law's t = 6 and N = 8
 SEED = 5
-SETTINGS = DataSettings("digits", None, N, None, SEED, 1, 10, 0.0, 0.1, 1.0)
+SETTINGS = DataSettings(
+    dataset="digits",
+    data_dir=None,
+    clients=N,
+    dirichlet=None,
+    seed=SEED,
+    local_steps=1,
+    batch_size=10,
+    momentum=0.0,
+    lr=0.1,
+    lr_decay=1.0,
+)
 D = sum(p.numel() for p in make_model("digits").parameters())
 
 
@@ -97,7 +108,7 @@ def run_secure(path, app, rounds=1, fail=None, method="gdpfed+", uniform=None):
 
 
 def pin_for(path: Path, state: Path, method: str = "gdpfed+") -> Pin:
-    return Pin(str(path), file_sha256(path), method, None, str(state))
+    return Pin(plan=str(path), sha256=file_sha256(path), method=method, groups=None, state_dir=str(state))
 
 
 def test_chacha_masks_are_uniform_and_keyed_by_the_whole_seed():
@@ -314,7 +325,11 @@ def test_a_client_refuses_a_plan_file_that_is_not_the_pinned_one(secagg_plan, tm
     doc = json.loads(secagg_plan.read_text())
     other.write_text(json.dumps(doc, indent=1))  # the same plan, other bytes
     with pytest.raises(RoundRefused, match="SHA-256"):
-        load_pinned(Pin(str(other), file_sha256(secagg_plan), "gdpfed+", None, str(tmp_path)))
+        load_pinned(
+            Pin(
+                plan=str(other), sha256=file_sha256(secagg_plan), method="gdpfed+", groups=None, state_dir=str(tmp_path)
+            )
+        )
 
 
 def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
@@ -324,7 +339,10 @@ def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
         state = NodeState(tmp_path, i)
         for r in range(4):
             state.admit(
-                plan_sha256=sha, run_id=7, server_round=r + 1, terms=Terms((GroupRound(0.1, 50.0),) * 4, 1e-5, 4, 9.0)
+                plan_sha256=sha,
+                run_id=7,
+                server_round=r + 1,
+                terms=Terms(costs=(GroupRound(q=0.1, noise_multiplier=50.0),) * 4, delta=1e-5, cap=4, budget=9.0),
             )
     app = client_app(unchanged, pin=pin_for(secagg_plan, tmp_path))
     charged = []
@@ -402,7 +420,9 @@ def test_a_pinned_plan_with_survivors_at_half_is_refused(secagg_plan, tmp_path):
     edited = tmp_path / "half.json"
     edited.write_text(json.dumps(doc))
     with pytest.raises(RoundRefused, match="survivors F must lie in \\(1/2, 1\\]"):
-        load_pinned(Pin(str(edited), file_sha256(edited), "gdpfed+", None, str(tmp_path)))
+        load_pinned(
+            Pin(plan=str(edited), sha256=file_sha256(edited), method="gdpfed+", groups=None, state_dir=str(tmp_path))
+        )
 
 
 def test_the_strategy_tops_every_release_up_to_the_laws_shares(secagg_plan, tmp_path, monkeypatch):

@@ -22,12 +22,12 @@ from hdp_planner_flower.simulation import node_state
 from hdp_planner_train.run.options import configure
 
 SHA = "a" * 64
-CHEAP = GroupRound(0.1, 20.0)  # a round that costs almost nothing
+CHEAP = GroupRound(q=0.1, noise_multiplier=20.0)  # a round that costs almost nothing
 DELTA = 1e-5
 
 
 def terms(cap: int = 3, budget: float = 10.0, cost: GroupRound = CHEAP, rounds: int = 10) -> Terms:
-    return Terms((cost,) * rounds, DELTA, cap, budget)
+    return Terms(costs=(cost,) * rounds, delta=DELTA, cap=cap, budget=budget)
 
 
 def admit(state: NodeState, *, run: int = 1, rnd: int = 1, **kw):
@@ -74,7 +74,7 @@ def test_concurrent_client_processes_never_exceed_the_cap(tmp_path):
 
 
 def test_every_round_up_to_the_last_participation_is_charged_as_the_ledger_composes_it(tmp_path):
-    state, cost = NodeState(tmp_path, 0), GroupRound(0.2, 1.0)
+    state, cost = NodeState(tmp_path, 0), GroupRound(q=0.2, noise_multiplier=1.0)
     at = {r: compose({cost: r}, DELTA) for r in (3, 5, 8)}
     assert admit(state, run=1, rnd=3, cost=cost, cap=10).spent == pytest.approx(at[3])  # rounds 1..3
     assert admit(state, run=1, rnd=5, cost=cost, cap=10).spent == pytest.approx(at[5])  # 4..5 added, not 1..5 again
@@ -118,7 +118,9 @@ def small_plan(tmp_path_factory):
 
 def test_a_node_refuses_rounds_its_budget_cannot_pay_whatever_the_server_asks(small_plan, tmp_path):
     """Client 0 sits in the group of ε 1 (the plan's grouping): the plan's 6 rounds are its whole budget."""
-    pin = Pin(str(small_plan), file_sha256(small_plan), "gdpfed+", None, str(tmp_path))
+    pin = Pin(
+        plan=str(small_plan), sha256=file_sha256(small_plan), method="gdpfed+", groups=None, state_dir=str(tmp_path)
+    )
 
     def context(run: int, config: dict | None = None) -> Context:
         return Context(run, 11, {"client-id": 0, **(config or {})}, RecordDict(), {})
@@ -127,10 +129,15 @@ def test_a_node_refuses_rounds_its_budget_cannot_pay_whatever_the_server_asks(sm
     assert full.spent == pytest.approx(1.0, rel=0.05) and full.spent <= 1.0
     with pytest.raises(RoundRefused, match="budget"):  # a second run of the plan
         admit_round(pin, context(2), server_round=1, secure=False)
-    fresh = Pin(pin.plan, pin.sha256, "gdpfed+", None, str(tmp_path / "b"))
+    fresh = Pin(plan=pin.plan, sha256=pin.sha256, method="gdpfed+", groups=None, state_dir=str(tmp_path / "b"))
     with pytest.raises(RoundRefused, match="budget"):  # the client's own ε, below its group's, refuses sooner
         admit_round(fresh, context(1, {"budget": 0.2}), server_round=6, secure=False)
     with pytest.raises(RoundRefused, match="positive"):
         admit_round(fresh, context(1, {"budget": "lots"}), server_round=1, secure=False)
     with pytest.raises(RoundRefused, match="SHA-256"):
-        admit_round(Pin(pin.plan, "0" * 64, "gdpfed+", None, str(tmp_path)), context(3), server_round=1, secure=False)
+        admit_round(
+            Pin(plan=pin.plan, sha256="0" * 64, method="gdpfed+", groups=None, state_dir=str(tmp_path)),
+            context(3),
+            server_round=1,
+            secure=False,
+        )

@@ -43,7 +43,18 @@ from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E40
 
 N = 80
 SEED = 5
-SETTINGS = DataSettings("digits", None, N, None, SEED, 1, 10, 0.0, 0.1, 1.0)
+SETTINGS = DataSettings(
+    dataset="digits",
+    data_dir=None,
+    clients=N,
+    dirichlet=None,
+    seed=SEED,
+    local_steps=1,
+    batch_size=10,
+    momentum=0.0,
+    lr=0.1,
+    lr_decay=1.0,
+)
 D = sum(p.numel() for p in make_model("digits").parameters())
 
 
@@ -71,7 +82,14 @@ def spec_of(path: Path):
 def one_group_run(path: Path, tmp_path: Path, *, sparse_pin: bool = True, drop=None):
     """One SecAgg+ run over group 1's 40 nodes; (its output, the grid, the configs)."""
     spec = spec_of(path)
-    pin = Pin(str(path), file_sha256(path), "gdpfed+", None, str(tmp_path), sparse_pin)
+    pin = Pin(
+        plan=str(path),
+        sha256=file_sha256(path),
+        method="gdpfed+",
+        groups=None,
+        state_dir=str(tmp_path),
+        sparse_graph=sparse_pin,
+    )
     grid = InProcessGrid(client_app(step, pin=pin), N, drop=drop, keep=True)
     plan = load_plan(path)
     strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(path))
@@ -161,9 +179,17 @@ def test_a_client_accepts_exactly_the_rules_graph(plan_path, tmp_path):
     b = spec.secagg.bits
     exact = (float(1 << (b - 1)), 1 << b, MASK_MODULUS, 1.0)
     ok = dict(client=0, sampled=40, share_number=13, threshold=2, keys=13, quantization=exact)
-    pin = Pin(str(plan_path), file_sha256(plan_path), "gdpfed+", None, str(tmp_path), True)
-    opted, strict = load_pinned(pin), load_pinned(Pin(str(plan_path), file_sha256(plan_path), "gdpfed+", None,
-                                                          str(tmp_path)))  # fmt: skip
+    pin = Pin(
+        plan=str(plan_path),
+        sha256=file_sha256(plan_path),
+        method="gdpfed+",
+        groups=None,
+        state_dir=str(tmp_path),
+        sparse_graph=True,
+    )
+    opted, strict = load_pinned(pin), load_pinned(Pin(plan=str(plan_path), sha256=file_sha256(plan_path),
+                                                      method="gdpfed+", groups=None,
+                                                      state_dir=str(tmp_path)))  # fmt: skip
     assert opted.check(rules, **ok) == 0
     assert opted.check(rules, **{**ok, "share_number": 40, "threshold": 30, "keys": 40}) == 0  # the full graph
     with pytest.raises(RoundRefused, match="accepts only the full neighbour graph"):
@@ -206,7 +232,14 @@ class Everyone:
 
 def test_the_strategy_runs_each_group_over_the_sparse_graph_when_asked(plan_path, tmp_path):
     """``HdpStrategy(sparse_graph=True)``: both groups of 40 run SecAgg+ at degree 13 and release (topped up)."""
-    pin = Pin(str(plan_path), file_sha256(plan_path), "gdpfed+", None, str(tmp_path), True)
+    pin = Pin(
+        plan=str(plan_path),
+        sha256=file_sha256(plan_path),
+        method="gdpfed+",
+        groups=None,
+        state_dir=str(tmp_path),
+        sparse_graph=True,
+    )
     grid = InProcessGrid(client_app(step, pin=pin), N, keep=True)
     strategy = HdpStrategy(load_plan(plan_path), spec_of(plan_path), trust="secagg", plan_sha256=file_sha256(plan_path),
                            uniform=Everyone(), sparse_graph=True, diagnostics=True)  # fmt: skip

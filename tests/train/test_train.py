@@ -157,7 +157,7 @@ def test_pfa_projection_lies_in_the_public_span(digits_plan):
     pr = spec.projection
     two = GroupSpec(
         "pfa", (40, 40), (0.5, 0.5), (1e-9, 2.0), (1.0, 0.5), (0.1, 0.3), 1.0,
-        projection=Projection(0, 1, 2, 3, pr.subspace, 1000),
+        projection=Projection(public=0, projected=1, dim=2, window=3, subspace=pr.subspace, model_dim=1000),
     )  # fmt: skip
     d, history, gen = 1000, [], torch.Generator().manual_seed(0)
     for r in range(5):
