@@ -26,7 +26,7 @@ derived from GDPFed's (every group at the plan's q, its own σ_m):
     def build(plan, options):
         return derived_row("Toy", plan.method("GDPFed"), plan)
 
-    METHODS = (Method("toy", "Toy", rules=RoundRules("plan-q"), build=build, audit=True, flower=True),)
+    METHODS = (Method(key="toy", row="Toy", rules=RoundRules(sampling="plan-q"), build=build, audit=True, flower=True),)
 
 and its name joins ``MODULES`` in :mod:`hdp_planner.methods.registry`. From then on ``solve --methods toy`` plans
 the row, ``verify`` checks it, and ``train --method toy`` and Flower run it; no other code names it. (In a notebook,

@@ -126,7 +126,7 @@ def _canary_sums(z: np.ndarray, joined: np.ndarray, inserted: np.ndarray):
     return (zin * jin).sum(0), jin.sum(0), zout.sum(0), (zout**2).sum(0), z.shape[0]
 
 
-def _shift(s_in, n_in, s_out, ss_out, rounds, index_in=None, index_out=None) -> tuple[np.ndarray, int]:
+def _shift(s_in, n_in, s_out, ss_out, rounds, *, index_in=None, index_out=None) -> tuple[np.ndarray, int]:
     """μ̂ for the canaries as given (index None) or for bootstrap resamples (index (B, k))."""
     if index_in is None:
         index_in, index_out = np.arange(len(s_in))[None], np.arange(len(s_out))[None]
@@ -142,13 +142,15 @@ def _shift(s_in, n_in, s_out, ss_out, rounds, index_in=None, index_out=None) -> 
 
 
 def shift_interval(
-    z: np.ndarray, joined: np.ndarray, inserted: np.ndarray, seed: int, confidence: float = 0.95, boots: int = 1000
+    z: np.ndarray, joined: np.ndarray, inserted: np.ndarray, *, seed: int, confidence: float = 0.95, boots: int = 1000
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of μ̂, resampling in and out canaries (a canary's rounds stay together)."""
     sums = _canary_sums(z, joined, inserted)
     rng = np.random.default_rng(seed)
     k_in, k_out = len(sums[0]), len(sums[2])
-    mu, _ = _shift(*sums, rng.integers(0, k_in, (boots, k_in)), rng.integers(0, k_out, (boots, k_out)))
+    mu, _ = _shift(
+        *sums, index_in=rng.integers(0, k_in, (boots, k_in)), index_out=rng.integers(0, k_out, (boots, k_out))
+    )
     mu = mu[np.isfinite(mu)]
     if mu.size == 0:
         return math.nan, math.nan
@@ -201,12 +203,12 @@ def audit_group(
     z: np.ndarray,
     joined: np.ndarray,
     inserted: np.ndarray,
+    *,
     q: float,
     delta: float,
     epsilon_planned: float,
     sigma_planned: float,
     seed: int,
-    *,
     clients: tuple[int, int] = (0, 0),
     unfaithful: int = 0,
     mismatched: tuple[int, int] = (0, 0),
@@ -232,7 +234,7 @@ def audit_group(
     rounds = z.shape[0]
     steps = rounds if compositions is None else compositions
     mu, count = shift_estimate(z, joined, inserted)
-    lo, hi = shift_interval(z, joined, inserted, seed)
+    lo, hi = shift_interval(z, joined, inserted, seed=seed)
     corr, se = lag_correlation(z[:, ~inserted])
     k_in = int(inserted.sum())
     draws = k_in * rounds if offered is None else offered

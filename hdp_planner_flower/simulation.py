@@ -71,8 +71,9 @@ def serve(p: Prepared, grid, account, progress=print):
 
         auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.data.dataset), p.cfg.seed, p.cfg.audit.canaries)
     strategy = HdpStrategy(
-        p.plan, p.spec, p.groups, trust=p.cfg.trust.kind, on_round=on_round, diagnostics=p.cfg.diagnostics,
-        auditor=auditor, account=account, plan_sha256=p.run_plan.sha256, masks=p.cfg.masks,
+        p.plan, p.spec, group_of_client=p.groups, trust=p.cfg.trust.kind, on_round=on_round,
+        diagnostics=p.cfg.diagnostics, auditor=auditor, account=account, plan_sha256=p.run_plan.sha256,
+        masks=p.cfg.masks,
         node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None, sparse_graph=p.cfg.trust.sparse_graph,
     )  # fmt: skip
     strategy.start(

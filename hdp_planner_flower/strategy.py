@@ -94,6 +94,7 @@ class HdpStrategy(Strategy):
         self,
         plan: Plan,
         spec: GroupSpec,
+        *,
         group_of_client: np.ndarray | None = None,
         trust: TrustKind = "server",
         noise_for: NoiseFor = secure_source,

@@ -79,7 +79,7 @@ def rdp_curve(*, noise_multiplier: float, q: float) -> np.ndarray:
     sigma = np.array([check_noise_multiplier(noise_multiplier)])
     q = check_ratio(q)
     out = np.empty(ORDERS.size)
-    out[INT_IDX] = int_rdp(np.array([[q]]), sigma[:, None], 1)[0][0]
+    out[INT_IDX] = int_rdp(np.array([[q]]), sigma[:, None], rounds=1)[0][0]
     if q == 1.0:
         out[FRAC_IDX] = FRAC_ORDERS / (2 * sigma[0] ** 2)
     else:

@@ -259,7 +259,9 @@ def calibrate_sigmas_rdp(
     guess = np.log(qs * math.sqrt(2 * rounds * math.log(1 / delta)) / eps + 0.5)
     x, spent = _calibrate(
         lambda x, groups: mech.epsilon(np.exp(x), groups),
-        lambda x, groups, orders: int_rdp(qs[groups, None], np.exp(x), rounds, "u", mech.int_terms(groups), orders),
+        lambda x, groups, orders: int_rdp(
+            qs[groups, None], np.exp(x), rounds=rounds, wrt="u", base=mech.int_terms(groups), orders=orders
+        ),
         _Problem(
             variable=_SIGMA_VARIABLE,
             target=eps * (1 - _SAFETY),
@@ -305,7 +307,7 @@ def calibrate_q_rdp(*, epsilon: float, delta: float, noise_multiplier: float, ro
     guess = epsilon * sigma[0] / math.sqrt(2 * rounds * max(math.log(1 / delta), 1e-12))
     x = _calibrate(
         lambda x, groups: RdpRounds(np.exp(-x), rounds, delta).epsilon(sigma[groups]),
-        lambda x, groups, orders: int_rdp(np.exp(-x), sigma[groups, None], rounds, "log q", orders=orders),
+        lambda x, groups, orders: int_rdp(np.exp(-x), sigma[groups, None], rounds=rounds, wrt="log q", orders=orders),
         _Problem(
             variable=_Q_VARIABLE, target=np.array([epsilon * (1 - _SAFETY)]), lo=0.0, hi=hi, rounds=rounds, delta=delta
         ),

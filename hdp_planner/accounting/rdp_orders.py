@@ -110,6 +110,7 @@ def _per_term(z: np.ndarray, orders: slice = slice(None)) -> np.ndarray:
 def int_rdp(
     q: np.ndarray,
     sigma: np.ndarray,
+    *,
     rounds: int,
     wrt: Wrt | None = None,
     base: np.ndarray | None = None,

@@ -159,7 +159,7 @@ class RdpRounds:
         per_order = np.full((groups.size, ORDERS.size), np.inf)
         base = self.int_terms(groups)
         small, large = INT_IDX[SMALL], INT_IDX[LARGE]
-        rdp = int_rdp(self.q[groups, None], sigma[:, None], self.rounds, base=base, orders=SMALL)[0]
+        rdp = int_rdp(self.q[groups, None], sigma[:, None], rounds=self.rounds, base=base, orders=SMALL)[0]
         per_order[:, small] = self.convert(rdp, small, groups)
         best = per_order[:, small].min(axis=1)
         # Rényi divergence does not decrease with the order, so an order's RDP is at least that of any smaller
@@ -169,7 +169,9 @@ class RdpRounds:
         below = rdp * (1 - 1e-9) - self.rounds * 1e-12
         big = np.flatnonzero(self.convert(below[:, -1:], large, groups).min(axis=1) <= best)
         if big.size:
-            rdp = int_rdp(self.q[groups[big], None], sigma[big, None], self.rounds, base=base[big], orders=LARGE)[0]
+            rdp = int_rdp(
+                self.q[groups[big], None], sigma[big, None], rounds=self.rounds, base=base[big], orders=LARGE
+            )[0]
             per_order[np.ix_(big, large)] = self.convert(rdp, large, groups[big])
             best[big] = np.minimum(best[big], per_order[np.ix_(big, large)].min(axis=1))
         floor = np.where(FRAC_ORDERS >= 2, below[:, FRAC_FLOOR], 0.0)

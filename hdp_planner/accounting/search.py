@@ -99,7 +99,11 @@ def smallest_meeting(
             break
         slow = b - a > 0.5 * widths[0]  # not halved in two steps: bisect (at most 3 times bisection's evaluations)
         widths = [widths[1], b - a]
-        x = propose(x, g, a, b) if propose is not None else _illinois(a, ga, b, gb, side, repeats, xtol)
+        x = (
+            propose(x, g, a, b)
+            if propose is not None
+            else _illinois(a, ga, b=b, gb=gb, side=side, repeats=repeats, xtol=xtol)
+        )
         if slow and propose is None:
             x = math.nan
         if not a < x < b:  # outside the bracket (or NaN): bisect it, or expand toward its open side
@@ -114,7 +118,7 @@ def smallest_meeting(
     return Found(x=b, gap=gb, evaluations=evaluation)
 
 
-def _illinois(a: float, ga: float, b: float, gb: float, side: int, repeats: int, xtol: float) -> float:
+def _illinois(a: float, ga: float, *, b: float, gb: float, side: int, repeats: int, xtol: float) -> float:
     """Regula falsi between (a, ga) and (b, gb), the end kept twice or more in a row weighted down by 2^(repeats−1)
     (Illinois), kept 0.4·xtol inside the bracket so that it closes from both sides; NaN (bisection) where either
     gap is not finite or an end is open."""
@@ -224,13 +228,18 @@ def smallest_meeting_each(
         bisect = it >= bisect_after
         inside = (ag < current.x + d) & (current.x + d < bg)  # a pair outside the bracket would not narrow it
         pair[todo] = close & inside & ~(np.isfinite(ag) & np.isfinite(bg) & bisect)
-        x[todo] = np.where(pair[todo], current.x + d, _step(current.x, d, ag, bg, bisect, lo, hi, xtol, max_step))
+        x[todo] = np.where(
+            pair[todo],
+            current.x + d,
+            _step(current.x, d, a=ag, b=bg, bisect=bisect, lo=lo, hi=hi, xtol=xtol, cap=max_step),
+        )
     return FoundEach(x=out, value=value_b)
 
 
 def _step(
     x: np.ndarray,
     d: np.ndarray,
+    *,
     a: np.ndarray,
     b: np.ndarray,
     bisect: bool,

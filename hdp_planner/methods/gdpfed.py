@@ -107,7 +107,7 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
                 )
 
     ones = [1.0] * m
-    op = _row(OP, eps, sizes, q_op, ones, config)
+    op = _row(OP, epsilons=eps, sizes=sizes, q=q_op, k_ratio=ones, config=config)
     if config.sparsity is not None:
         k_plus = list(config.sparsity)
     else:
@@ -127,19 +127,21 @@ def solve_plan(groups: Groups, config: PlanConfig) -> Plan:
                 "so GDPFed+ is GDPFed-op here to within 0.1% of Λ; give --sparsity to sparsify anyway"
             )
     methods = (
-        _row(DP_FEDAVG, [min(eps)], [groups.n], [config.q], [1.0], config),
-        _row(GDPFED, eps, sizes, uniform, ones, config),
+        _row(DP_FEDAVG, epsilons=[min(eps)], sizes=[groups.n], q=[config.q], k_ratio=[1.0], config=config),
+        _row(GDPFED, epsilons=eps, sizes=sizes, q=uniform, k_ratio=ones, config=config),
         op,
-        _row(PLUS, eps, sizes, q_op, k_plus, config, noise_multiplier=op.noise_multiplier),
+        _row(
+            PLUS, epsilons=eps, sizes=sizes, q=q_op, k_ratio=k_plus, config=config, noise_multiplier=op.noise_multiplier
+        ),
     )
     if get_accountant(config.accountant).rule:
         notes.extend(_theorem1_shortfalls(methods, config))
     return Plan(config=config, methods=methods, objective=float(obj), uniform_objective=float(uni), notes=tuple(notes))
 
 
-def _row(method: Method, *args, **kwargs) -> MethodNoise:
+def _row(method: Method, **kwargs) -> MethodNoise:
     """``method``'s row (its name and Table 5 weights) by :func:`~hdp_planner.planning.rows.method_noise`."""
-    return method_noise(method.row, *args, paper_weights=method.paper_weights, **kwargs)
+    return method_noise(method.row, paper_weights=method.paper_weights, **kwargs)
 
 
 def _theorem1_shortfalls(methods: Sequence[MethodNoise], config: PlanConfig) -> list[str]:

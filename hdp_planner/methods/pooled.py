@@ -116,6 +116,7 @@ class PooledPoint:
 
 def evaluate(
     q: Sequence[float],
+    *,
     eps: Sequence[float],
     sizes: Sequence[int],
     config: PlanConfig,
@@ -148,14 +149,14 @@ def solve_pooled(
     best of ``starts`` (rates q); the best of the starts and the solutions, so never worse than any start."""
     g = np.asarray(sizes, dtype=float)
     total = config.q * g.sum()
-    points = [evaluate(q, eps, sizes, config, model_dim) for q in starts]
+    points = [evaluate(q, eps=eps, sizes=sizes, config=config, model_dim=model_dim) for q in starts]
     if len(g) > 1:
         lower, upper = np.minimum(Q_FLOOR * g / total, 0.5 / len(g)), np.minimum(g / total, 1.0)
         scale = min(p.value for p in points)
 
         def scaled(s: np.ndarray) -> float:
             q = np.clip(np.clip(s, lower, upper) / np.sum(np.clip(s, lower, upper)) * total / g, Q_FLOOR, 1.0)
-            return evaluate(q, eps, sizes, config, model_dim).value / scale
+            return evaluate(q, eps=eps, sizes=sizes, config=config, model_dim=model_dim).value / scale
 
         for p in sorted(points, key=lambda p: p.value)[:2]:  # SLSQP from the two best starts
             s0 = np.asarray(p.q) * g / total
@@ -170,7 +171,7 @@ def solve_pooled(
             s = np.clip(res.x, lower, upper)
             q = np.clip(s / s.sum() * total / g, Q_FLOOR, 1.0)
             if np.isclose(np.sum(q * g), total, rtol=1e-9):
-                points.append(evaluate(q, eps, sizes, config, model_dim))
+                points.append(evaluate(q, eps=eps, sizes=sizes, config=config, model_dim=model_dim))
     return min(points, key=lambda p: p.value)
 
 
@@ -179,7 +180,11 @@ def pooled_row(plan: Plan, point: PooledPoint, model_dim: int | None, name: str 
     those σ*_m, C_m = C·α_m·Σr/r_m, one pooled std s = max_m C_mσ*_m, effective σ_m = s/C_m ≥ σ*_m."""
     c, gdp = plan.config, plan.method("GDPFed")
     acc = get_accountant(c.accountant)  # the search ran with RDP: any other calibration re-evaluates the point
-    final = evaluate(point.q, gdp.epsilon, gdp.size, c, model_dim, c.accountant) if acc.refines or acc.rule else point
+    final = (
+        evaluate(point.q, eps=gdp.epsilon, sizes=gdp.size, config=c, model_dim=model_dim, accountant=c.accountant)
+        if acc.refines or acc.rule
+        else point
+    )
     r = [qm * s for qm, s in zip(final.q, gdp.size)]
     clips = tuple(c.clip * a * sum(r) / rm for a, rm in zip(final.share, r))
     std = max(cm * s for cm, s in zip(clips, final.sigma))

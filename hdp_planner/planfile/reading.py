@@ -204,7 +204,16 @@ def _method_from_dict(name: str, entry: Mapping[str, Any], config: PlanConfig) -
     )
     _check_rules(method, where, config)
     clips, rms = method.clips(config.clip), method.rms_noise_multiplier(config.rounds)
-    lam = lambda_for(config.lambda_convention, row_paper_weights(name), r, w, rms, k, clips, method.pooled)
+    lam = lambda_for(
+        config.lambda_convention,
+        row_paper_weights(name),
+        expected_clients=r,
+        weight=w,
+        noise_multiplier=rms,
+        k_ratio=k,
+        clip=clips,
+        pooled=method.pooled,
+    )
     lam_exact = lambda_exact(w, rms, k, clips, method.pooled)
     for key, value in (("lambda", lam), ("lambda_exact", lam_exact)):
         stored = _field(entry, key, where, _is_number, "a number")

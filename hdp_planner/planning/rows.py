@@ -64,6 +64,7 @@ def derived_row(name: str, base: MethodNoise, plan: Plan, **changes: object) -> 
 
 def method_noise(
     name: str,
+    *,
     epsilons: Sequence[float],
     sizes: Sequence[int],
     q: Sequence[float],
@@ -94,7 +95,15 @@ def method_noise(
         k_ratio=tuple(float(k) for k in k_ratio),
         weight=tuple(float(w) for w in weight),
         epsilon_spent=tuple(float(e) for e in spent),
-        lam=lambda_for(config.lambda_convention, paper_weights, r, weight, sigma, k_ratio, config.clip),
+        lam=lambda_for(
+            config.lambda_convention,
+            paper_weights,
+            expected_clients=r,
+            weight=weight,
+            noise_multiplier=sigma,
+            k_ratio=k_ratio,
+            clip=config.clip,
+        ),
         lambda_exact=lambda_exact(weight, sigma, k_ratio, config.clip),
     )
 

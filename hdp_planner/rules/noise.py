@@ -144,6 +144,7 @@ def lambda_paper(
 def lambda_for(
     convention: LambdaConvention,
     paper_weights: PaperWeights | None,
+    *,
     expected_clients: Sequence[float],
     weight: Sequence[float],
     noise_multiplier: Sequence[float],

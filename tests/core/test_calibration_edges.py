@@ -261,7 +261,8 @@ t = time.perf_counter()
 for eps, delta, q, rounds in [(1.0, 1e-4, 1.6e-5, 3), (0.5, 1e-5, 8e-9, 50), (0.003, 1e-4, 1e-7, 1000)]:
     for accountant in ("pld", "rdp"):
         s = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant=accountant)
-        assert epsilon_spent(GaussianRounds(s, q, rounds), delta=delta, accountant=accountant) <= eps
+        mechanism = GaussianRounds(noise_multiplier=s, q=q, rounds=rounds)
+        assert epsilon_spent(mechanism, delta=delta, accountant=accountant) <= eps
 print(f"{time.perf_counter() - t:.3f}")
 """
 

@@ -267,7 +267,9 @@ def test_layout_rejects_too_many_canaries():
 def test_no_insertion_is_not_identifiable():
     z = np.random.default_rng(0).normal(size=(5, 40))
     inserted = np.arange(40) < 20
-    entry = audit.audit_group(z, np.zeros((5, 40), bool), inserted, 0.01, 1e-5, 1.0, 1.0, seed=0)
+    entry = audit.audit_group(
+        z, np.zeros((5, 40), bool), inserted, q=0.01, delta=1e-5, epsilon_planned=1.0, sigma_planned=1.0, seed=0
+    )
     assert entry["epsilon_empirical"] is None and entry["verdict"].startswith("not identifiable")
     assert entry["sampling_rate_observed"] == 0.0
 
@@ -276,8 +278,8 @@ def test_a_group_that_released_nothing_is_not_identifiable():
     """Secure aggregation with too few survivors in every round: no projection, no composition, no error."""
     inserted = np.arange(40) < 20
     none = np.zeros((0, 40), bool)
-    entry = audit.audit_group(np.zeros((0, 40)), none, inserted, 0.2, 1e-5, 1.0, 1.0, seed=0, offered=0,
-                              compositions=0, silent=none)  # fmt: skip
+    entry = audit.audit_group(np.zeros((0, 40)), none, inserted, q=0.2, delta=1e-5, epsilon_planned=1.0,
+                              sigma_planned=1.0, seed=0, offered=0, compositions=0, silent=none)  # fmt: skip
     assert entry["verdict"].startswith("not identifiable") and entry["epsilon_pld_of_planned_sigma"] == 0.0
     assert entry["silent_memberships"] == 0 and entry["silent_p_value"] == 1.0
 
@@ -293,9 +295,13 @@ def test_silent_memberships_that_shift_the_sum_are_flagged():
     tails = member & ~heads
     z += heads
     kw = dict(offered=int(member.sum()), silent=tails, rate="coin p_m")
-    honest = audit.audit_group(z, heads, inserted, 0.5, 1e-5, 100.0, 1.0, seed=0, **kw)
+    honest = audit.audit_group(
+        z, heads, inserted, q=0.5, delta=1e-5, epsilon_planned=100.0, sigma_planned=1.0, seed=0, **kw
+    )
     assert honest["verdict"] == "consistent" and honest["silent_p_value"] > 1e-3, honest
-    leaking = audit.audit_group(z + tails, heads, inserted, 0.5, 1e-5, 100.0, 1.0, seed=0, **kw)
+    leaking = audit.audit_group(
+        z + tails, heads, inserted, q=0.5, delta=1e-5, epsilon_planned=100.0, sigma_planned=1.0, seed=0, **kw
+    )
     assert leaking["verdict"].startswith("UNDER-NOISED") and "tails memberships shift" in leaking["verdict"]
     assert abs(leaking["silent_shift_noise_units"] - 1) < 0.2
 
@@ -306,7 +312,9 @@ def test_no_shift_gives_zero_epsilon():
     joined = rng.random((10, 400)) < 0.3
     inserted = np.arange(400) % 2 == 0
     z[:, inserted] -= 0.5 * joined[:, inserted]  # canaries pull the sum the wrong way: μ̂ < 0
-    entry = audit.audit_group(z, joined & inserted, inserted, 0.3, 1e-5, 1.0, 1.0, seed=0)
+    entry = audit.audit_group(
+        z, joined & inserted, inserted, q=0.3, delta=1e-5, epsilon_planned=1.0, sigma_planned=1.0, seed=0
+    )
     assert entry["epsilon_empirical"] == 0.0 and entry["noise_multiplier_empirical"] is None
 
 

@@ -267,22 +267,22 @@ def repair(doc: dict) -> None:
         plus["lambda"] = lambda_for(
             doc["config"]["lambda_convention"],
             row_paper_weights("GDPFed+"),
-            plus["expected_clients"],
-            plus["weight"],
-            plus["noise_multiplier"],
-            plus["k_ratio"],
-            clip,
+            expected_clients=plus["expected_clients"],
+            weight=plus["weight"],
+            noise_multiplier=plus["noise_multiplier"],
+            k_ratio=plus["k_ratio"],
+            clip=clip,
         )
         for name in ("DP-FedAvg", "GDPFed", "GDPFed-op"):
             e = doc["noise"][name]
             e["lambda"] = lambda_for(
                 doc["config"]["lambda_convention"],
                 row_paper_weights(name),
-                e["expected_clients"],
-                e["weight"],
-                e["noise_multiplier"],
-                e["k_ratio"],
-                clip,
+                expected_clients=e["expected_clients"],
+                weight=e["weight"],
+                noise_multiplier=e["noise_multiplier"],
+                k_ratio=e["k_ratio"],
+                clip=clip,
             )
         doc["groups"] = [
             {
