@@ -20,22 +20,13 @@ from torch.nn.utils import parameters_to_vector
 
 from hdp_planner_train.learning.models import make_model, model_name
 from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_rounds
+from hdp_planner_train.run import options as run_options
 from hdp_planner_train.run.bound import BoundRun
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.interrupts import HeldInterrupt
 from hdp_planner_train.run.ledger import privacy_ledger
 from hdp_planner_train.run.metrics import base_metrics
 from hdp_planner_train.run.noise import noise_kind
-from hdp_planner_train.run.options import (
-    AuditOptions,
-    DataOptions,
-    LedgerOptions,
-    ModelOptions,
-    NoiseOptions,
-    OutputOptions,
-    TrustOptions,
-    changed_fields,
-)
 from hdp_planner_train.run.progress import progress_bar, round_description
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
@@ -66,19 +57,19 @@ class TrainConfig:
     method: str = "gdpfed+"
     rounds: int | None = None
     seed: int = 0
-    data: DataOptions = field(default_factory=DataOptions)
-    model: ModelOptions = field(default_factory=ModelOptions)
-    noise: NoiseOptions = field(default_factory=NoiseOptions)
-    trust: TrustOptions = field(default_factory=TrustOptions)
-    audit: AuditOptions = field(default_factory=AuditOptions)
-    ledger: LedgerOptions = field(default_factory=LedgerOptions)
-    output: OutputOptions = field(default_factory=OutputOptions)
+    data: run_options.DataOptions = field(default_factory=run_options.DataOptions)
+    model: run_options.ModelOptions = field(default_factory=run_options.ModelOptions)
+    noise: run_options.NoiseOptions = field(default_factory=run_options.NoiseOptions)
+    trust: run_options.TrustOptions = field(default_factory=run_options.TrustOptions)
+    audit: run_options.AuditOptions = field(default_factory=run_options.AuditOptions)
+    ledger: run_options.LedgerOptions = field(default_factory=run_options.LedgerOptions)
+    output: run_options.OutputOptions = field(default_factory=run_options.OutputOptions)
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
     selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
 
     def __repr__(self) -> str:
         """The settings that differ from their defaults (the plan and method always)."""
-        return f"TrainConfig({changed_fields(self, ('plan', 'method'))})"
+        return f"TrainConfig({run_options.changed_fields(self, ('plan', 'method'))})"
 
 
 def run_identity(cfg: TrainConfig, bound: BoundRun, **extra: Any) -> dict[str, Any]:
