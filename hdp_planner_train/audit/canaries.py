@@ -265,8 +265,8 @@ class CanaryAuditor:
                 rate = g.coin
             entry = audit_group(
                 np.stack(self.z[m]) if self.z[m] else np.zeros((0, self.per_group)),
-                joined=contributed,
-                inserted=inserted,
+                contributed,
+                inserted,
                 q=rate,
                 delta=delta,
                 epsilon_planned=epsilon_planned[m],
