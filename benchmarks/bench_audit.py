@@ -55,13 +55,13 @@ def main() -> None:
         k = sum(len(s) for s in sampled)
         xs, ys = torch.randn(k, 5, 10, 1, 28, 28), torch.randint(0, 10, (k, 5, 10))
         _, group_of_row = round_rows(sampled)
-        deltas = vectorized_deltas(model, theta, xs, ys, 0.1, 0.0)
+        deltas = vectorized_deltas(model, theta, xs, ys, lr=0.1, momentum=0.0)
         t1 = time.perf_counter()
         observe = None
         if audited:
             deltas, group_of_row = auditor.insert(deltas, group_of_row, rnd)
             observe = auditor.observe
-        aggregate(deltas, group_of_row, SPEC, SeededNoise(0, rnd), rnd, observe=observe)
+        aggregate(deltas, group_of_row, SPEC, SeededNoise(0, rnd), rnd=rnd, observe=observe)
         t2 = time.perf_counter()
         return {"round": t2 - t0, "server": t2 - t1}
 

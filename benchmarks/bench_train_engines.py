@@ -70,8 +70,8 @@ def main() -> None:
         ys = torch.randint(0, 10, shape, device=dev)
     precision = args.precision
     engines = {
-        "loop": lambda: loop_deltas(model, theta, xs, ys, 0.1, momentum, precision),
-        "vectorized": lambda: vectorized_deltas(model, theta, xs, ys, 0.1, momentum, precision=precision),
+        "loop": lambda: loop_deltas(model, theta, xs, ys, lr=0.1, momentum=momentum, precision=precision),
+        "vectorized": lambda: vectorized_deltas(model, theta, xs, ys, lr=0.1, momentum=momentum, precision=precision),
     }
     if args.method in PERSONAL:
         mask = head_mask(model)
@@ -90,7 +90,7 @@ def main() -> None:
 
         engines = {"loop": loop, "vectorized": vectorized}
     if precision != "fp32" and args.method == "dp-fedavg":  # bf16's reference: vectorized fp32, interleaved
-        engines["vectorized fp32"] = lambda: vectorized_deltas(model, theta, xs, ys, 0.1, momentum)
+        engines["vectorized fp32"] = lambda: vectorized_deltas(model, theta, xs, ys, lr=0.1, momentum=momentum)
     times: dict[str, list[float]] = {name: [] for name in engines}
     outs: dict[str, torch.Tensor] = {}
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")

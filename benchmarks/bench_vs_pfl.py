@@ -72,16 +72,17 @@ def worker_ours(engine: str, model_name: str, rounds: int, threads: int) -> list
     x, y = (torch.as_tensor(a) for a in synthetic_fmnist())
     clients = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N_CLIENTS)]
     q = COHORT / N_CLIENTS
-    spec = GroupSpec("dp-fedavg", (N_CLIENTS,), (q,), (SIGMA,), (1.0,), (1 / COHORT,), CLIP)
+    spec = GroupSpec(method="dp-fedavg", sizes=(N_CLIENTS,), q=(q,), noise_multiplier=(SIGMA,), k_ratio=(1.0,),
+                     weight=(1 / COHORT,), clip=CLIP)  # fmt: skip
     model = make_model("fmnist", 10, model_name)
     theta = parameters_to_vector(model.parameters()).detach()
     times = []
     for r in range(rounds + 1):
         t0 = time.perf_counter()
         ids = np.concatenate(sample_round(spec, 0, r))
-        idx = torch.as_tensor(batch_indices(clients, ids, STEPS, BATCH, 0, r))
+        idx = torch.as_tensor(batch_indices(clients, ids, steps=STEPS, batch=BATCH, seed=0, rnd=r))
         deltas = local_deltas(engine, model, theta, x[idx], y[idx], lr=LR, momentum=0.0, chunk=None)
-        update, _ = aggregate(deltas, np.zeros(len(ids), np.int64), spec, SeededNoise(0, r), r, [])
+        update, _ = aggregate(deltas, np.zeros(len(ids), np.int64), spec, SeededNoise(0, r), rnd=r, public_history=[])
         theta = theta + update
         times.append(time.perf_counter() - t0)
     return times[1:]

@@ -232,7 +232,9 @@ def compare(
         model_name(dataset, model.name)
         paper = PAPER_SETTINGS[dataset]
         clients = None if plan.n is None or dataset == "shakespeare" else plan.n
-        partition = load_federated(dataset, data.data_dir, clients, data.dirichlet, shards=data.shards)
+        partition = load_federated(
+            dataset, data.data_dir, clients=clients, dirichlet=data.dirichlet, shards=data.shards
+        )
         d = model_dim(dataset, partition.num_classes, model.name) if trust.kind == "secagg" else None
         trust_model = TrustModel(kind=trust.kind, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
                                  participations=participations, model_dim=d)  # fmt: skip

@@ -76,7 +76,7 @@ class DataSettings:
 
 @lru_cache(maxsize=2)
 def _data(dataset: str, data_dir: str | None, clients: int | None, dirichlet: float | None, seed: int):
-    return load_federated(dataset, data_dir, clients, dirichlet, seed)
+    return load_federated(dataset, data_dir, clients=clients, dirichlet=dirichlet, seed=seed)
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -97,7 +97,8 @@ def train(msg: Message, context: Context) -> Message:
 
 def _own_batches(data, cid: int, s: DataSettings, rnd: int) -> np.ndarray:
     """(1, τ, B) indices of client ``cid``'s local batches this round (its own randomness stream)."""
-    return batch_indices(data.clients, np.array([cid]), s.local_steps, s.batch_size, s.seed, rnd, CLIENT_STREAM + cid)
+    return batch_indices(data.clients, np.array([cid]), steps=s.local_steps, batch=s.batch_size, seed=s.seed, rnd=rnd,
+                         stream=CLIENT_STREAM + cid)  # fmt: skip
 
 
 def client_app(

@@ -139,7 +139,7 @@ def validate(tc, run_plan):
     if d.dataset not in DEFAULTS:
         raise ValueError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {d.dataset!r}")
     bound, rounds = bind_plan(tc, run_plan)
-    data = load_federated(d.dataset, d.data_dir, d.clients, d.dirichlet, tc.seed)
+    data = load_federated(d.dataset, d.data_dir, clients=d.clients, dirichlet=d.dirichlet, seed=tc.seed)
     check_clients(tc, bound.plan, data.n_clients)
     spec = trusted_groups(tc, bound, method_groups(tc, bound))
     defaults = DEFAULTS[d.dataset]

@@ -43,7 +43,7 @@ def open_account(p: Prepared):
     round 1 if a client would exceed its budget."""
     from hdp_planner_train.run.ledger import NO_LEDGER_HINT, ledger_run
 
-    return ledger_run(p.train, p.run_plan, p.spec, 0, p.rounds, clients=p.clients, secure=True,
+    return ledger_run(p.train, p.run_plan, spec=p.spec, start=0, rounds=p.rounds, clients=p.clients, secure=True,
                       refusal_hint=NO_LEDGER_HINT)  # fmt: skip
 
 
@@ -57,7 +57,7 @@ def serve(p: Prepared, grid, account, progress=print):
     from hdp_planner_train.run.progress import round_description
 
     def on_round(rnd: int, entry, stats, seconds: float) -> None:
-        line = round_description(p.plan, p.spec, rnd, p.rounds, entry["accuracy"], entry["loss"])
+        line = round_description(p.plan, p.spec, done=rnd, rounds=p.rounds, acc=entry["accuracy"], loss=entry["loss"])
         if p.cfg.diagnostics:  # who joined and how long it took reveal participation: simulation only
             line += f" joined {'/'.join(str(j) for j in stats.joined)} ({seconds:.2f} s)"
             line += "".join(f"; group {w.group + 1} withheld: {w.reason}" for w in stats.withheld)
@@ -95,8 +95,9 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     from hdp_planner_train.run.output import write_metrics
 
     log, spec = strategy.log, p.spec
-    metrics = base_metrics(p.train, p.plan, spec, p.data, "cpu", log.next_round, spec_dim(p.data, p.cfg.data.dataset),
-                           p.batch, p.momentum, log, model_name(p.cfg.data.dataset))  # fmt: skip
+    metrics = base_metrics(p.train, p.plan, spec=spec, data=p.data, device="cpu", rounds=log.next_round,
+                           d=spec_dim(p.data, p.cfg.data.dataset), batch=p.batch, momentum=p.momentum, log=log,
+                           model=model_name(p.cfg.data.dataset))  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
         if isinstance(metrics.get(key), float) and math.isnan(metrics[key]):
             metrics[key] = None

@@ -134,7 +134,7 @@ class HdpStrategy(Strategy):
         self.sent: dict[int, int] = {}  # node id → group, this round
         self.joined: list[int] = []
         self.arrays = ArrayRecord()
-        self.stats = RoundStats([], 0, math.nan, math.nan)
+        self.stats = RoundStats(joined=[], clipped=0, lambda_measured=math.nan, lambda_applied=math.nan)
         self.aggregator = GroupAggregator(spec)  # PFA's public history lives here between rounds
         self.log = RunLog(diagnostics=diagnostics)  # per-round joined counts, noise, times reveal who took part
         self.stopped: str | None = None
@@ -287,8 +287,8 @@ class HdpStrategy(Strategy):
         withheld = tuple(y for y in ys if isinstance(y, Withheld))
         sums = [torch.zeros_like(theta) if isinstance(y, Withheld) else torch.as_tensor(y, dtype=theta.dtype)
                 for y in ys]  # fmt: skip
-        update, measured, applied = self.aggregator.release(sums, None, self.noise_for(rnd))
-        self.stats = RoundStats(list(self.joined), 0, measured, applied, withheld)
+        update, self.stats = self.aggregator.release(sums, None, self.noise_for(rnd), joined=list(self.joined),
+                                                     clipped=0, withheld=withheld)  # fmt: skip
         return unflatten(arrays, theta + update), MetricRecord({"joined": sum(self.joined), "withheld": len(withheld)})
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord, MetricRecord]:
@@ -298,8 +298,8 @@ class HdpStrategy(Strategy):
         source = self.noise_for(server_round - 1)
         ys, noises, clipped = self.noisy_sums(rows, theta.numel(), server_round - 1, source)
         observe = self.auditor.observe if self.auditor is not None else None
-        update, measured, applied = self.aggregator.release(ys, noises, source, observe)
-        self.stats = RoundStats(list(self.joined), clipped, measured, applied)
+        update, self.stats = self.aggregator.release(ys, noises, source, joined=list(self.joined), clipped=clipped,
+                                                     observe=observe)  # fmt: skip
         return unflatten(self.arrays, theta + update), MetricRecord({"joined": sum(self.joined), "failed": failed})
 
     def group_rows(self, replies: Iterable[Message]) -> tuple[list[dict[int, torch.Tensor]], int]:
@@ -381,7 +381,7 @@ class HdpStrategy(Strategy):
 
         try:
             self.enroll(grid, timeout)
-            self.stopped = run_rounds(Schedule(num_rounds), self.log, step=step, evaluate=evaluate,
+            self.stopped = run_rounds(Schedule(rounds=num_rounds), self.log, step=step, evaluate=evaluate,
                                       account=self.account, report=self.on_round, stop=stop)  # fmt: skip
         finally:
             if self.account is not None:

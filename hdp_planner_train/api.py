@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["GroupSpending", "RoundResult", "TrainResult", "train", "train_config"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundResult:
     """One evaluation of the global model.
 
@@ -39,7 +39,7 @@ class RoundResult:
     loss: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupSpending:
     """What one group spent, at the plan's δ, against its budget.
 
@@ -100,11 +100,15 @@ class TrainResult:
             final_accuracy=_number(metrics["final_accuracy"], math.nan),
             final_loss=_number(metrics["final_loss"], math.nan),  # null in metrics.json where the loss diverged
             history=tuple(
-                RoundResult(int(h["round"]), float(h["accuracy"]), float(h["loss"])) for h in metrics["history"]
+                RoundResult(round=int(h["round"]), accuracy=float(h["accuracy"]), loss=float(h["loss"]))
+                for h in metrics["history"]
             ),
             epsilon_spent=tuple(
                 GroupSpending(
-                    int(g["group"]), float(g["epsilon_budget"]), _number(g["epsilon_spent"], math.inf), g.get("rounds")
+                    group=int(g["group"]),
+                    epsilon_budget=float(g["epsilon_budget"]),
+                    epsilon_spent=_number(g["epsilon_spent"], math.inf),
+                    rounds=g.get("rounds"),
                 )
                 for g in metrics["epsilon_spent"]
             ),

@@ -41,7 +41,7 @@ def autocast(precision: str, device: torch.device) -> torch.autocast:
 
 
 def batch_indices(
-    clients: list[np.ndarray], ids: np.ndarray, steps: int, batch: int, seed: int, rnd: int, stream: int = 1
+    clients: list[np.ndarray], ids: np.ndarray, *, steps: int, batch: int, seed: int, rnd: int, stream: int = 1
 ) -> np.ndarray:
     """(K, τ, B) training-set indices: per step, B of the client's samples (with replacement if it has < B);
     ``stream`` 1 for training, another for local-only work (fine-tuning before evaluation)."""
@@ -64,6 +64,7 @@ def loop_deltas(
     theta: torch.Tensor,
     xs: torch.Tensor,
     ys: torch.Tensor,
+    *,
     lr: float,
     momentum: float,
     precision: str = "fp32",
@@ -156,9 +157,9 @@ def vectorized_train(
     starts: torch.Tensor,
     xs: torch.Tensor,
     ys: torch.Tensor,
+    *,
     lr: float,
     momentum: float,
-    *,
     rho: float = 0.0,
     wrt: Sequence[str] | None = None,
     chunk: int | None = None,
@@ -218,6 +219,7 @@ def vectorized_deltas(
     theta: torch.Tensor,
     xs: torch.Tensor,
     ys: torch.Tensor,
+    *,
     lr: float,
     momentum: float,
     chunk: int | None = None,
@@ -225,7 +227,7 @@ def vectorized_deltas(
 ) -> torch.Tensor:
     """All clients at once from the global θ: Δ_i = θ_i − θ by :func:`vectorized_train` (plain SGD)."""
     starts = theta.unsqueeze(0).expand(xs.shape[0], -1)
-    return vectorized_train(model, starts, xs, ys, lr, momentum, chunk=chunk, precision=precision) - theta
+    return vectorized_train(model, starts, xs, ys, lr=lr, momentum=momentum, chunk=chunk, precision=precision) - theta
 
 
 def local_deltas(engine: str, *args, **kwargs) -> torch.Tensor:
@@ -240,12 +242,12 @@ def local_deltas(engine: str, *args, **kwargs) -> torch.Tensor:
 def clients_deltas(
     engine: str,
     model: nn.Module,
+    *,
     theta: torch.Tensor,
     clients: list[np.ndarray],
     ids: np.ndarray,
     x_train: torch.Tensor,
     y_train: torch.Tensor,
-    *,
     steps: int,
     batch: int,
     seed: int,
@@ -257,7 +259,9 @@ def clients_deltas(
 ) -> torch.Tensor:
     """(K, d) updates Δ_i of the sampled clients ``ids`` after ``steps`` local SGD steps from θ, each on batches of
     its own data drawn for round ``rnd`` (GDPFed Algorithm 2, lines 4-8)."""
-    idx = torch.as_tensor(batch_indices(clients, ids, steps, batch, seed, rnd), device=theta.device)
+    idx = torch.as_tensor(
+        batch_indices(clients, ids, steps=steps, batch=batch, seed=seed, rnd=rnd), device=theta.device
+    )
     return local_deltas(
         engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=chunk, precision=precision
     )

@@ -26,7 +26,7 @@ from hdp_planner_train.learning.partitions import (
 from hdp_planner_train.learning.shakespeare import VOCAB, load_shakespeare
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class FederatedData:
     name: str
     x_train: np.ndarray
@@ -44,6 +44,7 @@ class FederatedData:
 def load_federated(
     name: str,
     data_dir: str | None = None,
+    *,
     clients: int | None = None,
     dirichlet: float | None = None,
     seed: int = 0,
@@ -69,7 +70,9 @@ def load_federated(
             raise DataError("--iid-share, --group-classes: shakespeare has its natural partition (one client per role)")
         roles = DEFAULTS["shakespeare"]["clients"] if clients is None else clients
         xtr, ytr, xte, yte, natural = load_shakespeare(data_dir, roles)  # type: ignore[arg-type]
-        return FederatedData(name, xtr, ytr, xte, yte, len(VOCAB), natural)
+        return FederatedData(
+            name=name, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte, num_classes=len(VOCAB), clients=natural
+        )
     loader = {"fmnist": load_fmnist, "cifar10": load_cifar10, "svhn": load_svhn}.get(name)
     xtr, ytr, xte, yte = loader(data_dir) if loader else load_digits_split()
     n = int(clients if clients is not None else DEFAULTS[name]["clients"])  # type: ignore[arg-type]
@@ -90,4 +93,4 @@ def load_federated(
         parts = mixed_partition(ytr, n, iid_share, rng)
     else:
         parts = iid_partition(len(ytr), n, rng)
-    return FederatedData(name, xtr, ytr, xte, yte, 10, parts)
+    return FederatedData(name=name, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte, num_classes=10, clients=parts)

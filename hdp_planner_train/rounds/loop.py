@@ -37,7 +37,7 @@ class Account(Protocol):
     def finish(self) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
     """When a run's rounds happen: rounds 0..``rounds``−1 at learning rate lr·decay^r (GDPFed Algorithm 2), evaluated
     after every ``eval_every`` rounds and after the last.

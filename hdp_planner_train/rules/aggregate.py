@@ -38,7 +38,7 @@ from hdp_planner_train.rules.secagg import Withheld, group_sum, round_sources
 from hdp_planner_train.rules.specs import GroupSpec
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class RoundStats:
     joined: list[int]
     clipped: int  # clients whose update was scaled down
@@ -60,6 +60,7 @@ def aggregate(
     group_of_row: Sequence[int],
     spec: GroupSpec,
     source: NoiseSource | None,
+    *,
     rnd: int = 0,
     public_history: list[torch.Tensor] | None = None,
     observe: Observer | None = None,
@@ -82,7 +83,7 @@ def aggregate(
     joined = [int(r.shape[0]) for r in rows]
     if not spec.private:
         update = sum((w * r.sum(0) for w, r in zip(spec.weight, rows)), torch.zeros_like(deltas[0:1].sum(0)))
-        return update, RoundStats(joined, 0, 0.0, 0.0)
+        return update, RoundStats(joined=joined, clipped=0, lambda_measured=0.0, lambda_applied=0.0)
     assert source is not None, "a private method needs a noise source"
     sigma = spec.noise_at(rnd)
     if spec.secagg is not None and not spec.pooled:  # the exact integer pipeline; a silent group contributes nothing
@@ -90,9 +91,10 @@ def aggregate(
         clipped = sum(c for _, c in clipped_rows)
         ys, noises, silent = [], [], {}  # silent: the groups that released nothing, each with why
         for m, (r, _) in enumerate(clipped_rows):
-            bits, dropouts = round_sources(source.kind, getattr(source, "seed", None), rnd, m)
+            seed = getattr(source, "seed", None)
+            bits, dropouts = round_sources(source.kind, seed, rnd, m)
             coins = None if spec.secagg.cohorts is None else member_coins(
-                spec.secagg, source.kind, getattr(source, "seed", None), rnd, m, r.shape[0])  # fmt: skip
+                spec.secagg, source.kind, seed=seed, rnd=rnd, group=m, members=r.shape[0])  # fmt: skip
             if coins is not None and referee is not None:
                 referee(m, coins)
             survived = None if survivors is None else functools.partial(survivors, m)
@@ -108,11 +110,14 @@ def aggregate(
         withheld = tuple(silent.values())
         if observe is not None and silent:
             observe = skipping(observe, set(silent))
-        update, measured, applied = noisy_update(ys, noises, spec, source, public_history, observe)
-        return update, RoundStats(joined, clipped, measured, applied, withheld)
+        update, measured, applied = noisy_update(ys, noises=noises, spec=spec, source=source,
+                                                 public_history=public_history, observe=observe)  # fmt: skip
+        return update, RoundStats(joined=joined, clipped=clipped, lambda_measured=measured, lambda_applied=applied,
+                                  withheld=withheld)  # fmt: skip
     ys, noises, clipped = noisy_sums(rows, spec, sigma, source)
-    update, measured, applied = noisy_update(ys, noises, spec, source, public_history, observe)
-    return update, RoundStats(joined, clipped, measured, applied)
+    update, measured, applied = noisy_update(ys, noises=noises, spec=spec, source=source, public_history=public_history,
+                                             observe=observe)  # fmt: skip
+    return update, RoundStats(joined=joined, clipped=clipped, lambda_measured=measured, lambda_applied=applied)
 
 
 class GroupAggregator:
@@ -133,6 +138,7 @@ class GroupAggregator:
         self,
         deltas: torch.Tensor,
         group_of_row: Sequence[int],
+        *,
         source: NoiseSource | None,
         rnd: int,
         observe: Observer | None = None,
@@ -153,28 +159,39 @@ class GroupAggregator:
         Returns:
             The server update, and the round's statistics.
         """
-        return aggregate(deltas, group_of_row, self.spec, source, rnd, self.public_history, observe, referee,
-                         survivors)  # fmt: skip
+        return aggregate(deltas, group_of_row, self.spec, source, rnd=rnd, public_history=self.public_history,
+                         observe=observe, referee=referee, survivors=survivors)  # fmt: skip
 
     def release(
         self,
         ys: list[torch.Tensor],
         noises: list[torch.Tensor] | None,
         source: NoiseSource,
+        *,
+        joined: list[int],
+        clipped: int,
+        withheld: tuple[Withheld, ...] = (),
         observe: Observer | None = None,
-    ) -> tuple[torch.Tensor, float, float]:
+    ) -> tuple[torch.Tensor, RoundStats]:
         """:func:`noisy_update` of groups' noisy sums formed elsewhere (Flower's replies, secure aggregation).
 
         Args:
             ys: Each group's noisy sum (one pooled sum when the spec pools).
             noises: The noise in each sum, where the server drew it (None: clients added it).
             source: Where PFA's start vectors are drawn.
+            joined: The clients each group's sum holds.
+            clipped: How many of their updates were scaled down.
+            withheld: The groups whose sum was not released, and why.
             observe: The privacy audit's observer of what the round releases.
 
         Returns:
-            The server update, the measured Λ and the applied Λ (NaN where the server does not know the noise).
+            The server update, and the round's statistics (Λ measured and applied NaN where the server does not
+            know the noise).
         """
-        return noisy_update(ys, noises, self.spec, source, self.public_history, observe)
+        update, measured, applied = noisy_update(ys, noises=noises, spec=self.spec, source=source,
+                                                 public_history=self.public_history, observe=observe)  # fmt: skip
+        return update, RoundStats(joined=joined, clipped=clipped, lambda_measured=measured, lambda_applied=applied,
+                                  withheld=withheld)  # fmt: skip
 
 
 def noisy_sums(
@@ -189,7 +206,9 @@ def noisy_sums(
     d, device, dtype = rows[0].shape[1], rows[0].device, rows[0].dtype
     if spec.pooled:
         total = torch.cat([r for r, _ in clipped_rows]).sum(0) if sum(joined) else rows[0].new_zeros(d)
-        noise = group_noise(d, sum(joined), spec.clips[0], sigma[0], source, device, dtype)
+        noise = group_noise(d, joined=sum(joined), clip=spec.clips[0], noise_multiplier=sigma[0], source=source,
+                            device=device, dtype=dtype)  # fmt: skip
         return [total + noise], [noise], clipped
-    noises = [group_noise(d, joined[m], spec.clips[m], sigma[m], source, device, dtype) for m in range(len(rows))]
+    noises = [group_noise(d, joined=joined[m], clip=spec.clips[m], noise_multiplier=sigma[m], source=source,
+                          device=device, dtype=dtype) for m in range(len(rows))]  # fmt: skip
     return [r.sum(0) + n for (r, _), n in zip(clipped_rows, noises)], noises, clipped

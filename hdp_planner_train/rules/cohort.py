@@ -53,8 +53,9 @@ def planned_cohorts(doc: dict, plan, spec, method: str, dropout: float = 0.0):
         cohort_law(cohort=g.cohort, noise_multiplier=g.noise_multiplier, clip=clip, trust=trust)
         for g, clip in zip(groups, spec.clips)
     )
-    secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), laws, dropout,
-                        entry["lambda_cohort"], cohorts=groups)  # fmt: skip
+    secagg = SecaggSpec(bits=trust.bits, survivors=trust.survivors, colluders=trust.colluders,
+                        model_dim=int(trust.model_dim or 0), laws=laws, dropout=dropout,
+                        planned_lambda=entry["lambda_cohort"], cohorts=groups)  # fmt: skip
     return dataclasses.replace(
         spec, q=tuple(g.expected_contributors / size for g, size in zip(groups, spec.sizes)),
         noise_multiplier=tuple(g.noise_multiplier for g in groups), k_ratio=tuple(entry["k_ratio"]),
@@ -85,7 +86,7 @@ def cohort_round(
     return out
 
 
-def member_coins(secagg: SecaggSpec, kind: str, seed: int | None, rnd: int, group: int, members: int) -> np.ndarray:
+def member_coins(secagg: SecaggSpec, kind: str, *, seed: int | None, rnd: int, group: int, members: int) -> np.ndarray:
     """The private coins (1 heads, 0 tails) of a group's ``members``, each heads with the plan's p_m
     (:func:`~hdp_planner.distributed.coins.flip`): from the OS's CSPRNG, or in a seeded simulation from
     (seed, round, group, :data:`COIN_STREAM`), where the noise is seeded as well."""

@@ -85,7 +85,7 @@ def noise_source(kind: NoiseKind, seed: int, rnd: int) -> NoiseSource:
 
 
 def group_noise(
-    d: int, joined: int, clip: float, noise_multiplier: float, source: NoiseSource, device, dtype
+    d: int, *, joined: int, clip: float, noise_multiplier: float, source: NoiseSource, device, dtype
 ) -> torch.Tensor:
     """The noise in a group's sum: ``joined`` client shares of std C·σ/√c each, or the server's N(0, C²σ²)."""
     return source.share_sum(d, max(joined, 1), noise_share_std(clip, noise_multiplier, joined), device, dtype)

@@ -70,6 +70,7 @@ def principal_subspace(matrix: torch.Tensor, dim: int, method: str, source: Nois
 
 def noisy_update(
     ys: list[torch.Tensor],
+    *,
     noises: list[torch.Tensor] | None,
     spec: GroupSpec,
     source: NoiseSource,

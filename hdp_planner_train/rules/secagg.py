@@ -29,7 +29,7 @@ from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_from_dic
 from hdp_planner.rules.noise import SecureRandom
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SecaggSpec:
     """The plan's trust object as the simulator executes it (each group's law), and the simulated dropout rate."""
 
@@ -48,7 +48,7 @@ def public_seed(rnd: int, group: int) -> int:
     return int(np.random.SeedSequence([rnd, group, 0x5EC]).generate_state(1)[0])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundPlan:
     """A group's public parameters for one round: its law (fixed for the run) and the rotation's signs."""
 
@@ -63,7 +63,7 @@ def round_plan(spec: SecaggSpec, *, rnd: int, group: int) -> RoundPlan:
     law = spec.laws[group]
     signs = rotation_signs(public_seed(rnd, group), law.encoding.padded)
     signs.setflags(write=False)
-    return RoundPlan(law, signs)
+    return RoundPlan(law=law, signs=signs)
 
 
 def client_message(update: np.ndarray, plan: RoundPlan, bits: Bits, coin: int = 1) -> np.ndarray:
@@ -100,8 +100,9 @@ def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
         why = f": {row.note}" if row is not None and row.note else ""
         raise ValueError(f"{spec.method} has no distributed form under --trust secagg{why}")
     laws = tuple(g.law for g in row.groups)
-    secagg = SecaggSpec(trust.bits, trust.survivors, trust.colluders, int(trust.model_dim or 0), laws, dropout,
-                        entry.get("lambda_secagg"))  # fmt: skip
+    secagg = SecaggSpec(bits=trust.bits, survivors=trust.survivors, colluders=trust.colluders,
+                        model_dim=int(trust.model_dim or 0), laws=laws, dropout=dropout,
+                        planned_lambda=entry.get("lambda_secagg"))  # fmt: skip
     return dataclasses.replace(spec, noise_multiplier=tuple(entry["noise_multiplier"]), secagg=secagg)
 
 

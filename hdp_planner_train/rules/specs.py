@@ -37,7 +37,7 @@ METHOD_NAMES: Mapping[str, str] = _TrainedRows()
 DP-FedAvg's sampling and weights without clipping or noise)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupSpec:
     """A method's per-group parameters as the trainer applies them."""
 

@@ -124,7 +124,7 @@ TRAIN_REFUSAL_HINT = " (a simulation: --seeded-noise; no ledger: --ledger none)"
 
 
 def ledger_run(
-    cfg: RunSettings, run_plan: RunPlan, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
+    cfg: RunSettings, run_plan: RunPlan, *, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
     supersedes: str | None = None, refusal_hint: str = TRAIN_REFUSAL_HINT,
 ) -> LedgerRun | None:  # fmt: skip
     """Open the run's account in the ledger (:func:`ledger_target`), refusing the run before round 1 if a client

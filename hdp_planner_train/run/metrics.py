@@ -23,7 +23,7 @@ def planned_lambda(plan, spec) -> float:
     return plan.method(METHOD_NAMES[spec.method]).lambda_exact
 
 
-def base_metrics(cfg: RunSettings, plan, spec, data, device, rounds: int, d: int, batch: int, momentum: float,
+def base_metrics(cfg: RunSettings, plan, *, spec, data, device, rounds: int, d: int, batch: int, momentum: float,
                  log: RunLog, model: str) -> dict[str, Any]:  # fmt: skip
     """The metrics every plan-noised method reports (settings, model, accuracy history, ε spent, Λ measured vs
     planned)."""

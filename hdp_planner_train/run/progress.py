@@ -7,7 +7,7 @@ import contextlib
 from hdp_planner_train.run.ledger import privacy_ledger
 
 
-def round_description(plan, spec, done: int, rounds: int, acc: float, loss: float) -> str:
+def round_description(plan, spec, *, done: int, rounds: int, acc: float, loss: float) -> str:
     """The progress line: round, accuracy, loss and the ε each group has spent of its budget."""
     line = f"round {done}/{rounds} acc {acc:.2f}% loss {loss:.3f}"
     if not spec.private:

@@ -30,15 +30,7 @@ from hdp_planner.planfile.document import plan_problems, plan_to_dict
 from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner.planning.grouping import Groups
 from hdp_planner.planning.plan import PlanConfig
-from hdp_planner_train.run.options import (
-    AuditOptions,
-    DataOptions,
-    LedgerOptions,
-    ModelOptions,
-    NoiseOptions,
-    OutputOptions,
-    TrustOptions,
-)
+from hdp_planner_train.run import options as run_options
 
 SIMULATION = "seeded noise: a reproducible simulation grid; its models must not be released"
 
@@ -80,14 +72,16 @@ class CompareConfig:
 
     methods: tuple[str, ...]
     seeds: int
-    data: DataOptions = field(default_factory=DataOptions)
-    model: ModelOptions = field(default_factory=ModelOptions)
-    noise: NoiseOptions = field(default_factory=NoiseOptions)
-    trust: TrustOptions = field(default_factory=lambda: TrustOptions(kind="server"))
+    data: run_options.DataOptions = field(default_factory=run_options.DataOptions)
+    model: run_options.ModelOptions = field(default_factory=run_options.ModelOptions)
+    noise: run_options.NoiseOptions = field(default_factory=run_options.NoiseOptions)
+    trust: run_options.TrustOptions = field(default_factory=lambda: run_options.TrustOptions(kind="server"))
     plan_trust: TrustModel = field(default_factory=TrustModel)
-    audit: AuditOptions = field(default_factory=AuditOptions)
-    ledger: LedgerOptions = field(default_factory=lambda: LedgerOptions(url=None))
-    output: OutputOptions = field(default_factory=lambda: OutputOptions(out="runs/compare", eval_every=5))
+    audit: run_options.AuditOptions = field(default_factory=run_options.AuditOptions)
+    ledger: run_options.LedgerOptions = field(default_factory=lambda: run_options.LedgerOptions(url=None))
+    output: run_options.OutputOptions = field(
+        default_factory=lambda: run_options.OutputOptions(out="runs/compare", eval_every=5)
+    )
 
     def __post_init__(self) -> None:
         if self.trust.kind != self.plan_trust.kind:
@@ -226,11 +220,12 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     seed=seed,
                     data=cfg.data,
                     model=cfg.model,
-                    noise=NoiseOptions(kind="seeded", dropout=cfg.noise.dropout if secure else 0.0),  # a simulation
-                    trust=TrustOptions(kind="secagg" if secure else "server"),  # grid: its models are not released
+                    # seeded noise: a simulation grid, whose models are not released
+                    noise=run_options.NoiseOptions(kind="seeded", dropout=cfg.noise.dropout if secure else 0.0),
+                    trust=run_options.TrustOptions(kind="secagg" if secure else "server"),
                     audit=dataclasses.replace(cfg.audit, enabled=audit),
                     ledger=cfg.ledger,
-                    output=OutputOptions(
+                    output=run_options.OutputOptions(
                         out=str(folder),
                         eval_every=cfg.output.eval_every,
                         progress=False,

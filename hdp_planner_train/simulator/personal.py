@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import vector_to_parameters
 
 from hdp_planner.methods.registry import REGISTRY, keys
 from hdp_planner_train.learning.engines import (
@@ -46,13 +45,15 @@ from hdp_planner_train.learning.engines import (
     clients_deltas,
     evaluate,
 )
-from hdp_planner_train.learning.models import make_model, model_name
 from hdp_planner_train.rules.aggregate import GroupAggregator
 from hdp_planner_train.rules.noise_sources import noise_source
 from hdp_planner_train.rules.sampling import round_rows, sample_round
 from hdp_planner_train.rules.specs import METHOD_NAMES
 from hdp_planner_train.simulator.personal_eval import evaluate_finetuned, evaluate_heads, label_distribution
 from hdp_planner_train.simulator.personal_local import client_update, client_updates_vectorized, head_mask
+
+if TYPE_CHECKING:
+    from hdp_planner_train.run.bound import BoundRun
 
 PERSONAL_METHODS = keys("personal")
 SAM_METHODS = tuple(k for k in PERSONAL_METHODS if REGISTRY[k].personal.sam)  # --rho applies
@@ -78,24 +79,18 @@ def check_options(cfg) -> None:
             raise TrainError(f"--head-steps must be ≥ 0, got {opts.head_steps}")
 
 
-def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: float, device: torch.device):
-    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS` under ``run_plan`` (a
-    :class:`~hdp_planner_train.run.plan.RunPlan`); same metrics, plus the privacy model."""
+def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
+    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`PERSONAL_METHODS` on the ``bound`` run; same
+    metrics, plus the privacy model."""
     from hdp_planner_train.rounds.loop import RunLog
     from hdp_planner_train.run.errors import TrainError
     from hdp_planner_train.run.ledger import ledger_run
-    from hdp_planner_train.run.metrics import base_metrics
     from hdp_planner_train.run.noise import noise_kind
     from hdp_planner_train.run.output import write_metrics
-    from hdp_planner_train.simulator.scaffold import (
-        device_arrays,
-        resume_state,
-        run_identity,
-        save_checkpoint,
-        train_rounds,
-    )
+    from hdp_planner_train.simulator import scaffold
 
-    plan = run_plan.plan
+    plan, data, spec, rounds, batch = bound.plan, bound.data, bound.spec, bound.rounds, bound.batch
+    device = bound.device
     method, c = cfg.method, plan.config
     traits = REGISTRY[method].personal
     if len(spec.sizes) != 1:  # client-level DP at one ε: DP-FedAvg's one group of all n clients
@@ -105,23 +100,20 @@ def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: f
     rho = (DEFAULT_RHO if opts.rho is None else float(opts.rho)) if traits.sam else 0.0
     head_steps = c.local_steps if opts.head_steps is None else int(opts.head_steps)
     engine = cfg.model.engine
-    out = Path(cfg.output.out) if cfg.output.out else None
-    identity = run_identity(cfg, run_plan.sha256, data, batch, momentum, rho=rho, head_steps=head_steps)
-    kind = noise_kind(cfg)
-    withheld = personal and kind == "secure"  # personal heads are not private: a secure run never writes them
+    identity = scaffold.run_identity(cfg, bound, rho=rho, head_steps=head_steps)
+    withheld = personal and noise_kind(cfg) == "secure"  # heads are not private: a secure run never writes them
     if withheld and cfg.output.resume:
         raise TrainError(
             "a secure run of a personal method keeps the clients' heads in memory only (they carry no noise), so it "
             "writes no checkpoint and cannot be resumed; rerun it, or simulate with --seeded-noise"
         )
-    state = resume_state(cfg, identity, rounds)
+    state = scaffold.resume_state(cfg, identity, rounds)
 
-    torch.manual_seed(cfg.seed)
-    model = make_model(cfg.data.dataset, data.num_classes, cfg.model.name).to(device)
-    theta = parameters_to_vector(model.parameters()).detach()
+    start = scaffold.start_run(cfg, bound)
+    out, kind, model, theta = start.out, start.kind, start.model, start.theta
+    x_train, y_train, x_test, y_test = start.x_train, start.y_train, start.x_test, start.y_test
     mask = head_mask(model)
     heads = theta[mask].unsqueeze(0).repeat(data.n_clients, 1) if personal else None
-    x_train, y_train, x_test, y_test = device_arrays(data, device)
     dist = label_distribution(data.clients, data.y_train, data.num_classes)
 
     log = RunLog(diagnostics=kind == "seeded")
@@ -134,7 +126,8 @@ def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: f
     scratch = copy.deepcopy(model)
     shared = ~mask if personal else torch.ones_like(mask)
     client_scores: np.ndarray | None = None
-    account = ledger_run(cfg, run_plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
+    account = ledger_run(cfg, bound.run_plan, spec=spec, start=log.next_round, rounds=rounds,
+                         supersedes=(state or {}).get("ledger_run"))  # fmt: skip
 
     def step(r: int, lr: float):
         sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
@@ -142,13 +135,15 @@ def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: f
         if traits.fine_tune:  # plain DP-FedAvg training, on the configured engine
             vector_to_parameters(theta.clone(), model.parameters())
             rows = clients_deltas(
-                engine, model, theta, data.clients, ids, x_train, y_train, steps=c.local_steps, batch=batch,
-                seed=cfg.seed, rnd=r, lr=lr, momentum=momentum, chunk=cfg.model.chunk, precision=cfg.model.precision,
+                engine, model, theta=theta, clients=data.clients, ids=ids, x_train=x_train, y_train=y_train,
+                steps=c.local_steps, batch=batch, seed=cfg.seed, rnd=r, lr=lr, momentum=bound.momentum,
+                chunk=cfg.model.chunk, precision=cfg.model.precision,
             )  # fmt: skip
         else:
             steps = c.local_steps + (head_steps if personal else 0)
-            idx = torch.as_tensor(batch_indices(data.clients, ids, steps, batch, cfg.seed, r), device=device)
-            local = dict(head_steps=head_steps, lr=lr, momentum=momentum, rho=rho, mask=mask)
+            idx = batch_indices(data.clients, ids, steps=steps, batch=batch, seed=cfg.seed, rnd=r)
+            idx = torch.as_tensor(idx, device=device)
+            local = dict(head_steps=head_steps, lr=lr, momentum=bound.momentum, rho=rho, mask=mask)
             local["precision"] = cfg.model.precision
             if engine == "vectorized":
                 mine = None if heads is None else heads[torch.as_tensor(ids, device=device)]
@@ -169,7 +164,7 @@ def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: f
                     updates.append(delta)
                 rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
         gen = noise_source(kind, cfg.seed, r)
-        update, stats = GroupAggregator(spec).round(rows, group_of_row, gen, r)  # each group at its executed σ_m
+        update, stats = GroupAggregator(spec).round(rows, group_of_row, source=gen, rnd=r)  # each group at its σ_m
 
         def apply_update() -> None:
             nonlocal theta
@@ -185,12 +180,12 @@ def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: f
         if traits.fine_tune:
             entry["global_accuracy"], entry["global_loss"] = evaluate(model, x_test, y_test)
         if personal:
-            client_scores, losses = evaluate_heads(model, theta, heads, x_test, y_test, dist)
+            client_scores, losses = evaluate_heads(model, theta, heads=heads, x_test=x_test, y_test=y_test, dist=dist)
         elif traits.fine_tune:
             client_scores, losses = evaluate_finetuned(
-                model, theta, x_train, y_train, x_test, y_test, data.clients, dist, steps=head_steps,
-                batch=batch, lr=lr, momentum=momentum, seed=cfg.seed, rnd=r, engine=engine, chunk=cfg.model.chunk,
-                precision=cfg.model.precision,
+                model, theta, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, clients=data.clients,
+                dist=dist, steps=head_steps, batch=batch, lr=lr, momentum=bound.momentum, seed=cfg.seed, rnd=r,
+                engine=engine, chunk=cfg.model.chunk, precision=cfg.model.precision,
             )  # fmt: skip
         if traits.per_client_evaluation:
             entry["accuracy"], entry["loss"] = float(np.mean(client_scores)), float(np.mean(losses))
@@ -199,16 +194,16 @@ def run_personal(cfg, run_plan, data, spec, rounds: int, batch: int, momentum: f
         return entry
 
     def checkpoint() -> None:
-        save_checkpoint(out, identity, theta, log, plan, spec, heads=None if heads is None else heads.cpu(),
-                        ledger_run=account.run_id if account is not None else None)  # fmt: skip
+        scaffold.save_checkpoint(out, identity, theta=theta, log=log, plan=plan, spec=spec,
+                                 heads=None if heads is None else heads.cpu(),
+                                 ledger_run=account.run_id if account is not None else None)  # fmt: skip
 
-    train_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=evaluate_round,
-               checkpoint=checkpoint if out and not withheld else None)  # fmt: skip
+    scaffold.train_rounds(cfg, bound, log=log, account=account, step=step, evaluate=evaluate_round,
+                          checkpoint=checkpoint if out and not withheld else None)  # fmt: skip
 
     mn = plan.method(METHOD_NAMES[method])
     d_shared = int(shared.sum())
-    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log,
-                           model_name(cfg.data.dataset, cfg.model.name))  # fmt: skip
+    metrics = scaffold.run_metrics(cfg, bound, d=int(theta.numel()), log=log)
     metrics.update(
         {
             "engine": engine,

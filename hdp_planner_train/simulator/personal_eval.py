@@ -60,6 +60,7 @@ def head_features(model: nn.Module, x: torch.Tensor, batch: int = 1000) -> torch
 def evaluate_heads(
     model: nn.Module,
     theta: torch.Tensor,
+    *,
     heads: torch.Tensor,
     x_test: torch.Tensor,
     y_test: torch.Tensor,
@@ -91,7 +92,7 @@ def evaluate_heads(
 
 
 @torch.no_grad()
-def _class_scores(model: nn.Module, x: torch.Tensor, y: torch.Tensor, classes: np.ndarray, by_class, num_classes):
+def _class_scores(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, classes: np.ndarray, by_class, num_classes):
     acc, loss = np.full(num_classes, np.nan), np.full(num_classes, np.nan)
     model.eval()
     for c in classes:
@@ -108,13 +109,13 @@ def _class_scores(model: nn.Module, x: torch.Tensor, y: torch.Tensor, classes: n
 def evaluate_finetuned(
     model: nn.Module,
     theta: torch.Tensor,
+    *,
     x_train: torch.Tensor,
     y_train: torch.Tensor,
     x_test: torch.Tensor,
     y_test: torch.Tensor,
     clients: list[np.ndarray],
     dist: np.ndarray,
-    *,
     steps: int,
     batch: int,
     lr: float,
@@ -131,7 +132,8 @@ def evaluate_finetuned(
     labels = y_test.cpu().numpy()
     by_class = [torch.as_tensor(np.flatnonzero(labels == c), device=x_test.device) for c in range(num_classes)]
     idx = torch.as_tensor(
-        batch_indices(clients, np.arange(n), steps, batch, seed, rnd, stream=FINETUNE_STREAM), device=x_train.device
+        batch_indices(clients, np.arange(n), steps=steps, batch=batch, seed=seed, rnd=rnd, stream=FINETUNE_STREAM),
+        device=x_train.device,
     )
     local = copy.deepcopy(model)
     acc_c, loss_c = np.zeros((n, num_classes)), np.zeros((n, num_classes))
@@ -142,15 +144,16 @@ def evaluate_finetuned(
             rows = slice(i, min(i + block, n))
             starts = theta.unsqueeze(0).repeat(rows.stop - i, 1)
             xs, ys = x_train[idx[rows]], y_train[idx[rows]]
-            tuned = vectorized_train(local, starts, xs, ys, lr, momentum, chunk=chunk, precision=precision)
+            tuned = vectorized_train(local, starts, xs, ys, lr=lr, momentum=momentum, chunk=chunk, precision=precision)
         if tuned is not None:
             vector_to_parameters(tuned[i % block].clone(), local.parameters())
         else:
             vector_to_parameters(theta.clone(), local.parameters())
             if steps:
-                sgd_phase(local, list(local.parameters()), x_train[idx[i]], y_train[idx[i]], lr, momentum,
-                           precision=precision)  # fmt: skip
-        acc_c[i], loss_c[i] = _class_scores(local, x_test, y_test, np.flatnonzero(dist[i] > 0), by_class, num_classes)
+                sgd_phase(local, list(local.parameters()), x_train[idx[i]], y_train[idx[i]], lr=lr, momentum=momentum,
+                          precision=precision)  # fmt: skip
+        acc_c[i], loss_c[i] = _class_scores(local, x_test, y_test, classes=np.flatnonzero(dist[i] > 0),
+                                            by_class=by_class, num_classes=num_classes)  # fmt: skip
     present = np.array([len(b) > 0 for b in by_class])
     return _weighted(acc_c, loss_c, dist, present)
 

@@ -29,6 +29,7 @@ def sam_step(
     params: list[nn.Parameter],
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     rho: float,
     optimizer: torch.optim.Optimizer,
     precision: str = "fp32",
@@ -67,7 +68,7 @@ def sam_step(
     return torch.cat([(next(it) if id(p) in chosen else torch.zeros_like(p)).reshape(-1) for p in model.parameters()])
 
 
-def sgd_phase(model, params, xs, ys, lr, momentum, rho=0.0, precision="fp32") -> None:
+def sgd_phase(model, params, xs, ys, *, lr, momentum, rho=0.0, precision="fp32") -> None:
     """Steps of SAM (ρ > 0) or SGD on ``params`` with every other parameter frozen."""
     chosen = {id(p) for p in params}
     frozen = [p for p in model.parameters() if id(p) not in chosen]
@@ -76,7 +77,7 @@ def sgd_phase(model, params, xs, ys, lr, momentum, rho=0.0, precision="fp32") ->
     try:
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
         for s in range(xs.shape[0]):
-            sam_step(model, params, xs[s], ys[s], rho, opt, precision)
+            sam_step(model, params, xs[s], ys[s], rho=rho, optimizer=opt, precision=precision)
     finally:
         for p in frozen:
             p.requires_grad_(True)
@@ -108,13 +109,14 @@ def client_update(
         start[mask] = head
     vector_to_parameters(start.clone(), model.parameters())
     if head is None:
-        sgd_phase(model, list(model.parameters()), xs, ys, lr, momentum, rho, precision)
+        sgd_phase(model, list(model.parameters()), xs, ys, lr=lr, momentum=momentum, rho=rho, precision=precision)
         return parameters_to_vector(model.parameters()).detach() - start, None
     names = set(split_head(model))
     head_params = [p for n, p in model.named_parameters() if n in names]
     body_params = [p for n, p in model.named_parameters() if n not in names]
-    sgd_phase(model, head_params, xs[:head_steps], ys[:head_steps], lr, momentum, precision=precision)
-    sgd_phase(model, body_params, xs[head_steps:], ys[head_steps:], lr, momentum, rho, precision)
+    sgd_phase(model, head_params, xs[:head_steps], ys[:head_steps], lr=lr, momentum=momentum, precision=precision)
+    sgd_phase(model, body_params, xs[head_steps:], ys[head_steps:], lr=lr, momentum=momentum, rho=rho,
+              precision=precision)  # fmt: skip
     end = parameters_to_vector(model.parameters()).detach()
     return (end - start)[~mask], end[mask].clone()
 
@@ -139,15 +141,15 @@ def client_updates_vectorized(
     phase (SAM(ρ), head frozen), each with a fresh momentum buffer as the loop's optimizer per phase; returns (K rows of
     Δ_i, the K new heads or None)."""
     starts = theta.unsqueeze(0).repeat(xs.shape[0], 1)
-    kw = dict(chunk=chunk, precision=precision)
+    kw = dict(lr=lr, momentum=momentum, chunk=chunk, precision=precision)
     if heads is None:
-        return vectorized_train(model, starts, xs, ys, lr, momentum, rho=rho, **kw) - starts, None
+        return vectorized_train(model, starts, xs, ys, rho=rho, **kw) - starts, None
     assert mask is not None
     starts[:, mask] = heads
     head = split_head(model)
     body = [n for n, _ in model.named_parameters() if n not in set(head)]
-    mid = vectorized_train(model, starts, xs[:, :head_steps], ys[:, :head_steps], lr, momentum, wrt=head, **kw)
-    end = vectorized_train(model, mid, xs[:, head_steps:], ys[:, head_steps:], lr, momentum, rho=rho, wrt=body, **kw)
+    mid = vectorized_train(model, starts, xs[:, :head_steps], ys[:, :head_steps], wrt=head, **kw)
+    end = vectorized_train(model, mid, xs[:, head_steps:], ys[:, head_steps:], rho=rho, wrt=body, **kw)
     return (end - starts)[:, ~mask], end[:, mask]
 
 

@@ -26,14 +26,13 @@ line 8): with selection ∝ p this is unbiased for Σ_k p_k f_k (eq. 5).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import vector_to_parameters
 
 from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.methods.selection import PRIVACY_MODEL
@@ -56,13 +55,16 @@ from hdp_planner_train.simulator.selection_setup import (
     selection_problem,
 )
 
+if TYPE_CHECKING:
+    from hdp_planner_train.run.bound import BoundRun
+
 __all__ = ["SELECTION_METHODS", "check_selection_options", "client_losses", "power_of_choice", "run_selection",
            "selection_metrics", "summary_lines"]  # fmt: skip
 
 
 @torch.no_grad()
 def client_losses(
-    model: nn.Module, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, clients: list[np.ndarray], ids
+    model: nn.Module, theta: torch.Tensor, *, x: torch.Tensor, y: torch.Tensor, clients: list[np.ndarray], ids
 ) -> np.ndarray:
     """Mean cross-entropy of the model θ on each client's examples (power-of-choice's selection signal).
 
@@ -100,17 +102,13 @@ def power_of_choice(losses: np.ndarray, candidates: np.ndarray, *, per_round: in
     return np.asarray(candidates)[order]
 
 
-def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float, device: torch.device) -> dict:
+def run_selection(cfg, bound: BoundRun) -> dict[str, Any]:
     """:func:`hdp_planner_train.simulator.trainer.run` for :data:`SELECTION_METHODS`.
 
     Args:
         cfg: the run's configuration.
-        run_plan: the plan (each client takes its group's ε), a :class:`~hdp_planner_train.run.plan.RunPlan`.
-        data: the federated data.
-        rounds: the rounds to run.
-        batch: B, the expected local batch.
-        momentum: local SGD momentum.
-        device: where to train.
+        bound: the run bound to its plan (each client takes its group's ε): its data, rounds, B (the expected local
+            batch), local SGD momentum and device.
 
     Returns:
         The metrics (also written to ``cfg.output.out``): the privacy model, the selection probabilities and every
@@ -119,16 +117,15 @@ def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float,
     Raises:
         TrainError: bad options, or noise that would exceed a client's budget (refused before training).
     """
-    from hdp_planner_train.learning.models import make_model, model_name
+    from hdp_planner_train.learning.models import model_name
     from hdp_planner_train.rounds.loop import RunLog
     from hdp_planner_train.run.errors import TrainError
-    from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE, noise_kind
+    from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE
     from hdp_planner_train.run.output import write_metrics
-    from hdp_planner_train.simulator.scaffold import device_arrays, global_evaluation, train_rounds
+    from hdp_planner_train.simulator.scaffold import global_evaluation, start_run, train_rounds
 
-    plan = run_plan.plan
+    plan, data, rounds, batch, momentum = bound.plan, bound.data, bound.rounds, bound.batch, bound.momentum
     c, n, traits = plan.config, data.n_clients, REGISTRY[cfg.method].selection
-    kind = noise_kind(cfg)  # secure: DP-SGD noise and record sampling from the OS's CSPRNG
     opts = cfg.selection
     rule = opts.noise_rule or "paper"
     per_round = int(opts.per_round or max(1, round(c.q * n)))
@@ -152,12 +149,10 @@ def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float,
     privacy = calibrate_clients(problem, counts, rule, group)
     check_budgets(privacy, counts * c.local_steps, delta=float(c.delta), rule=rule)  # before training: refuse early
 
-    out = Path(cfg.output.out) if cfg.output.out else None
-    torch.manual_seed(cfg.seed)
-    model = make_model(cfg.data.dataset, data.num_classes, cfg.model.name).to(device)
-    theta = parameters_to_vector(model.parameters()).detach()
+    start = start_run(cfg, bound)
+    out, kind, model, theta = start.out, start.kind, start.model, start.theta  # secure: noise, batches from the CSPRNG
+    x_train, y_train, x_test, y_test = start.x_train, start.y_train, start.x_test, start.y_test
     grad_fn = per_example_grads(model)
-    x_train, y_train, x_test, y_test = device_arrays(data, device)
     sigma = privacy.sigma(c.clip)
     coef2 = float(np.sum(noise_coefficients(steps=c.local_steps, momentum=momentum) ** 2))
     participations = np.zeros(n, dtype=np.int64)
@@ -166,7 +161,7 @@ def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float,
 
     def step(r: int, lr: float):
         if chosen is None:
-            losses = client_losses(model, theta, x_train, y_train, data.clients, cand[r])
+            losses = client_losses(model, theta, x=x_train, y=y_train, clients=data.clients, ids=cand[r])
             ids = power_of_choice(losses, cand[r], per_round=per_round)
         else:
             ids = chosen[r]
@@ -176,7 +171,7 @@ def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float,
         noise_total = torch.zeros_like(theta)
         for k in ids:
             k = int(k)
-            own = torch.as_tensor(data.clients[k], device=device)
+            own = torch.as_tensor(data.clients[k], device=bound.device)
             batches = poisson_batches(rng, size=len(own), rate=float(privacy.rates[k]), steps=c.local_steps)
             delta, noise = dp_sgd_client(
                 grad_fn, theta, x_train[own], y_train[own], batches, clip=c.clip,
@@ -195,29 +190,21 @@ def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float,
             theta = theta + total / len(ids)
             vector_to_parameters(theta.clone(), model.parameters())
 
-        return RoundStats([len(ids)], 0, measured, measured), apply_update
+        return RoundStats(joined=[len(ids)], clipped=0, lambda_measured=measured, lambda_applied=measured), apply_update
 
     def describe(done: int, entry: dict[str, Any]) -> str:
         return f"round {done}/{rounds} acc {entry['accuracy']:.2f}% loss {entry['loss']:.3f}"
 
-    train_rounds(
-        cfg,
-        plan,
-        None,
-        rounds,
-        log,
-        None,
-        step=step,
-        evaluate=global_evaluation(model, x_test, y_test),
-        describe=describe,
-    )
+    train_rounds(cfg, bound, log=log, account=None, step=step, evaluate=global_evaluation(model, x_test, y_test),
+                 describe=describe)  # fmt: skip
     history = log.history
 
     spent = check_budgets(privacy, participations * c.local_steps, delta=float(c.delta), rule=rule)
-    metrics = selection_metrics(cfg, plan, data, problem, solution, p, privacy, participations, spent)
+    metrics = selection_metrics(cfg, plan, data=data, problem=problem, solution=solution, p=p, privacy=privacy,
+                                participations=participations, spent=spent)  # fmt: skip
     metrics.update(
         {
-            "device": str(device),
+            "device": str(bound.device),
             "rounds": rounds,
             "model": model_name(cfg.data.dataset, cfg.model.name),
             "d": int(theta.numel()),
@@ -236,7 +223,7 @@ def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float,
                 "carried by the applied update); planned = its expectation lr²Σ_s c_s²Σ_j σ_j²/K² at the selections"
             ),
             "selected": selected_log,
-            "plan_sha256": run_plan.sha256,
+            "plan_sha256": bound.run_plan.sha256,
         }
     )
     if kind == "seeded":  # simulation diagnostics: the noise actually drawn and the round times
@@ -253,7 +240,7 @@ def run_selection(cfg, run_plan, data, rounds: int, batch: int, momentum: float,
     return metrics
 
 
-def selection_metrics(cfg, plan, data, problem, solution, p, privacy, participations, spent) -> dict[str, Any]:
+def selection_metrics(cfg, plan, *, data, problem, solution, p, privacy, participations, spent) -> dict[str, Any]:
     """The method's settings, every client's noise and ε spent, and the per-group summary (min/max over clients).
 
     Args:

@@ -1,6 +1,7 @@
 """The run scaffold every trainer family of the simulator shares: the run's configuration, its identity and
-checkpoints, and its rounds under a progress bar (GDPFed Algorithm 2's bookkeeping). The run layer it builds on
-(noise source, privacy ledger, metrics, output) is :mod:`hdp_planner_train.run`, shared with Flower.
+checkpoints, the model and data it starts from, its metrics and its rounds under a progress bar (GDPFed Algorithm
+2's bookkeeping). The run layer it builds on (the bound run, noise source, privacy ledger, metrics, output) is
+:mod:`hdp_planner_train.run`, shared with Flower.
 
 Imports no trainer: the dispatcher (:mod:`.trainer`) and the method families (:mod:`.personal`,
 :mod:`.private_selection`) import it.
@@ -14,23 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from torch.nn.utils import parameters_to_vector
 
-from hdp_planner_train.learning.models import model_name
+from hdp_planner_train.learning.models import make_model, model_name
 from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_rounds
+from hdp_planner_train.run import options as run_options
+from hdp_planner_train.run.bound import BoundRun
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.interrupts import HeldInterrupt
 from hdp_planner_train.run.ledger import privacy_ledger
+from hdp_planner_train.run.metrics import base_metrics
 from hdp_planner_train.run.noise import noise_kind
-from hdp_planner_train.run.options import (
-    AuditOptions,
-    DataOptions,
-    LedgerOptions,
-    ModelOptions,
-    NoiseOptions,
-    OutputOptions,
-    TrustOptions,
-    changed_fields,
-)
 from hdp_planner_train.run.progress import progress_bar, round_description
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
@@ -61,25 +57,25 @@ class TrainConfig:
     method: str = "gdpfed+"
     rounds: int | None = None
     seed: int = 0
-    data: DataOptions = field(default_factory=DataOptions)
-    model: ModelOptions = field(default_factory=ModelOptions)
-    noise: NoiseOptions = field(default_factory=NoiseOptions)
-    trust: TrustOptions = field(default_factory=TrustOptions)
-    audit: AuditOptions = field(default_factory=AuditOptions)
-    ledger: LedgerOptions = field(default_factory=LedgerOptions)
-    output: OutputOptions = field(default_factory=OutputOptions)
+    data: run_options.DataOptions = field(default_factory=run_options.DataOptions)
+    model: run_options.ModelOptions = field(default_factory=run_options.ModelOptions)
+    noise: run_options.NoiseOptions = field(default_factory=run_options.NoiseOptions)
+    trust: run_options.TrustOptions = field(default_factory=run_options.TrustOptions)
+    audit: run_options.AuditOptions = field(default_factory=run_options.AuditOptions)
+    ledger: run_options.LedgerOptions = field(default_factory=run_options.LedgerOptions)
+    output: run_options.OutputOptions = field(default_factory=run_options.OutputOptions)
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
     selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
 
     def __repr__(self) -> str:
         """The settings that differ from their defaults (the plan and method always)."""
-        return f"TrainConfig({changed_fields(self, ('plan', 'method'))})"
+        return f"TrainConfig({run_options.changed_fields(self, ('plan', 'method'))})"
 
 
-def run_identity(cfg: TrainConfig, plan_sha256: str, data, batch: int, momentum: float, **extra: Any) -> dict[str, Any]:
+def run_identity(cfg: TrainConfig, bound: BoundRun, **extra: Any) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: the plan's SHA-256 and every setting that changes the run."""
     return {
-        "plan_sha256": plan_sha256,
+        "plan_sha256": bound.run_plan.sha256,
         "method": cfg.method,
         "dataset": cfg.data.dataset,
         "model": model_name(cfg.data.dataset, cfg.model.name),
@@ -89,9 +85,9 @@ def run_identity(cfg: TrainConfig, plan_sha256: str, data, batch: int, momentum:
         "iid_share": cfg.data.iid_share,
         **({"group_classes": cfg.data.group_classes} if cfg.data.group_classes is not None else {}),
         **({"precision": cfg.model.precision} if cfg.model.precision != "fp32" else {}),
-        "clients": data.n_clients,
-        "batch_size": batch,
-        "momentum": momentum,
+        "clients": bound.data.n_clients,
+        "batch_size": bound.batch,
+        "momentum": bound.momentum,
         "lr_decay": cfg.model.lr_decay,
         "noise_source": noise_kind(cfg),  # a seeded checkpoint never continues as a secure run, nor back
         **extra,
@@ -164,12 +160,64 @@ class CheckpointedRelease:
         return write
 
 
-def device_arrays(data, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(x_train, y_train, x_test, y_test) of ``data`` as tensors on ``device``."""
-    return tuple(torch.as_tensor(a, device=device) for a in (data.x_train, data.y_train, data.x_test, data.y_test))
+@dataclass(frozen=True, kw_only=True)
+class RunStart:
+    """What every family starts from: the output folder, the noise's kind, the model initialised from the seed, its
+    flat parameters θ and the data on the device.
+
+    Args:
+        out: The ``--out`` folder (None: nothing is written).
+        kind: Where the noise comes from (:func:`~hdp_planner_train.run.noise.noise_kind`).
+        model: The model, its parameters θ.
+        theta: θ, the flat parameters.
+        x_train: The training inputs.
+        y_train: The training labels.
+        x_test: The test inputs.
+        y_test: The test labels.
+    """
+
+    out: Path | None
+    kind: str
+    model: nn.Module
+    theta: torch.Tensor
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
 
 
-def save_checkpoint(out: Path, identity, theta: torch.Tensor, log: RunLog, plan, spec, **extra: Any) -> None:
+def start_run(cfg: TrainConfig, bound: BoundRun) -> RunStart:
+    """The model of ``cfg`` initialised from the run's seed, on the bound run's device with its data.
+
+    Args:
+        cfg: The run's configuration.
+        bound: The run bound to its plan.
+
+    Returns:
+        The run's start.
+    """
+    data, device = bound.data, bound.device
+    torch.manual_seed(cfg.seed)
+    model = make_model(cfg.data.dataset, data.num_classes, cfg.model.name).to(device)
+    x_train, y_train, x_test, y_test = (
+        torch.as_tensor(a, device=device) for a in (data.x_train, data.y_train, data.x_test, data.y_test)
+    )
+    return RunStart(
+        out=Path(cfg.output.out) if cfg.output.out else None, kind=noise_kind(cfg), model=model,
+        theta=parameters_to_vector(model.parameters()).detach(), x_train=x_train, y_train=y_train, x_test=x_test,
+        y_test=y_test,
+    )  # fmt: skip
+
+
+def run_metrics(cfg: TrainConfig, bound: BoundRun, *, d: int, log: RunLog) -> dict[str, Any]:
+    """:func:`~hdp_planner_train.run.metrics.base_metrics` of the bound run, its model of ``d`` parameters."""
+    return base_metrics(
+        cfg, bound.plan, spec=bound.spec, data=bound.data, device=bound.device, rounds=bound.rounds, d=d,
+        batch=bound.batch, momentum=bound.momentum, log=log, model=model_name(cfg.data.dataset, cfg.model.name),
+    )  # fmt: skip
+
+
+def save_checkpoint(out: Path, identity, *, theta: torch.Tensor, log: RunLog, plan, spec, **extra: Any) -> None:
     """Write θ, the run log, the privacy ledger and ``extra`` as the run's authenticated checkpoint
     (:mod:`.checkpoint`)."""
     state = {
@@ -195,12 +243,10 @@ def global_evaluation(model, x_test: torch.Tensor, y_test: torch.Tensor) -> Call
 
 def train_rounds(
     cfg: TrainConfig,
-    plan,
-    spec,
-    rounds: int,
+    bound: BoundRun,
+    *,
     log: RunLog,
     account,
-    *,
     step: Step,
     evaluate: Evaluate,
     checkpoint: Callable[[], None] | None = None,
@@ -209,13 +255,14 @@ def train_rounds(
     """A simulator run's rounds: :func:`~hdp_planner_train.rounds.loop.run_rounds` on the schedule of ``cfg``
     (lr·decay^r, ``--eval-every``) with a progress bar whose line is ``describe(done, entry)``, by default the ε each
     group has spent (:func:`round_description`)."""
-    schedule = Schedule(rounds, plan.config.lr, cfg.model.lr_decay, cfg.output.eval_every)
+    plan, spec, rounds = bound.plan, bound.spec, bound.rounds
+    schedule = Schedule(rounds=rounds, lr=plan.config.lr, lr_decay=cfg.model.lr_decay, eval_every=cfg.output.eval_every)
     progress = progress_bar(cfg.output.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
     if describe is None:
 
         def describe(done: int, entry: dict[str, Any]) -> str:
-            return round_description(plan, spec, done, rounds, entry["accuracy"], entry["loss"])
+            return round_description(plan, spec, done=done, rounds=rounds, acc=entry["accuracy"], loss=entry["loss"])
 
     def report(done: int, entry: dict[str, Any] | None, stats, seconds: float) -> None:
         if entry is not None:

@@ -10,18 +10,17 @@ measurements and the privacy ledger (rounds run per group); it also stores torch
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import vector_to_parameters
 
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.learning.datasets import DEFAULTS
 from hdp_planner_train.learning.engines import ENGINES, PRECISIONS, clients_deltas, evaluate
 from hdp_planner_train.learning.federated import load_federated
-from hdp_planner_train.learning.models import MODELS, make_model, model_dim, model_name
+from hdp_planner_train.learning.models import MODELS, model_dim, model_name
 from hdp_planner_train.learning.partitions import parse_group_classes
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import GroupAggregator
@@ -29,10 +28,11 @@ from hdp_planner_train.rules.cohort import cohort_round
 from hdp_planner_train.rules.noise_sources import noise_source
 from hdp_planner_train.rules.sampling import round_rows, round_seed, sample_round
 from hdp_planner_train.rules.secagg import Withheld
-from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec
+from hdp_planner_train.rules.specs import METHOD_NAMES
+from hdp_planner_train.run.bound import BoundRun
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.ledger import ledger_run
-from hdp_planner_train.run.metrics import base_metrics, secagg_metrics
+from hdp_planner_train.run.metrics import secagg_metrics
 from hdp_planner_train.run.noise import noise_kind
 from hdp_planner_train.run.output import output_folder, write_metrics
 from hdp_planner_train.run.plan import RunPlan, bind_plan, check_clients, method_groups, trusted_groups
@@ -44,11 +44,12 @@ from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT: t
     CHECKPOINT,
     TrainConfig,
     check_finished,
-    device_arrays,
     global_evaluation,
     resume_state,
     run_identity,
+    run_metrics,
     save_checkpoint,
+    start_run,
     train_rounds,
 )
 
@@ -63,9 +64,9 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None):
+def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None) -> BoundRun:
     """Validate everything before anything is written, on ``run_plan`` (by default the plan file ``cfg.plan``, read
-    once); returns (run plan, data, spec, rounds, batch, momentum)."""
+    once); returns the run bound to its plan and to the device ``cfg.model.device`` names."""
     if cfg.method not in METHOD_NAMES and cfg.method not in SELECTION_METHODS:
         names = ", ".join((*METHOD_NAMES, *SELECTION_METHODS))
         raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
@@ -82,8 +83,8 @@ def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None):
         model_name(cfg.data.dataset, cfg.model.name)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    bound, rounds = bind_plan(cfg, run_plan)
-    plan = bound.plan
+    run_plan, rounds = bind_plan(cfg, run_plan)
+    plan = run_plan.plan
     if cfg.output.eval_every < 1:
         raise TrainError(f"--eval-every must be ≥ 1, got {cfg.output.eval_every}")
     if not 0 < cfg.model.lr_decay <= 1:
@@ -107,53 +108,50 @@ def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None):
         skew = (plan.groups.size, parse_group_classes(cfg.data.group_classes, len(plan.groups.size), 10))
     split = cfg.data
     data = load_federated(
-        split.dataset, split.data_dir, split.clients, split.dirichlet, cfg.seed, split.shards, split.iid_share, skew
-    )
+        split.dataset, data_dir=split.data_dir, clients=split.clients, dirichlet=split.dirichlet, seed=cfg.seed,
+        shards=split.shards, iid_share=split.iid_share, group_classes=skew,
+    )  # fmt: skip
     check_clients(cfg, plan, data.n_clients)
-    spec = method_groups(cfg, bound)
+    spec = method_groups(cfg, run_plan)
     family = cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS
-    if family and run_trust(cfg, spec, bound.trust) == "secagg":
+    if family and run_trust(cfg, spec, run_plan.trust) == "secagg":
         raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
                          "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
-    spec = trusted_groups(cfg, bound, spec)
-    return bound, data, spec, rounds, batch, momentum
+    spec = trusted_groups(cfg, run_plan, spec)
+    return BoundRun(run_plan=run_plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
+                    device=_device(cfg.model.device))  # fmt: skip
 
 
 def run(cfg: TrainConfig, run_plan: RunPlan | None = None) -> dict[str, Any]:
     """Train ``cfg.method`` on ``cfg.data.dataset`` under ``run_plan`` (by default the plan file ``cfg.plan``, read
     once); writes metrics (and checkpoints) to ``cfg.output.out``, which is checked before round 1
     (:func:`output_folder`) and never holds a finished run unless ``cfg.output.overwrite``."""
-    plan, data, spec, rounds, batch, momentum = validate_config(cfg, run_plan)
-    device = _device(cfg.model.device)
+    bound = validate_config(cfg, run_plan)
     check_finished(cfg)
     with output_folder(cfg.output.out):
         if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
-            return run_personal(cfg, plan, data, spec, rounds, batch, momentum, device)
+            return run_personal(cfg, bound)
         if cfg.method in SELECTION_METHODS:  # the selection paper: record-level DP-SGD, with replacement
-            return run_selection(cfg, plan, data, rounds, batch, momentum, device)
-        return run_fedavg(cfg, plan, data, spec, rounds, batch, momentum, device)
+            return run_selection(cfg, bound)
+        return run_fedavg(cfg, bound)
 
 
-def run_fedavg(
-    cfg: TrainConfig, run_plan: RunPlan, data, spec: GroupSpec, rounds: int, batch: int, momentum: float, device
-):
-    """The FedAvg family's run (GDPFed Algorithm 2): :func:`run` once the configuration is checked."""
-    out = Path(cfg.output.out) if cfg.output.out else None
-    plan = run_plan.plan
+def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
+    """The FedAvg family's run (GDPFed Algorithm 2): :func:`run` once the configuration is checked and bound."""
+    run_plan, plan, data, spec, rounds = bound.run_plan, bound.plan, bound.data, bound.spec, bound.rounds
     audit = (cfg.audit.canaries or "default") if cfg.audit.enabled else None
-    identity = run_identity(cfg, run_plan.sha256, data, batch, momentum, audit=audit)
+    identity = run_identity(cfg, bound, audit=audit)
     state = resume_state(cfg, identity, rounds)
 
-    torch.manual_seed(cfg.seed)
-    model = make_model(cfg.data.dataset, data.num_classes, cfg.model.name).to(device)
-    theta = parameters_to_vector(model.parameters()).detach()
+    start = start_run(cfg, bound)
+    out, kind, model, theta = start.out, start.kind, start.model, start.theta
+    x_train, y_train, x_test, y_test = start.x_train, start.y_train, start.x_test, start.y_test
     if spec.secagg is not None and spec.secagg.model_dim != theta.numel():
         d = theta.numel()
         raise TrainError(f"{run_plan.source}'s trust object was planned for d = {spec.secagg.model_dim}, this model "
                          f"has d = {d}: re-plan with --trust secagg --model-dim {d}")  # fmt: skip
     if spec.projection is not None and spec.projection.model_dim != theta.numel():
         raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, theta.numel(), data.num_classes))
-    x_train, y_train, x_test, y_test = device_arrays(data, device)
     auditor = None
     if cfg.audit.enabled:
         from hdp_planner_train.audit.canaries import CanaryAuditor
@@ -163,13 +161,12 @@ def run_fedavg(
         except ValueError as exc:
             raise TrainError(str(exc)) from None
 
-    kind = noise_kind(cfg)
     log = RunLog(diagnostics=kind == "seeded")
     aggregator = GroupAggregator(spec)
     if state is not None:
-        theta = state["theta"].to(device)
+        theta = state["theta"].to(bound.device)
         log = RunLog.from_state(state)
-        aggregator = GroupAggregator(spec, [t.to(device) for t in state["public_history"]])
+        aggregator = GroupAggregator(spec, [t.to(bound.device) for t in state["public_history"]])
         torch.set_rng_state(state["torch_rng"])
         if auditor is not None:
             if "clients" not in state["audit"]:
@@ -178,7 +175,8 @@ def run_fedavg(
     vector_to_parameters(theta.clone(), model.parameters())
 
     c = plan.config
-    account = ledger_run(cfg, run_plan, spec, log.next_round, rounds, supersedes=(state or {}).get("ledger_run"))
+    account = ledger_run(cfg, run_plan, spec=spec, start=log.next_round, rounds=rounds,
+                         supersedes=(state or {}).get("ledger_run"))  # fmt: skip
     withheld: list[tuple[int, Withheld]] = []  # secure aggregation: the group sums not released this run, by round
     cohorts = spec.secagg.cohorts if spec.secagg is not None else None
     canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients
@@ -197,8 +195,9 @@ def run_fedavg(
             sampled = auditor.take(sampled, spec.offsets, spec.sizes)
         ids, group_of_row = round_rows(sampled)
         deltas = clients_deltas(
-            cfg.model.engine, model, theta, data.clients, ids, x_train, y_train, steps=c.local_steps, batch=batch,
-            seed=cfg.seed, rnd=r, lr=lr, momentum=momentum, chunk=cfg.model.chunk, precision=cfg.model.precision,
+            cfg.model.engine, model, theta=theta, clients=data.clients, ids=ids, x_train=x_train, y_train=y_train,
+            steps=c.local_steps, batch=bound.batch, seed=cfg.seed, rnd=r, lr=lr, momentum=bound.momentum,
+            chunk=cfg.model.chunk, precision=cfg.model.precision,
         )  # fmt: skip
         if auditor is not None:
             deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
@@ -206,7 +205,7 @@ def run_fedavg(
         observe = auditor.observe if auditor is not None else None
         referee = auditor.referee if auditor is not None else None
         survivors = auditor.survivors if auditor is not None else None
-        update, stats = aggregator.round(deltas, group_of_row, gen, r, observe=observe, referee=referee,
+        update, stats = aggregator.round(deltas, group_of_row, source=gen, rnd=r, observe=observe, referee=referee,
                                          survivors=survivors)  # fmt: skip
         if auditor is not None:
             stats = auditor.real_stats(stats)
@@ -221,7 +220,7 @@ def run_fedavg(
 
     def checkpoint() -> None:
         save_checkpoint(
-            out, identity, theta, log, plan, spec,
+            out, identity, theta=theta, log=log, plan=plan, spec=spec,
             public_history=[t.cpu() for t in aggregator.public_history], torch_rng=torch.get_rng_state(),
             numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
             audit=auditor.state() if auditor is not None else None,
@@ -229,11 +228,10 @@ def run_fedavg(
             **({"cohort_memberships": [u.copy() for u in used]} if cohorts is not None else {}),
         )  # fmt: skip
 
-    train_rounds(cfg, plan, spec, rounds, log, account, step=step, evaluate=global_evaluation(model, x_test, y_test),
-               checkpoint=checkpoint if out else None)  # fmt: skip
+    train_rounds(cfg, bound, log=log, account=account, step=step, evaluate=global_evaluation(model, x_test, y_test),
+                 checkpoint=checkpoint if out else None)  # fmt: skip
 
-    metrics = base_metrics(cfg, plan, spec, data, device, rounds, int(theta.numel()), batch, momentum, log,
-                           model_name(cfg.data.dataset, cfg.model.name))  # fmt: skip
+    metrics = run_metrics(cfg, bound, d=int(theta.numel()), log=log)
     if spec.secagg is not None:
         metrics["trust"] = secagg_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
     else:

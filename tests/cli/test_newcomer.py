@@ -188,7 +188,7 @@ def test_progress_line_names_every_groups_spending():
     from hdp_planner_train.run.progress import round_description
 
     p = plan([0.5, 1.5, 3.0], n=600, rounds=10, q=0.1)
-    line = round_description(p, method_spec(p, "gdpfed+"), 10, 10, 50.0, 1.0)
+    line = round_description(p, method_spec(p, "gdpfed+"), done=10, rounds=10, acc=50.0, loss=1.0)
     spent = re.search(r"ε spent/budget (\S+) (\S+) (\S+)$", line)
     assert spent, line
     assert [float(x.split("/")[1]) for x in spent.groups()] == [0.5, 1.5, 3.0]

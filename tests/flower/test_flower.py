@@ -136,7 +136,7 @@ def flower_round_and_simulator(flower_plan, method):
     ids = np.concatenate(sampled)
     group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)])
     deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, flatten(arrays).numel())
-    update, stats = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), 0, [])
+    update, stats = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), rnd=0, public_history=[])
     return strategy, sorted(sent), flatten(result.arrays), flatten(arrays) + update, stats
 
 
@@ -180,7 +180,8 @@ def test_audited_round_equals_the_simulators_audit(flower_plan, method):
     clients = len(group_of_row)
     deltas, group_of_row = theirs.insert(deltas, group_of_row, 0)
     assert len(group_of_row) > clients  # canaries joined this round
-    update, _ = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), 0, [], observe=theirs.observe)
+    update, _ = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), rnd=0, public_history=[],
+                          observe=theirs.observe)  # fmt: skip
     assert torch.equal(flatten(result.arrays), flatten(arrays) + update)
     for z_ours, z_theirs in zip(ours.z, theirs.z):
         np.testing.assert_array_equal(np.stack(z_ours), np.stack(z_theirs))

@@ -65,7 +65,7 @@ def simulate(
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
         source = SecureNoise() if secure else SeededNoise(seed, r)
-        agg.aggregate(deltas, group_of_row, spec, source, r, observe=auditor.observe,
+        agg.aggregate(deltas, group_of_row, spec, source, rnd=r, observe=auditor.observe,
                       survivors=auditor.survivors if survivors else None)  # fmt: skip
     planned = [
         rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA) for s, q in zip(spec.noise_multiplier, spec.q)
@@ -112,12 +112,13 @@ def test_reused_noise_stream_is_flagged_in_that_group_only(monkeypatch):
     real = agg.group_noise
     calls = {"n": 0}
 
-    def reuse_first_group(d, joined, clip, sigma, source, device, dtype):
+    def reuse_first_group(d, *, joined, clip, noise_multiplier, source, device, dtype):
         group = calls["n"] % len(SMALL.sizes)
         calls["n"] += 1
         if group == 0:  # the bug: group 1's noise comes from a stream seeded the same way every round
             source = SeededNoise(1234, 0)
-        return real(d, joined, clip, sigma, source, device, dtype)
+        return real(d, joined=joined, clip=clip, noise_multiplier=noise_multiplier, source=source, device=device,
+                    dtype=dtype)  # fmt: skip
 
     monkeypatch.setattr(agg, "group_noise", reuse_first_group)
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
@@ -169,11 +170,12 @@ def test_top_k_chosen_on_the_clean_sum_is_flagged(monkeypatch):
     noisy sum the auditor observes, in every round."""
     real_update, real_mask = agg.noisy_update, release.top_k_mask
 
-    def leaky_update(ys, noises, spec, source, public_history=None, observe=None):
+    def leaky_update(ys, *, noises, spec, source, public_history=None, observe=None):
         clean = iter([y - n for y, n in zip(ys, noises)])
         monkeypatch.setattr(release, "top_k_mask", lambda y, k: real_mask(next(clean), k))
         try:
-            return real_update(ys, noises, spec, source, public_history, observe)
+            return real_update(ys, noises=noises, spec=spec, source=source, public_history=public_history,
+                               observe=observe)  # fmt: skip
         finally:
             monkeypatch.setattr(release, "top_k_mask", real_mask)
 
@@ -462,7 +464,7 @@ def _mismatched_run(factor: float, rounds: int = 10) -> dict[str, Any]:
         group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(other)]).astype(np.int64)
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-        agg.aggregate(deltas, group_of_row, spec, SeededNoise(seed, r), r, observe=auditor.observe)
+        agg.aggregate(deltas, group_of_row, spec, SeededNoise(seed, r), rnd=r, observe=auditor.observe)
     planned = [rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA)
                for s, q in zip(spec.noise_multiplier, spec.q)]  # fmt: skip
     return auditor.report(planned, DELTA)

@@ -99,7 +99,7 @@ def test_canaries_are_named_in_the_cohorts_and_their_heads_come_at_the_coins_rat
 
 def test_a_coin_that_is_always_heads_is_flagged(cohort_plan, monkeypatch):
     """p_m < 1 planned, every member contributes: the canaries' heads rate gives it away in groups 1 and 2."""
-    monkeypatch.setattr(agg, "member_coins", lambda spec, kind, seed, rnd, group, members: np.ones(members, int))
+    monkeypatch.setattr(agg, "member_coins", lambda spec, kind, *, seed, rnd, group, members: np.ones(members, int))
     groups = _audit(cohort_plan)["audit"]["groups"]
     for g in groups[:2]:
         assert g["verdict"].startswith("UNDER-NOISED") and "canaries join at 1" in g["verdict"], g["verdict"]

@@ -47,7 +47,7 @@ def test_the_rotation_never_exceeds_the_cap_and_the_client_refuses_past_it():
 
 def test_tails_runs_the_same_steps_as_heads_and_contributes_zero(cohort_plan):
     """Same bits consumed, same size: the messages differ by exactly the rounded update, and the streams end equal."""
-    secagg = validate_config(_cfg(cohort_plan, None, noise="seeded"))[2].secagg
+    secagg = validate_config(_cfg(cohort_plan, None, noise="seeded")).spec.secagg
     plan = round_plan(secagg, rnd=0, group=0)
     law = plan.law
     update = np.random.default_rng(1).normal(size=law.encoding.dim) * 0.1
@@ -146,7 +146,7 @@ def test_dropouts_release_only_with_the_threshold(cohort_plan):
 
 
 def test_a_server_naming_the_same_clients_every_round_gets_them_at_most_k_times(cohort_plan, monkeypatch):
-    spec = validate_config(_cfg(cohort_plan, None, noise="seeded"))[2]
+    spec = validate_config(_cfg(cohort_plan, None, noise="seeded")).spec
     monkeypatch.setattr(cohort_rules, "choose_cohort", lambda used, cohort, rng: np.arange(cohort))
     used = [np.zeros(s, np.int64) for s in spec.sizes]
     joined = [cohort_rules.cohort_round(spec.secagg, spec.offsets, used, np.random.default_rng(0)) for _ in range(6)]

@@ -42,10 +42,10 @@ def test_ctrl_c_between_a_release_and_its_checkpoint_is_held_and_resume_continue
     out, ledger = tmp_path / "run", tmp_path / "l.sqlite"
     describe = scaffold.round_description
 
-    def interrupting(plan_, spec, done, rounds, acc, loss):
+    def interrupting(plan_, spec, *, done, rounds, acc, loss):
         if done == 3:
             os.kill(os.getpid(), signal.SIGINT)
-        return describe(plan_, spec, done, rounds, acc, loss)
+        return describe(plan_, spec, done=done, rounds=rounds, acc=acc, loss=loss)
 
     monkeypatch.setattr(scaffold, "round_description", interrupting)
     cfg = configure(

@@ -41,8 +41,8 @@ def test_a_round_is_charged_before_its_update_and_the_ledger_is_closed_once():
     events: list = []
     step, evaluate = hooks(events)
     log = RunLog()
-    reason = run_rounds(Schedule(2, lr=0.1, lr_decay=0.5), log, step=step, evaluate=evaluate, account=Account(events),
-                        checkpoint=lambda: events.append(("checkpoint",)))  # fmt: skip
+    reason = run_rounds(Schedule(rounds=2, lr=0.1, lr_decay=0.5), log, step=step, evaluate=evaluate,
+                        account=Account(events), checkpoint=lambda: events.append(("checkpoint",)))  # fmt: skip
     assert reason is None
     assert events == [
         ("step", 0, 0.1), ("release", 0), ("apply", 0), ("evaluate", 0), ("checkpoint",),
@@ -59,7 +59,7 @@ def test_a_failing_round_releases_nothing_and_still_closes_the_ledger():
         raise RuntimeError("client crashed")
 
     with pytest.raises(RuntimeError):
-        run_rounds(Schedule(3), RunLog(), step=step, account=Account(events))
+        run_rounds(Schedule(rounds=3), RunLog(), step=step, account=Account(events))
     assert events == [("finish",)]
 
 
@@ -67,7 +67,7 @@ def test_stop_ends_the_run_before_the_round_it_names():
     events: list = []
     step, _ = hooks(events)
     log = RunLog(diagnostics=False)
-    reason = run_rounds(Schedule(5), log, step=step, stop=lambda r: "over budget" if r == 3 else None)
+    reason = run_rounds(Schedule(rounds=5), log, step=step, stop=lambda r: "over budget" if r == 3 else None)
     assert reason == "over budget" and log.next_round == 3 and [e[1] for e in events if e[0] == "step"] == [0, 1, 2]
     assert log.joined == [] and log.round_seconds == []  # a deployed run keeps nothing that reveals who took part
 
@@ -81,7 +81,7 @@ def test_evaluation_cadence_and_resume(rounds, every, start):
     step, evaluate = hooks(events)
     log = RunLog(next_round=start)
     reported: list = []
-    run_rounds(Schedule(rounds, eval_every=every), log, step=step, evaluate=evaluate,
+    run_rounds(Schedule(rounds=rounds, eval_every=every), log, step=step, evaluate=evaluate,
                report=lambda done, entry, stats, s: reported.append((done, entry is not None)))  # fmt: skip
     evaluated = [e[1] for e in events if e[0] == "evaluate"]
     assert evaluated == [r for r in range(start, rounds) if (r + 1) % every == 0 or r + 1 == rounds]

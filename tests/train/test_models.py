@@ -69,8 +69,8 @@ def test_paper_cnn_vectorized_equals_loop():
     model = make_model("fmnist", model="cnn2-paper")
     theta = _flat(model)
     xs, ys = torch.randn(2, 2, 2, 1, 28, 28), torch.randint(0, 10, (2, 2, 2))
-    a = loop_deltas(model, theta, xs, ys, 0.1, 0.0)
-    b = vectorized_deltas(model, theta, xs, ys, 0.1, 0.0)
+    a = loop_deltas(model, theta, xs, ys, lr=0.1, momentum=0.0)
+    b = vectorized_deltas(model, theta, xs, ys, lr=0.1, momentum=0.0)
     assert float((a - b).abs().max()) <= 1e-5 * float(a.abs().max())
 
 
@@ -142,8 +142,8 @@ def test_lstm_vectorized_engine_equals_the_loop(momentum, chunk):
     model = CharLSTM(vocab=16, embed=4, hidden=6).double()
     theta = _flat(model)
     xs, ys = torch.randint(0, 16, (5, 3, 4, 9)), torch.randint(0, 16, (5, 3, 4))
-    a = loop_deltas(model, theta, xs, ys, 0.5, momentum)
-    b = vectorized_deltas(model, theta, xs, ys, 0.5, momentum, chunk=chunk)
+    a = loop_deltas(model, theta, xs, ys, lr=0.5, momentum=momentum)
+    b = vectorized_deltas(model, theta, xs, ys, lr=0.5, momentum=momentum, chunk=chunk)
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
     assert float(a.abs().min(dim=1).values.max()) > 0  # the clients really moved
 
@@ -201,8 +201,8 @@ def test_cnn_vectorized_engine_equals_the_loop(momentum, chunk):
     model = CNN2().double()
     theta = _flat(model)
     xs, ys = torch.randn(5, 3, 4, 1, 28, 28, dtype=torch.float64), torch.randint(0, 10, (5, 3, 4))
-    a = loop_deltas(model, theta, xs, ys, 0.5, momentum)
-    b = vectorized_deltas(model, theta, xs, ys, 0.5, momentum, chunk=chunk)
+    a = loop_deltas(model, theta, xs, ys, lr=0.5, momentum=momentum)
+    b = vectorized_deltas(model, theta, xs, ys, lr=0.5, momentum=momentum, chunk=chunk)
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
     assert float(a.abs().max()) > 0
 
@@ -219,8 +219,8 @@ def test_worker_threads_give_the_same_updates(model_cls):
         model, xs = CharLSTM(16, 4, 6).double(), torch.randint(0, 16, (7, 2, 3, 5))
     starts = _flat(model).unsqueeze(0).repeat(7, 1) + 0.01 * torch.randn(7, _flat(model).numel(), dtype=torch.float64)
     threads = torch.get_num_threads()
-    one = vectorized_train(model, starts, xs, ys, 0.3, 0.9, rho=0.05, workers=1)
-    three = vectorized_train(model, starts, xs, ys, 0.3, 0.9, rho=0.05, workers=3)
+    one = vectorized_train(model, starts, xs, ys, lr=0.3, momentum=0.9, rho=0.05, workers=1)
+    three = vectorized_train(model, starts, xs, ys, lr=0.3, momentum=0.9, rho=0.05, workers=3)
     torch.testing.assert_close(three, one, rtol=1e-12, atol=1e-13)
     assert torch.get_num_threads() == threads
 
@@ -243,13 +243,13 @@ def test_bf16_keeps_the_update_float32_and_close_to_fp32(dataset, engine):
     shape = (1, 8, 8) if dataset == "digits" else (1, 28, 28)
     xs, ys = torch.randn(3, 2, 5, *shape), torch.randint(0, 10, (3, 2, 5))
     fn = vectorized_deltas if engine == "vectorized" else loop_deltas
-    fp32 = fn(model, theta, xs, ys, 0.1, 0.9)
-    bf16 = fn(model, theta, xs, ys, 0.1, 0.9, precision="bf16")
+    fp32 = fn(model, theta, xs, ys, lr=0.1, momentum=0.9)
+    bf16 = fn(model, theta, xs, ys, lr=0.1, momentum=0.9, precision="bf16")
     assert bf16.dtype == fp32.dtype == torch.float32
     rel = float((bf16 - fp32).norm() / fp32.norm())
     assert 0 < rel < 0.1
     other_engine = loop_deltas if engine == "vectorized" else vectorized_deltas
-    other = other_engine(model, theta, xs, ys, 0.1, 0.9, precision="bf16")
+    other = other_engine(model, theta, xs, ys, lr=0.1, momentum=0.9, precision="bf16")
     assert float((other - bf16).norm() / fp32.norm()) < 0.02  # the two engines agree in bf16 too
 
 
@@ -258,10 +258,10 @@ def test_lstm_bf16_update_is_float32():
     model = CharLSTM(vocab=16, embed=4, hidden=6)
     theta = _flat(model)
     xs, ys = torch.randint(0, 16, (2, 2, 3, 9)), torch.randint(0, 16, (2, 2, 3))
-    out = vectorized_deltas(model, theta, xs, ys, 0.5, 0.9, precision="bf16")
+    out = vectorized_deltas(model, theta, xs, ys, lr=0.5, momentum=0.9, precision="bf16")
     assert out.dtype == torch.float32 and float(out.abs().max()) > 0
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
-        vectorized_deltas(model, theta, xs, ys, 0.5, 0.9, precision="fp16")
+        vectorized_deltas(model, theta, xs, ys, lr=0.5, momentum=0.9, precision="fp16")
 
 
 def test_train_bf16_records_precision_and_aggregates_float32(tmp_path, monkeypatch):

@@ -120,14 +120,14 @@ def test_sam_perturbs_only_the_body_by_rho():
     body = [p for n, p in model.named_parameters() if n not in split_head(model)]
     x, y = torch.randn(10, 1, 8, 8), torch.randint(0, 10, (10,))
     before = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
-    perturbation = sam_step(model, body, x, y, 0.05, torch.optim.SGD(body, lr=0.1))
+    perturbation = sam_step(model, body, x, y, rho=0.05, optimizer=torch.optim.SGD(body, lr=0.1))
     assert torch.all(perturbation[mask] == 0)
     assert torch.count_nonzero(perturbation[~mask]) > 0.9 * int((~mask).sum())
     assert float(torch.linalg.vector_norm(perturbation)) == pytest.approx(0.05, rel=1e-5)
     after = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     assert torch.equal(after[mask], before[mask]) and not torch.equal(after[~mask], before[~mask])
     # ρ = 0 is plain SGD: no perturbation
-    assert torch.count_nonzero(sam_step(model, body, x, y, 0.0, torch.optim.SGD(body, lr=0.1))) == 0
+    assert torch.count_nonzero(sam_step(model, body, x, y, rho=0.0, optimizer=torch.optim.SGD(body, lr=0.1))) == 0
 
 
 def test_client_update_sends_only_the_body_and_keeps_its_head():
@@ -180,8 +180,9 @@ def test_vectorized_fine_tuning_equals_the_loop():
     dist = label_distribution(data.clients, data.y_train, 10)
     x, y, xt, yt = (torch.as_tensor(a) for a in (data.x_train, data.y_train, data.x_test, data.y_test))
     kw = dict(steps=3, batch=5, lr=0.1, momentum=0.5, seed=0, rnd=1)
-    loop = evaluate_finetuned(model, theta, x, y, xt, yt, data.clients, dist, engine="loop", **kw)
-    vec = evaluate_finetuned(model, theta, x, y, xt, yt, data.clients, dist, engine="vectorized", chunk=50, **kw)
+    sets = dict(x_train=x, y_train=y, x_test=xt, y_test=yt, clients=data.clients, dist=dist)
+    loop = evaluate_finetuned(model, theta, engine="loop", **sets, **kw)
+    vec = evaluate_finetuned(model, theta, engine="vectorized", chunk=50, **sets, **kw)
     np.testing.assert_allclose(vec[1], loop[1], rtol=1e-4, atol=1e-5)  # losses
     assert np.mean(np.abs(vec[0] - loop[0])) < 0.5  # accuracies: float32 rounding may flip a rare prediction
 
@@ -196,7 +197,7 @@ def test_per_client_evaluation_weights_class_accuracies_by_the_clients_labels():
     assert np.allclose(dist.sum(1), 1) and np.all((dist > 0).sum(1) == 1)
     heads = theta[mask].unsqueeze(0).repeat(len(data.clients), 1)
     x, y = torch.as_tensor(data.x_test), torch.as_tensor(data.y_test)
-    acc, _ = evaluate_heads(model, theta, heads, x, y, dist)
+    acc, _ = evaluate_heads(model, theta, heads=heads, x_test=x, y_test=y, dist=dist)
     pred = model(x).argmax(-1)
     for i in (0, 50, 119):  # one class per client: its accuracy is the model's accuracy on that class
         c = int(np.argmax(dist[i]))

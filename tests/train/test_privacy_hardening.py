@@ -69,7 +69,8 @@ def test_seeded_noise_is_the_round_seeded_torch_stream():
 
 
 def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducible():
-    spec = GroupSpec("gdpfed", (10, 10), (0.5, 0.5), (1.0, 2.0), (1.0, 1.0), (1.0, 1.0), clip=0.5)
+    spec = GroupSpec(method="gdpfed", sizes=(10, 10), q=(0.5, 0.5), noise_multiplier=(1.0, 2.0), k_ratio=(1.0, 1.0),
+                     weight=(1.0, 1.0), clip=0.5)  # fmt: skip
     d = 200_000
     deltas = torch.zeros((3, d), dtype=torch.float64)
     a, _ = aggregate(deltas, [0, 0, 1], spec, SecureNoise())
@@ -79,7 +80,8 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
     from hdp_planner_train.rules.noise_sources import group_noise
 
     for joined in (0, 1, 7):  # secure: the group's noise sum in one draw of its own law N(0, C²σ²)
-        noise = group_noise(d, joined, 1.5, 0.8, SecureNoise(), "cpu", torch.float64)
+        noise = group_noise(d, joined=joined, clip=1.5, noise_multiplier=0.8, source=SecureNoise(), device="cpu",
+                            dtype=torch.float64)  # fmt: skip
         assert float(noise.var()) == pytest.approx(1.5**2 * 0.8**2, rel=0.03)
     x = SecureNoise().normal((3, 4), 2.0, "cpu", torch.float32)
     assert x.shape == (3, 4) and x.dtype == torch.float32
@@ -391,10 +393,10 @@ def test_train_refuses_a_tampered_plan_or_executes_within_every_budget(tmp_path_
         repair(doc)
     cfg = configure(TrainConfig, plan=_write(tmp_path_factory, doc), method=method, dataset="digits", progress=False)
     try:
-        p, _, spec, _, _, _ = validate_config(cfg)
+        bound = validate_config(cfg)
     except (TrainError, PlanFileError):
         return
-    assert_within_budgets(spec, client_budgets(original), p.plan.config.rounds, original["config"]["delta"])
+    assert_within_budgets(bound.spec, client_budgets(original), bound.plan.config.rounds, original["config"]["delta"])
 
 
 def test_the_independent_check_catches_finding_1():
@@ -409,7 +411,8 @@ def test_the_independent_check_catches_finding_1():
     row = dataclasses.replace(p.method("GDPFed"), name="DP-FedAvg", q=(1.0, q, q))
     tampered = dataclasses.replace(p, methods=(row, *p.methods[1:]))
     assert any("DP-FedAvg: must be one group" in x for x in plan_problems(tampered))
-    old_spec = GroupSpec("dp-fedavg", row.size, row.q, row.noise_multiplier, row.k_ratio, row.weight, p.config.clip)
+    old_spec = GroupSpec(method="dp-fedavg", sizes=row.size, q=row.q, noise_multiplier=row.noise_multiplier,
+                         k_ratio=row.k_ratio, weight=row.weight, clip=p.config.clip)  # fmt: skip
     with pytest.raises(AssertionError, match="group 1"):
         assert_within_budgets(
             old_spec, client_budgets(json.loads(base_document("three"))), p.config.rounds, p.config.delta

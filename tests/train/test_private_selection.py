@@ -118,7 +118,7 @@ def test_power_of_choice_picks_the_highest_loss_candidates(digits):
     model = make_model("digits")
     theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     x, y = torch.as_tensor(digits.x_train), torch.as_tensor(digits.y_train)
-    loss = client_losses(model, theta, x, y, digits.clients, [2, 4])
+    loss = client_losses(model, theta, x=x, y=y, clients=digits.clients, ids=[2, 4])
     own = torch.as_tensor(digits.clients[4])
     with torch.no_grad():
         ref = float(torch.nn.functional.cross_entropy(model(x[own]), y[own]))

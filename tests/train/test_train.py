@@ -64,13 +64,15 @@ def _flat(model):
 @pytest.mark.parametrize("joined", [0, 1, 5])
 def test_group_noise_has_variance_c2_sigma2_whatever_joined(joined):
     clip, sigma, d = 1.5, 0.8, 400_000
-    noise = group_noise(d, joined, clip, sigma, SeededNoise(joined, 0), "cpu", torch.float64)
+    noise = group_noise(d, joined=joined, clip=clip, noise_multiplier=sigma, source=SeededNoise(joined, 0),
+                        device="cpu", dtype=torch.float64)  # fmt: skip
     assert float(noise.var()) == pytest.approx(clip**2 * sigma**2, rel=0.02)
     assert abs(float(noise.mean())) < 0.01
 
 
 def test_aggregate_zero_updates_carries_exactly_the_group_noise():
-    spec = GroupSpec("gdpfed", (10, 10), (0.5, 0.5), (1.0, 2.0), (1.0, 1.0), (1.0, 1.0), clip=0.5)
+    spec = GroupSpec(method="gdpfed", sizes=(10, 10), q=(0.5, 0.5), noise_multiplier=(1.0, 2.0), k_ratio=(1.0, 1.0),
+                     weight=(1.0, 1.0), clip=0.5)  # fmt: skip
     d = 200_000
     for rows in ([], [0], [0, 0, 0, 1]):  # nobody / one client of group 0 / three of group 0 and one of group 1
         deltas = torch.zeros((len(rows), d), dtype=torch.float64)
@@ -119,7 +121,7 @@ def test_measured_lambda_matches_plan(digits_plan, method):
         sampled = sample_round(spec, seed=3, rnd=r)
         groups = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(int)
         deltas = torch.randn(len(groups), d, generator=torch.Generator().manual_seed(r)) * 0.01
-        _, stats = aggregate(deltas, groups, spec, SeededNoise(100 + r, 0), r, history)
+        _, stats = aggregate(deltas, groups, spec, SeededNoise(100 + r, 0), rnd=r, public_history=history)
         measured.append(stats.lambda_measured)
         applied.append(stats.lambda_applied)
     m = digits_plan.method(METHOD_NAMES[method])
@@ -156,13 +158,14 @@ def test_pfa_projection_lies_in_the_public_span(digits_plan):
     spec = method_spec(digits_plan, "pfa")
     pr = spec.projection
     two = GroupSpec(
-        "pfa", (40, 40), (0.5, 0.5), (1e-9, 2.0), (1.0, 0.5), (0.1, 0.3), 1.0,
+        method="pfa", sizes=(40, 40), q=(0.5, 0.5), noise_multiplier=(1e-9, 2.0), k_ratio=(1.0, 0.5),
+        weight=(0.1, 0.3), clip=1.0,
         projection=Projection(public=0, projected=1, dim=2, window=3, subspace=pr.subspace, model_dim=1000),
     )  # fmt: skip
     d, history, gen = 1000, [], torch.Generator().manual_seed(0)
     for r in range(5):
         deltas = torch.randn(6, d, generator=gen, dtype=torch.float64) * 0.1
-        update, _ = aggregate(deltas, [0, 0, 0, 1, 1, 1], two, SeededNoise(r, 0), r, history)
+        update, _ = aggregate(deltas, [0, 0, 0, 1, 1, 1], two, SeededNoise(r, 0), rnd=r, public_history=history)
         assert len(history) == min(r + 1, 3)
         rest = update - 0.1 * history[-1]  # the projected group's part: ω_1·V Vᵀ y_1
         u, _, _ = torch.linalg.svd(torch.stack(history, dim=1), full_matrices=False)
@@ -217,8 +220,8 @@ def test_engines_agree_on_client_updates(dataset, shape, momentum):
     model = make_model(dataset)
     theta = _flat(model)
     xs, ys = torch.randn(4, 3, 5, *shape), torch.randint(0, 10, (4, 3, 5))
-    a = loop_deltas(model, theta, xs, ys, 0.1, momentum)
-    b = vectorized_deltas(model, theta, xs, ys, 0.1, momentum, chunk=3)
+    a = loop_deltas(model, theta, xs, ys, lr=0.1, momentum=momentum)
+    b = vectorized_deltas(model, theta, xs, ys, lr=0.1, momentum=momentum, chunk=3)
     assert torch.allclose(a, b, atol=1e-5)
     assert torch.equal(theta, _flat(model))  # the global model is untouched
     assert float(a.abs().max()) > 0
@@ -439,7 +442,7 @@ def test_cifar10_and_svhn_loaders_read_torchvision_format(tmp_path):
     theta = _flat(model)
     xs = torch.as_tensor(s.x_train[:8]).reshape(2, 1, 4, 3, 32, 32)
     ys = torch.as_tensor(s.y_train[:8]).reshape(2, 1, 4)
-    assert vectorized_deltas(model, theta, xs, ys, 0.1, 0.0).shape == (2, theta.numel())
+    assert vectorized_deltas(model, theta, xs, ys, lr=0.1, momentum=0.0).shape == (2, theta.numel())
 
 
 def test_resnet18_groupnorm_and_lstm_are_vmap_compatible():
@@ -449,8 +452,8 @@ def test_resnet18_groupnorm_and_lstm_are_vmap_compatible():
     ):
         model = make_model(dataset, 96 if dataset == "shakespeare" else 10)
         theta = _flat(model)
-        a = vectorized_deltas(model, theta, x, y, 0.1, 0.5)
-        b = loop_deltas(model, theta, x, y, 0.1, 0.5)
+        a = vectorized_deltas(model, theta, x, y, lr=0.1, momentum=0.5)
+        b = loop_deltas(model, theta, x, y, lr=0.1, momentum=0.5)
         assert float((a - b).abs().max()) < 1e-3 * float(a.abs().max()), dataset
 
 
