@@ -64,10 +64,10 @@ def trusted_at_lambda(eps: tuple[float, ...], target: float, n: int, rounds: int
 
 
 def train(path: Path, seed: int, n: int, rounds: int, trust: str) -> dict:
-    return run(TrainConfig(plan=str(path), method="gdpfed+", rounds=rounds, seed=seed,
-                           data=DataOptions(dataset="digits", clients=n), noise=NoiseOptions(kind="seeded"),
-                           trust=TrustOptions(kind=trust), ledger=LedgerOptions(url="none"),
-                           output=OutputOptions(progress=False, eval_every=rounds)))  # fmt: skip
+    return run(TrainConfig(method="gdpfed+", rounds=rounds, seed=seed, data=DataOptions(dataset="digits", clients=n),
+                           noise=NoiseOptions(kind="seeded"), trust=TrustOptions(kind=trust),
+                           ledger=LedgerOptions(url="none"), output=OutputOptions(progress=False, eval_every=rounds)),
+               path)  # fmt: skip
 
 
 def spread(values: list[float]) -> str:

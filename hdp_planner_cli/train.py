@@ -71,10 +71,10 @@ def train(
     from hdp_planner_train.run.noise import SEEDED_NOTE
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
-    cfg = TrainConfig(plan=plan_file, method=method, rounds=rounds, seed=seed,
+    cfg = TrainConfig(method=method, rounds=rounds, seed=seed,
                       **{**groups, "output": replace(output, progress=_out.is_terminal)})  # fmt: skip
     try:
-        metrics = run(cfg)
+        metrics = run(cfg, plan_file)
     except (ValueError, OSError, KeyError) as exc:
         _fail(str(exc) or type(exc).__name__)
         return

@@ -109,7 +109,7 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.specs import METHOD_NAMES
 
-    tc = train_config(cfg.plan, method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
+    tc = train_config(method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
                       model=ModelOptions(engine="loop"), trust=cfg.trust, audit=cfg.audit, ledger=cfg.ledger,
                       output=cfg.output)  # fmt: skip
     if cfg.audit.enabled and cfg.trust.kind != "server":
@@ -133,14 +133,14 @@ def validate(tc, run_plan):
     spec, rounds, batch, momentum)."""
     from hdp_planner_train.learning.datasets import DEFAULTS
     from hdp_planner_train.learning.federated import load_federated
-    from hdp_planner_train.run.plan import bind_plan, check_clients, method_groups, trusted_groups
+    from hdp_planner_train.run.plan import check_clients, method_groups, trusted_groups, verified_rounds
 
     d = tc.data
     if d.dataset not in DEFAULTS:
         raise ValueError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {d.dataset!r}")
-    bound, rounds = bind_plan(tc, run_plan)
+    rounds = verified_rounds(run_plan, tc.rounds)
     data = load_federated(d.dataset, d.data_dir, clients=d.clients, dirichlet=d.dirichlet, seed=tc.seed)
-    check_clients(tc, bound.plan, data.n_clients)
-    spec = trusted_groups(tc, bound, method_groups(tc, bound))
+    check_clients(tc, run_plan.plan, data.n_clients)
+    spec = trusted_groups(tc, run_plan, method_groups(tc, run_plan))
     defaults = DEFAULTS[d.dataset]
-    return bound, data, spec, rounds, int(defaults["batch_size"]), float(defaults["momentum"])
+    return run_plan, data, spec, rounds, int(defaults["batch_size"]), float(defaults["momentum"])

@@ -138,23 +138,18 @@ def train(plan: str | os.PathLike[str] | Plan | RunPlan, *, method: str = "gdpfe
         TrainError: A setting the run refuses, with the one-line message the command line prints.
         PlanFileError: The plan file cannot be read or is inconsistent.
     """
-    from hdp_planner.planning.plan import Plan
     from hdp_planner_train.run.options import OutputOptions
-    from hdp_planner_train.run.plan import RunPlan
     from hdp_planner_train.simulator.trainer import run
 
     if not isinstance(options.get("output"), OutputOptions):
         options.setdefault("progress", False)
-    bound = RunPlan.of(plan) if isinstance(plan, Plan) else plan if isinstance(plan, RunPlan) else None
-    cfg = train_config(plan if bound is None else bound.source, method=method, **options)
-    return TrainResult.from_metrics(run(cfg, bound))
+    return TrainResult.from_metrics(run(train_config(method=method, **options), plan))
 
 
-def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **options: Any) -> TrainConfig:
-    """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs.
+def train_config(*, method: str = "gdpfed+", **options: Any) -> TrainConfig:
+    """The :class:`~hdp_planner_train.simulator.scaffold.TrainConfig` :func:`train` runs: its options, beside the plan.
 
     Args:
-        plan: The plan file.
         method: A ``--method`` key of the plan.
         **options: The run's own fields (``rounds``, ``seed``) and the options of its groups
             (:mod:`hdp_planner_train.run.options`) and trainer families (:mod:`hdp_planner_train.simulator.options`),
@@ -176,4 +171,4 @@ def train_config(plan: str | os.PathLike[str], *, method: str = "gdpfed+", **opt
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(TrainConfig)})
     if unknown:
         raise TrainError(f"unknown training option(s): {', '.join(unknown)}")
-    return TrainConfig(plan=os.fspath(plan), method=method, **options)
+    return TrainConfig(method=method, **options)

@@ -228,5 +228,5 @@ def gather_options(config: type, options: dict[str, Any]) -> dict[str, Any]:
 
 def configure(config: type[C], **options: Any) -> C:
     """An instance of the configuration class ``config`` from its own fields and its groups' options, flat or whole
-    (:func:`gather_options`): ``configure(TrainConfig, plan="plan.json", dataset="digits", audit=True)``."""
+    (:func:`gather_options`): ``configure(TrainConfig, method="gdpfed+", dataset="digits", audit=True)``."""
     return config(**gather_options(config, options))

@@ -57,24 +57,30 @@ class RunPlan:
         return cls.of_document(doc, source=IN_MEMORY, sha256=digest)
 
     @classmethod
+    def bind(cls, plan: str | os.PathLike[str] | Plan | RunPlan) -> RunPlan:
+        """``plan`` as a run follows it: a plan file's path read (:meth:`read`), a plan in memory (:meth:`of`), or a
+        :class:`RunPlan` already bound, as it is."""
+        if isinstance(plan, RunPlan):
+            return plan
+        return cls.of(plan) if isinstance(plan, Plan) else cls.read(plan)
+
+    @classmethod
     def of_document(cls, doc: dict[str, Any], *, source: str, sha256: str) -> RunPlan:
         plan = plan_from_dict(doc)
         check_grouping(plan, doc)
         return cls(source=source, plan=plan, document=doc, sha256=sha256, trust=trust_from_dict(doc).kind)
 
 
-def bind_plan(cfg: RunSettings, run_plan: RunPlan | None = None) -> tuple[RunPlan, int]:
-    """``run_plan``, or the plan file ``cfg.plan`` read once, refused unless it verifies, and the rounds the run runs
-    (``cfg.rounds``, by default the plan's T)."""
-    bound = RunPlan.read(cfg.plan) if run_plan is None else run_plan
-    problems = plan_problems(bound.plan)
+def verified_rounds(run_plan: RunPlan, rounds: int | None) -> int:
+    """The rounds a run of ``run_plan`` runs (``rounds``, by default the plan's T), once the plan verifies."""
+    problems = plan_problems(run_plan.plan)
     if problems:
-        raise TrainError(f"plan {bound.source} fails verification: {problems[0]}")
-    t = bound.plan.config.rounds
-    rounds = t if cfg.rounds is None else cfg.rounds
+        raise TrainError(f"plan {run_plan.source} fails verification: {problems[0]}")
+    t = run_plan.plan.config.rounds
+    rounds = t if rounds is None else rounds
     if not 1 <= rounds <= t:
         raise TrainError(f"--rounds must be between 1 and the plan's T = {t}, got {rounds}")
-    return bound, rounds
+    return rounds
 
 
 def check_clients(cfg: RunSettings, plan: Plan, n_clients: int) -> None:
@@ -116,7 +122,7 @@ def secagg_spec(cfg: RunSettings, run_plan: RunPlan, spec: GroupSpec) -> GroupSp
 
 def trusted_groups(cfg: RunSettings, run_plan: RunPlan, spec: GroupSpec) -> GroupSpec:
     """``spec`` under the trust model the run follows (:func:`~.trust.run_trust`), checked for ``--audit``."""
-    if run_trust(cfg, spec, run_plan.trust) == "secagg":
+    if run_trust(cfg, spec, run_plan.trust, source=run_plan.source) == "secagg":
         spec = secagg_spec(cfg, run_plan, spec)
     if cfg.audit.enabled:
         from hdp_planner_train.audit.canaries import check_auditable

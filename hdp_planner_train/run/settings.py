@@ -4,26 +4,20 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from hdp_planner_train.run import options as run_options
+
 
 class RunSettings(Protocol):
-    """A run's configuration as the run layer reads it: the plan, method and data, the noise source, the trust model
-    and the privacy ledger charged."""
+    """A run's configuration as the run layer reads it: the method, its seed and rounds, and the option groups. The
+    plan is not a setting: a run follows a :class:`~.plan.RunPlan` bound once, beside its configuration."""
 
-    plan: str
     method: str
-    dataset: str
-    data_dir: str | None
-    seed: int
-    out: str | None
-    noise: str | None
-    model: str | None
     rounds: int | None
-    precision: str
-    lr_decay: float
-    trust: str | None
-    override_trust: bool
-    dropout: float
-    audit: bool
-    ledger: str | None
-    federation: str
-    groups: str | None
+    seed: int
+    data: run_options.DataOptions
+    model: run_options.ModelOptions
+    noise: run_options.NoiseOptions
+    trust: run_options.TrustOptions
+    audit: run_options.AuditOptions
+    ledger: run_options.LedgerOptions
+    output: run_options.OutputOptions

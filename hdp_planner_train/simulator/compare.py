@@ -215,7 +215,6 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
             t0 = time.perf_counter()
             metrics = run(
                 TrainConfig(
-                    plan=str(plan_path),
                     method=method,
                     seed=seed,
                     data=cfg.data,

@@ -37,8 +37,9 @@ from hdp_planner_train.simulator.options import PersonalOptions, SelectionOption
 class TrainConfig:
     """A simulator run (``hdp-plan train``); :func:`hdp_planner_train.api.train_config` builds one from flat keywords.
 
+    The plan is not part of it: a run follows a :class:`~hdp_planner_train.run.plan.RunPlan` bound once, beside it.
+
     Args:
-        plan: The plan file.
         method: A ``--method`` key of the plan.
         rounds: Rounds to run (None: the plan's T).
         seed: The run's seed (data split, initial model; the noise too where it is seeded).
@@ -53,7 +54,6 @@ class TrainConfig:
         selection: The client-selection family's own options.
     """
 
-    plan: str
     method: str = "gdpfed+"
     rounds: int | None = None
     seed: int = 0
@@ -68,8 +68,8 @@ class TrainConfig:
     selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
 
     def __repr__(self) -> str:
-        """The settings that differ from their defaults (the plan and method always)."""
-        return f"TrainConfig({run_options.changed_fields(self, ('plan', 'method'))})"
+        """The settings that differ from their defaults (the method always)."""
+        return f"TrainConfig({run_options.changed_fields(self, ('method',))})"
 
 
 def run_identity(cfg: TrainConfig, bound: BoundRun, **extra: Any) -> dict[str, Any]:

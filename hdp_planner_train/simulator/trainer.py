@@ -9,6 +9,7 @@ measurements and the privacy ledger (rounds run per group); it also stores torch
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from torch.nn.utils import vector_to_parameters
 
+from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner_train.learning.datasets import DEFAULTS
 from hdp_planner_train.learning.engines import ENGINES, PRECISIONS, clients_deltas, evaluate
@@ -35,7 +37,7 @@ from hdp_planner_train.run.ledger import ledger_run
 from hdp_planner_train.run.metrics import secagg_metrics
 from hdp_planner_train.run.noise import noise_kind
 from hdp_planner_train.run.output import output_folder, write_metrics
-from hdp_planner_train.run.plan import RunPlan, bind_plan, check_clients, method_groups, trusted_groups
+from hdp_planner_train.run.plan import RunPlan, check_clients, method_groups, trusted_groups, verified_rounds
 from hdp_planner_train.run.progress import status
 from hdp_planner_train.run.trust import run_trust
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
@@ -64,9 +66,10 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None) -> BoundRun:
-    """Validate everything before anything is written, on ``run_plan`` (by default the plan file ``cfg.plan``, read
-    once); returns the run bound to its plan and to the device ``cfg.model.device`` names."""
+def validate_config(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunPlan) -> BoundRun:
+    """Validate everything before anything is written: the options first, then ``plan`` bound once
+    (:meth:`RunPlan.bind <hdp_planner_train.run.plan.RunPlan.bind>`: a plan file's path is read here) and verified;
+    returns the run bound to its plan, its data and the device ``cfg.model.device`` names."""
     if cfg.method not in METHOD_NAMES and cfg.method not in SELECTION_METHODS:
         names = ", ".join((*METHOD_NAMES, *SELECTION_METHODS))
         raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
@@ -83,7 +86,8 @@ def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None) -> BoundR
         model_name(cfg.data.dataset, cfg.model.name)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    run_plan, rounds = bind_plan(cfg, run_plan)
+    run_plan = RunPlan.bind(plan)
+    rounds = verified_rounds(run_plan, cfg.rounds)
     plan = run_plan.plan
     if cfg.output.eval_every < 1:
         raise TrainError(f"--eval-every must be ≥ 1, got {cfg.output.eval_every}")
@@ -114,7 +118,7 @@ def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None) -> BoundR
     check_clients(cfg, plan, data.n_clients)
     spec = method_groups(cfg, run_plan)
     family = cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS
-    if family and run_trust(cfg, spec, run_plan.trust) == "secagg":
+    if family and run_trust(cfg, spec, run_plan.trust, source=run_plan.source) == "secagg":
         raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
                          "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
     spec = trusted_groups(cfg, run_plan, spec)
@@ -122,11 +126,12 @@ def validate_config(cfg: TrainConfig, run_plan: RunPlan | None = None) -> BoundR
                     device=_device(cfg.model.device))  # fmt: skip
 
 
-def run(cfg: TrainConfig, run_plan: RunPlan | None = None) -> dict[str, Any]:
-    """Train ``cfg.method`` on ``cfg.data.dataset`` under ``run_plan`` (by default the plan file ``cfg.plan``, read
-    once); writes metrics (and checkpoints) to ``cfg.output.out``, which is checked before round 1
-    (:func:`output_folder`) and never holds a finished run unless ``cfg.output.overwrite``."""
-    bound = validate_config(cfg, run_plan)
+def run(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunPlan) -> dict[str, Any]:
+    """Train ``cfg.method`` on ``cfg.data.dataset`` under ``plan`` (a plan file's path, read once, a plan in memory
+    or a :class:`~hdp_planner_train.run.plan.RunPlan`); writes metrics (and checkpoints) to ``cfg.output.out``, which
+    is checked before round 1 (:func:`output_folder`) and never holds a finished run unless
+    ``cfg.output.overwrite``."""
+    bound = validate_config(cfg, plan)
     check_finished(cfg)
     with output_folder(cfg.output.out):
         if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation

@@ -237,7 +237,7 @@ def test_ctrl_c_in_train_says_how_to_resume(tmp_path, monkeypatch):
     (out / "checkpoint.pt").write_bytes(b"")
     monkeypatch.chdir(tmp_path)  # a short path as typed: the message wraps at 80 columns, not inside this check
 
-    def interrupted(cfg):
+    def interrupted(cfg, plan):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer, "run", interrupted)

@@ -311,7 +311,7 @@ def test_which_runs_the_ledger_charges(settings, charged, monkeypatch):
     from hdp_planner_train.simulator.scaffold import TrainConfig
 
     monkeypatch.setenv("HDP_PLANNER_LEDGER", "default.sqlite")
-    cfg = configure(TrainConfig, plan="plan.json", dataset=settings.pop("dataset", "digits"), out="run", **settings)
+    cfg = configure(TrainConfig, dataset=settings.pop("dataset", "digits"), out="run", **settings)
     target, why = ledger_target(cfg, noise_kind(cfg) == "secure")
     assert (target is not None) == charged and why.startswith("charged" if charged else "not charged")
 

@@ -217,10 +217,10 @@ def test_a_run_stops_before_releasing_an_uncharged_round(tmp_path, small, monkey
 
     monkeypatch.setattr(Ledger, "release", broken)
     out = tmp_path / "run"
-    cfg = configure(TrainConfig, plan=str(plan_path), method="gdpfed+", dataset="digits", out=str(out), progress=False,
+    cfg = configure(TrainConfig, method="gdpfed+", dataset="digits", out=str(out), progress=False,
                       ledger=str(tmp_path / "l.sqlite"))  # fmt: skip
     with pytest.raises(TrainError, match="stopped before round 1 was released: disk full"):
-        run(cfg)
+        run(cfg, plan_path)
     assert not (out / "metrics.json").exists() and not (out / "checkpoint.pt").exists()
 
 

@@ -140,7 +140,7 @@ def test_the_trainers_options_follow_the_declared_traits(key, option, value, ref
     from hdp_planner_train.simulator.personal import check_options
     from hdp_planner_train.simulator.private_selection import check_selection_options
 
-    cfg = train_config("plan.json", method=key, **{option: value})
+    cfg = train_config(method=key, **{option: value})
     if refused:
         with pytest.raises(TrainError, match=option.replace("_", "-")):
             check_options(cfg)

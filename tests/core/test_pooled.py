@@ -199,14 +199,19 @@ def test_training_reports_accuracy_on_each_groups_classes(tmp_path):
 
     p = pooled_plan([0.5, 1.5, 3.0], [40, 40, 40], q=0.1, clip=1.5)
     save_plan(p, tmp_path / "plan.json")
-    cfg = configure(TrainConfig, plan=str(tmp_path / "plan.json"), method="hdp-pooled", dataset="digits", rounds=2,
-                      group_classes="0,1,2,3/4,5,6/7,8,9", progress=False)  # fmt: skip
-    metrics = run(cfg)
+    cfg = configure(TrainConfig, method="hdp-pooled", dataset="digits", rounds=2, group_classes="0,1,2,3/4,5,6/7,8,9",
+                      progress=False)  # fmt: skip
+    metrics = run(cfg, tmp_path / "plan.json")
     y = load_federated("digits").y_test
     counts = [np.isin(y, c).sum() for c in metrics["group_classes"]]
     mean = sum(a * k for a, k in zip(metrics["group_accuracy"], counts)) / sum(counts)
     assert len(metrics["group_accuracy"]) == 3 and mean == pytest.approx(metrics["final_accuracy"])
-    one = run(dataclasses.replace(cfg, method="dp-fedavg", rounds=1))  # one noise group, still the plan's 3 groups
+    one = run(
+        dataclasses.replace(cfg, method="dp-fedavg", rounds=1), tmp_path / "plan.json"
+    )  # one noise group, still the plan's 3 groups
     assert len(one["group_accuracy"]) == 3
     with pytest.raises(ValueError, match="--group-classes"):
-        run(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, group_classes="0,1/2,3")))
+        run(
+            dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, group_classes="0,1/2,3")),
+            tmp_path / "plan.json",
+        )

@@ -430,7 +430,6 @@ def test_resumed_audited_run_reproduces_the_audit(digits_plan_file, tmp_path):
     def train(out, rounds, resume=False):
         cfg = configure(
             TrainConfig,
-            plan=str(digits_plan_file),
             method="gdpfed+",
             dataset="digits",
             rounds=rounds,
@@ -442,7 +441,7 @@ def test_resumed_audited_run_reproduces_the_audit(digits_plan_file, tmp_path):
             resume=resume,
             noise="seeded",
         )
-        return run(cfg)["audit"]["groups"]
+        return run(cfg, digits_plan_file)["audit"]["groups"]
 
     whole = train(tmp_path / "whole", 3)
     train(tmp_path / "part", 2)

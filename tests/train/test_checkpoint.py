@@ -166,14 +166,14 @@ def test_a_rewound_checkpoint_of_a_ledger_run_is_refused_by_the_ledger(tmp_path)
     save_plan(plan((1.0, 2.0, 4.0), 120, rounds=4, q=0.2, clip=1.0), path)
 
     def cfg(rounds, resume):
-        return configure(TrainConfig, plan=str(path), dataset="digits", out=str(out), rounds=rounds, resume=resume,
+        return configure(TrainConfig, dataset="digits", out=str(out), rounds=rounds, resume=resume,
                            progress=False, ledger=ledger, eval_every=10)  # fmt: skip
 
-    run(cfg(2, False))
+    run(cfg(2, False), path)
     state = checkpoint.load(out)
     state["next_round"] = 1
     checkpoint.save(out, state)  # sealed with the run's key
     counter = checkpoint.counter_path((out / checkpoint.KEY).read_bytes())
     counter.write_text(json.dumps({"rounds": 1, "folder": str(out.resolve())}))
     with pytest.raises(TrainError, match="released 2 rounds of this run but its checkpoint holds 1"):
-        run(cfg(4, True))
+        run(cfg(4, True), path)

@@ -35,9 +35,9 @@ def cohort_plan(tmp_path_factory):
 
 
 def _audit(path, **kw):
-    cfg = configure(TrainConfig, plan=str(path), method="gdpfed+", dataset="digits", trust="secagg", ledger="none",
-                    progress=False, noise="seeded", audit=True, device="cpu", **{"rounds": ROUNDS, **kw})  # fmt: skip
-    return run(cfg)
+    cfg = configure(TrainConfig, method="gdpfed+", dataset="digits", trust="secagg", ledger="none", progress=False,
+                    noise="seeded", audit=True, device="cpu", **{"rounds": ROUNDS, **kw})  # fmt: skip
+    return run(cfg, path)
 
 
 @pytest.fixture(scope="module")
@@ -160,10 +160,10 @@ def test_a_resumed_cohort_audit_reproduces_the_audit(cohort_plan, tmp_path):
     """The checkpoint keeps the canaries' memberships and the referee's coins: one round then a resumed second
     audits as two rounds in one go."""
     whole = _audit(cohort_plan, out=str(tmp_path / "whole"))
-    cfg = dict(plan=str(cohort_plan), method="gdpfed+", dataset="digits", trust="secagg", ledger="none", progress=False,
-               noise="seeded", audit=True, device="cpu", out=str(tmp_path / "split"))  # fmt: skip
-    run(configure(TrainConfig, **cfg, rounds=1))
-    resumed = run(configure(TrainConfig, **cfg, rounds=ROUNDS, resume=True))
+    cfg = dict(method="gdpfed+", dataset="digits", trust="secagg", ledger="none", progress=False, noise="seeded",
+               audit=True, device="cpu", out=str(tmp_path / "split"))  # fmt: skip
+    run(configure(TrainConfig, **cfg, rounds=1), cohort_plan)
+    resumed = run(configure(TrainConfig, **cfg, rounds=ROUNDS, resume=True), cohort_plan)
     keys = ("epsilon_empirical", "insertions", "sampling_rate_observed", "epsilon_lower_bound")
     for a, b in zip(whole["audit"]["groups"], resumed["audit"]["groups"]):
         assert [a[k] for k in keys] == [b[k] for k in keys]

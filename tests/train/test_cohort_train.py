@@ -47,7 +47,7 @@ def test_the_rotation_never_exceeds_the_cap_and_the_client_refuses_past_it():
 
 def test_tails_runs_the_same_steps_as_heads_and_contributes_zero(cohort_plan):
     """Same bits consumed, same size: the messages differ by exactly the rounded update, and the streams end equal."""
-    secagg = validate_config(_cfg(cohort_plan, None, noise="seeded")).spec.secagg
+    secagg = validate_config(_cfg(None, noise="seeded"), cohort_plan).spec.secagg
     plan = round_plan(secagg, rnd=0, group=0)
     law = plan.law
     update = np.random.default_rng(1).normal(size=law.encoding.dim) * 0.1
@@ -100,11 +100,10 @@ def cohort_plan(tmp_path_factory):
     return path
 
 
-def _cfg(path, out, **kw):
+def _cfg(out, **kw):
     return configure(
         TrainConfig,
         **{
-            "plan": str(path),
             "method": "gdpfed+",
             "dataset": "digits",
             "out": None if out is None else str(out),
@@ -120,7 +119,7 @@ def test_a_cohort_run_aggregates_the_named_cohorts_and_charges_the_planned_epsil
     doc = json.loads(cohort_plan.read_text())
     row = doc["hidden_participation"]["rows"]["GDPFed+"]
     ledger = tmp_path / "ledger.db"
-    metrics = run(_cfg(cohort_plan, None, noise="seeded", ledger=str(ledger)))
+    metrics = run(_cfg(None, noise="seeded", ledger=str(ledger)), cohort_plan)
     trust = metrics["trust"]
     assert trust["hidden_participation"] and trust["cohort"] == row["cohort"] and trust["coin"] == row["coin"]
     assert trust["coins"].startswith("seeded")  # a simulation's coins, regenerated from the seed, and said so
@@ -141,12 +140,12 @@ def test_a_cohort_run_aggregates_the_named_cohorts_and_charges_the_planned_epsil
 
 
 def test_dropouts_release_only_with_the_threshold(cohort_plan):
-    metrics = run(_cfg(cohort_plan, None, noise="seeded", dropout=0.3, rounds=2))
+    metrics = run(_cfg(None, noise="seeded", dropout=0.3, rounds=2), cohort_plan)
     assert metrics["trust"]["group_rounds_withheld"] > 0  # 30% dropouts leave some cohorts below t = ⌈0.9·m⌉
 
 
 def test_a_server_naming_the_same_clients_every_round_gets_them_at_most_k_times(cohort_plan, monkeypatch):
-    spec = validate_config(_cfg(cohort_plan, None, noise="seeded")).spec
+    spec = validate_config(_cfg(None, noise="seeded"), cohort_plan).spec
     monkeypatch.setattr(cohort_rules, "choose_cohort", lambda used, cohort, rng: np.arange(cohort))
     used = [np.zeros(s, np.int64) for s in spec.sizes]
     joined = [cohort_rules.cohort_round(spec.secagg, spec.offsets, used, np.random.default_rng(0)) for _ in range(6)]
@@ -164,7 +163,7 @@ def test_a_server_naming_the_same_clients_every_round_gets_them_at_most_k_times(
 )
 def test_bad_input_is_one_line(cohort_plan, kw, message):
     with pytest.raises(TrainError, match=message) as exc:
-        validate_config(_cfg(cohort_plan, None, noise="seeded", **kw))
+        validate_config(_cfg(None, noise="seeded", **kw), cohort_plan)
     assert "\n" not in str(exc.value)
 
 
@@ -184,8 +183,8 @@ def test_compare_trains_the_grid_with_cohorts(tmp_path):
 @pytest.mark.slow
 def test_a_resumed_run_keeps_every_clients_memberships(cohort_plan, tmp_path):
     """The checkpoint holds the clients' membership counts: one round then a resumed second equals two rounds."""
-    whole = run(_cfg(cohort_plan, tmp_path / "whole", noise="seeded", rounds=2))
-    run(_cfg(cohort_plan, tmp_path / "split", noise="seeded", rounds=1))
-    resumed = run(_cfg(cohort_plan, tmp_path / "split", noise="seeded", rounds=2, resume=True))
+    whole = run(_cfg(tmp_path / "whole", noise="seeded", rounds=2), cohort_plan)
+    run(_cfg(tmp_path / "split", noise="seeded", rounds=1), cohort_plan)
+    resumed = run(_cfg(tmp_path / "split", noise="seeded", rounds=2, resume=True), cohort_plan)
     assert resumed["final_accuracy"] == whole["final_accuracy"]
     assert resumed["noise_lambda_measured"] == whole["noise_lambda_measured"]

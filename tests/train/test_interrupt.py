@@ -48,17 +48,15 @@ def test_ctrl_c_between_a_release_and_its_checkpoint_is_held_and_resume_continue
         return describe(plan_, spec, done=done, rounds=rounds, acc=acc, loss=loss)
 
     monkeypatch.setattr(scaffold, "round_description", interrupting)
-    cfg = configure(
-        TrainConfig, plan=str(tight_plan), dataset="digits", out=str(out), ledger=str(ledger), progress=False
-    )
+    cfg = configure(TrainConfig, dataset="digits", out=str(out), ledger=str(ledger), progress=False)
     with pytest.raises(KeyboardInterrupt):
-        run(cfg)
+        run(cfg, tight_plan)
     assert checkpoint.load(out)["next_round"] == 3
     assert _charged(ledger) == {(3, 0)}
     assert [r.status for r in Ledger(str(ledger)).runs()] == ["finished"]
     monkeypatch.setattr(scaffold, "round_description", describe)
-    resumed = run(configure(TrainConfig, plan=str(tight_plan), dataset="digits", out=str(out), ledger=str(ledger),
-                              progress=False, resume=True))  # fmt: skip
+    resumed = run(configure(TrainConfig, dataset="digits", out=str(out), ledger=str(ledger),
+                              progress=False, resume=True), str(tight_plan))  # fmt: skip
     assert resumed["rounds"] == ROUNDS and _charged(ledger) == {(ROUNDS, 0)}
 
 
@@ -78,15 +76,13 @@ def test_ctrl_c_during_a_round_gives_back_the_rounds_never_released(tight_plan, 
         return at
 
     monkeypatch.setattr("hdp_planner_train.simulator.trainer.global_evaluation", interrupting)
-    cfg = configure(
-        TrainConfig, plan=str(tight_plan), dataset="digits", noise="secure", ledger=str(ledger), progress=False
-    )
+    cfg = configure(TrainConfig, dataset="digits", noise="secure", ledger=str(ledger), progress=False)
     with pytest.raises(KeyboardInterrupt):
-        run(cfg)
+        run(cfg, tight_plan)
     assert _charged(ledger) == {(2, 0)}
     monkeypatch.undo()
-    assert run(configure(TrainConfig, plan=str(tight_plan), dataset="digits", noise="secure", ledger=str(ledger),
-                           progress=False, rounds=ROUNDS - 2))["rounds"] == ROUNDS - 2  # fmt: skip
+    assert run(configure(TrainConfig, dataset="digits", noise="secure", ledger=str(ledger),
+                           progress=False, rounds=ROUNDS - 2), str(tight_plan))["rounds"] == ROUNDS - 2  # fmt: skip
     assert _charged(ledger) == {(ROUNDS, 0)}
 
 

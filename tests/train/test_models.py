@@ -75,7 +75,7 @@ def test_paper_cnn_vectorized_equals_loop():
 
 
 def test_pfa_mismatch_names_the_model_flag():
-    cfg = configure(TrainConfig, plan="p.json", dataset="fmnist")
+    cfg = configure(TrainConfig, dataset="fmnist")
     msg = pfa_dim_mismatch(cfg, 1_663_370, 26_010, 10)
     assert "--model cnn2-paper" in msg and "d = 26010" in msg
     assert "--model-dim 26010" in pfa_dim_mismatch(cfg, 999, 26_010, 10)
@@ -280,11 +280,11 @@ def test_train_bf16_records_precision_and_aggregates_float32(tmp_path, monkeypat
         return real(self, deltas, *args, **kwargs)
 
     monkeypatch.setattr(trainer_mod.GroupAggregator, "round", spy)
-    common = dict(plan=str(path), dataset="digits", eval_every=3, progress=False, noise="seeded")
+    common = dict(dataset="digits", eval_every=3, progress=False, noise="seeded")
     runs = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision
-        runs[precision] = trainer_mod.run(configure(TrainConfig, **common, out=str(out), precision=precision))
+        runs[precision] = trainer_mod.run(configure(TrainConfig, **common, out=str(out), precision=precision), path)
         assert json.loads((out / "metrics.json").read_text())["precision"] == precision
     assert seen and set(seen) == {torch.float32}
     assert abs(runs["bf16"]["final_accuracy"] - runs["fp32"]["final_accuracy"]) < 5.0

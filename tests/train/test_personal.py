@@ -57,9 +57,9 @@ def plan_file(tmp_path_factory):
     return path
 
 
-def _cfg(plan_file, out, **kw) -> TrainConfig:
+def _cfg(out, **kw) -> TrainConfig:
     base = dict(
-        plan=str(plan_file), dataset="digits", shards=2, out=str(out), progress=False, eval_every=2, noise="seeded"
+        dataset="digits", shards=2, out=str(out), progress=False, eval_every=2, noise="seeded"
     )  # simulations: reproducible noise
     base.update(kw)
     return train_config(**base)
@@ -216,7 +216,7 @@ def test_dp2_fedsam_heads_never_leave_the_clients(plan_file, tmp_path, monkeypat
         return real(self, rows, *args, **kwargs)
 
     monkeypatch.setattr(personal.GroupAggregator, "round", spy)
-    m = run(_cfg(plan_file, tmp_path / "a", method="dp2-fedsam"))
+    m = run(_cfg(tmp_path / "a", method="dp2-fedsam"), plan_file)
     model = make_model("digits")
     mask = head_mask(model)
     assert set(seen) == {m["d_shared"]} == {int((~mask).sum())} and m["d_head"] == int(mask.sum())
@@ -233,7 +233,7 @@ def test_dp2_fedsam_heads_never_leave_the_clients(plan_file, tmp_path, monkeypat
     assert m["engine"] == "vectorized" and "engine_note" not in m and m["rho"] == 0.1 and m["head_steps"] == 5
     assert 0 <= m["final_accuracy"] <= 100 and m["client_accuracy"]["max"] >= m["final_accuracy"]
     # same seed: same result
-    again = run(_cfg(plan_file, tmp_path / "b", method="dp2-fedsam"))
+    again = run(_cfg(tmp_path / "b", method="dp2-fedsam"), plan_file)
     assert again["history"] == m["history"]
     assert torch.equal(_ckpt(tmp_path / "b")["heads"], state["heads"])
 
@@ -243,8 +243,8 @@ def _spec(plan_file):
 
 
 def test_dp2_fedsam_engines_agree(plan_file, tmp_path):
-    vec = run(_cfg(plan_file, tmp_path / "v", method="dp2-fedsam", head_steps=2, rounds=2))
-    loop = run(_cfg(plan_file, tmp_path / "l", method="dp2-fedsam", head_steps=2, rounds=2, engine="loop"))
+    vec = run(_cfg(tmp_path / "v", method="dp2-fedsam", head_steps=2, rounds=2), plan_file)
+    loop = run(_cfg(tmp_path / "l", method="dp2-fedsam", head_steps=2, rounds=2, engine="loop"), plan_file)
     assert loop["engine"] == "loop" and vec["engine"] == "vectorized"
     torch.testing.assert_close(_ckpt(tmp_path / "v")["theta"], _ckpt(tmp_path / "l")["theta"], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(_ckpt(tmp_path / "v")["heads"], _ckpt(tmp_path / "l")["heads"], rtol=1e-4, atol=1e-5)
@@ -252,27 +252,27 @@ def test_dp2_fedsam_engines_agree(plan_file, tmp_path):
 
 
 def test_centaur_is_dp2_fedsam_with_rho_zero(plan_file, tmp_path):
-    cen = run(_cfg(plan_file, tmp_path / "c", method="centaur", head_steps=2))
-    dp2 = run(_cfg(plan_file, tmp_path / "d", method="dp2-fedsam", head_steps=2, rho=0.0))
+    cen = run(_cfg(tmp_path / "c", method="centaur", head_steps=2), plan_file)
+    dp2 = run(_cfg(tmp_path / "d", method="dp2-fedsam", head_steps=2, rho=0.0), plan_file)
     assert cen["history"] == dp2["history"]
     assert torch.equal(_ckpt(tmp_path / "c")["theta"], _ckpt(tmp_path / "d")["theta"])
-    sam = run(_cfg(plan_file, tmp_path / "e", method="dp2-fedsam", head_steps=2, rounds=2))
+    sam = run(_cfg(tmp_path / "e", method="dp2-fedsam", head_steps=2, rounds=2), plan_file)
     assert not torch.equal(_ckpt(tmp_path / "e")["theta"], _ckpt(tmp_path / "d")["theta"])
     assert sam["rho"] == 0.1 and cen["rho"] is None
 
 
 def test_dp_fedsam_with_rho_zero_is_dp_fedavg(plan_file, tmp_path):
     """SAM is the only difference: at ρ = 0 the loop engine's DP-FedAvg, same sampling, clipping and noise."""
-    sam0 = run(_cfg(plan_file, tmp_path / "s", method="dp-fedsam", rho=0.0))
-    avg = run(_cfg(plan_file, tmp_path / "f", method="dp-fedavg", engine="loop"))
+    sam0 = run(_cfg(tmp_path / "s", method="dp-fedsam", rho=0.0), plan_file)
+    avg = run(_cfg(tmp_path / "f", method="dp-fedavg", engine="loop"), plan_file)
     assert torch.allclose(_ckpt(tmp_path / "s")["theta"], _ckpt(tmp_path / "f")["theta"], atol=1e-6)
     assert [h["accuracy"] for h in sam0["history"]] == pytest.approx([h["accuracy"] for h in avg["history"]])
     assert "global" in sam0["evaluation"] and sam0["client_accuracy"] is None
 
 
 def test_dp_fedavg_ft_trains_dp_fedavg_then_fine_tunes_locally(plan_file, tmp_path):
-    ft = run(_cfg(plan_file, tmp_path / "ft", method="dp-fedavg-ft", head_steps=3))
-    avg = run(_cfg(plan_file, tmp_path / "avg", method="dp-fedavg"))
+    ft = run(_cfg(tmp_path / "ft", method="dp-fedavg-ft", head_steps=3), plan_file)
+    avg = run(_cfg(tmp_path / "avg", method="dp-fedavg"), plan_file)
     assert torch.equal(_ckpt(tmp_path / "ft")["theta"], _ckpt(tmp_path / "avg")["theta"])
     assert [h["global_accuracy"] for h in ft["history"]] == [h["accuracy"] for h in avg["history"]]
     assert ft["final_accuracy"] > ft["history"][-1]["global_accuracy"]  # 2 classes per client: fine-tuning helps
@@ -280,12 +280,12 @@ def test_dp_fedavg_ft_trains_dp_fedavg_then_fine_tunes_locally(plan_file, tmp_pa
 
 
 def test_resume_equals_uninterrupted_dp2_fedsam(plan_file, tmp_path):
-    full = run(_cfg(plan_file, tmp_path / "full", method="dp2-fedsam", head_steps=1, eval_every=1))
-    run(_cfg(plan_file, tmp_path / "part", method="dp2-fedsam", head_steps=1, eval_every=1, rounds=2))
-    resumed = run(_cfg(plan_file, tmp_path / "part", method="dp2-fedsam", head_steps=1, eval_every=1, resume=True))
+    full = run(_cfg(tmp_path / "full", method="dp2-fedsam", head_steps=1, eval_every=1), plan_file)
+    run(_cfg(tmp_path / "part", method="dp2-fedsam", head_steps=1, eval_every=1, rounds=2), plan_file)
+    resumed = run(_cfg(tmp_path / "part", method="dp2-fedsam", head_steps=1, eval_every=1, resume=True), plan_file)
     assert resumed["history"] == full["history"]
     with pytest.raises(TrainError, match="different rho"):
-        run(_cfg(plan_file, tmp_path / "part", method="dp2-fedsam", head_steps=1, rho=0.5, resume=True))
+        run(_cfg(tmp_path / "part", method="dp2-fedsam", head_steps=1, rho=0.5, resume=True), plan_file)
 
 
 @pytest.mark.parametrize(
@@ -300,7 +300,7 @@ def test_resume_equals_uninterrupted_dp2_fedsam(plan_file, tmp_path):
 )
 def test_bad_options_are_refused(plan_file, tmp_path, kw, message):
     with pytest.raises(TrainError, match=message):
-        run(_cfg(plan_file, tmp_path / "x", **kw))
+        run(_cfg(tmp_path / "x", **kw), plan_file)
     assert not (tmp_path / "x").exists()
 
 
@@ -324,12 +324,12 @@ def test_a_secure_personal_run_writes_no_heads_and_no_per_client_statistics(plan
     """Personal heads carry no noise: a secure run keeps them in memory only (no checkpoint), releases no per-client
     statistics, and cannot be resumed."""
     out = tmp_path / "secure"
-    metrics = run(_cfg(plan_file, out, method="dp2-fedsam", rounds=2, noise="secure"))
+    metrics = run(_cfg(out, method="dp2-fedsam", rounds=2, noise="secure"), plan_file)
     assert not (out / CHECKPOINT).exists() and metrics["client_accuracy"] is None
     assert json.loads((out / "metrics.json").read_text())["client_accuracy"] is None
     with pytest.raises(TrainError, match="cannot be resumed"):
-        run(_cfg(plan_file, out, method="dp2-fedsam", rounds=3, noise="secure", resume=True))
-    seeded = run(_cfg(plan_file, tmp_path / "seeded", method="dp2-fedsam", rounds=2))
+        run(_cfg(out, method="dp2-fedsam", rounds=3, noise="secure", resume=True), plan_file)
+    seeded = run(_cfg(tmp_path / "seeded", method="dp2-fedsam", rounds=2), plan_file)
     assert seeded["client_accuracy"] is not None and (tmp_path / "seeded" / CHECKPOINT).exists()
 
 
@@ -338,7 +338,7 @@ def test_a_secure_personal_run_charges_the_ledger(plan_file, tmp_path):
     from hdp_planner.ledger.store import Ledger
 
     ledger = tmp_path / "ledger.sqlite"
-    run(configure(TrainConfig, plan=str(plan_file), method="dp2-fedsam", dataset="digits", out=str(tmp_path / "r"),
-                    progress=False, ledger=str(ledger), rounds=2))  # fmt: skip
+    run(configure(TrainConfig, method="dp2-fedsam", dataset="digits", out=str(tmp_path / "r"),
+                    progress=False, ledger=str(ledger), rounds=2), str(plan_file))  # fmt: skip
     spent = Ledger(str(ledger)).spending("simulation")
     assert spent and {s.released_rounds for s in spent} == {2}

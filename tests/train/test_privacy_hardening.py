@@ -391,9 +391,9 @@ def test_train_refuses_a_tampered_plan_or_executes_within_every_budget(tmp_path_
     doc = data.draw(mutations(original, METHOD_NAMES[method]))
     if fix:
         repair(doc)
-    cfg = configure(TrainConfig, plan=_write(tmp_path_factory, doc), method=method, dataset="digits", progress=False)
+    cfg = configure(TrainConfig, method=method, dataset="digits", progress=False)
     try:
-        bound = validate_config(cfg)
+        bound = validate_config(cfg, _write(tmp_path_factory, doc))
     except (TrainError, PlanFileError):
         return
     assert_within_budgets(bound.spec, client_budgets(original), bound.plan.config.rounds, original["config"]["delta"])
@@ -444,8 +444,8 @@ def _train(plan_file, out, **kw):
     from hdp_planner_train.run.options import configure
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
-    base = dict(plan=str(plan_file), dataset="digits", rounds=2, out=None if out is None else str(out), progress=False)
-    return run(configure(TrainConfig, **{**base, **kw}))
+    base = dict(dataset="digits", rounds=2, out=None if out is None else str(out), progress=False)
+    return run(configure(TrainConfig, **{**base, **kw}), plan_file)
 
 
 def test_secure_run_writes_no_membership_diagnostics_and_resumes(digits_plan_file, tmp_path):

@@ -63,14 +63,14 @@ def digits():
     return load_federated("digits", clients=N, seed=0)
 
 
-def _cfg(plan_path, method, **kw):
+def _cfg(method, **kw):
     base = dict(dataset="digits", clients=N, rounds=ROUNDS, batch_size=16, progress=False, per_round=4)
-    return train_config(plan_path, method=method, **{**base, **kw})
+    return train_config(method=method, **{**base, **kw})
 
 
 @pytest.fixture(scope="module")
 def aware_run(plan_path):
-    return run(_cfg(plan_path, "privacy-aware"))
+    return run(_cfg("privacy-aware"), plan_path)
 
 
 # ------------------------------------------------------------------ selection probabilities and sampling
@@ -238,15 +238,15 @@ def test_metrics_record_the_privacy_model_and_epsilon_within_budget(aware_run):
 
 
 def test_same_seed_same_result_and_baselines_run(plan_path, aware_run):
-    again = run(_cfg(plan_path, "privacy-aware"))
+    again = run(_cfg("privacy-aware"), plan_path)
     assert again["history"] == aware_run["history"] and again["selected"] == aware_run["selected"]
-    poc = run(_cfg(plan_path, "power-of-choice", candidates=8, noise_rule="paper", rounds=2))
+    poc = run(_cfg("power-of-choice", candidates=8, noise_rule="paper", rounds=2), plan_path)
     assert all(len(set(ids)) == 4 for ids in poc["selected"])  # distinct clients among the d candidates
     assert poc["noise_rule"] == "paper" and "not privatized" in poc["privacy"]
     for c in poc["client_privacy"]:
         assert c["selections"] <= c["calibrated_selections"]
         assert c["epsilon_spent"] <= c["epsilon_budget"] * (1 + 1e-9)
-    assert poc == run(_cfg(plan_path, "power-of-choice", candidates=8, noise_rule="paper", rounds=2)) | {
+    assert poc == run(_cfg("power-of-choice", candidates=8, noise_rule="paper", rounds=2), plan_path) | {
         "round_seconds": poc["round_seconds"],
         "round_seconds_median": poc["round_seconds_median"],
     }
@@ -272,6 +272,6 @@ def test_cli_runs_unbiased_and_refuses_bad_options(plan_path, tmp_path):
 def test_an_explicit_ledger_is_refused_for_example_level_dp(plan_path, tmp_path):
     """The selection methods protect examples, not clients: charging the client-level ledger would mix units."""
     with pytest.raises(TrainError, match="example-level DP"):
-        cfg = _cfg(plan_path, "privacy-aware")
-        run(dataclasses.replace(cfg, ledger=dataclasses.replace(cfg.ledger, url=str(tmp_path / "l.sqlite"))))
+        cfg = _cfg("privacy-aware")
+        run(dataclasses.replace(cfg, ledger=dataclasses.replace(cfg.ledger, url=str(tmp_path / "l.sqlite"))), plan_path)
     assert not (tmp_path / "l.sqlite").exists()

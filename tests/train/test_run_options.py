@@ -26,7 +26,7 @@ from hdp_planner_train.simulator.options import PersonalOptions
 def test_flat_keywords_go_into_their_groups():
     from hdp_planner_train.simulator.scaffold import TrainConfig
 
-    cfg = configure(TrainConfig, plan="p.json", dataset="digits", model="mlp", noise="seeded", audit=True,
+    cfg = configure(TrainConfig, dataset="digits", model="mlp", noise="seeded", audit=True,
                     audit_canaries=50, ledger="none", trust="secagg", override_trust=True, out="run", rho=0.05,
                     seed=3)  # fmt: skip
     assert cfg.data == DataOptions(dataset="digits") and cfg.model.name == "mlp" and cfg.seed == 3
@@ -62,11 +62,11 @@ def test_configurations_take_keywords_only_and_are_frozen():
     from hdp_planner_train.simulator.scaffold import TrainConfig
 
     with pytest.raises(TypeError):
-        TrainConfig("p.json")  # type: ignore[misc]
+        TrainConfig("gdpfed+")  # type: ignore[misc]
     with pytest.raises(TypeError):
         DataOptions("digits")  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        TrainConfig(plan="p.json").seed = 1  # type: ignore[misc]
+        TrainConfig(method="gdpfed+").seed = 1  # type: ignore[misc]
 
 
 def test_the_trust_kind_of_a_grid_is_its_plans():

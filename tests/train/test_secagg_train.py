@@ -66,20 +66,20 @@ def plan_files(tmp_path_factory):
     return paths
 
 
-def _cfg(path, out, **kw):
-    return configure(TrainConfig, **{"plan": str(path), "method": "gdpfed+", "dataset": "digits", "out": str(out),
+def _cfg(out, **kw):
+    return configure(TrainConfig, **{"method": "gdpfed+", "dataset": "digits", "out": str(out),
                           "progress": False, "trust": "secagg", **kw})  # fmt: skip
 
 
 def test_train_secagg_reports_the_distributed_accounting(plan_files, tmp_path):
-    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run"))
+    metrics = run(_cfg(tmp_path / "run"), plan_files["secagg"])
     trust = metrics["trust"]
     assert trust["kind"] == "secagg" and len(trust["noise_multiplier"]) == 3
     assert all(e <= b * (1 + 1e-9) for e, b in zip(trust["epsilon_third_parties"], (1.0, 2.0, 4.0)))
     assert "group_rounds_withheld" not in trust  # secure run: nothing that depends on who took part
     state = load_checkpoint(tmp_path / "run")
     assert not {k for k in state if "share" in k or "bits" in k}  # no share and no noise seed is written
-    seeded = run(_cfg(plan_files["secagg"], tmp_path / "seeded", noise="seeded", dropout=0.5))
+    seeded = run(_cfg(tmp_path / "seeded", noise="seeded", dropout=0.5), plan_files["secagg"])
     assert seeded["trust"]["group_rounds_withheld"] == len(seeded["trust"]["withheld"]) > 0  # each with why
     assert all("below" in w["reason"] and 1 <= w["group"] <= 3 for w in seeded["trust"]["withheld"])
 
@@ -95,7 +95,7 @@ def test_train_secagg_reports_the_distributed_accounting(plan_files, tmp_path):
 )
 def test_train_secagg_refusals(plan_files, tmp_path, plan_name, kw, message):
     with pytest.raises((TrainError, ValueError), match=message):
-        run(_cfg(plan_files[plan_name], tmp_path / "r", **kw))
+        run(_cfg(tmp_path / "r", **kw), plan_files[plan_name])
 
 
 def test_train_secagg_charges_the_ledger_with_the_distributed_accounting(plan_files, tmp_path):
@@ -111,7 +111,7 @@ def test_train_secagg_charges_the_ledger_with_the_distributed_accounting(plan_fi
     from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
 
     ledger = tmp_path / "ledger.db"
-    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", ledger=str(ledger), federation="digits"))
+    metrics = run(_cfg(tmp_path / "run", ledger=str(ledger), federation="digits"), plan_files["secagg"])
     plan = load_plan(plan_files["secagg"])
     membership, _ = simulated_clients(plan, METHOD_NAMES["gdpfed+"])
     spec = planned_groups(read_document(plan_files["secagg"]), plan, method_spec(plan, "gdpfed+"), "GDPFed+")
@@ -156,7 +156,7 @@ def test_compare_secagg_runs_the_noised_methods_through_the_integer_pipeline(tmp
 def test_train_secagg_audit_observes_the_decoded_sums(plan_files, tmp_path):
     """``train --trust secagg --audit``: canaries enter as clients through the integer pipeline; every group is
     consistent, and the report names what the audit cannot see."""
-    metrics = run(_cfg(plan_files["secagg"], tmp_path / "run", audit=True, noise="seeded", audit_canaries=200))
+    metrics = run(_cfg(tmp_path / "run", audit=True, noise="seeded", audit_canaries=200), plan_files["secagg"])
     audit = metrics["audit"]
     assert [g["verdict"] for g in audit["groups"]] == ["consistent"] * 3
     assert all(g["releases_not_post_processing"] == 0 for g in audit["groups"])

@@ -192,7 +192,7 @@ def test_time_adaptive_uses_each_phase_and_its_ledger_composes_them(digits_plan,
     save, spend = spec.schedule
     assert spec.noise_at(0) == spec.noise_at(save.rounds - 1) == save.noise_multiplier
     assert spec.noise_at(save.rounds) == spec.noise_at(9) == spend.noise_multiplier
-    m = run(_cfg(plan_file, tmp_path / "ta", method="time-adaptive", rounds=7, eval_every=7))
+    m = run(_cfg(tmp_path / "ta", method="time-adaptive", rounds=7, eval_every=7), plan_file)
     c = digits_plan.config
     for g, entry in enumerate(m["epsilon_spent"]):  # 5 saving rounds, then 2 spending rounds
         phases = [(5, save.noise_multiplier[g]), (2, spend.noise_multiplier[g])]
@@ -227,17 +227,17 @@ def test_engines_agree_on_client_updates(dataset, shape, momentum):
     assert float(a.abs().max()) > 0
 
 
-def _cfg(plan_file, out, **kw):
+def _cfg(out, **kw):
     base = dict(
-        plan=str(plan_file), dataset="digits", rounds=3, eval_every=1, out=str(out), progress=False, noise="seeded"
+        dataset="digits", rounds=3, eval_every=1, out=str(out), progress=False, noise="seeded"
     )  # simulations: reproducible noise and the per-round diagnostics
     base.update(kw)
     return configure(TrainConfig, **base)
 
 
 def test_loop_and_vectorized_training_agree(plan_file, tmp_path):
-    vec = run(_cfg(plan_file, tmp_path / "vec", engine="vectorized"))
-    loop = run(_cfg(plan_file, tmp_path / "loop", engine="loop"))
+    vec = run(_cfg(tmp_path / "vec", engine="vectorized"), plan_file)
+    loop = run(_cfg(tmp_path / "loop", engine="loop"), plan_file)
     assert vec["joined_per_round_mean"] == loop["joined_per_round_mean"]
     assert vec["noise_lambda_measured"] == pytest.approx(loop["noise_lambda_measured"], rel=1e-6)
     for hv, hl in zip(vec["history"], loop["history"]):
@@ -250,7 +250,7 @@ def test_loop_and_vectorized_training_agree(plan_file, tmp_path):
 
 def test_metrics_files_and_privacy(plan_file, digits_plan, tmp_path):
     out = tmp_path / "run"
-    m = run(_cfg(plan_file, out, rounds=4, eval_every=2, plot=True))
+    m = run(_cfg(out, rounds=4, eval_every=2, plot=True), plan_file)
     doc = json.loads((out / "metrics.json").read_text())
     for key in ("method", "dataset", "final_accuracy", "history", "epsilon_spent", "noise_lambda_measured"):
         assert key in doc
@@ -265,16 +265,16 @@ def test_metrics_files_and_privacy(plan_file, digits_plan, tmp_path):
 
 
 def test_p_fedavg_reports_no_privacy(plan_file, tmp_path):
-    m = run(_cfg(plan_file, tmp_path / "p", method="p-fedavg", rounds=2))
+    m = run(_cfg(tmp_path / "p", method="p-fedavg", rounds=2), plan_file)
     assert m["epsilon_spent"][0]["epsilon_spent"] is None and "no noise" in m["privacy"]
     assert m["noise_lambda_measured"] == 0.0
 
 
 @pytest.mark.parametrize("method", ["gdpfed+", "pfa"])  # PFA: the public history is checkpointed
 def test_resume_equals_uninterrupted_run(plan_file, tmp_path, method):
-    full = run(_cfg(plan_file, tmp_path / "full", rounds=4, method=method))
-    run(_cfg(plan_file, tmp_path / "part", rounds=2, method=method))
-    resumed = run(_cfg(plan_file, tmp_path / "part", rounds=4, resume=True, method=method))
+    full = run(_cfg(tmp_path / "full", rounds=4, method=method), plan_file)
+    run(_cfg(tmp_path / "part", rounds=2, method=method), plan_file)
+    resumed = run(_cfg(tmp_path / "part", rounds=4, resume=True, method=method), plan_file)
     assert resumed["history"] == full["history"]
     assert resumed["noise_lambda_measured"] == full["noise_lambda_measured"]
     assert resumed["epsilon_spent"] == full["epsilon_spent"]  # the ledger counts 4 rounds, not 2 + 4
@@ -536,20 +536,20 @@ def test_train_refuses_an_unknown_option(plan_file):
         train(plan_file, method="gdpfed+", dataset="digits", roundz=2)
 
 
-def test_a_family_option_goes_into_its_family_dataclass(plan_file):
+def test_a_family_option_goes_into_its_family_dataclass():
     """``rho=…`` by name and ``personal=PersonalOptions(…)`` whole give one config; the repr names what was set."""
     from hdp_planner_train.api import train_config
     from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
-    by_name = train_config(plan_file, method="dp2-fedsam", dataset="digits", rho=0.05, rounds=2)
-    whole = train_config(plan_file, method="dp2-fedsam", dataset="digits", rounds=2,
+    by_name = train_config(method="dp2-fedsam", dataset="digits", rho=0.05, rounds=2)
+    whole = train_config(method="dp2-fedsam", dataset="digits", rounds=2,
                          personal=PersonalOptions(rho=0.05))  # fmt: skip
     assert by_name == whole and by_name.personal == PersonalOptions(rho=0.05, head_steps=None)
     assert by_name.selection == SelectionOptions()
-    merged = train_config(plan_file, method="dp2-fedsam", head_steps=3, personal=PersonalOptions(rho=0.05))
+    merged = train_config(method="dp2-fedsam", head_steps=3, personal=PersonalOptions(rho=0.05))
     assert merged.personal == PersonalOptions(rho=0.05, head_steps=3)
     assert repr(by_name) == (
-        f"TrainConfig(plan={str(plan_file)!r}, method='dp2-fedsam', rounds=2, data=DataOptions(dataset='digits'), "
+        "TrainConfig(method='dp2-fedsam', rounds=2, data=DataOptions(dataset='digits'), "
         "personal=PersonalOptions(rho=0.05, head_steps=None))"
     )
 
