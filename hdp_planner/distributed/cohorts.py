@@ -45,8 +45,9 @@ from hdp_planner.rules.noise import aggregation_weights, lambda_exact
 
 COHORT_STEPS = 2 ** (1 / 2)
 """Candidate cohorts grow by this factor from the expected contributors up to the cap (plus the cap itself)."""
-CONTRIBUTOR_STEPS = (8, 16, 32)
-"""The search over expected contributors moves qn/8, then qn/16, then qn/32 of them between two groups at a time."""
+CONTRIBUTOR_STEPS = (8, 16, 32, 64, 128)
+"""The search over expected contributors moves qn/8, then qn/16, and so on down to qn/128 of them between two groups
+at a time."""
 Row = TypeVar("Row")
 
 
@@ -219,8 +220,8 @@ def cohort_row(
     r_m are Problem 1's (:func:`moves_contributors`), they are chosen again under Problem 1's constraints (Σr_m = qn,
     r_m ≤ |G_m|, every weight share r_m²/Σr² ≥ F|G_m|/n) to minimise that Λ: under cohorts σ_m grows with r_m more
     slowly than under the server's sampling, so the trusted plan's r_m are no longer the optimum. Λ is not a sum
-    over groups once r moves, so the search moves qn/8, qn/16, then qn/32 contributors between two groups at a time
-    while Λ falls (:data:`CONTRIBUTOR_STEPS`), from the trusted plan's r_m, which stays the answer unless a move
+    over groups once r moves, so the search moves qn/8, qn/16, … down to qn/128 contributors between two groups at a
+    time while Λ falls (:data:`CONTRIBUTOR_STEPS`), from the trusted plan's r_m, which stays the answer unless a move
     lowers Λ. GDPFed+'s k_m, where Remark 3's closed form gave them (no ``--sparsity``), are re-derived by it at each
     candidate's r_m and σ_m; every other row keeps its k_m (and a row whose r_m stay keeps its weights).
 
