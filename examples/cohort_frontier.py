@@ -92,7 +92,9 @@ def frontier_rows(p: Plan, trust: TrustModel) -> tuple[tuple[str, ...], ...]:
 
 def trusted_groups(m: MethodNoise, p: Plan) -> str:
     """Each group's expected clients r and weight share under a trusted server's row."""
-    return "; ".join(f"r {r:.3g}, share {a:.2%}" for r, a in zip(m.expected_clients, m.weight_share(p.config.clip)))
+    return "; ".join(
+        f"r {r:.3g}, share {100 * a:.3g}%" for r, a in zip(m.expected_clients, m.weight_share(p.config.clip))
+    )
 
 
 if __name__ == "__main__":
