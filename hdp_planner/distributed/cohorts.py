@@ -28,6 +28,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -36,14 +37,18 @@ from hdp_planner.distributed.law import GroupLaw, LawError, grid_law
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.methods.gdpfed import OP, PLUS
+from hdp_planner.methods.registry import row_paper_weights
 from hdp_planner.planning.plan import SHARE_TOL, MethodNoise, Plan
 from hdp_planner.planning.problem import closed_form_k_ratio, reweighting
+from hdp_planner.planning.rows import calibrated_sigma, method_noise
 from hdp_planner.rules.noise import aggregation_weights, lambda_exact
 
 COHORT_STEPS = 2 ** (1 / 2)
 """Candidate cohorts grow by this factor from the expected contributors up to the cap (plus the cap itself)."""
-CONTRIBUTOR_STEPS = (8, 16, 32)
-"""The search over expected contributors moves qn/8, then qn/16, then qn/32 of them between two groups at a time."""
+CONTRIBUTOR_STEPS = (8, 16, 32, 64, 128)
+"""The search over expected contributors moves qn/8, then qn/16, and so on down to qn/128 of them between two groups
+at a time."""
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,8 +220,8 @@ def cohort_row(
     r_m are Problem 1's (:func:`moves_contributors`), they are chosen again under Problem 1's constraints (Σr_m = qn,
     r_m ≤ |G_m|, every weight share r_m²/Σr² ≥ F|G_m|/n) to minimise that Λ: under cohorts σ_m grows with r_m more
     slowly than under the server's sampling, so the trusted plan's r_m are no longer the optimum. Λ is not a sum
-    over groups once r moves, so the search moves qn/8, qn/16, then qn/32 contributors between two groups at a time
-    while Λ falls (:data:`CONTRIBUTOR_STEPS`), from the trusted plan's r_m, which stays the answer unless a move
+    over groups once r moves, so the search moves qn/8, qn/16, … down to qn/128 contributors between two groups at a
+    time while Λ falls (:data:`CONTRIBUTOR_STEPS`), from the trusted plan's r_m, which stays the answer unless a move
     lowers Λ. GDPFed+'s k_m, where Remark 3's closed form gave them (no ``--sparsity``), are re-derived by it at each
     candidate's r_m and σ_m; every other row keeps its k_m (and a row whose r_m stay keeps its weights).
 
@@ -258,24 +263,64 @@ def cohort_row(
     fixed = row_at(m.expected_clients, exhaustive=True)
     if fixed is None or not moving:
         return fixed
-    shares = np.asarray(plan.population_share) * c.min_share * (1 - SHARE_TOL)
+    return descend(m.expected_clients, fixed, row_at, contributors_feasible(m, plan), lam=lambda row: row.lambda_cohort)
+
+
+def trusted_least_lambda(m: MethodNoise, plan: Plan) -> MethodNoise:
+    """Row ``m`` under a trusted server with the freedom :func:`cohort_row` takes: its r_m chosen again for the least
+    Λ alone, by the same search (:func:`descend`, the same moves from the trusted plan's r_m) under the same
+    constraints (:func:`contributors_feasible`). Each σ_m is calibrated at q_m = r_m/|G_m| by the plan's accountant
+    (:func:`~hdp_planner.planning.rows.calibrated_sigma`, as the plan's rows are), GDPFed+'s k_m re-derived by Remark
+    3's closed form where the row's came from it (no ``--sparsity``), ω_m = r_m/Σr² and Λ = C²Σω_m²σ_m²k_m/d
+    (:func:`~hdp_planner.planning.rows.method_noise`).
+
+    Problem 1's r_m minimise its objective (Theorem 1's σ, plus the sparsification term), not Λ, so this row is the
+    like-for-like reference for a cohort row's Λ: the two searches differ only in the noise model.
+
+    Returns:
+        The row at the r_m found; ``m`` itself where its r_m are not Problem 1's to choose (:func:`moves_contributors`)
+        or no move lowers its Λ.
+    """
+    if not moves_contributors(m, plan):
+        return m
+    c = plan.config
+    remark3, paper = m.name == PLUS.row and c.sparsity is None, row_paper_weights(m.name)
+
+    def row_at(r: tuple[float, ...]) -> MethodNoise:
+        q = [x / size for x, size in zip(r, m.size)]
+        sigma = calibrated_sigma(epsilon=list(m.epsilon), delta=c.delta, q=q, rounds=c.rounds, accountant=c.accountant)
+        rv = np.asarray(r, dtype=float)
+        k = (closed_form_k_ratio(weight=reweighting(rv), sigma2=np.square(sigma), expected_clients=rv,
+                                 coef=c.coefficients)[0].tolist() if remark3 else list(m.k_ratio))  # fmt: skip
+        return method_noise(m.name, m.epsilon, m.size, q, k, c, noise_multiplier=sigma, paper_weights=paper)
+
+    return descend(m.expected_clients, m, row_at, contributors_feasible(m, plan), lam=lambda row: row.lambda_exact)
+
+
+def contributors_feasible(m: MethodNoise, plan: Plan) -> Callable[[tuple[float, ...]], bool]:
+    """Problem 1's constraints on row ``m``'s expected contributors, bar the total that :func:`descend` keeps: every
+    0 < r_m ≤ |G_m|, every weight share r_m²/Σr² at least ``--min-share`` times the population share."""
+    shares = np.asarray(plan.population_share) * plan.config.min_share * (1 - SHARE_TOL)
 
     def feasible(r: tuple[float, ...]) -> bool:
         rv = np.asarray(r)
         return bool(np.all(rv > 0) and np.all(rv <= np.asarray(m.size)) and np.all(rv**2 / np.sum(rv**2) >= shares))
 
-    return descend(m.expected_clients, fixed, row_at, feasible)
+    return feasible
 
 
 def descend(
     start: tuple[float, ...],
-    at_start: CohortRow,
-    row_at: Callable[[tuple[float, ...]], CohortRow | None],
+    at_start: Row,
+    row_at: Callable[[tuple[float, ...]], Row | None],
     feasible: Callable[[tuple[float, ...]], bool],
-) -> CohortRow:
+    *,
+    lam: Callable[[Row], float],
+) -> Row:
     """Pairwise moves of expected contributors from ``start``: at each step of :data:`CONTRIBUTOR_STEPS` (a fraction
-    of Σr), the move of that many from one group to another that lowers Λ most, while one does. Every point is
-    ``start`` plus whole multiples of the finest step, so a point revisited is the same floats (and cached)."""
+    of Σr), the move of that many from one group to another that lowers Λ (``lam`` of a row) most, while one does.
+    Every point is ``start`` plus whole multiples of the finest step, so a point revisited is the same floats (and
+    cached)."""
     total, finest = sum(start), CONTRIBUTOR_STEPS[-1]
     offsets, best = np.zeros(len(start), dtype=np.int64), at_start
     for steps in CONTRIBUTOR_STEPS:
@@ -291,7 +336,7 @@ def descend(
                 if not feasible(r):
                     continue
                 row = row_at(r)
-                if row is not None and row.lambda_cohort < best.lambda_cohort:
+                if row is not None and lam(row) < lam(best):
                     best, next_offsets, improved = row, moved, True
             if improved:
                 offsets = next_offsets

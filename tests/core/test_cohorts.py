@@ -20,6 +20,7 @@ from hdp_planner.distributed.cohorts import (
     cohort_group,
     cohort_law,
     cohort_row,
+    trusted_least_lambda,
 )
 from hdp_planner.distributed.randomness import SeededBits
 from hdp_planner.distributed.rounds import group_tau_d
@@ -189,3 +190,34 @@ def test_optimal_contributors_on_small_random_plans(eps, n, rounds, q, multiple,
     except ValueError:  # a min share Problem 1 cannot meet
         return
     _check_optimal_contributors(p, TrustModel(kind="secagg", bits=20, survivors=0.9, model_dim=100), multiple)
+
+
+@pytest.mark.parametrize(("sparsity", "min_share"), [(None, 0.0), ((0.7, 0.8, 0.9), 0.0), (None, 1.0)])
+def test_the_lambda_only_trusted_search_is_never_noisier_than_problem_1s_row(sparsity, min_share):
+    """The trusted server given the cohorts' freedom: r_m under the same constraints, Λ never above Problem 1's row
+    (where the search starts), the row the plan itself builds at those rates (same σ_m, k_m, ω_m, Λ), and the same
+    answer twice."""
+    p = plan([1.0, 2.0, 4.0], n=600, rounds=20, q=0.1, clip=1.0, sparsity=sparsity, min_share=min_share)
+    m = p.groups
+    row = trusted_least_lambda(m, p)
+    assert row == trusted_least_lambda(m, p)
+    assert row.lambda_exact <= m.lambda_exact
+    if min_share == 0:  # Λ alone starves the strict groups further than Problem 1 does
+        assert row.lambda_exact < m.lambda_exact
+    r = np.asarray(row.expected_clients)
+    assert r.sum() == pytest.approx(p.config.q * p.config.n, rel=1e-9)
+    assert np.all(r > 0) and np.all(r <= np.asarray(m.size))
+    assert np.all(r**2 / np.sum(r**2) >= min_share * np.asarray(p.population_share) * (1 - 1e-6))
+    at_r = plan([1.0, 2.0, 4.0], n=600, rounds=20, q=0.1, clip=1.0, sparsity=sparsity, fixed_q=row.q).groups
+    assert row.noise_multiplier == pytest.approx(at_r.noise_multiplier, rel=1e-9)
+    assert row.k_ratio == pytest.approx(at_r.k_ratio, rel=1e-9)
+    assert row.weight == pytest.approx(at_r.weight, rel=1e-9)
+    assert row.lambda_exact == pytest.approx(at_r.lambda_exact, rel=1e-9)
+
+
+def test_rows_whose_contributors_are_not_problem_1s_keep_them_under_the_lambda_only_search(small):
+    """DP-FedAvg, GDPFed and a plan with fixed q have no r_m to choose: the search returns the row itself."""
+    for name in ("DP-FedAvg", "GDPFed"):
+        assert trusted_least_lambda(small.method(name), small) == small.method(name)
+    fixed = _fixed_r(small)
+    assert trusted_least_lambda(fixed.groups, fixed) == fixed.groups
