@@ -5,7 +5,7 @@ the clients the ledger charges (:func:`prepare`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from hdp_planner.methods.registry import REGISTRY
 from hdp_planner_flower import offline_env, require_flwr
@@ -17,6 +17,14 @@ from hdp_planner_train.run.options import (
     OutputOptions,
     TrustOptions,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from hdp_planner_flower.app import DataSettings
+    from hdp_planner_train.run.bound import BoundRun
+    from hdp_planner_train.run.plan import RunPlan
+    from hdp_planner_train.run.settings import RunSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,21 +70,25 @@ class FlowerConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
-    """A checked run: everything the server needs, built before any node starts or any file is written."""
+    """A checked run: everything the server needs, built before any node starts or any file is written.
+
+    Args:
+        cfg: The run's configuration, its trust kind resolved (the plan's unless asked).
+        train: The trainer's configuration of the same run (validation and metrics are the run layer's).
+        bound: The plan read once and bound, with the data, the method's groups, the rounds, batch and momentum.
+        groups: Each client id's group in the method's spec, from ``--groups`` (None: the simulated assignment).
+        settings: What each node trains with.
+        version: Flower's version.
+        clients: (group, lifetime budget) by client id, the ledger's charge.
+    """
 
     cfg: FlowerConfig
-    train: Any  # the trainer's TrainConfig of the same run (validation and metrics are the trainer's)
-    plan: Any
-    data: Any
-    spec: Any
-    rounds: int
-    batch: int
-    momentum: float
-    groups: Any
-    settings: Any
+    train: RunSettings
+    bound: BoundRun
+    groups: np.ndarray | None
+    settings: DataSettings
     version: str
-    clients: Any = None  # (membership, budgets) by client id from --groups, for the ledger
-    run_plan: Any = None  # the plan file read once (a RunPlan): its SHA-256 announced each round, pinned by secagg
+    clients: tuple[dict[str, int], dict[str, float]]
 
 
 def prepare(cfg: FlowerConfig) -> Prepared:
@@ -114,25 +126,27 @@ def prepare(cfg: FlowerConfig) -> Prepared:
                       output=cfg.output)  # fmt: skip
     if cfg.audit.enabled and cfg.trust.kind != "server":
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
-    run_plan, data, spec, rounds, batch, momentum = validate(tc, run_plan)
-    plan, doc = run_plan.plan, run_plan.document
+    bound = validate(tc, run_plan)
+    plan, doc, spec = run_plan.plan, run_plan.document, bound.spec
     clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.ledger.groups)  # refuses a default mapping
     groups_file = cfg.ledger.groups
     groups = groups_from_file(groups_file, spec, plan.groups.epsilon, budgets_digest_of(doc)) if groups_file else None
     settings = DataSettings(dataset=cfg.data.dataset, data_dir=cfg.data.data_dir, clients=cfg.data.clients,
                             dirichlet=cfg.data.dirichlet, seed=cfg.seed, local_steps=plan.config.local_steps,
-                            batch_size=batch, momentum=momentum, lr=plan.config.lr,
+                            batch_size=bound.batch, momentum=bound.momentum, lr=plan.config.lr,
                             lr_decay=tc.model.lr_decay)  # fmt: skip
-    return Prepared(cfg=cfg, train=tc, plan=plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
-                    groups=groups, settings=settings, version=version, clients=clients, run_plan=run_plan)  # fmt: skip
+    return Prepared(cfg=cfg, train=tc, bound=bound, groups=groups, settings=settings, version=version,
+                    clients=clients)  # fmt: skip
 
 
-def validate(tc, run_plan):
+def validate(tc: RunSettings, run_plan: RunPlan) -> BoundRun:
     """The checks of the run layer (:mod:`hdp_planner_train.run.plan`) on the trainer's configuration ``tc`` of the
-    run under ``run_plan`` (a :class:`~hdp_planner_train.run.plan.RunPlan`), and its data; returns (run plan, data,
-    spec, rounds, batch, momentum)."""
+    run under ``run_plan``, and its data; returns the run bound to them (on the CPU: Flower's nodes train there)."""
+    import torch
+
     from hdp_planner_train.learning.datasets import DEFAULTS
     from hdp_planner_train.learning.federated import load_federated
+    from hdp_planner_train.run.bound import BoundRun
     from hdp_planner_train.run.plan import check_clients, method_groups, trusted_groups, verified_rounds
 
     d = tc.data
@@ -143,4 +157,5 @@ def validate(tc, run_plan):
     check_clients(tc, run_plan.plan, data.n_clients)
     spec = trusted_groups(tc, run_plan, method_groups(tc, run_plan))
     defaults = DEFAULTS[d.dataset]
-    return run_plan, data, spec, rounds, int(defaults["batch_size"]), float(defaults["momentum"])
+    return BoundRun(run_plan=run_plan, data=data, spec=spec, rounds=rounds, batch=int(defaults["batch_size"]),
+                    momentum=float(defaults["momentum"]), device=torch.device("cpu"))  # fmt: skip

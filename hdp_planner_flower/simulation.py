@@ -43,8 +43,8 @@ def open_account(p: Prepared):
     round 1 if a client would exceed its budget."""
     from hdp_planner_train.run.ledger import NO_LEDGER_HINT, ledger_run
 
-    return ledger_run(p.train, p.run_plan, spec=p.spec, start=0, rounds=p.rounds, clients=p.clients, secure=True,
-                      refusal_hint=NO_LEDGER_HINT)  # fmt: skip
+    return ledger_run(p.train, p.bound.run_plan, spec=p.bound.spec, start=0, rounds=p.bound.rounds, clients=p.clients,
+                      secure=True, refusal_hint=NO_LEDGER_HINT)  # fmt: skip
 
 
 def serve(p: Prepared, grid, account, progress=print):
@@ -57,31 +57,35 @@ def serve(p: Prepared, grid, account, progress=print):
     from hdp_planner_train.run.progress import round_description
 
     def on_round(rnd: int, entry, stats, seconds: float) -> None:
-        line = round_description(p.plan, p.spec, done=rnd, rounds=p.rounds, acc=entry["accuracy"], loss=entry["loss"])
+        line = round_description(
+            p.bound.plan, p.bound.spec, done=rnd, rounds=p.bound.rounds, acc=entry["accuracy"], loss=entry["loss"]
+        )
         if p.cfg.diagnostics:  # who joined and how long it took reveal participation: simulation only
             line += f" joined {'/'.join(str(j) for j in stats.joined)} ({seconds:.2f} s)"
             line += "".join(f"; group {w.group + 1} withheld: {w.reason}" for w in stats.withheld)
         progress(line)
 
-    progress(f"Flower {p.version}: {p.spec.method} on {p.cfg.data.dataset}, {p.data.n_clients} nodes, trust "
-             f"{p.cfg.trust.kind} ({TRUST_NOTES[p.cfg.trust.kind]})")  # fmt: skip
+    progress(f"Flower {p.version}: {p.bound.spec.method} on {p.cfg.data.dataset}, {p.bound.data.n_clients} nodes, "
+             f"trust {p.cfg.trust.kind} ({TRUST_NOTES[p.cfg.trust.kind]})")  # fmt: skip
     auditor = None
     if p.cfg.audit.enabled:
         from hdp_planner_train.audit.canaries import CanaryAuditor
 
-        auditor = CanaryAuditor(p.spec, spec_dim(p.data, p.cfg.data.dataset), p.cfg.seed, p.cfg.audit.canaries)
+        auditor = CanaryAuditor(
+            p.bound.spec, spec_dim(p.bound.data, p.cfg.data.dataset), p.cfg.seed, p.cfg.audit.canaries
+        )
     strategy = HdpStrategy(
-        p.plan, p.spec, group_of_client=p.groups, trust=p.cfg.trust.kind, on_round=on_round,
-        diagnostics=p.cfg.diagnostics, auditor=auditor, account=account, plan_sha256=p.run_plan.sha256,
+        p.bound.plan, p.bound.spec, group_of_client=p.groups, trust=p.cfg.trust.kind, on_round=on_round,
+        diagnostics=p.cfg.diagnostics, auditor=auditor, account=account, plan_sha256=p.bound.run_plan.sha256,
         masks=p.cfg.masks,
         node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None, sparse_graph=p.cfg.trust.sparse_graph,
     )  # fmt: skip
     strategy.start(
         grid,
-        model_arrays(p.cfg.data.dataset, p.data.num_classes, p.cfg.seed),
-        num_rounds=p.rounds,
+        model_arrays(p.cfg.data.dataset, p.bound.data.num_classes, p.cfg.seed),
+        num_rounds=p.bound.rounds,
         train_config=p.settings.record(),
-        evaluate_fn=central_evaluation(p.cfg.data.dataset, p.data),
+        evaluate_fn=central_evaluation(p.cfg.data.dataset, p.bound.data),
         timeout=p.cfg.round_timeout,
     )
     return strategy
@@ -94,9 +98,10 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     from hdp_planner_train.run.metrics import base_metrics
     from hdp_planner_train.run.output import write_metrics
 
-    log, spec = strategy.log, p.spec
-    metrics = base_metrics(p.train, p.plan, spec=spec, data=p.data, device="cpu", rounds=log.next_round,
-                           d=spec_dim(p.data, p.cfg.data.dataset), batch=p.batch, momentum=p.momentum, log=log,
+    log, b = strategy.log, p.bound
+    spec = b.spec
+    metrics = base_metrics(p.train, b.plan, spec=spec, data=b.data, device=str(b.device), rounds=log.next_round,
+                           d=spec_dim(b.data, p.cfg.data.dataset), batch=b.batch, momentum=b.momentum, log=log,
                            model=model_name(p.cfg.data.dataset))  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
         if isinstance(metrics.get(key), float) and math.isnan(metrics[key]):
@@ -119,7 +124,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     )
     if strategy.auditor is not None:  # the trainer's audit section, from the canaries the strategy inserted
         planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
-        metrics["audit"] = strategy.auditor.report(planned, p.plan.config.delta)
+        metrics["audit"] = strategy.auditor.report(planned, p.bound.plan.config.delta)
     if p.cfg.output.out:
         Path(p.cfg.output.out).mkdir(parents=True, exist_ok=True)
         write_metrics(metrics, Path(p.cfg.output.out), False)
@@ -187,16 +192,16 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
         if p.cfg.trust.kind == "secagg":
             from hdp_planner_flower.pin import Pin
 
-            pin = Pin(plan=str(Path(cfg.plan).resolve()), sha256=p.run_plan.sha256, method=cfg.method,
+            pin = Pin(plan=str(Path(cfg.plan).resolve()), sha256=p.bound.run_plan.sha256, method=cfg.method,
                       groups=str(Path(cfg.ledger.groups).resolve()) if cfg.ledger.groups else None, state_dir=state_dir,
                       sparse_graph=cfg.trust.sparse_graph)  # fmt: skip
         if cfg.in_process:
             from hdp_planner_flower.local import InProcessGrid
 
             logging.getLogger("flwr").setLevel(logging.ERROR)
-            grid = InProcessGrid(client_app(pin=pin, masks=cfg.masks), p.data.n_clients)
+            grid = InProcessGrid(client_app(pin=pin, masks=cfg.masks), p.bound.data.n_clients)
             return finish(p, serve(p, grid, account, progress))
-        _simulate(app, client_app(pin=pin, masks=cfg.masks), p.data.n_clients, cfg.cpus_per_client)
+        _simulate(app, client_app(pin=pin, masks=cfg.masks), p.bound.data.n_clients, cfg.cpus_per_client)
     if "error" in holder:
         exc = holder["error"]
         raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -258,14 +263,18 @@ def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
     from hdp_planner_train.rules.secagg import epsilon_server_spent
     from hdp_planner_train.run.metrics import secagg_metrics
 
-    block = {k: v for k, v in secagg_metrics(p.plan, p.spec, rounds, None).items() if k != "dropout_simulated"}
-    if p.spec.secagg.cohorts is None:
-        cap = min(trust_from_dict(p.run_plan.document).participations or rounds, rounds)
+    block = {
+        k: v for k, v in secagg_metrics(p.bound.plan, p.bound.spec, rounds, None).items() if k != "dropout_simulated"
+    }
+    if p.bound.spec.secagg.cohorts is None:
+        cap = min(trust_from_dict(p.bound.run_plan.document).participations or rounds, rounds)
         block["participation_cap"] = cap
-        block["epsilon_server"] = [epsilon_server_spent(p.spec, m, participations=cap, delta=p.plan.config.delta)
-                                   for m in range(len(p.spec.sizes))]  # fmt: skip
+        block["epsilon_server"] = [
+            epsilon_server_spent(p.bound.spec, m, participations=cap, delta=p.bound.plan.config.delta)
+            for m in range(len(p.bound.spec.sizes))
+        ]
     else:  # hidden participation: the cohort block's ε against the server, at min(rounds, K_m) memberships
-        block["participation_cap"] = [min(g.memberships, rounds) for g in p.spec.secagg.cohorts]
+        block["participation_cap"] = [min(g.memberships, rounds) for g in p.bound.spec.secagg.cohorts]
     graph = "sparse neighbour graph (honest-but-curious server)" if p.cfg.trust.sparse_graph else "full neighbour graph"
     block["masks"] = (
         f"Flower SecAgg+, {graph}, masks expanded with ChaCha20"
