@@ -17,15 +17,7 @@ from hdp_planner_cli.options import (
     ModelOpt,
     OverrideTrust,
 )
-from hdp_planner_train.run.options import (
-    AuditOptions,
-    DataOptions,
-    LedgerOptions,
-    ModelOptions,
-    NoiseOptions,
-    OutputOptions,
-    TrustOptions,
-)
+from hdp_planner_train.run import options as run_options
 from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
 
@@ -33,7 +25,7 @@ def _noise_kind(secure: bool | None) -> str | None:
     return None if secure is None else ("secure" if secure else "seeded")
 
 
-DATA = OptionBlock(group=DataOptions, options={
+DATA = OptionBlock(group=run_options.DataOptions, options={
     "dataset": Opt(DatasetOpt, "fmnist"),
     "data_dir": Opt(option("--data-dir", str | None, "Where the dataset's files are.")),
     "clients": Opt(option("--clients", int | None, "Clients to split the data among (default: the paper's n).")),
@@ -48,7 +40,7 @@ DATA = OptionBlock(group=DataOptions, options={
 })  # fmt: skip
 """Which data, split how (:class:`~hdp_planner_train.run.options.DataOptions`)."""
 
-MODEL = OptionBlock(group=ModelOptions, options={
+MODEL = OptionBlock(group=run_options.ModelOptions, options={
     "model": Opt(ModelOpt),
     "engine": Opt(option("--engine", str, "vectorized (torch.func) | loop (reference)"), "vectorized"),
     "precision": Opt(option("--precision", str, "fp32 | bf16: the local forward only; updates, clipping, noise fp32."),
@@ -60,7 +52,7 @@ MODEL = OptionBlock(group=ModelOptions, options={
 })  # fmt: skip
 """The model and its local optimisation (:class:`~hdp_planner_train.run.options.ModelOptions`)."""
 
-NOISE = OptionBlock(group=NoiseOptions, options={
+NOISE = OptionBlock(group=run_options.NoiseOptions, options={
     "secure_noise": Opt(option(
         "--secure-noise/--seeded-noise", bool | None,
         "Noise and client sampling from the OS's CSPRNG (for models that are released), or reproducible from --seed "
@@ -71,7 +63,7 @@ NOISE = OptionBlock(group=NoiseOptions, options={
 })  # fmt: skip
 """The noise source and the simulated dropout (:class:`~hdp_planner_train.run.options.NoiseOptions`)."""
 
-TRUST = OptionBlock(group=TrustOptions, options={
+TRUST = OptionBlock(group=run_options.TrustOptions, options={
     "trust": Opt(option(
         "--trust", str | None,
         "server, or secagg: each group's sum through the exact integer pipeline of secure aggregation (distributed "
@@ -90,7 +82,7 @@ TRUST = OptionBlock(group=TrustOptions, options={
 })  # fmt: skip
 """Whom the clients trust (:class:`~hdp_planner_train.run.options.TrustOptions`)."""
 
-AUDIT = OptionBlock(group=AuditOptions, options={
+AUDIT = OptionBlock(group=run_options.AuditOptions, options={
     "audit": Opt(option("--audit", bool,
                          "Insert canary clients; report an empirical ε per group beside the plan's."), False),
     "audit_canaries": Opt(option("--audit-canaries", int | None,
@@ -98,7 +90,7 @@ AUDIT = OptionBlock(group=AuditOptions, options={
 })  # fmt: skip
 """The privacy audit (:class:`~hdp_planner_train.run.options.AuditOptions`)."""
 
-LEDGER = OptionBlock(group=LedgerOptions, options={
+LEDGER = OptionBlock(group=run_options.LedgerOptions, options={
     "ledger": Opt(option(
         "--ledger", str,
         "Privacy ledger charged round by round: an SQLAlchemy URL or SQLite file, none, or auto (the default ledger, "
@@ -111,7 +103,7 @@ LEDGER = OptionBlock(group=LedgerOptions, options={
 })  # fmt: skip
 """The privacy ledger charged (:class:`~hdp_planner_train.run.options.LedgerOptions`)."""
 
-OUTPUT = OptionBlock(group=OutputOptions, options={
+OUTPUT = OptionBlock(group=run_options.OutputOptions, options={
     "out": Opt(option("--out", str | None, "Folder for metrics.json/.csv, plot, checkpoint.")),
     "eval_every": Opt(option("--eval-every", int, "Evaluate every this many rounds."), 1),
     "plot": Opt(option("--plot", bool, "Write convergence.png to --out."), False),

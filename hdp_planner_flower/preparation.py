@@ -9,14 +9,7 @@ from typing import TYPE_CHECKING
 
 from hdp_planner.methods.registry import REGISTRY
 from hdp_planner_flower import offline_env, require_flwr
-from hdp_planner_train.run.options import (
-    AuditOptions,
-    DataOptions,
-    LedgerOptions,
-    ModelOptions,
-    OutputOptions,
-    TrustOptions,
-)
+from hdp_planner_train.run.options import DataOptions, LedgerOptions, ModelOptions, OutputOptions, RunConfig
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,19 +21,13 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class FlowerConfig:
-    """A Flower run (``hdp-plan flower``) on the simulation engine. Flower's noise is always secure.
+class FlowerConfig(RunConfig):
+    """A Flower run (``hdp-plan flower``) on the simulation engine. Flower's noise is always secure. Besides
+    :class:`~hdp_planner_train.run.options.RunConfig`'s fields (method, rounds, seed, data: digits by default, trust,
+    audit: under a trusted server, ledger: federation ``flower`` by default, output: ``out`` only):
 
     Args:
         plan: The plan file.
-        method: A ``--method`` key of the plan.
-        rounds: Rounds to run (None: the plan's T).
-        seed: The run's seed (data split, initial model).
-        data: Which data, split how (:class:`~hdp_planner_train.run.options.DataOptions`; digits by default).
-        trust: Whom the clients trust (None: the plan's trust model).
-        audit: The privacy audit, under a trusted server.
-        ledger: The privacy ledger charged.
-        output: ``out``, the folder of metrics.json/.csv: the one output option a Flower run takes.
         cpus_per_client: Ray CPUs per virtual node.
         diagnostics: Per-round joined counts, measured noise and round times (a simulation's).
         node_state: The simulated nodes' state folder under secagg (None: the user's data folder).
@@ -51,14 +38,8 @@ class FlowerConfig:
     """
 
     plan: str
-    method: str = "gdpfed+"
-    rounds: int | None = None
-    seed: int = 0
     data: DataOptions = field(default_factory=lambda: DataOptions(dataset="digits"))
-    trust: TrustOptions = field(default_factory=TrustOptions)
-    audit: AuditOptions = field(default_factory=AuditOptions)
     ledger: LedgerOptions = field(default_factory=lambda: LedgerOptions(federation="flower"))
-    output: OutputOptions = field(default_factory=OutputOptions)
     cpus_per_client: float = 1.0
     diagnostics: bool = False
     node_state: str | None = None

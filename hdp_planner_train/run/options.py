@@ -25,7 +25,7 @@ maps another (``audit`` → ``enabled``). :func:`gather_options` moves flat keyw
 
 from __future__ import annotations
 
-from dataclasses import MISSING, Field, dataclass, fields, is_dataclass, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar, TypeVar
 
 from hdp_planner.distributed.trust import TrustKind
@@ -200,6 +200,32 @@ class OutputOptions(_Group):
     overwrite: bool = False
     eval_every: int = 1
     progress: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """What every run of a plan takes, in the simulator (:class:`~hdp_planner_train.simulator.scaffold.TrainConfig`)
+    and on Flower (:class:`~hdp_planner_flower.preparation.FlowerConfig`), each adding its own fields.
+
+    Args:
+        method: A ``--method`` key of the plan.
+        rounds: Rounds to run (None: the plan's T).
+        seed: The run's seed (data split, initial model; the noise too where it is seeded).
+        data: Which data, split how.
+        trust: Whom the clients trust (the plan's trust model unless asked).
+        audit: The privacy audit.
+        ledger: The privacy ledger charged.
+        output: What the run writes and reports.
+    """
+
+    method: str = "gdpfed+"
+    rounds: int | None = None
+    seed: int = 0
+    data: DataOptions = field(default_factory=DataOptions)
+    trust: TrustOptions = field(default_factory=TrustOptions)
+    audit: AuditOptions = field(default_factory=AuditOptions)
+    ledger: LedgerOptions = field(default_factory=LedgerOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
 
 
 def flat_names(group: type) -> dict[str, str]:

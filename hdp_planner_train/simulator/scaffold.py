@@ -34,36 +34,22 @@ from hdp_planner_train.simulator.options import PersonalOptions, SelectionOption
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainConfig:
+class TrainConfig(run_options.RunConfig):
     """A simulator run (``hdp-plan train``); :func:`hdp_planner_train.api.train_config` builds one from flat keywords.
 
     The plan is not part of it: a run follows a :class:`~hdp_planner_train.run.plan.RunPlan` bound once, beside it.
+    Besides :class:`~hdp_planner_train.run.options.RunConfig`'s fields (method, rounds, seed, data, trust, audit,
+    ledger, output):
 
     Args:
-        method: A ``--method`` key of the plan.
-        rounds: Rounds to run (None: the plan's T).
-        seed: The run's seed (data split, initial model; the noise too where it is seeded).
-        data: Which data, split how (:class:`~hdp_planner_train.run.options.DataOptions`).
         model: The model and its local optimisation.
         noise: Where the noise comes from.
-        trust: Whom the clients trust.
-        audit: The privacy audit.
-        ledger: The privacy ledger charged.
-        output: What the run writes and reports.
         personal: The DP²-FedSAM family's own options (:mod:`.options`).
         selection: The client-selection family's own options.
     """
 
-    method: str = "gdpfed+"
-    rounds: int | None = None
-    seed: int = 0
-    data: run_options.DataOptions = field(default_factory=run_options.DataOptions)
     model: run_options.ModelOptions = field(default_factory=run_options.ModelOptions)
     noise: run_options.NoiseOptions = field(default_factory=run_options.NoiseOptions)
-    trust: run_options.TrustOptions = field(default_factory=run_options.TrustOptions)
-    audit: run_options.AuditOptions = field(default_factory=run_options.AuditOptions)
-    ledger: run_options.LedgerOptions = field(default_factory=run_options.LedgerOptions)
-    output: run_options.OutputOptions = field(default_factory=run_options.OutputOptions)
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
     selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
 
