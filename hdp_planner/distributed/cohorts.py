@@ -292,7 +292,8 @@ def trusted_least_lambda(m: MethodNoise, plan: Plan) -> MethodNoise:
         rv = np.asarray(r, dtype=float)
         k = (closed_form_k_ratio(weight=reweighting(rv), sigma2=np.square(sigma), expected_clients=rv,
                                  coef=c.coefficients)[0].tolist() if remark3 else list(m.k_ratio))  # fmt: skip
-        return method_noise(m.name, m.epsilon, m.size, q, k, c, noise_multiplier=sigma, paper_weights=paper)
+        return method_noise(m.name, epsilons=m.epsilon, sizes=m.size, q=q, k_ratio=k, config=c, noise_multiplier=sigma,
+                            paper_weights=paper)  # fmt: skip
 
     return descend(m.expected_clients, m, row_at, contributors_feasible(m, plan), lam=lambda row: row.lambda_exact)
 
