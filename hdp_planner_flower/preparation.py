@@ -77,8 +77,8 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner.distributed.trust import TRUST_KINDS
 
     version = require_flwr()
-    from hdp_planner_train.api import train_config
     from hdp_planner_train.run.plan import RunPlan
+    from hdp_planner_train.run.settings import RunSettings
 
     run_plan = RunPlan.read(cfg.plan)  # the one read of the plan file
     cfg = replace(cfg, trust=replace(cfg.trust, kind=cfg.trust.kind or run_plan.trust))  # the plan's unless asked
@@ -102,7 +102,7 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.specs import METHOD_NAMES
 
-    tc = train_config(method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
+    tc = RunSettings(method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
                       model=ModelOptions(engine="loop"), trust=cfg.trust, audit=cfg.audit, ledger=cfg.ledger,
                       output=cfg.output)  # fmt: skip
     if cfg.audit.enabled and cfg.trust.kind != "server":

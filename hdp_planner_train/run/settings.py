@@ -1,23 +1,23 @@
-"""The settings the run layer reads from a run's configuration (the trainer's ``TrainConfig`` has them all)."""
+"""The settings the run layer reads from a run's configuration: :class:`RunSettings`, which Flower builds directly and
+the simulator's ``TrainConfig`` extends with its trainer families' options."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass, field
 
 from hdp_planner_train.run import options as run_options
 
 
-class RunSettings(Protocol):
-    """A run's configuration as the run layer reads it: the method, its seed and rounds, and the option groups. The
-    plan is not a setting: a run follows a :class:`~.plan.RunPlan` bound once, beside its configuration."""
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(run_options.RunConfig):
+    """A run's configuration as the run layer reads it: :class:`~.options.RunConfig`'s fields, and how the clients
+    train and where the noise comes from. The plan is not a setting: a run follows a :class:`~.plan.RunPlan` bound
+    once, beside its configuration.
 
-    method: str
-    rounds: int | None
-    seed: int
-    data: run_options.DataOptions
-    model: run_options.ModelOptions
-    noise: run_options.NoiseOptions
-    trust: run_options.TrustOptions
-    audit: run_options.AuditOptions
-    ledger: run_options.LedgerOptions
-    output: run_options.OutputOptions
+    Args:
+        model: The model and its local optimisation.
+        noise: Where the noise comes from.
+    """
+
+    model: run_options.ModelOptions = field(default_factory=run_options.ModelOptions)
+    noise: run_options.NoiseOptions = field(default_factory=run_options.NoiseOptions)

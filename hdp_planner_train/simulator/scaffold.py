@@ -28,28 +28,25 @@ from hdp_planner_train.run.ledger import privacy_ledger
 from hdp_planner_train.run.metrics import base_metrics
 from hdp_planner_train.run.noise import noise_kind
 from hdp_planner_train.run.progress import progress_bar, round_description
+from hdp_planner_train.run.settings import RunSettings
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
 from hdp_planner_train.simulator.options import PersonalOptions, SelectionOptions
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainConfig(run_options.RunConfig):
+class TrainConfig(RunSettings):
     """A simulator run (``hdp-plan train``); :func:`hdp_planner_train.api.train_config` builds one from flat keywords.
 
     The plan is not part of it: a run follows a :class:`~hdp_planner_train.run.plan.RunPlan` bound once, beside it.
-    Besides :class:`~hdp_planner_train.run.options.RunConfig`'s fields (method, rounds, seed, data, trust, audit,
-    ledger, output):
+    Besides :class:`~hdp_planner_train.run.settings.RunSettings`' fields (method, rounds, seed, and the data, model,
+    noise, trust, audit, ledger and output groups):
 
     Args:
-        model: The model and its local optimisation.
-        noise: Where the noise comes from.
         personal: The DP²-FedSAM family's own options (:mod:`.options`).
         selection: The client-selection family's own options.
     """
 
-    model: run_options.ModelOptions = field(default_factory=run_options.ModelOptions)
-    noise: run_options.NoiseOptions = field(default_factory=run_options.NoiseOptions)
     personal: PersonalOptions = field(default_factory=PersonalOptions)  # the DP²-FedSAM family's options
     selection: SelectionOptions = field(default_factory=SelectionOptions)  # the client-selection family's options
 
