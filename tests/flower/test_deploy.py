@@ -258,6 +258,27 @@ def test_a_supernode_killed_mid_run_is_a_dropout_and_restarts_with_its_counts(de
 
 
 @pytest.mark.slow
+def test_hdp_plan_deploy_runs_a_hidden_participation_plan(tmp_path, monkeypatch):
+    """A plan with public cohorts and private coins on real SuperNodes: every node is a cohort member that flips its
+    own coin, the run goes through SecAgg+, and the metrics report the cohort, the coin and the ε against the server
+    that one membership spends."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "home"))  # a fresh ledger: these client ids are new
+    path = tmp_path / "plan.json"
+    args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "10", "--q", "0.6", "--clip", "1.0", "--methods",
+            "dp-fedavg", "--trust", "secagg", "--bits", "16", "--survivors", "0.75", "--model-dim", "2410",
+            "--participations", "8", "--hide-sample", "-o", str(path)]  # fmt: skip
+    assert CliRunner().invoke(cli_app, args).exit_code == 0
+    res = CliRunner().invoke(cli_app, ["deploy", "local", str(path), "--nodes", str(N), "--rounds", "1", "--method",
+                                       "dp-fedavg", "--out", str(tmp_path / "runs"), "--timeout", "900"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    m = json.loads((tmp_path / "runs" / "secagg" / "metrics.json").read_text())
+    block = m["secagg"]
+    assert m["trust"] == "secagg" and block["hidden_participation"] and block["cohort"] == [N]
+    assert block["coin"] == [pytest.approx(0.6)] and block["participation_cap"] == [1]
+    assert 0 < block["epsilon_server"][0] <= 1.0 and "; 0 left" in res.output
+
+
+@pytest.mark.slow
 def test_two_server_processes_share_one_postgresql_ledger_without_overspending(postgres, tmp_path, monkeypatch):
     """Two runs submitted at once, two ServerApp processes charging one PostgreSQL ledger; the plan's one round is
     each client's whole budget: exactly one run goes ahead, the other is refused before round 1, and every client
