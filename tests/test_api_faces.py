@@ -30,7 +30,16 @@ FACES = {
         "Ledger",
         "LedgerError",
     },
-    "hdp_planner_train": {"train", "TrainResult", "TrainError", "run_rounds", "GroupAggregator", "CanaryAuditor"},
+    "hdp_planner_train": {
+        "train",
+        "TrainResult",
+        "TrainError",
+        "run_rounds",
+        "GroupAggregator",
+        "CanaryAuditor",
+        "RunPlan",
+        "BoundRun",
+    },
     "hdp_planner_flower": {
         "HdpStrategy",
         "client_app",

@@ -31,7 +31,15 @@ IN_MEMORY = "the plan given"
 class RunPlan:
     """A plan bound for a run, read once: the plan, the document it was read from, the SHA-256 that names it (of the
     file's bytes: what a checkpoint matches and a secure-aggregation client pins) and the trust model it was solved
-    for. Everything a run needs of its plan comes from here, never from the file again."""
+    for. Everything a run needs of its plan comes from here, never from the file again.
+
+    Args:
+        source: Where the plan came from: its file's path, or :data:`IN_MEMORY`.
+        plan: The plan.
+        document: The plan file's JSON document (the trust object and hidden participation included).
+        sha256: The SHA-256 that names the plan.
+        trust: The trust model the plan was solved for.
+    """
 
     source: str
     plan: Plan
