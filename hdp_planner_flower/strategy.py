@@ -1,11 +1,10 @@
 """The server's side of a plan on Flower: one ``flwr.serverapp.strategy.Strategy`` (GDPFed Algorithm 1 per round).
 
 Per round and group m the strategy Poisson-samples the group's nodes with q_m
-(``hdp_planner.rules.noise.poisson_sample``
-on OS entropy; an empty round is fine), sends each sampled node the model, its group's C_m, σ_m and the round's
-joined count c_m, and turns the replies into the groups' noisy sums y_m;
-``hdp_planner_train.rules.release.noisy_update``
-(the simulator's own code) then applies Top-k / PFA's projection and the weights ω_m. Trust models:
+(``hdp_planner.rules.noise.poisson_sample`` on OS entropy; an empty round is fine), sends each sampled node the model,
+its group's C_m, σ_m and the round's joined count c_m, and turns the replies into the groups' noisy sums y_m;
+``hdp_planner_train.rules.release.noisy_update`` (the simulator's own code) then applies Top-k / PFA's projection and
+the weights ω_m. Trust models:
 
 - ``server``: clients send clipped updates; the server re-clips them (``clip_rows``: a no-op for honest clients)
   and adds each group's full noise N(0, C_m²σ_m²) (``group_noise``), whatever number of replies arrived;
@@ -146,9 +145,7 @@ class HdpStrategy(Strategy):
         registry (``node_clients``) no message is sent: :func:`~.membership.registered_members`."""
         n = self.spec.n
         if self.node_clients is not None:
-            self.set_members(
-                registered_members(grid, node_clients=self.node_clients, n=n, wait=min(wait, CONNECT_WAIT))
-            )
+            self.set_members(registered_members(grid, self.node_clients, n=n, wait=min(wait, CONNECT_WAIT)))
             return
         deadline = time.monotonic() + wait
         nodes = sorted(grid.get_node_ids())
@@ -360,9 +357,8 @@ class HdpStrategy(Strategy):
         def step(r: int, lr: float) -> tuple[RoundStats, Callable[[], None]]:
             rnd = r + 1  # Flower counts rounds from 1; each client decays its own learning rate by the round
             if self.trust == "secagg":
-                arrays, metrics = self.secure_round(
-                    grid, server_round=rnd, arrays=result.arrays, config=train_config, timeout=timeout
-                )
+                arrays, metrics = self.secure_round(grid, server_round=rnd, arrays=result.arrays, config=train_config,
+                                                    timeout=timeout)  # fmt: skip
             else:
                 messages = self.configure_train(rnd, result.arrays, train_config, grid)
                 arrays, metrics = self.aggregate_train(rnd, grid.send_and_receive(messages, timeout=timeout))
