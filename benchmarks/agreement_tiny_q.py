@@ -28,7 +28,9 @@ def classify(eps: float, delta: float, q: float, rounds: int) -> tuple[str, floa
     ours = calibrate_sigma_rdp(epsilon=eps, delta=delta, q=q, rounds=rounds)
     try:
         with quiet_dp_accounting():
-            ref = float(dpa.calibrate_dp_mechanism(RdpAccountant, lambda s: dp_event(s, q, rounds), eps, delta))
+            ref = float(
+                dpa.calibrate_dp_mechanism(RdpAccountant, lambda s: dp_event(s, q=q, rounds=rounds), eps, delta)
+            )
     except Exception:  # its bracket search stops at 2^30
         return "reference failed", ours, float("nan")
     if abs(ours / ref - 1) <= 0.01:

@@ -51,7 +51,7 @@ def main() -> None:
 
     def one_round(rnd: int, audited: bool) -> dict[str, float]:
         t0 = time.perf_counter()
-        sampled = sample_round(SPEC, 0, rnd)
+        sampled = sample_round(SPEC, seed=0, rnd=rnd)
         k = sum(len(s) for s in sampled)
         xs, ys = torch.randn(k, 5, 10, 1, 28, 28), torch.randint(0, 10, (k, 5, 10))
         _, group_of_row = round_rows(sampled)

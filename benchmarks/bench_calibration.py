@@ -78,7 +78,9 @@ def ref_eps(sigma: float, q: float, rounds: int, delta: float, v: float | None =
         )
     with quiet_dp_accounting():
         return float(
-            PLDAccountant(value_discretization_interval=v).compose(dp_event(sigma, q, rounds)).get_epsilon(delta)
+            PLDAccountant(value_discretization_interval=v)
+            .compose(dp_event(sigma, q=q, rounds=rounds))
+            .get_epsilon(delta)
         )
 
 
@@ -145,7 +147,7 @@ def bench_sigma_rdp(settings, repeat: int, rounds_ref: int) -> list[float]:
     for eps, delta, q, rounds in settings:
         ref, ours, t_ref, t_ref_min, t_ours, t_ours_min = _interleaved(
             lambda eps=eps, delta=delta, q=q, rounds=rounds: dpa.calibrate_dp_mechanism(
-                RdpAccountant, lambda s: dp_event(s, q, rounds), eps, delta
+                RdpAccountant, lambda s: dp_event(s, q=q, rounds=rounds), eps, delta
             ),
             functools.partial(calibrate_sigma_rdp, epsilon=eps, delta=delta, q=q, rounds=rounds),
             rounds_ref,
@@ -171,7 +173,7 @@ def bench_q_rdp(settings, repeat: int, rounds_ref: int) -> list[float]:
         ref, ours, t_ref, t_ref_min, t_ours, t_ours_min = _interleaved(
             lambda eps=eps, delta=delta, sigma=sigma, rounds=rounds: dpa.calibrate_dp_mechanism(
                 RdpAccountant,
-                lambda q: dp_event(sigma, q, rounds),
+                lambda q: dp_event(sigma, q=q, rounds=rounds),
                 eps,
                 delta,
                 bracket_interval=ExplicitBracketInterval(1e-12, 1.0),
@@ -203,10 +205,13 @@ def _cold_pld(eps: float, delta: float, q: float, rounds: int) -> float:
 def bench_sigma_pld(settings, rounds_ref: int) -> list[float]:
     rows = []
     for eps, delta, q, rounds in settings:
-        v = discretization(eps, delta, rounds)
+        v = discretization(eps, delta=delta, rounds=rounds)
         ref, ours, t_ref, t_ref_min, t_ours, t_ours_min = _interleaved(
             lambda eps=eps, delta=delta, q=q, rounds=rounds, v=v: dpa.calibrate_dp_mechanism(
-                lambda: PLDAccountant(value_discretization_interval=v), lambda s: dp_event(s, q, rounds), eps, delta
+                lambda: PLDAccountant(value_discretization_interval=v),
+                lambda s: dp_event(s, q=q, rounds=rounds),
+                eps,
+                delta,
             ),
             functools.partial(_cold_pld, eps, delta, q, rounds),
             rounds_ref,

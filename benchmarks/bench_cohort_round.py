@@ -130,7 +130,7 @@ def one_size(m: int, rounds: int, full: bool, folder: Path) -> dict:
 
     @server.main()
     def main(grid, context) -> None:
-        arrays = model_arrays("digits", 10, 0)
+        arrays = model_arrays("digits", num_classes=10, seed=0)
         strategies = {
             sparse: HdpStrategy(plan, spec, trust="secagg", plan_sha256=sha, uniform=Everyone(), sparse_graph=sparse)
             for sparse in (True, False)
@@ -145,13 +145,13 @@ def one_size(m: int, rounds: int, full: bool, folder: Path) -> dict:
                 workflow = SecAggPlusWorkflow(num_shares=graph.degree, reconstruction_threshold=graph.threshold,
                                               max_weight=1.0)  # fmt: skip
                 strategy = strategies[True]
-                config = fit_config(strategy.rules(rnd, 0), settings.record())
+                config = fit_config(strategy.rules(rnd, m=0), settings.record())
                 out = run_secaggplus(grid, workflow, configs=dict.fromkeys(strategy.members[0], config),
                                      server_round=rnd, arrays=arrays)  # fmt: skip
                 ok = out is not None
             else:
                 strategy = strategies[variant == "ours"]
-                strategy.secure_round(grid, rnd, arrays, settings.record(), None)
+                strategy.secure_round(grid, server_round=rnd, arrays=arrays, config=settings.record(), timeout=None)
                 ok = strategy.stats.withheld == 0
             if not ok:
                 raise RuntimeError(f"round {rnd} ({variant}) released nothing")

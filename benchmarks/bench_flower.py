@@ -134,7 +134,7 @@ def secagg_rounds(args) -> None:
     times: dict[tuple, list[float]] = {(k, c): [] for c in sizes for k in ("ours", "server", "bare")}
     warm: dict[tuple, list[float]] = {key: [] for key in times}  # the warm-up rounds: every node's first time
     loads: list[float] = []
-    arrays = model_arrays(args.dataset, ours_p.data.num_classes, 0)
+    arrays = model_arrays(args.dataset, num_classes=ours_p.data.num_classes, seed=0)
     settings = ours_p.settings.record()
     rng = np.random.default_rng(0)
     for rnd, c in ((r, c) for r in range(1, args.warmup + args.rounds + 1) for c in sizes):
@@ -151,7 +151,7 @@ def secagg_rounds(args) -> None:
         loads.append(os.getloadavg()[0])
         print(f"  round {rnd}{'' if timed is times else ' (warm-up)'}: load average {loads[-1]:.2f}", flush=True)
         t0 = time.perf_counter()
-        ours.secure_round(grids["ours"], rnd, arrays, settings, None)
+        ours.secure_round(grids["ours"], server_round=rnd, arrays=arrays, config=settings, timeout=None)
         timed["ours", c].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         server.aggregate_train(
@@ -168,7 +168,7 @@ def secagg_rounds(args) -> None:
                 continue
             workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=law.run_threshold(len(nodes)),
                                           max_weight=1.0)  # fmt: skip
-            config = fit_config(server.rules(rnd, m), settings)
+            config = fit_config(server.rules(rnd, m=m), settings)
             run_secaggplus(grids["bare"], workflow, configs=dict.fromkeys(nodes, config), server_round=rnd,
                            arrays=arrays)  # fmt: skip
         timed["bare", c].append(time.perf_counter() - t0)

@@ -40,7 +40,7 @@ def main() -> None:
         )
         zeros = [0] * d
         samplers = {
-            "ours": lambda d=d: discrete_gaussian(bits, args.sigma**2, d),
+            "ours": lambda d=d: discrete_gaussian(bits, sigma2=args.sigma**2, size=d),
             "opendp": lambda g=gaussian, z=zeros: g(z),
         }
         times: dict[str, list[float]] = {name: [] for name in samplers}

@@ -79,7 +79,7 @@ def worker_ours(engine: str, model_name: str, rounds: int, threads: int) -> list
     times = []
     for r in range(rounds + 1):
         t0 = time.perf_counter()
-        ids = np.concatenate(sample_round(spec, 0, r))
+        ids = np.concatenate(sample_round(spec, seed=0, rnd=r))
         idx = torch.as_tensor(batch_indices(clients, ids, steps=STEPS, batch=BATCH, seed=0, rnd=r))
         deltas = local_deltas(engine, model, theta, x[idx], y[idx], lr=LR, momentum=0.0, chunk=None)
         update, _ = aggregate(deltas, np.zeros(len(ids), np.int64), spec, SeededNoise(0, r), rnd=r, public_history=[])

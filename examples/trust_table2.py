@@ -49,7 +49,7 @@ def main() -> None:
             rows.append((name, "—", "", "", "", "", *("" for _ in ks), "not planned under secagg"))
             continue
         for i, (eps, size, z) in enumerate(zip(method["epsilon"], method["size"], entry["noise_multiplier"])):
-            tau_d = tau(MIN_SHARE_SIGMA2, size) * d
+            tau_d = tau(MIN_SHARE_SIGMA2, honest=size) * d
             z_s = entry["server_noise_multiplier"][i]
             server = [epsilon_server(noise_multiplier=z_s, participations=k, delta=delta, tau_d=tau_d) for k in ks]
             rows.append((

@@ -81,12 +81,12 @@ class CanaryLayout:
         return int(self.slots.shape[1])
 
 
-def default_canaries(d: int, groups: int) -> int:
+def default_canaries(d: int, *, groups: int) -> int:
     """Canaries per group (in and out together): min(2000, ⌊d/M⌋), so every group's slots fit in d."""
     return min(2000, d // groups)
 
 
-def canary_layout(d: int, groups: int, per_group: int, seed: int) -> CanaryLayout:
+def canary_layout(d: int, *, groups: int, per_group: int, seed: int) -> CanaryLayout:
     """Signs, disjoint slots and in/out bits of ``per_group`` canaries in each of ``groups`` groups, from ``seed``."""
     if per_group < 2 or groups * per_group > d:
         raise ValueError(
@@ -188,7 +188,7 @@ def lag_correlation(z_out: np.ndarray) -> tuple[float | None, float | None]:
     return float(np.mean(c[1:] * c[:-1]) / var), 1.0 / math.sqrt(k * (rounds - 1))
 
 
-def empirical_epsilon(sigma: float, q: float, rounds: int, delta: float) -> tuple[float, bool]:
+def empirical_epsilon(sigma: float, *, q: float, rounds: int, delta: float) -> tuple[float, bool]:
     """PLD ε of PoissonSampled(q, Gaussian(σ)) over ``rounds`` at ``delta``; σ = ∞ (μ̂ ≤ 0) or no round released
     (secure aggregation with too few survivors) gives 0. Also whether σ was raised to :data:`EPSILON_SIGMA_FLOOR`."""
     from hdp_planner.accounting.pld import pld_epsilon
@@ -245,9 +245,9 @@ def audit_group(
         "sampling_rate_planned": q,
         "sampling_rate_name": rate,
         "sampling_rate_observed": drawn / draws if draws else None,
-        "sampling_p_value": join_p_value(drawn, draws, q),
+        "sampling_p_value": join_p_value(drawn, offered=draws, q=q),
         "sampling_rate_clients": clients[0] / clients[1] if clients[1] else None,
-        "sampling_p_value_clients": join_p_value(*clients, q),
+        "sampling_p_value_clients": join_p_value(clients[0], offered=clients[1], q=q),
         "releases_not_post_processing": unfaithful,
         "rounds_aggregating_more_than_sampled": mismatched[0],
         "rounds_aggregating_fewer_than_sampled": mismatched[1],
@@ -260,10 +260,10 @@ def audit_group(
         "shift_interval": None if math.isnan(lo) else [lo, hi],
         "lag1_correlation": corr,
         "lag1_correlation_se": se,
-        "epsilon_lower_bound": steinke_lower_bound(z.sum(0), inserted, delta) if rounds else 0.0,  # no release
+        "epsilon_lower_bound": steinke_lower_bound(z.sum(0), inserted, delta=delta) if rounds else 0.0,  # no release
         # what ε̂ estimates when the run is correct: the same PLD accountant at the planned σ (below the planned ε,
         # which the plan's accountant, RDP by default, bounds less tightly)
-        "epsilon_pld_of_planned_sigma": empirical_epsilon(sigma_planned, q, steps, delta)[0],
+        "epsilon_pld_of_planned_sigma": empirical_epsilon(sigma_planned, q=q, rounds=steps, delta=delta)[0],
     }
     if silent is not None:
         shift, p_value, pairs = silent_shift(z, silent, inserted)
@@ -277,9 +277,9 @@ def audit_group(
         sigma_hat = 1 / mu if mu > 0 else math.inf
         sigma_lo = 1 / hi if hi > 0 else math.inf  # the largest plausible shift: the least noise
         sigma_hi = 1 / lo if lo > 0 else math.inf
-        eps, cap1 = empirical_epsilon(sigma_hat, q, steps, delta)
-        eps_hi, cap2 = empirical_epsilon(sigma_lo, q, steps, delta)
-        eps_lo, _ = empirical_epsilon(sigma_hi, q, steps, delta)
+        eps, cap1 = empirical_epsilon(sigma_hat, q=q, rounds=steps, delta=delta)
+        eps_hi, cap2 = empirical_epsilon(sigma_lo, q=q, rounds=steps, delta=delta)
+        eps_lo, _ = empirical_epsilon(sigma_hi, q=q, rounds=steps, delta=delta)
         entry.update(
             epsilon_empirical=eps,
             epsilon_empirical_interval=[eps_lo, eps_hi],
@@ -292,7 +292,7 @@ def audit_group(
     return entry
 
 
-def join_p_value(joined: int, offered: int, q: float) -> float:
+def join_p_value(joined: int, *, offered: int, q: float) -> float:
     """Two-sided exact binomial p-value of ``joined`` joins out of ``offered`` draws at rate q (1 with no draw)."""
     return float(stats.binomtest(joined, offered, min(q, 1.0)).pvalue) if offered else 1.0
 

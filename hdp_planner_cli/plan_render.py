@@ -95,7 +95,7 @@ def render_plan(p: Plan, console: Console) -> None:
             "/".join(pct(q) for q in m.q) + "%",
             sigma2,
             f"{m.lam:.4g}",
-            "—" if m is baseline else compare_noise(m.lam, base),
+            "—" if m is baseline else compare_noise(m.lam, base=base),
             "/".join(f"{x:.2g}" for x in clients),
             "/".join(pct(a) for a in share) + ("%" if p.meets_min_share(m) else "% ✗"),
         )

@@ -313,7 +313,7 @@ def fedsam_noise_cmd(
         table.add_column(col, justify="right")
     table.add_column("Thm 2's conditions", justify="left", no_wrap=True)
     for name, n, e, d in rows:
-        r = fedsam.fedsam_noise(e, d, sample_rate, rounds)
+        r = fedsam.fedsam_noise(e, delta=d, sample_rate=sample_rate, rounds=rounds)
         unmet = r.unmet_conditions
         table.add_row(
             name,

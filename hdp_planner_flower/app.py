@@ -150,7 +150,7 @@ def deployed_client_app(train_fn=train) -> ClientApp:
     return app
 
 
-def model_arrays(dataset: str, num_classes: int, seed: int) -> ArrayRecord:
+def model_arrays(dataset: str, *, num_classes: int, seed: int) -> ArrayRecord:
     """The initial model as the simulator makes it (``torch.manual_seed(seed)``, then the dataset's model)."""
     torch.manual_seed(seed)
     return ArrayRecord(torch_state_dict=make_model(dataset, num_classes).state_dict())

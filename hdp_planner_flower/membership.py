@@ -67,7 +67,7 @@ CONNECT_WAIT = 60.0
 a dropout in the rounds it is sampled for (Flower answers for it with a node-unavailable error)."""
 
 
-def registered_members(grid, node_clients: dict[int, int], n: int, wait: float = CONNECT_WAIT) -> dict[int, int]:
+def registered_members(grid, node_clients: dict[int, int], *, n: int, wait: float = CONNECT_WAIT) -> dict[int, int]:
     """The registry ``node_clients`` checked against the plan's n clients (ids 0..n−1, each once), once every
     registered node is connected or ``wait`` seconds have passed: no message is sent to learn who is who."""
     if sorted(node_clients.values()) != list(range(n)):

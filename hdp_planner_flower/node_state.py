@@ -159,7 +159,7 @@ def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: floa
 
 
 @functools.lru_cache(maxsize=4096)  # a simulation runs many clients in one process
-def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
+def client_terms(pin: Pin, *, client: int, secure: bool) -> Terms:
     """The terms of client ``client`` in the plan ``pin`` pinned (its hash checked, the plan verified): its group
     in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
     or the plan's grouping), each round's cost to that group as the ledger charges it (``planned_costs``; under
@@ -176,7 +176,7 @@ def client_terms(pin: Pin, client: int, secure: bool) -> Terms:
     if str(client) not in membership:
         raise RoundRefused(f"client {client} is not one of the plan's clients")
     m, rounds = membership[str(client)], plan.config.rounds
-    costs = tuple(r[m] for r in planned_costs(plan, spec, row, 0, rounds))
+    costs = tuple(r[m] for r in planned_costs(plan, spec=spec, row=row, start=0, rounds=rounds))
     cap = trust_from_dict(doc).participations or rounds
     if spec.secagg is not None and spec.secagg.cohorts is not None:  # hidden participation: K_m cohort memberships
         cap = spec.secagg.cohorts[m].memberships
@@ -201,7 +201,7 @@ def admit_round(pin: Pin, ctxt, *, server_round: int, secure: bool) -> Admission
     """Count this node's participation in ``server_round`` of the run ``ctxt.run_id`` of the plan ``pin`` pinned, in
     its state folder, or refuse it (:meth:`NodeState.admit` with :func:`client_terms`)."""
     cid = client_id(ctxt)
-    terms = node_budget(ctxt.node_config, client_terms(pin, cid, secure))
+    terms = node_budget(ctxt.node_config, client_terms(pin, client=cid, secure=secure))
     state = NodeState(pin.state_dir or default_state_dir(), cid)
     return state.admit(plan_sha256=pin.sha256, run_id=int(ctxt.run_id), server_round=server_round, terms=terms)
 

@@ -116,7 +116,7 @@ class SecAggPlus(SecAggPlusWorkflow):
         return complete
 
 
-def check_room(bits: int, sampled: int) -> None:
+def check_room(bits: int, *, sampled: int) -> None:
     """SecAgg+ carries our b-bit integers in its 2^32 modulus: the survivors' weights (2^b each) must sum below it."""
     if bits > 31 or sampled << bits >= MASK_MODULUS:
         raise ValueError(
@@ -150,7 +150,7 @@ def modular_sums(
     SecAgg+, summed in the clear; its masks cancel exactly, so the sums are equal bit for bit."""
     if len(configs) < 2:
         return None
-    check_room(bits, len(configs))
+    check_room(bits, sampled=len(configs))
     shift = 1 << (bits - 1)
     if masks:
         graph = sparse_graph(clients=len(configs), survivors=threshold, colluders=colluders) if sparse else None

@@ -82,7 +82,7 @@ def serve(p: Prepared, grid, account, progress=print):
     )  # fmt: skip
     strategy.start(
         grid,
-        model_arrays(p.cfg.data.dataset, p.bound.data.num_classes, p.cfg.seed),
+        model_arrays(p.cfg.data.dataset, num_classes=p.bound.data.num_classes, seed=p.cfg.seed),
         num_rounds=p.bound.rounds,
         train_config=p.settings.record(),
         evaluate_fn=central_evaluation(p.cfg.data.dataset, p.bound.data),

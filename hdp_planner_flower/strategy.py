@@ -1,11 +1,10 @@
 """The server's side of a plan on Flower: one ``flwr.serverapp.strategy.Strategy`` (GDPFed Algorithm 1 per round).
 
 Per round and group m the strategy Poisson-samples the group's nodes with q_m
-(``hdp_planner.rules.noise.poisson_sample``
-on OS entropy; an empty round is fine), sends each sampled node the model, its group's C_m, σ_m and the round's
-joined count c_m, and turns the replies into the groups' noisy sums y_m;
-``hdp_planner_train.rules.release.noisy_update``
-(the simulator's own code) then applies Top-k / PFA's projection and the weights ω_m. Trust models:
+(``hdp_planner.rules.noise.poisson_sample`` on OS entropy; an empty round is fine), sends each sampled node the model,
+its group's C_m, σ_m and the round's joined count c_m, and turns the replies into the groups' noisy sums y_m;
+``hdp_planner_train.rules.release.noisy_update`` (the simulator's own code) then applies Top-k / PFA's projection and
+the weights ω_m. Trust models:
 
 - ``server``: clients send clipped updates; the server re-clips them (``clip_rows``: a no-op for honest clients)
   and adds each group's full noise N(0, C_m²σ_m²) (``group_noise``), whatever number of replies arrived;
@@ -140,13 +139,13 @@ class HdpStrategy(Strategy):
         self.stopped: str | None = None
 
     # ------------------------------------------------------------------ enrolment
-    def enroll(self, grid: Grid, timeout: float | None = None, wait: float = 600.0) -> None:
+    def enroll(self, grid: Grid, *, timeout: float | None = None, wait: float = 600.0) -> None:
         """Ask every node for its client id; refuse a federation that is not the plan's n clients (nodes still
         connecting are waited for up to ``wait`` seconds; more than n nodes are refused at once). With a deployment's
         registry (``node_clients``) no message is sent: :func:`~.membership.registered_members`."""
         n = self.spec.n
         if self.node_clients is not None:
-            self.set_members(registered_members(grid, self.node_clients, n, min(wait, CONNECT_WAIT)))
+            self.set_members(registered_members(grid, self.node_clients, n=n, wait=min(wait, CONNECT_WAIT)))
             return
         deadline = time.monotonic() + wait
         nodes = sorted(grid.get_node_ids())
@@ -195,7 +194,7 @@ class HdpStrategy(Strategy):
             drawn = self.name_cohorts()
         else:
             extra = self.auditor.extra if self.auditor is not None else (0,) * len(sizes)
-            drawn = [poisson_sample(self.uniform, size + e, q) for size, e, q in zip(sizes, extra, self.spec.q)]
+            drawn = [poisson_sample(self.uniform, size=size + e, q=q) for size, e, q in zip(sizes, extra, self.spec.q)]
             if self.auditor is not None:
                 drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
         picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
@@ -213,7 +212,7 @@ class HdpStrategy(Strategy):
             u[idx] += 1
         return named
 
-    def rules(self, server_round: int, m: int) -> ConfigRecord:
+    def rules(self, server_round: int, *, m: int) -> ConfigRecord:
         """What group m's sampled nodes are told this round (under secagg a pinned client checks every field; the
         run size is the group's sampled count, checked against what SecAgg+ itself shows)."""
         spec = self.spec
@@ -241,14 +240,14 @@ class HdpStrategy(Strategy):
         self.arrays = arrays
         messages = []
         for m, nodes in enumerate(picked):
-            rules = self.rules(server_round, m)
+            rules = self.rules(server_round, m=m)
             for node in nodes:
                 content = RecordDict({ARRAYS: arrays, HDP: rules, TRAIN_SETTINGS: config})
                 messages.append(Message(content, dst_node_id=node, message_type="train"))
         return messages
 
     def secure_round(
-        self, grid: Grid, server_round: int, arrays: ArrayRecord, config: ConfigRecord, timeout: float | None
+        self, grid: Grid, *, server_round: int, arrays: ArrayRecord, config: ConfigRecord, timeout: float | None
     ) -> tuple[ArrayRecord, MetricRecord]:
         """One round under secagg (:mod:`.secagg_workflow`): one SecAgg+ run per group, with the group's own threshold
         max(t_m, ⌊c_m/2⌋ + 1); a group with fewer than t_m sampled clients, or whose run halts, contributes nothing;
@@ -262,10 +261,10 @@ class HdpStrategy(Strategy):
         for m, nodes in enumerate(picked):
             plan = round_plan(sa, rnd=rnd, group=m)
             if len(nodes) < plan.law.threshold:
-                ys.append(too_few_sampled(m, len(nodes), plan.law.threshold))
+                ys.append(too_few_sampled(m, sampled=len(nodes), threshold=plan.law.threshold))
                 continue
             law, early = plan.law, max(0, plan.law.shares - len(nodes))  # shares the server adds whoever survives
-            configs = {n: fit_config(self.rules(server_round, m), config) for n in nodes}
+            configs = {n: fit_config(self.rules(server_round, m=m), config) for n in nodes}
             with ThreadPoolExecutor(1) as pool:  # drawn while the clients work: off the round's critical path
                 base = pool.submit(
                     top_up,
@@ -296,7 +295,7 @@ class HdpStrategy(Strategy):
         rows, failed = self.group_rows(replies)
         theta = flatten(self.arrays)
         source = self.noise_for(server_round - 1)
-        ys, noises, clipped = self.noisy_sums(rows, theta.numel(), server_round - 1, source)
+        ys, noises, clipped = self.noisy_sums(rows, d=theta.numel(), rnd=server_round - 1, source=source)
         observe = self.auditor.observe if self.auditor is not None else None
         update, self.stats = self.aggregator.release(ys, noises, source, joined=list(self.joined), clipped=clipped,
                                                      observe=observe)  # fmt: skip
@@ -324,7 +323,7 @@ class HdpStrategy(Strategy):
             rows[m][cid] = flatten(reply.content[ARRAYS])
         return rows, failed
 
-    def noisy_sums(self, rows: list[dict[int, torch.Tensor]], d: int, rnd: int, source: NoiseSource):
+    def noisy_sums(self, rows: list[dict[int, torch.Tensor]], *, d: int, rnd: int, source: NoiseSource):
         """(y_m per group, or one pooled y; their noises, or None under secagg; clipped count)."""
         spec = self.spec
         sigma = spec.noise_at(rnd)
@@ -358,7 +357,8 @@ class HdpStrategy(Strategy):
         def step(r: int, lr: float) -> tuple[RoundStats, Callable[[], None]]:
             rnd = r + 1  # Flower counts rounds from 1; each client decays its own learning rate by the round
             if self.trust == "secagg":
-                arrays, metrics = self.secure_round(grid, rnd, result.arrays, train_config, timeout)
+                arrays, metrics = self.secure_round(grid, server_round=rnd, arrays=result.arrays, config=train_config,
+                                                    timeout=timeout)  # fmt: skip
             else:
                 messages = self.configure_train(rnd, result.arrays, train_config, grid)
                 arrays, metrics = self.aggregate_train(rnd, grid.send_and_receive(messages, timeout=timeout))
@@ -380,7 +380,7 @@ class HdpStrategy(Strategy):
             return None if self.affordable(r + 1) else f"stopped before round {r + 1}: a group would exceed its ε"
 
         try:
-            self.enroll(grid, timeout)
+            self.enroll(grid, timeout=timeout)
             self.stopped = run_rounds(Schedule(rounds=num_rounds), self.log, step=step, evaluate=evaluate,
                                       account=self.account, report=self.on_round, stop=stop)  # fmt: skip
         finally:

@@ -167,7 +167,7 @@ def accountant_names() -> tuple[str, ...]:
 def _idle(q: np.ndarray, rounds: int, delta: float) -> np.ndarray:
     """Groups with 1 − (1 − q)^T ≤ δ: (0, δ)-DP whatever σ (:func:`rdp.never_sampled_bound`, proved in the
     calibration docs)."""
-    return np.array([rdp.never_sampled_bound(min(float(qm), 1.0), rounds) <= delta for qm in q], dtype=bool)
+    return np.array([rdp.never_sampled_bound(min(float(qm), 1.0), rounds=rounds) <= delta for qm in q], dtype=bool)
 
 
 def _never_sampled(events: Sequence[Event], delta: float) -> bool:
@@ -256,7 +256,7 @@ class PldAccountant:
             return 0.0
         accountant = self.reference()
         for s, q, t in live:
-            accountant.compose(dp_event(s, q, t))
+            accountant.compose(dp_event(s, q=q, rounds=t))
         return float(accountant.get_epsilon(delta))
 
     def reference(self) -> object:

@@ -75,7 +75,7 @@ class GaussianRounds:
 
     def dp_event(self):
         """The same mechanism as a dp-accounting event (the reference description)."""
-        return dp_event(self.noise_multiplier, self.q, self.rounds)
+        return dp_event(self.noise_multiplier, q=self.q, rounds=self.rounds)
 
 
 def epsilon_spent(event: GaussianRounds, *, delta: float, accountant: Accountant = "rdp") -> float:

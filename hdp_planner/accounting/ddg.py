@@ -47,7 +47,7 @@ ORDERS = np.union1d(
 and the server's, hold at every real order)."""
 
 
-def tau(share_sigma2: float, honest: int) -> float:
+def tau(share_sigma2: float, *, honest: int) -> float:
     """τ of Proposition 14: 10·Σ_{k=1}^{honest−1} exp(−2π²σ²k/(k+1)) (0 for a single share, an exact discrete
     Gaussian)."""
     k = np.arange(1, max(honest, 1), dtype=np.float64)

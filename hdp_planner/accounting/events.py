@@ -11,7 +11,7 @@ Event = tuple[float, float, int]
 """(σ, q, T): T rounds of the mechanism at noise multiplier σ on a Poisson sample of rate q."""
 
 
-def dp_event(noise_multiplier: float, q: float, rounds: int):
+def dp_event(noise_multiplier: float, *, q: float, rounds: int):
     """``rounds`` Poisson(q)-sampled Gaussian(σ) steps as a dp-accounting event, unvalidated (dp-accounting's
     own calibration probes σ = 0); :class:`~hdp_planner.accounting.calibration.GaussianRounds` is the validated
     description."""

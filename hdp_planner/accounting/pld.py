@@ -176,7 +176,7 @@ def _grid(losses: list[tuple[Any, Any]], rounds: int, discretization: float) -> 
 
 
 @lru_cache(maxsize=256)
-def grid_interval(noise_multiplier: float, q: float, rounds: int, discretization: float) -> float | None:
+def grid_interval(noise_multiplier: float, *, q: float, rounds: int, discretization: float) -> float | None:
     """The interval one round's distribution is built on: ``discretization``, or where that grid would have more than
     min(MAX_POINTS, MAX_WORK/√T) points, the first of 2v, 4v, … (at most 2^COARSER_STEPS·v) within the limit, then
     halved toward ``discretization`` while composing it T times is measured to fit MAX_COMPOSED; None if none is.
@@ -255,12 +255,12 @@ def pld_epsilon(*, noise_multiplier: float, q: float, rounds: int, delta: float)
     its limits or the composition's FFT round-off exceeds δ/4 (see :func:`_pld_epsilon`)."""
     sigma, rounds, delta = check_noise_multiplier(noise_multiplier), check_rounds(rounds), check_delta(delta)
     q = check_ratio(q, allow_zero=True)
-    if never_sampled_bound(q, rounds) <= delta:
+    if never_sampled_bound(q, rounds=rounds) <= delta:
         return 0.0
     return _pld_epsilon(sigma, q, rounds, delta, DEFAULT_VALUE_DISCRETIZATION)
 
 
-def discretization(epsilon: float, delta: float, rounds: int) -> float:
+def discretization(epsilon: float, *, delta: float, rounds: int) -> float:
     """Value discretization of the PLD calibration for target ``epsilon``: dp-accounting's default 1e-4, or finer
     where the target is small.
 
@@ -282,11 +282,11 @@ def calibrate_sigma_pld(*, epsilon: float, delta: float, q: float, rounds: int) 
     with ε ≤ epsilon·(1 − 1e-9). Raises ValueError on invalid input or where the RDP σ is not reachable.
     """
     epsilon, rounds, delta, q = check_epsilon(epsilon), check_rounds(rounds), check_delta(delta), check_ratio(q)
-    if never_sampled_bound(q, rounds) <= delta:
+    if never_sampled_bound(q, rounds=rounds) <= delta:
         return SIGMA_MIN
     sigma_rdp = calibrate_sigma_rdp(epsilon=epsilon, delta=delta, q=q, rounds=rounds)
     target = epsilon * (1 - _SAFETY)
-    fine = discretization(epsilon, delta, rounds)
+    fine = discretization(epsilon, delta=delta, rounds=rounds)
 
     def gap(x: float, v: float) -> float:
         """log ε − log target at σ = e^x (±50 where ε is 0 or infinite)."""

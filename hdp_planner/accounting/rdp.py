@@ -108,7 +108,7 @@ def rdp_epsilon(*, noise_multiplier: float, q: float, rounds: int, delta: float)
     return float(rdp_epsilons(noise_multipliers=[sigma], q=[q], rounds=rounds, delta=delta)[0])
 
 
-def never_sampled_bound(q: float, rounds: int) -> float:
+def never_sampled_bound(q: float, *, rounds: int) -> float:
     """1 − (1 − q)^T: the probability that a client takes part in at least one of T Poisson(q) rounds, which bounds
     the total variation between the mechanism's outputs on neighbouring datasets (see the calibration docs)."""
     return -math.expm1(rounds * math.log1p(-q)) if q < 1 else 1.0

@@ -120,7 +120,7 @@ def cohort_group(
         return None
     coin = expected / cohort
     memberships = min(rounds, math.ceil(rounds * cohort / size - 1e-9))
-    tau_d = group_tau_d(cohort, int(trust.model_dim or 0))
+    tau_d = group_tau_d(cohort, model_dim=int(trust.model_dim or 0))
     z = calibrate_noise_multiplier(epsilon=epsilon, delta=delta, q=coin, rounds=memberships, tau_d=tau_d)
     try:
         law = cohort_law(cohort=cohort, noise_multiplier=z, clip=clip, trust=trust)
@@ -158,7 +158,7 @@ def cohort_law(*, cohort: int, noise_multiplier: float, clip: float, trust: Trus
                     sized_for=t - trust.colluders)  # fmt: skip
 
 
-def candidate_cohorts(expected: float, size: int, cap: int | None) -> list[int]:
+def candidate_cohorts(expected: float, *, size: int, cap: int | None) -> list[int]:
     """Cohort sizes tried for a group: ⌈r⌉·√2^j up to min(|G|, cap), and that limit itself."""
     top = size if cap is None else min(size, cap)
     m = max(2, math.ceil(expected))
@@ -186,7 +186,7 @@ def best_cohort(
     clients: the one of least effective noise (``exhaustive``), or the largest that can release (larger cohorts
     amplify more, so it is nearly always the least noisy: the search over contributors evaluates only it). None
     where no candidate can release."""
-    candidates = candidate_cohorts(expected, size, cap)
+    candidates = candidate_cohorts(expected, size=size, cap=cap)
     groups = (
         cohort_group(epsilon=epsilon, delta=delta, size=size, expected=expected, cohort=cohort, rounds=rounds,
                      clip=clip, trust=trust)

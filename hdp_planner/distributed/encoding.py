@@ -84,7 +84,7 @@ class Encoding:
         return self.norm_bound / self.scaled_clip
 
 
-def rotation_signs(seed: int, padded: int) -> np.ndarray:
+def rotation_signs(seed: int, *, padded: int) -> np.ndarray:
     """The public random signs D of one round's rotation, from the round's public seed (not secret: it only
     flattens the vector; privacy rests on the noise)."""
     return np.random.default_rng(seed).integers(0, 2, padded) * 2.0 - 1.0
@@ -146,7 +146,7 @@ def integer_message(
         raise ValueError(f"update has shape {update.shape}, expected ({encoding.dim},)")
     scaled = rotate(clip(np.asarray(update, dtype=np.float64), encoding.clip), signs) / encoding.gamma
     rounded = conditional_round(scaled, encoding.norm_bound, bits)
-    return rounded * coin + discrete_gaussian(bits, share_sigma2, encoding.padded)
+    return rounded * coin + discrete_gaussian(bits, sigma2=share_sigma2, size=encoding.padded)
 
 
 def encode(
@@ -168,7 +168,7 @@ def top_up(total: np.ndarray, *, missing: int, share_sigma2: int, modulus: int, 
     total = np.asarray(total, dtype=np.int64)
     if missing <= 0:
         return total
-    extra = discrete_gaussian(bits, share_sigma2, missing * total.size).reshape(missing, total.size)
+    extra = discrete_gaussian(bits, sigma2=share_sigma2, size=missing * total.size).reshape(missing, total.size)
     return np.mod(total + extra.sum(axis=0), modulus)
 
 

@@ -65,7 +65,7 @@ class GroupLaw:
         """z met against third parties and colluders: √((N − k)·σ²_s)/Δ₂ ≥ the calibrated z."""
         return math.sqrt((self.shares - self.colluders) * self.share_sigma2) / self.encoding.norm_bound
 
-    def server_multiplier(self, least_share: int, groups: int = 1) -> float:
+    def server_multiplier(self, least_share: int, *, groups: int = 1) -> float:
         """z against the server: √(⌈(t − k)/M⌉·σ²_least)/Δ₂. A run holds at least t − k honest shares, possibly of M
         groups mixed by a malicious server; one group has ⌈(t − k)/M⌉ of them, of σ² ≥ σ²_least (the smallest share
         of any group), and the others' shares are at worst known to the server (trust-model page)."""
@@ -77,12 +77,12 @@ class GroupLaw:
         SecAgg+ has no consistency round) and never below the plan's t."""
         return max(self.threshold, clients // 2 + 1)
 
-    def delta_accounted(self, delta: float, rounds: int) -> float:
+    def delta_accounted(self, delta: float, *, rounds: int) -> float:
         """δ left for the accountant after ``rounds`` rounds: δ minus the law-breaking events' cost."""
         return delta - rounds * self.event_rate
 
 
-def flip_probability(size: int, q: float, t: int, survivors: float) -> float:
+def flip_probability(size: int, *, q: float, t: int, survivors: float) -> float:
     """The probability that one client's inclusion moves a round's survivors from t − 1 to t (the threshold).
 
     q·P(t − 1 ≤ a ≤ ⌊(t − 1)/F⌋), a ~ Bin(|G| − 1, q) the other clients who join.
@@ -126,22 +126,28 @@ def group_law(
     while shares < size and (1 + math.exp(epsilon)) * rounds * float(over.sf(shares)) > allowance:
         shares += 1
     t0 = max(2, colluders + 1)
-    if t0 > shares or math.exp(epsilon) * rounds * flip_probability(size, q, t0, survivors) > delta * MAX_FLIP_SHARE:
+    if (
+        t0 > shares
+        or math.exp(epsilon) * rounds * flip_probability(size, q=q, t=t0, survivors=survivors) > delta * MAX_FLIP_SHARE
+    ):
         raise LawError(
             f"a group of {size} clients sampled at q={q:.4g} has too few clients a round for a reconstruction "
             f"threshold of {t0} (k={colluders} colluders): sample more clients or plan with a trusted server"
         )
     t = t0
-    while t < shares and math.exp(epsilon) * rounds * flip_probability(size, q, t + 1, survivors) <= allowance:
+    while (
+        t < shares
+        and math.exp(epsilon) * rounds * flip_probability(size, q=q, t=t + 1, survivors=survivors) <= allowance
+    ):
         t += 1
     release = float(sum(p for c, p in _counts(size, q) if math.ceil(survivors * c - 1e-9) >= t))
     if release < MIN_RELEASE:
         raise LawError(f"a group of {size} clients at q={q:.4g} reaches its threshold t={t} in {release:.1%} of rounds "
                        f"(under {MIN_RELEASE:.0%}): fewer colluders, or plan with a trusted server")  # fmt: skip
-    flip_rate = flip_probability(size, q, t, survivors)
+    flip_rate = flip_probability(size, q=q, t=t, survivors=survivors)
     event_rate = math.exp(epsilon) * flip_rate + (1 + math.exp(epsilon)) * float(over.sf(shares))
     z = calibrate_noise_multiplier(epsilon=epsilon, delta=delta - rounds * event_rate, q=q, rounds=rounds,
-                                   tau_d=group_tau_d(size, dim))  # fmt: skip
+                                   tau_d=group_tau_d(size, model_dim=dim))  # fmt: skip
     return grid_law(
         noise_multiplier=z,
         threshold=t,
@@ -166,8 +172,8 @@ def grid_law(
 
     def fits(gamma: float) -> tuple[bool, GroupLaw]:
         enc = Encoding(dim=dim, clip=clip, bits=bits, gamma=gamma)
-        s2 = share_sigma2(enc, noise_multiplier, honest)
-        bound = wrap_bound(enc, shares, s2) if s2 <= MAX_SIGMA2 else 1.0
+        s2 = share_sigma2(enc, noise_multiplier=noise_multiplier, honest=honest)
+        bound = wrap_bound(enc, sampled=shares, share_sigma2=s2) if s2 <= MAX_SIGMA2 else 1.0
         law = GroupLaw(
             encoding=enc,
             share_sigma2=s2,

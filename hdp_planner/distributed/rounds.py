@@ -16,7 +16,7 @@ WRAP_PROBABILITY = 1e-12
 is wrong in that coordinate): the bound of :func:`wrap_bound`, met by the choice of γ."""
 
 
-def wrap_bound(encoding: Encoding, sampled: int, share_sigma2: int) -> float:
+def wrap_bound(encoding: Encoding, *, sampled: int, share_sigma2: int) -> float:
     """P(some coordinate of the integer sum wraps) ≤ 2d'·exp(−(2^(b−1) − c)²/(2v²)): the rotated clipped sum's
     coordinates are sub-Gaussian with variance proxy ‖Σx‖²/(γ²d') ≤ (cC/γ)²/d' (Hoeffding over the random signs),
     the c shares' sum with proxy c·σ²_share (the discrete Gaussian is σ²-sub-Gaussian: Canonne, Kamath, Steinke
@@ -33,12 +33,12 @@ MIN_SHARE_SIGMA2 = 16
 (Kairouz et al.'s τ), about 1e-67 per client: :func:`~.accounting.tau` at this σ² bounds every round's τ."""
 
 
-def group_tau_d(size: int, model_dim: int) -> float:
+def group_tau_d(size: int, *, model_dim: int) -> float:
     """τ·d' of a group of ``size`` clients (Proposition 14's additive RDP term): τ at the smallest share σ² any round
     has and the largest count of honest shares (τ grows with both), times the padded dimension d'."""
-    return tau(MIN_SHARE_SIGMA2, size) * padded_dimension(max(int(model_dim), 1))
+    return tau(MIN_SHARE_SIGMA2, honest=size) * padded_dimension(max(int(model_dim), 1))
 
 
-def share_sigma2(encoding: Encoding, noise_multiplier: float, honest: int) -> int:
+def share_sigma2(encoding: Encoding, *, noise_multiplier: float, honest: int) -> int:
     """σ²_share = max(16, ⌈z²Δ₂²/honest⌉): the honest shares sum to at least z²Δ₂²."""
     return max(MIN_SHARE_SIGMA2, math.ceil(noise_multiplier**2 * encoding.norm_bound**2 / honest))

@@ -128,9 +128,9 @@ def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
             law=law,
             noise_multiplier=law.noise_multiplier,
             epsilon_third_parties=eps,
-            server_noise_multiplier=law.server_multiplier(least, len(laws)),
-            epsilon_server=epsilon_server(noise_multiplier=law.server_multiplier(least, len(laws)), participations=k,
-                                          delta=c.delta, tau_d=group_tau_d(size, dim)),
+            server_noise_multiplier=law.server_multiplier(least, groups=len(laws)),
+            epsilon_server=epsilon_server(noise_multiplier=law.server_multiplier(least, groups=len(laws)),
+                                          participations=k, delta=c.delta, tau_d=group_tau_d(size, model_dim=dim)),
             effective_noise_multiplier=math.sqrt(expected_variance(law, size=size, q=q)) / clip,
         )
         for law, eps, size, q, clip in zip(laws, m.epsilon, m.size, m.q, m.clips(c.clip))

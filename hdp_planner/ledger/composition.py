@@ -72,7 +72,7 @@ def compose_rdp(rounds: Mapping[GroupRound, int], delta: float) -> float:
     acc = RdpAccountant()
     with quiet_dp_accounting():  # its "failed to converge" lines exclude orders, never under-report
         for g, count in rounds.items():
-            acc.compose(dp_event(g.noise_multiplier, g.q, count))
+            acc.compose(dp_event(g.noise_multiplier, q=g.q, rounds=count))
         return float(acc.get_epsilon(delta))
 
 
@@ -87,7 +87,7 @@ def compose_pld(rounds: Mapping[GroupRound, int], delta: float) -> float:
                                     accountant="pld")[0])  # fmt: skip
     acc = PLDAccountant()
     for g, count in rounds.items():
-        acc.compose(dp_event(g.noise_multiplier, g.q, count))
+        acc.compose(dp_event(g.noise_multiplier, q=g.q, rounds=count))
     return float(acc.get_epsilon(delta))
 
 

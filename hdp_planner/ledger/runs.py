@@ -73,7 +73,7 @@ def distributed_costs(
     """Rounds ``start``..``rounds``−1 of distributed discrete Gaussian noise under secure aggregation: each group's
     q_m, z_m, Proposition 14's τ·d' (:func:`~hdp_planner.distributed.rounds.group_tau_d`) and the δ its law's
     rare events cost a round (:attr:`~hdp_planner.distributed.law.GroupLaw.event_rate`)."""
-    groups = [GroupRound(q=float(qm), noise_multiplier=float(z), tau_d=group_tau_d(int(size), model_dim),
+    groups = [GroupRound(q=float(qm), noise_multiplier=float(z), tau_d=group_tau_d(int(size), model_dim=model_dim),
                          delta_cost=float(cost))
               for qm, z, size, cost in zip(q, noise_multipliers, sizes, delta_costs, strict=True)]  # fmt: skip
     return [list(groups) for _ in range(start, rounds)]

@@ -91,7 +91,7 @@ class FedSamNoise:
 
 
 def fedsam_noise(
-    epsilon: float, delta: float, sample_rate: float = PAPER_RATE, rounds: int = PAPER_ROUNDS
+    epsilon: float, *, delta: float, sample_rate: float = PAPER_RATE, rounds: int = PAPER_ROUNDS
 ) -> FedSamNoise:
     """Exact RDP σ and Theorem 2's closed-form σ for client-level (ε, δ)-DP, and the closed form's true ε."""
     exact = calibrate_sigma(epsilon=epsilon, delta=delta, q=sample_rate, rounds=rounds)

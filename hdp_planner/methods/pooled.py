@@ -43,7 +43,7 @@ Q_FLOOR = 1e-6
 
 
 def sampling_variance(
-    share: Sequence[float], q: Sequence[float], expected_clients: Sequence[float], clip: float, model_dim: int | None
+    share: Sequence[float], *, q: Sequence[float], expected_clients: Sequence[float], clip: float, model_dim: int | None
 ) -> float:
     """V = (C²/d)·Σ_m α_m²(1 − q_m)/r_m: per coordinate, the Poisson-sampling variance of Σ_m α_m·(mean of group
     m) for updates clipped to C_m (at most C_m² per client), spread over d coordinates; 0 when d is None."""
@@ -57,7 +57,9 @@ def objective(plan: Plan, m: MethodNoise, model_dim: int | None) -> float:
     """J = exact Λ + sampling variance V of any row, its weight shares from :meth:`Plan.representation`."""
     r, share = plan.representation(m)
     q = [x / s for x, s in zip(r, plan.groups.size)]
-    return m.lambda_exact + sampling_variance(share, q, r, plan.config.clip, model_dim)
+    return m.lambda_exact + sampling_variance(
+        share, q=q, expected_clients=r, clip=plan.config.clip, model_dim=model_dim
+    )
 
 
 def best_shares(room: np.ndarray, spread: np.ndarray, lower: np.ndarray, weight: float) -> tuple[float, np.ndarray]:

@@ -208,7 +208,7 @@ class SelectionSolution:
         return float(np.abs(np.asarray(self.p) - self.problem.unbiased).sum())
 
 
-def kkt_residual(problem: SelectionProblem, p: np.ndarray, nu: float, lam: float, mu: np.ndarray) -> float:
+def kkt_residual(problem: SelectionProblem, *, p: np.ndarray, nu: float, lam: float, mu: np.ndarray) -> float:
     """Largest relative violation of Problem 1's KKT conditions at ``p`` with multipliers ν (Σp = 1),
     λ (u ≥ ‖p − p^u‖₁) and μ (p ≥ 0); 0 at an exact optimum.
 
@@ -253,7 +253,7 @@ def _solve_scaled(problem: SelectionProblem, scale: float) -> tuple[np.ndarray, 
     x = np.clip(np.asarray(p.value, dtype=float), 0.0, None)
     x = x / x.sum()
     nu, lam = (scale * float(c.dual_value) for c in constraints[:2])
-    return x, kkt_residual(problem, x, nu, lam, scale * np.asarray(constraints[2].dual_value, dtype=float))
+    return x, kkt_residual(problem, p=x, nu=nu, lam=lam, mu=scale * np.asarray(constraints[2].dual_value, dtype=float))
 
 
 def solve_selection(problem: SelectionProblem) -> SelectionSolution:
@@ -331,14 +331,16 @@ def client_noise(problem: SelectionProblem, p: Sequence[float] | np.ndarray, acc
     if accountant not in NOISE_REPORTS:
         raise ValueError(f"unknown accountant {accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
     report = NOISE_REPORTS[accountant]
-    counts = selection_counts(p, problem.rounds, problem.clients_per_round)
+    counts = selection_counts(p, rounds=problem.rounds, clients_per_round=problem.clients_per_round)
     steps = [int(c) * problem.local_steps for c in counts]
     rates = problem.rates.tolist()
     args = list(zip(problem.epsilon, rates, steps))
-    paper = tuple(record_noise_multiplier(e, problem.delta, r, n, "paper") for e, r, n in args)
+    paper = tuple(record_noise_multiplier(e, delta=problem.delta, rate=r, steps=n, rule="paper") for e, r, n in args)
     exact = spent = None
     if report.exact:
-        exact = tuple(record_noise_multiplier(e, problem.delta, r, n, "exact") for e, r, n in args)
+        exact = tuple(
+            record_noise_multiplier(e, delta=problem.delta, rate=r, steps=n, rule="exact") for e, r, n in args
+        )
     if report.paper and report.exact:
         spent = tuple(
             epsilon_spent(GaussianRounds(noise_multiplier=z, q=r, rounds=n), delta=problem.delta)

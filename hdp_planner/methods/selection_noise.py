@@ -49,7 +49,7 @@ __all__ = [
 NoiseRule = Literal["paper", "exact"]
 
 
-def check_count(name: str, value: int, least: int = 1) -> None:
+def check_count(name: str, value: int, *, least: int = 1) -> None:
     """Raise ValueError unless ``value`` is an integer ≥ ``least`` (a bool is not)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
         raise ValueError(f"{name} must be an integer ≥ {least}, got {value}")
@@ -73,7 +73,7 @@ def paper_noise_factor(
     return 8.0 * np.log(math.e + rate * eps_p / delta) / (batch**2 * eps_p**2)
 
 
-def record_noise_multiplier(epsilon: float, delta: float, rate: float, steps: int, rule: NoiseRule) -> float:
+def record_noise_multiplier(epsilon: float, *, delta: float, rate: float, steps: int, rule: NoiseRule) -> float:
     """Noise multiplier z of one client's ``steps`` local DP-SGD steps at example sampling rate ``rate``:
     the noise std on the averaged clipped gradient is σ = z·C/(r|M|), linear in the clip bound C.
 
@@ -100,7 +100,7 @@ COUNT_RULE = (
 
 
 def selection_counts(
-    p: Sequence[float] | np.ndarray, rounds: int, clients_per_round: int, failure: float = SELECTION_FAILURE
+    p: Sequence[float] | np.ndarray, *, rounds: int, clients_per_round: int, failure: float = SELECTION_FAILURE
 ) -> np.ndarray:
     """T_k: a high-probability upper bound on client k's number of draws, P(Binomial(T^g K, p_k) > T_k) ≤ β.
 

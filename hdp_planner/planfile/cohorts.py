@@ -127,8 +127,9 @@ def _budgets_met(plan: Plan, trust: TrustModel, recorded: Mapping[str, Any]) -> 
         try:
             groups = list(zip(entry["noise_multiplier"], entry["coin"], entry["memberships"], entry["cohort"]))
             for i, ((z, coin, k, cohort), eps) in enumerate(zip(groups, m.epsilon)):
+                tau_d = group_tau_d(int(cohort), model_dim=int(trust.model_dim or 1))
                 spent = epsilon_third_parties(noise_multiplier=float(z), q=float(coin), rounds=int(k), delta=c.delta,
-                                              tau_d=group_tau_d(int(cohort), int(trust.model_dim or 1)))  # fmt: skip
+                                              tau_d=tau_d)  # fmt: skip
                 if spent > eps * (1 + REL_TOL):
                     problems.append(f"{KEY}, {name}, group {i + 1}: z={z:.6g} spends ε={spent:.6g} against the "
                                     f"server > budget {eps:g}")  # fmt: skip

@@ -242,7 +242,7 @@ def plan_problems(plan: Plan) -> list[str]:
     for m in plan.methods:
         mech = executed_mechanism(m, c)
         for i, (eps, q, spent) in enumerate(zip(row_budgets(plan, m), mech.q, m.epsilon_spent)):
-            actual = mechanism_epsilon(mech, i, c.rounds, c.delta, c.spending_accountant)
+            actual = mechanism_epsilon(mech, group=i, rounds=c.rounds, delta=c.delta, accountant=c.spending_accountant)
             label = f"{m.name}, group {i + 1} (ε={eps:g})"
             if actual > eps * (1 + 1e-9):
                 what = "its σ schedule" if mech.scheduled else f"σ={mech.noise_multiplier[i]:.6g}"

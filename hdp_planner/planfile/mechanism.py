@@ -86,7 +86,9 @@ def executed_mechanism(method: MethodNoise, config: PlanConfig) -> ExecutedMecha
     )
 
 
-def mechanism_epsilon(mech: ExecutedMechanism, group: int, rounds: int, delta: float, accountant: Accountant) -> float:
+def mechanism_epsilon(
+    mech: ExecutedMechanism, *, group: int, rounds: int, delta: float, accountant: Accountant
+) -> float:
     """ε that ``group`` spends in the first ``rounds`` rounds of ``mech``: a σ schedule composed with RDP
     (:mod:`hdp_planner.accounting.schedule`), a constant σ with ``accountant`` (the plan's spending accountant)."""
     q = mech.q[group]

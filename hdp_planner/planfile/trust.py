@@ -120,9 +120,9 @@ def verify_trust(plan: Plan, doc: Mapping[str, Any]) -> list[str]:
         m = plan.method(r.name)
         z_file = entry.get("noise_multiplier")
         if isinstance(z_file, list) and len(z_file) == len(m.size) and all(isinstance(z, (int, float)) for z in z_file):
-            tau_d = [group_tau_d(s, int(trust.model_dim or 1)) for s in m.size]
+            tau_d = [group_tau_d(s, model_dim=int(trust.model_dim or 1)) for s in m.size]
             for i, (z, eps, q, g) in enumerate(zip(z_file, m.epsilon, m.q, r.groups)):
-                left = g.law.delta_accounted(c.delta, c.rounds)
+                left = g.law.delta_accounted(c.delta, rounds=c.rounds)
                 spent = epsilon_third_parties(noise_multiplier=float(z), q=q, rounds=c.rounds, delta=left,
                                               tau_d=tau_d[i])  # fmt: skip
                 if spent > eps * (1 + 1e-9):

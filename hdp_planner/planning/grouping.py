@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-def even_sizes(n: int, groups: int) -> tuple[int, ...]:
+def even_sizes(n: int, *, groups: int) -> tuple[int, ...]:
     """Split n clients into group sizes that differ by at most one (earlier groups take the rest).
 
     Args:
@@ -77,7 +77,7 @@ class Groups:
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, got {n}")
-        sizes = even_sizes(n, len(epsilons)) if sizes is None else tuple(sizes)
+        sizes = even_sizes(n, groups=len(epsilons)) if sizes is None else tuple(sizes)
         groups = cls(epsilons=tuple(float(e) for e in epsilons), sizes=tuple(sizes))
         if groups.n != n:
             raise ValueError(f"group sizes sum to {groups.n}, not n = {n}")

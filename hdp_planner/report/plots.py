@@ -212,7 +212,7 @@ def draw_comparison(plt: Any, p: Plan) -> Any:
     ax2.barh(y, lams, color=[colors[n] for n in names], edgecolor="white", height=0.6)
     base = lams[0]
     for yi, lam in zip(y, lams):
-        text = f"{lam:.3g}" if lam == base else f"{lam:.3g} ({compare_noise(lam, base)})"
+        text = f"{lam:.3g}" if lam == base else f"{lam:.3g} ({compare_noise(lam, base=base)})"
         ax2.annotate(text, (lam, yi), va="center", ha="left", fontsize=8, xytext=(3, 0), textcoords="offset points")
     ax2.set_yticks(y, names)
     ax2.set_xscale("log")

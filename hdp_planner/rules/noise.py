@@ -39,7 +39,7 @@ PaperWeights = Literal["uniform", "participation"]
 A method row declares its own (:attr:`hdp_planner.methods.method.Method.paper_weights`); the baselines have none."""
 
 
-def poisson_sample(rng: np.random.Generator | SecureRandom, size: int, q: float) -> np.ndarray:
+def poisson_sample(rng: np.random.Generator | SecureRandom, *, size: int, q: float) -> np.ndarray:
     """Indices (0..size-1) of the clients that join this round, each independently with probability q."""
     return np.flatnonzero(rng.random(size) < q)
 
@@ -78,7 +78,7 @@ def clip_factor(norm: np.ndarray | float, clip: float) -> np.ndarray:
     return np.minimum(1.0, clip / np.maximum(norm, 1e-300))
 
 
-def noise_share_std(clip: float, noise_multiplier: float, joined: int) -> float:
+def noise_share_std(clip: float, *, noise_multiplier: float, joined: int) -> float:
     """Std of the noise one of ``joined`` clients adds, so the group's sum carries exactly C·σ_m."""
     return clip * noise_multiplier / np.sqrt(max(joined, 1))
 
@@ -158,7 +158,7 @@ def lambda_for(
     return lambda_exact(weight, noise_multiplier, k_ratio, clip, pooled)
 
 
-def compare_noise(lam: float, base: float) -> str:
+def compare_noise(lam: float, *, base: float) -> str:
     """Λ against a baseline's, in words: "3.1x less" or "1.6x more" (the same for "same")."""
     if lam == base:
         return "same"

@@ -101,8 +101,10 @@ class CanaryAuditor:
         check_auditable(spec)
         groups = len(spec.sizes)
         self.spec, self.seed = spec, seed
-        self.per_group = default_canaries(d, groups) if per_group is None else per_group
-        self.layout = canary_layout(d, groups, self.per_group, round_seed(seed, 0, LAYOUT_STREAM))
+        self.per_group = default_canaries(d, groups=groups) if per_group is None else per_group
+        self.layout = canary_layout(
+            d, groups=groups, per_group=self.per_group, seed=round_seed(seed, rnd=0, stream=LAYOUT_STREAM)
+        )
         self.members = [np.flatnonzero(self.layout.inserted[m]) for m in range(groups)]
         self.z: list[list[np.ndarray]] = [[] for _ in range(groups)]
         self.joined: list[list[np.ndarray]] = [[] for _ in range(groups)]
@@ -160,7 +162,7 @@ class CanaryAuditor:
         _, groups = round_rows(self._joins)
         all_rows = torch.cat([deltas, extra])
         all_groups = np.concatenate([np.asarray(group_of_row, dtype=np.int64), groups])
-        order = np.random.default_rng(round_seed(self.seed, rnd, ORDER_STREAM)).permutation(len(all_groups))
+        order = np.random.default_rng(round_seed(self.seed, rnd=rnd, stream=ORDER_STREAM)).permutation(len(all_groups))
         canary = order - len(deltas)  # ≥ 0: the canary row of that index among the joins of every group
         index = np.concatenate(self._joins)
         self._rows = []
@@ -271,7 +273,7 @@ class CanaryAuditor:
                 delta=delta,
                 epsilon_planned=epsilon_planned[m],
                 sigma_planned=self.spec.noise_multiplier[m],
-                seed=round_seed(self.seed, 1, LAYOUT_STREAM),
+                seed=round_seed(self.seed, rnd=1, stream=LAYOUT_STREAM),
                 unfaithful=self.unfaithful[m],
                 mismatched=tuple(self.mismatched[m]),
                 **model,

@@ -45,7 +45,7 @@ def batch_indices(
 ) -> np.ndarray:
     """(K, τ, B) training-set indices: per step, B of the client's samples (with replacement if it has < B);
     ``stream`` 1 for training, another for local-only work (fine-tuning before evaluation)."""
-    rng = np.random.default_rng(round_seed(seed, rnd, stream))
+    rng = np.random.default_rng(round_seed(seed, rnd=rnd, stream=stream))
     out = np.empty((len(ids), steps, batch), dtype=np.int64)
     for row, cid in enumerate(ids):
         own = clients[int(cid)]

@@ -92,7 +92,7 @@ def aggregate(
         ys, noises, silent = [], [], {}  # silent: the groups that released nothing, each with why
         for m, (r, _) in enumerate(clipped_rows):
             seed = getattr(source, "seed", None)
-            bits, dropouts = round_sources(source.kind, seed, rnd, m)
+            bits, dropouts = round_sources(source.kind, seed=seed, rnd=rnd, group=m)
             coins = None if spec.secagg.cohorts is None else member_coins(
                 spec.secagg, source.kind, seed=seed, rnd=rnd, group=m, members=r.shape[0])  # fmt: skip
             if coins is not None and referee is not None:

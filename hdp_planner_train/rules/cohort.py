@@ -103,7 +103,7 @@ def cohort_costs(secagg: SecaggSpec, *, start: int, rounds: int) -> list[list[Gr
     the run is charged at least what it spends; the whole run charges the plan's ε against the server."""
     return [
         [GroupRound(q=g.coin if r < g.memberships else 0.0, noise_multiplier=g.noise_multiplier,
-                    tau_d=group_tau_d(g.cohort, secagg.model_dim))
+                    tau_d=group_tau_d(g.cohort, model_dim=secagg.model_dim))
          for g in secagg.cohorts]
         for r in range(start, rounds)
     ]  # fmt: skip
@@ -114,4 +114,4 @@ def epsilon_spent(secagg: SecaggSpec, group: int, *, rounds: int, delta: float) 
     at p_m (the planner's bound, :func:`~hdp_planner.distributed.cohorts.cohort_group`)."""
     g = secagg.cohorts[group]
     return epsilon_third_parties(noise_multiplier=g.noise_multiplier, q=g.coin, rounds=min(rounds, g.memberships),
-                                 delta=delta, tau_d=group_tau_d(g.cohort, secagg.model_dim))  # fmt: skip
+                                 delta=delta, tau_d=group_tau_d(g.cohort, model_dim=secagg.model_dim))  # fmt: skip

@@ -25,7 +25,7 @@ class NoiseSource(Protocol):
         """A tensor of ``shape`` with independent N(0, std²) entries on ``device`` in ``dtype``."""
         ...
 
-    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+    def share_sum(self, d: int, *, shares: int, std: float, device, dtype) -> torch.Tensor:
         """The sum of ``shares`` independent N(0, std²·I_d) shares (the clients' noise shares of a group)."""
         ...
 
@@ -47,11 +47,11 @@ class SeededNoise:
         gen = self._generators.get(device.type)  # one stream per device type, as one generator per round before
         if gen is None:
             gen = self._generators[device.type] = torch.Generator(device=device).manual_seed(
-                round_seed(self.seed, self.rnd, 2)
+                round_seed(self.seed, rnd=self.rnd, stream=2)
             )
         return torch.randn(shape, generator=gen, device=device, dtype=dtype) * std
 
-    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+    def share_sum(self, d: int, *, shares: int, std: float, device, dtype) -> torch.Tensor:
         """One draw per share, in client order: the same stream in every engine and on resume."""
         total = torch.zeros(d, device=device, dtype=dtype)
         for _ in range(shares):
@@ -70,12 +70,12 @@ class SecureNoise:
         draws = secure_normal(int(np.prod(size))) * std
         return torch.from_numpy(draws.reshape(size)).to(device=device, dtype=dtype)
 
-    def share_sum(self, d: int, shares: int, std: float, device, dtype) -> torch.Tensor:
+    def share_sum(self, d: int, *, shares: int, std: float, device, dtype) -> torch.Tensor:
         """The sum's own law, N(0, shares·std²·I_d), in one draw (the simulation holds every share anyway)."""
         return self.normal(d, std * math.sqrt(shares), device, dtype)
 
 
-def noise_source(kind: NoiseKind, seed: int, rnd: int) -> NoiseSource:
+def noise_source(kind: NoiseKind, *, seed: int, rnd: int) -> NoiseSource:
     """The noise of round ``rnd``: :class:`SecureNoise` or :class:`SeededNoise` (seed, rnd)."""
     if kind == "secure":
         return SecureNoise()
@@ -88,4 +88,10 @@ def group_noise(
     d: int, *, joined: int, clip: float, noise_multiplier: float, source: NoiseSource, device, dtype
 ) -> torch.Tensor:
     """The noise in a group's sum: ``joined`` client shares of std C·σ/√c each, or the server's N(0, C²σ²)."""
-    return source.share_sum(d, max(joined, 1), noise_share_std(clip, noise_multiplier, joined), device, dtype)
+    return source.share_sum(
+        d,
+        shares=max(joined, 1),
+        std=noise_share_std(clip, noise_multiplier=noise_multiplier, joined=joined),
+        device=device,
+        dtype=dtype,
+    )

@@ -43,7 +43,7 @@ class SecaggSpec:
     cohorts: tuple[CohortGroup, ...] | None = None  # hidden participation: each group's cohort (:mod:`.cohort`)
 
 
-def public_seed(rnd: int, group: int) -> int:
+def public_seed(rnd: int, *, group: int) -> int:
     """The round's public rotation seed for ``group`` (not secret: it only flattens the vectors)."""
     return int(np.random.SeedSequence([rnd, group, 0x5EC]).generate_state(1)[0])
 
@@ -61,7 +61,7 @@ def round_plan(spec: SecaggSpec, *, rnd: int, group: int) -> RoundPlan:
     """The round's public parameters of ``group``, computed alike by every client and the server from the plan
     (the signs read-only: one copy serves every caller of the round)."""
     law = spec.laws[group]
-    signs = rotation_signs(public_seed(rnd, group), law.encoding.padded)
+    signs = rotation_signs(public_seed(rnd, group=group), padded=law.encoding.padded)
     signs.setflags(write=False)
     return RoundPlan(law=law, signs=signs)
 
@@ -116,7 +116,7 @@ class Withheld:
     reason: str
 
 
-def too_few_sampled(group: int, sampled: int, threshold: int) -> Withheld:
+def too_few_sampled(group: int, *, sampled: int, threshold: int) -> Withheld:
     """The group's round withheld before any message: ``sampled`` clients, below its threshold t_m."""
     return Withheld(group=group, reason=f"{sampled} sampled, below the threshold t = {threshold}")
 
@@ -134,7 +134,7 @@ def group_sum(
     c = rows.shape[0]
     plan = round_plan(spec, rnd=rnd, group=group)
     if c < plan.law.threshold:
-        return too_few_sampled(group, c, plan.law.threshold)
+        return too_few_sampled(group, sampled=c, threshold=plan.law.threshold)
     alive = dropouts.random(c) >= spec.dropout
     if survived is not None:
         survived(alive)
@@ -158,20 +158,22 @@ def epsilon_third_parties_spent(spec, group: int, *, rounds: int, delta: float) 
     delta_accounted`)."""
     law = spec.secagg.laws[group]
     return epsilon_third_parties(noise_multiplier=law.noise_multiplier, q=spec.q[group], rounds=rounds,
-                                 delta=law.delta_accounted(delta, rounds),
-                                 tau_d=group_tau_d(spec.sizes[group], spec.secagg.model_dim))  # fmt: skip
+                                 delta=law.delta_accounted(delta, rounds=rounds),
+                                 tau_d=group_tau_d(spec.sizes[group], model_dim=spec.secagg.model_dim))  # fmt: skip
 
 
 def epsilon_server_spent(spec, group: int, *, participations: int, delta: float) -> float:
     """ε against the server after ``participations`` of a client of ``group``: ⌈(t − k)/M⌉ honest shares of the
     smallest share of any group (:meth:`~hdp_planner.distributed.law.GroupLaw.server_multiplier`), no amplification."""
     sa = spec.secagg
-    z = sa.laws[group].server_multiplier(min(law.share_sigma2 for law in sa.laws), len(sa.laws))
+    z = sa.laws[group].server_multiplier(min(law.share_sigma2 for law in sa.laws), groups=len(sa.laws))
     return epsilon_server(noise_multiplier=z, participations=participations, delta=delta,
-                          tau_d=group_tau_d(spec.sizes[group], sa.model_dim))  # fmt: skip
+                          tau_d=group_tau_d(spec.sizes[group], model_dim=sa.model_dim))  # fmt: skip
 
 
-def round_sources(kind: str, seed: int | None, rnd: int, group: int) -> tuple[Bits, np.random.Generator | SecureRandom]:
+def round_sources(
+    kind: str, *, seed: int | None, rnd: int, group: int
+) -> tuple[Bits, np.random.Generator | SecureRandom]:
     """The noise shares' and rounding's bits, and the dropouts' draws: seeded from (seed, round, group) in a
     simulation, the OS's CSPRNG otherwise."""
     if kind == "seeded":

@@ -48,7 +48,9 @@ def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
 
             entry["epsilon_spent"] = epsilon_third_parties_spent(spec, i, rounds=rounds_run, delta=c.delta)
         else:
-            entry["epsilon_spent"] = float(mechanism_epsilon(mech, i, rounds_run, c.delta, c.spending_accountant))
+            entry["epsilon_spent"] = float(
+                mechanism_epsilon(mech, group=i, rounds=rounds_run, delta=c.delta, accountant=c.spending_accountant)
+            )
         ledger.append(entry)
     return ledger
 
@@ -155,7 +157,8 @@ def ledger_run(
         run_id = book.start_run(
             federation=cfg.ledger.federation, label=f"{cfg.method} {cfg.data.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
-            planned=planned_costs(plan, spec, row, start, rounds), start=start, supersedes=supersedes,
+            planned=planned_costs(plan, spec=spec, row=row, start=start, rounds=rounds), start=start,
+            supersedes=supersedes,
         )  # fmt: skip
     except LedgerError as exc:
         if "refused" in str(exc):  # a seeded run (compare's grid) charged all the same: no noise option helps
@@ -180,7 +183,7 @@ def check_released(book: Ledger, run_id: str, start: int) -> None:
         )
 
 
-def planned_costs(plan, spec, row: str, start: int, rounds: int) -> list[list[GroupRound]]:
+def planned_costs(plan, *, spec, row: str, start: int, rounds: int) -> list[list[GroupRound]]:
     """What rounds ``start``..``rounds``−1 cost each group: the plan's sampled Gaussian rounds, or, under secure
     aggregation, the trust object's distributed discrete Gaussian rounds (z_m, q_m, τ·d' of the group)."""
     if spec.secagg is None:

@@ -130,7 +130,7 @@ def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
                          supersedes=(state or {}).get("ledger_run"))  # fmt: skip
 
     def step(r: int, lr: float):
-        sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure")
+        sampled = sample_round(spec, seed=cfg.seed, rnd=r, secure=kind == "secure")
         ids, group_of_row = round_rows(sampled)
         if traits.fine_tune:  # plain DP-FedAvg training, on the configured engine
             vector_to_parameters(theta.clone(), model.parameters())
@@ -163,7 +163,7 @@ def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
                         heads[cid] = new_head  # stays on the client
                     updates.append(delta)
                 rows = torch.stack(updates) if updates else theta.new_zeros((0, int(shared.sum())))
-        gen = noise_source(kind, cfg.seed, r)
+        gen = noise_source(kind, seed=cfg.seed, rnd=r)
         update, stats = GroupAggregator(spec).round(rows, group_of_row, source=gen, rnd=r)  # each group at its σ_m
 
         def apply_update() -> None:

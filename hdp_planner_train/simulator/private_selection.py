@@ -165,8 +165,8 @@ def run_selection(cfg, bound: BoundRun) -> dict[str, Any]:
             ids = power_of_choice(losses, cand[r], per_round=per_round)
         else:
             ids = chosen[r]
-        rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 1))
-        gen = noise_source(kind, cfg.seed, r)
+        rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, rnd=r, stream=1))
+        gen = noise_source(kind, seed=cfg.seed, rnd=r)
         total = torch.zeros_like(theta)
         noise_total = torch.zeros_like(theta)
         for k in ids:

@@ -208,7 +208,8 @@ def calibrate_clients(problem: SelectionProblem, counts: np.ndarray, rule: str, 
         if key not in cache:
             try:
                 cache[key] = tuple(
-                    record_noise_multiplier(key[0], problem.delta, key[1], steps, r) for r in ("paper", "exact")
+                    record_noise_multiplier(key[0], delta=problem.delta, rate=key[1], steps=steps, rule=r)
+                    for r in ("paper", "exact")
                 )
             except ValueError as exc:
                 raise TrainError(f"client {k}: cannot calibrate its noise: {exc}") from None

@@ -192,10 +192,10 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
     def step(r: int, lr: float):
         extra = auditor.extra if auditor is not None else None
         if cohorts is not None:
-            rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, r, 0))
+            rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, rnd=r, stream=0))
             sampled = cohort_round(spec.secagg, spec.offsets, used, rng)
         else:
-            sampled = sample_round(spec, cfg.seed, r, secure=kind == "secure", extra=extra)
+            sampled = sample_round(spec, seed=cfg.seed, rnd=r, secure=kind == "secure", extra=extra)
         if auditor is not None:
             sampled = auditor.take(sampled, spec.offsets, spec.sizes)
         ids, group_of_row = round_rows(sampled)
@@ -206,7 +206,7 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
         )  # fmt: skip
         if auditor is not None:
             deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-        gen = noise_source(kind, cfg.seed, r) if spec.private else None
+        gen = noise_source(kind, seed=cfg.seed, rnd=r) if spec.private else None
         observe = auditor.observe if auditor is not None else None
         referee = auditor.referee if auditor is not None else None
         survivors = auditor.survivors if auditor is not None else None

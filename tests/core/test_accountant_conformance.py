@@ -63,7 +63,7 @@ def test_never_below_dp_accounting(name):
     @given(sigma=sigmas, q=rates, rounds=rounds_, delta=deltas)
     def body(sigma, q, rounds, delta):
         with quiet_dp_accounting():
-            reference = float(acc.reference().compose(dp_event(sigma, q, rounds)).get_epsilon(delta))
+            reference = float(acc.reference().compose(dp_event(sigma, q=q, rounds=rounds)).get_epsilon(delta))
         assert eps(name, sigma, q, rounds, delta) >= reference * (1 - 1e-9) - 1e-12
 
     run(name, body, REFERENCE_DRAWS)

@@ -88,7 +88,7 @@ def test_idp_sample_meets_every_budget_at_one_sigma(eps, sizes):
         # by RDP, or (0, δ)-DP whatever σ where 1 − (1 − q_m)^T ≤ δ (δ = 1/n^1.1 is large for these small n)
         assert (
             rdp_epsilon(noise_multiplier=sigma, q=qm, rounds=c.rounds, delta=c.delta) <= e
-            or never_sampled_bound(qm, c.rounds) <= c.delta
+            or never_sampled_bound(qm, rounds=c.rounds) <= c.delta
         )
         if qm < 1:  # the largest such q: a little more sampling overspends
             assert rdp_epsilon(noise_multiplier=sigma, q=qm * (1 + 1e-5), rounds=c.rounds, delta=c.delta) > e

@@ -45,14 +45,16 @@ def pld_eps(sigma: float, q: float, rounds: int, delta: float, v: float) -> floa
     """dp-accounting's PLDAccountant at discretization v, called directly."""
     from dp_accounting.pld import PLDAccountant
 
-    return float(PLDAccountant(value_discretization_interval=v).compose(dp_event(sigma, q, rounds)).get_epsilon(delta))
+    return float(
+        PLDAccountant(value_discretization_interval=v).compose(dp_event(sigma, q=q, rounds=rounds)).get_epsilon(delta)
+    )
 
 
 def rdp_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
     from dp_accounting.rdp import RdpAccountant
 
     _quiet()
-    return float(RdpAccountant().compose(dp_event(sigma, q, rounds)).get_epsilon(delta))
+    return float(RdpAccountant().compose(dp_event(sigma, q=q, rounds=rounds)).get_epsilon(delta))
 
 
 def reference_sigma(
@@ -68,7 +70,7 @@ def reference_sigma(
     _quiet()
     make = RdpAccountant if v is None else (lambda: PLDAccountant(value_discretization_interval=v))
     interval = None if bracket is None else ExplicitBracketInterval(*bracket)
-    return float(dpa.calibrate_dp_mechanism(make, lambda s: dp_event(s, q, rounds), eps, delta, interval))
+    return float(dpa.calibrate_dp_mechanism(make, lambda s: dp_event(s, q=q, rounds=rounds), eps, delta, interval))
 
 
 # ------------------------------------------------------------------------------------------------ small ε, PLD
@@ -86,7 +88,7 @@ def test_pld_at_small_epsilon_is_below_rdp_and_matches_dp_accounting(eps, rdp_si
         calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="rdp"),
     )
     assert sigma_rdp == pytest.approx(rdp_sigma, rel=5e-3)
-    v = discretization(eps, delta, rounds)
+    v = discretization(eps, delta=delta, rounds=rounds)
     assert v < 1e-4  # chosen from ε: finer than the default where ε is small
     assert pld_eps(sigma, q, rounds, delta, v) <= eps  # never below what the budget needs
     assert sigma < sigma_rdp
@@ -96,9 +98,9 @@ def test_pld_at_small_epsilon_is_below_rdp_and_matches_dp_accounting(eps, rdp_si
 
 def test_discretization_is_the_default_on_the_papers_settings():
     for eps in (0.5, 1.5, 3.0):
-        assert discretization(eps, 6000**-1.1, 50) == 1e-4
-    assert discretization(0.01, 1e-5, 1000) < discretization(0.1, 1e-5, 1000) < 1e-4
-    assert discretization(0.1, 1e-5, 100_000) < discretization(0.1, 1e-5, 1000)
+        assert discretization(eps, delta=6000**-1.1, rounds=50) == 1e-4
+    assert discretization(0.01, delta=1e-5, rounds=1000) < discretization(0.1, delta=1e-5, rounds=1000) < 1e-4
+    assert discretization(0.1, delta=1e-5, rounds=100_000) < discretization(0.1, delta=1e-5, rounds=1000)
 
 
 @pytest.mark.slow
@@ -111,10 +113,10 @@ def test_pld_sweep_against_dp_accounting_at_a_fine_discretization(eps, delta, q,
         return  # beyond σ = 1e12: refused by RDP, and so by PLD
     sigma = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld")
     assert sigma <= sigma_rdp
-    if never_sampled_bound(q, rounds) <= delta:
+    if never_sampled_bound(q, rounds=rounds) <= delta:
         assert sigma == SIGMA_MIN
         return
-    v = discretization(eps, delta, rounds)
+    v = discretization(eps, delta=delta, rounds=rounds)
     if roundoff_mass(noise_multiplier=sigma / 1.01, q=q, rounds=rounds, discretization=v) > ROUNDOFF_SHARE * delta:
         return  # δ(ε) carries the FFT's round-off here (dp-accounting's too): ours allows for it, the reference not
     if sigma < sigma_rdp:
@@ -215,9 +217,9 @@ def test_rdp_sweep_against_calibrate_dp_mechanism(eps, delta, q, rounds):
 
 
 def test_never_sampled_bound():
-    assert never_sampled_bound(1.0, 3) == 1.0
-    assert never_sampled_bound(1e-9, 1000) == pytest.approx(1e-6, rel=1e-6)
-    assert never_sampled_bound(0.5, 2) == pytest.approx(0.75)
+    assert never_sampled_bound(1.0, rounds=3) == 1.0
+    assert never_sampled_bound(1e-9, rounds=1000) == pytest.approx(1e-6, rel=1e-6)
+    assert never_sampled_bound(0.5, rounds=2) == pytest.approx(0.75)
 
 
 @settings(max_examples=50, deadline=None)
@@ -228,7 +230,7 @@ def test_never_sampled_bound():
     delta=st.floats(-12.0, -1.0).map(lambda x: 10**x),
 )
 def test_both_accountants_answer_at_once_where_any_sigma_meets_the_budget(q, rounds, eps, delta):
-    if never_sampled_bound(q, rounds) > delta:
+    if never_sampled_bound(q, rounds=rounds) > delta:
         return
     t = time.process_time()  # the work done, not the wall clock of a shared machine
     assert calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld") == SIGMA_MIN
@@ -248,7 +250,7 @@ def test_both_accountants_answer_at_once_where_any_sigma_meets_the_budget(q, rou
 def test_pld_where_any_sigma_meets_the_budget_is_a_true_bound():
     """Where 1 − (1 − q)^T ≤ δ, dp-accounting's own PLD says ε = 0 too, at any σ it can build."""
     q, rounds, delta = 1e-5, 3, 1e-4
-    assert never_sampled_bound(q, rounds) <= delta
+    assert never_sampled_bound(q, rounds=rounds) <= delta
     for sigma in (0.5, 2.0, 20.0):
         assert pld_eps(sigma, q, rounds, delta, 1e-3) == 0.0
 
@@ -308,7 +310,7 @@ def test_calibrate_q_where_rdp_has_no_answer_falls_back_to_the_never_sampled_bou
     eps, delta, sigma, rounds = 0.995, 1.54e-9, 0.3, 1000
     q = calibrate_q(epsilon=eps, delta=delta, noise_multiplier=sigma, rounds=rounds)
     assert q == pytest.approx(delta / rounds, rel=1e-6)
-    assert never_sampled_bound(q, rounds) <= delta
+    assert never_sampled_bound(q, rounds=rounds) <= delta
     assert calibrate_q(epsilon=eps, delta=delta, noise_multiplier=5.0, rounds=50) > 0.1  # RDP's answer where it has one
 
 
@@ -334,8 +336,8 @@ def test_pld_with_huge_grids_stays_bounded():
     sigma = calibrate_sigma(epsilon=eps, delta=delta, q=q, rounds=rounds, accountant="pld")
     assert time.perf_counter() - t < 60
     assert 0.49 < sigma < 0.50
-    v = grid_interval(sigma, q, rounds, discretization(eps, delta, rounds))
-    assert v is not None and v > discretization(eps, delta, rounds)  # coarser than the fine interval
+    v = grid_interval(sigma, q=q, rounds=rounds, discretization=discretization(eps, delta=delta, rounds=rounds))
+    assert v is not None and v > discretization(eps, delta=delta, rounds=rounds)  # coarser than the fine interval
     assert pld_eps(sigma, q, rounds, delta, v) <= eps  # dp-accounting's own PLD on that grid
 
 
@@ -344,13 +346,19 @@ def test_a_grid_too_fine_for_the_limit_is_built_coarser():
     measured to fit MAX_COMPOSED; a smaller σ (wider losses) needs a coarser grid."""
     from hdp_planner.accounting.pld import COARSER_STEPS, MAX_POINTS, MAX_WORK
 
-    v = discretization(0.0039, 1.4e-10, 83888)
-    assert grid_interval(2.0, 4.6e-7, 83888, v) == v  # fits: the fine interval itself
-    coarser = grid_interval(0.71, 4.6e-7, 83888, v)
+    v = discretization(0.0039, delta=1.4e-10, rounds=83888)
+    assert grid_interval(2.0, q=4.6e-7, rounds=83888, discretization=v) == v  # fits: the fine interval itself
+    coarser = grid_interval(0.71, q=4.6e-7, rounds=83888, discretization=v)
     assert coarser is not None and v < coarser <= v * 2**COARSER_STEPS
     assert coarser < 128 * v  # refined below the first interval within MAX_WORK/√T
-    assert grid_interval(0.8, 4.6e-7, 83888, v) < coarser < grid_interval(0.6, 4.6e-7, 83888, v)
-    assert grid_interval(0.05, 0.5, 83888, 1e-9) is None  # beyond every allowed interval: ε is reported as ∞
+    assert (
+        grid_interval(0.8, q=4.6e-7, rounds=83888, discretization=v)
+        < coarser
+        < grid_interval(0.6, q=4.6e-7, rounds=83888, discretization=v)
+    )
+    assert (
+        grid_interval(0.05, q=0.5, rounds=83888, discretization=1e-9) is None
+    )  # beyond every allowed interval: ε is reported as ∞
     assert min(MAX_POINTS, MAX_WORK / 83888**0.5) < 1e5
 
 
@@ -360,7 +368,7 @@ def test_pld_refuses_a_delta_below_its_fft_round_off():
     reports ε = ∞ there, so the calibration keeps RDP's σ; at δ = 1e-6 the same composition is resolved, at δ less
     twice the round-off."""
     q, rounds = 2.8e-7, 11951
-    v = discretization(0.0323, 1.1e-12, rounds)
+    v = discretization(0.0323, delta=1.1e-12, rounds=rounds)
     assert roundoff_mass(noise_multiplier=0.587, q=q, rounds=rounds, discretization=v) > 1.1e-12
     assert pld_epsilon(noise_multiplier=0.587, q=q, rounds=rounds, delta=1.1e-12) == math.inf
     assert math.isfinite(pld_epsilon(noise_multiplier=0.587, q=q, rounds=rounds, delta=1e-6))

@@ -63,7 +63,7 @@ def test_a_cohort_of_the_whole_group_is_poisson_sampling_hidden_from_the_server(
     g = cohort_group(epsilon=1.0, delta=1e-5, size=200, expected=10, cohort=200, rounds=30, clip=1.0, trust=TRUST)
     assert (g.memberships, g.coin) == (30, pytest.approx(0.05))
     third = epsilon_third_parties(noise_multiplier=g.noise_multiplier, q=0.05, rounds=30, delta=1e-5,
-                                  tau_d=group_tau_d(200, TRUST.model_dim))  # fmt: skip
+                                  tau_d=group_tau_d(200, model_dim=TRUST.model_dim))  # fmt: skip
     assert g.epsilon_server == pytest.approx(third) and third <= 1.0
 
 
@@ -73,7 +73,7 @@ def test_shares_sized_by_the_cohort_carry_the_planned_noise():
     g = cohort_group(epsilon=2.0, delta=1e-5, size=100, expected=5, cohort=20, rounds=10, clip=1.0, trust=TRUST)
     law = cohort_law(cohort=20, noise_multiplier=g.noise_multiplier, clip=1.0, trust=TRUST)
     assert law.threshold == g.threshold == 18
-    draws = discrete_gaussian(SeededBits(0), law.share_sigma2, 20_000 * law.threshold)
+    draws = discrete_gaussian(SeededBits(0), sigma2=law.share_sigma2, size=20_000 * law.threshold)
     sums = draws.reshape(20_000, law.threshold).sum(axis=1)
     assert sums.var() >= 0.97 * (g.noise_multiplier * law.encoding.norm_bound) ** 2
 
@@ -102,7 +102,11 @@ def test_a_server_testing_who_contributed_does_no_better_than_the_bound():
     target = math.floor(law.encoding.norm_bound)  # the target's encoded update, at the norm bound
 
     def released(seed: int) -> np.ndarray:  # the honest guaranteed survivors' shares (the others' the server knows)
-        return discrete_gaussian(SeededBits(seed), law.share_sigma2, n * law.threshold).reshape(n, -1).sum(axis=1)
+        return (
+            discrete_gaussian(SeededBits(seed), sigma2=law.share_sigma2, size=n * law.threshold)
+            .reshape(n, -1)
+            .sum(axis=1)
+        )
 
     heads = np.random.default_rng(3).random(n) < g.coin
     outside = released(1)
@@ -113,9 +117,9 @@ def test_a_server_testing_who_contributed_does_no_better_than_the_bound():
 
 
 def test_candidates_start_at_the_expected_contributors_and_stop_at_the_cap():
-    assert candidate_cohorts(3.2, 100, 20) == [4, 6, 9, 13, 19, 20]
-    assert candidate_cohorts(3.2, 10, None)[-1] == 10
-    assert candidate_cohorts(30, 100, 20) == []  # a cap below the expected contributors hides nothing
+    assert candidate_cohorts(3.2, size=100, cap=20) == [4, 6, 9, 13, 19, 20]
+    assert candidate_cohorts(3.2, size=10, cap=None)[-1] == 10
+    assert candidate_cohorts(30, size=100, cap=20) == []  # a cap below the expected contributors hides nothing
 
 
 def test_the_frontier_trades_vectors_for_noise(small):

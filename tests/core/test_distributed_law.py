@@ -28,7 +28,7 @@ def released(count: int, seed: int, *, updates: np.ndarray | None = None, top: b
     """A group's release when ``count`` clients survive: their messages summed modulo 2^b, topped up to N shares by
     the server (``top`` False: the old behaviour, c shares), decoded."""
     bits = SeededBits(seed)
-    signs = rotation_signs(11, LAW.encoding.padded)
+    signs = rotation_signs(11, padded=LAW.encoding.padded)
     ups = np.zeros((count, DIM)) if updates is None else updates
     total = modular_sum(np.stack([encode(u, encoding=LAW.encoding, signs=signs, share_sigma2=LAW.share_sigma2,
                                          bits=bits) for u in ups]), LAW.encoding.modulus)  # fmt: skip
@@ -41,7 +41,7 @@ def released(count: int, seed: int, *, updates: np.ndarray | None = None, top: b
 def lattice_residual(y: np.ndarray, gamma: float) -> float:
     """The lattice attack: how far the rotated release, in units of a candidate grid γ', lies from integers (about 0
     on the release's own grid, about 1/4 on any other)."""
-    v = rotate(y, rotation_signs(11, LAW.encoding.padded)) / gamma
+    v = rotate(y, rotation_signs(11, padded=LAW.encoding.padded)) / gamma
     return float(np.mean(np.abs(v - np.rint(v))))
 
 
@@ -87,7 +87,7 @@ def test_the_threshold_reaches_99_percent_of_rounds_and_a_flip_has_the_planned_p
     others = rng.binomial(size - 1, q, size=400_000)
     target = rng.random(400_000) < q
     simulated = np.mean(target & (others == t - 1))  # F = 1: everyone survives, the flip needs exactly t − 1 others
-    assert simulated == pytest.approx(flip_probability(size, q, t, 1.0), rel=0.05)
+    assert simulated == pytest.approx(flip_probability(size, q=q, t=t, survivors=1.0), rel=0.05)
 
 
 @pytest.mark.parametrize("size,q,eps,k", [(120, 0.25, 1.5, 0), (2000, 0.00626, 0.5, 0), (600, 0.1, 3.0, 2)])
@@ -96,9 +96,9 @@ def test_the_law_pays_its_events_out_of_delta_and_meets_its_budget(size, q, eps,
     law = group_law(size=size, q=q, epsilon=eps, delta=delta, rounds=rounds, dim=DIM, clip=1.0, bits=20,
                     survivors=0.9, colluders=k)  # fmt: skip
     assert 0 < rounds * law.event_rate <= delta * (EVENT_SHARE + MAX_FLIP_SHARE)
-    left = law.delta_accounted(delta, rounds)
+    left = law.delta_accounted(delta, rounds=rounds)
     spent = epsilon_third_parties(noise_multiplier=law.third_party_multiplier, q=q, rounds=rounds, delta=left,
-                                  tau_d=group_tau_d(size, DIM))  # fmt: skip
+                                  tau_d=group_tau_d(size, model_dim=DIM))  # fmt: skip
     assert spent <= eps * (1 + 1e-9)
     assert k + 1 <= law.threshold <= law.shares and law.run_threshold(law.shares) > law.shares / 2
 

@@ -49,7 +49,7 @@ logging.getLogger("absl").setLevel(logging.ERROR)
 
 def test_rotation_is_orthogonal():
     x = np.random.default_rng(0).normal(size=1000)
-    signs = rotation_signs(3, 1024)
+    signs = rotation_signs(3, padded=1024)
     y = rotate(x, signs)
     assert np.isclose(np.linalg.norm(y), np.linalg.norm(x))
     assert np.allclose(unrotate(y, signs, 1000), x)
@@ -71,7 +71,7 @@ def test_conditional_rounding_stays_within_its_bound(values, seed):
 
 def test_round_trip_equals_the_clipped_sum_up_to_rounding_and_noise():
     enc = Encoding(dim=1000, clip=1.5, bits=24, gamma=1e-3)
-    signs = rotation_signs(11, enc.padded)
+    signs = rotation_signs(11, padded=enc.padded)
     ups = np.random.default_rng(1).normal(size=(6, 1000))
     bits = SeededBits(2)
     sigma2 = 16
@@ -87,7 +87,7 @@ def test_decoded_noise_has_the_planned_variance():
     γ²·N·σ²_share per coordinate (5 sd), and they meet the calibrated z."""
     law = group_law(size=12, q=1.0, epsilon=2.0, delta=1e-3, rounds=3, dim=8192, clip=1.0, bits=24, survivors=1.0,
                     colluders=0)  # fmt: skip
-    signs = rotation_signs(5, law.encoding.padded)
+    signs = rotation_signs(5, padded=law.encoding.padded)
     bits = SeededBits(9)
     msgs = [encode(np.zeros(8192), encoding=law.encoding, signs=signs, share_sigma2=law.share_sigma2, bits=bits)
             for _ in range(5)]  # fmt: skip
@@ -104,9 +104,9 @@ def test_wrap_around_rate_is_within_its_bound():
     without wrap-around the centred modular sum is the integer sum exactly."""
     enc = Encoding(dim=64, clip=1.0, bits=9, gamma=0.02)
     sampled, sigma2 = 4, 1300
-    bound = wrap_bound(enc, sampled, sigma2)
+    bound = wrap_bound(enc, sampled=sampled, share_sigma2=sigma2)
     assert 0.1 < bound < 0.9
-    signs = rotation_signs(0, enc.padded)
+    signs = rotation_signs(0, padded=enc.padded)
     bits = SeededBits(4)
     rng = np.random.default_rng(4)
     half = enc.modulus // 2
@@ -195,7 +195,7 @@ def test_sum_of_shares_bound_is_never_below_the_exact_divergence(n, sigma2, alph
                for i in range(len(pmf) + len(one) - 1)]  # fmt: skip
     shifted = [mp.mpf(0), *pmf[:-1]]
     exact = float(mp.log(mp.fsum(s**alpha * p ** (1 - alpha) for s, p in zip(shifted, pmf))) / (alpha - 1))
-    bound = alpha / (2 * n * sigma2) + tau(sigma2, n)
+    bound = alpha / (2 * n * sigma2) + tau(sigma2, honest=n)
     assert exact <= bound
 
 

@@ -38,7 +38,7 @@ def test_secagg_rows_meet_their_budgets_and_cost_more_noise(small):
             assert g.noise_multiplier >= sigma * (1 - 1e-6)  # the generic bound is never tighter than the exact one
             assert g.effective_noise_multiplier > g.noise_multiplier  # colluders' shares, rounding, inflation
             least = min(h.law.share_sigma2 for h in r.groups)
-            assert g.law.server_multiplier(least, len(r.groups)) <= g.law.third_party_multiplier  # t ≤ N shares
+            assert g.law.server_multiplier(least, groups=len(r.groups)) <= g.law.third_party_multiplier  # t ≤ N shares
 
 
 @pytest.mark.parametrize(

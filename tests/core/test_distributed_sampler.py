@@ -41,7 +41,7 @@ def _gaussian_pmf(sigma2: float) -> dict[int, float]:
 
 @pytest.mark.parametrize("sigma2", [1, 3, 7, 25])
 def test_discrete_gaussian_matches_its_pmf(sigma2):
-    samples = discrete_gaussian(SeededBits(sigma2), sigma2, 100_000)
+    samples = discrete_gaussian(SeededBits(sigma2), sigma2=sigma2, size=100_000)
     assert _chisquare(samples, _gaussian_pmf(sigma2)) > ALPHA
 
 
@@ -50,20 +50,20 @@ def test_discrete_laplace_matches_its_pmf(scale):
     width = 40 * scale
     w = {x: math.exp(-abs(x) / scale) for x in range(-width, width + 1)}
     z = sum(w.values())
-    samples = discrete_laplace(SeededBits(10 + scale), scale, 100_000)
+    samples = discrete_laplace(SeededBits(10 + scale), scale=scale, size=100_000)
     assert _chisquare(samples, {x: v / z for x, v in w.items()}) > ALPHA
 
 
 def test_a_wrong_pmf_is_detected():
     """The test can fail: σ² = 25 draws against the PMF of σ² = 27."""
-    samples = discrete_gaussian(SeededBits(5), 25, 100_000)
+    samples = discrete_gaussian(SeededBits(5), sigma2=25, size=100_000)
     assert _chisquare(samples, _gaussian_pmf(27)) < ALPHA
 
 
 def test_large_sigma_moments():
     """σ² at the cap (the Python-integer branch of the rejection step runs): mean 0, variance σ² (to 5 sd)."""
     n = 60_000
-    samples = discrete_gaussian(SeededBits(7), MAX_SIGMA2, n).astype(float)
+    samples = discrete_gaussian(SeededBits(7), sigma2=MAX_SIGMA2, size=n).astype(float)
     assert abs(samples.mean()) < 5 * math.sqrt(MAX_SIGMA2 / n)
     assert abs(samples.var() / MAX_SIGMA2 - 1) < 5 * math.sqrt(2 / n)
 
@@ -74,7 +74,7 @@ def test_bernoulli_exp_frequency(num, den, power, margin):
     n = 100_000
     p = math.exp(-(num**power) / den)
     extra = {} if margin is None else {"margin": margin}
-    hits = bernoulli_exp(SeededBits(num + den), np.full(n, num), den, power=power, **extra).sum()
+    hits = bernoulli_exp(SeededBits(num + den), num=np.full(n, num), den=den, power=power, **extra).sum()
     assert stats.binomtest(int(hits), n, p).pvalue > ALPHA
 
 
@@ -82,7 +82,7 @@ def test_bernoulli_exp_frequency(num, den, power, margin):
 @settings(max_examples=30, deadline=None)
 def test_bernoulli_exp_probability(num, den, power):
     n = 4_000
-    hits = bernoulli_exp(SeededBits(num), np.full(n, num), den, power=power).sum()
+    hits = bernoulli_exp(SeededBits(num), num=np.full(n, num), den=den, power=power).sum()
     assert stats.binomtest(int(hits), n, math.exp(-(num**power) / den)).pvalue > ALPHA
 
 
@@ -98,9 +98,9 @@ class Constant:
 
 def test_exact_path_decides_far_beyond_the_floats():
     """γ = 800: e^{−γ} ≈ 2^-1154 underflows every float; U = 0 is below it, U near 1 is not, decided exactly."""
-    assert bernoulli_exp(Constant(0), np.array([800]), 1).all()
-    assert not bernoulli_exp(Constant(255), np.array([800]), 1).any()
-    assert bernoulli_exp(Constant(255), np.array([0]), 1).all()  # e^0 = 1: every U < 1 is below it
+    assert bernoulli_exp(Constant(0), num=np.array([800]), den=1).all()
+    assert not bernoulli_exp(Constant(255), num=np.array([800]), den=1).any()
+    assert bernoulli_exp(Constant(255), num=np.array([0]), den=1).all()  # e^0 = 1: every U < 1 is below it
 
 
 @pytest.mark.parametrize("margin", [None, 0.01])  # 0.01: about 2t% of the draws take the exact path
@@ -108,20 +108,20 @@ def test_exact_path_decides_far_beyond_the_floats():
 def test_geometric_matches_its_pmf(scale, margin):
     """P(X = x) = (1 − e^{−1/t})e^{−x/t}, by inversion of U's first 53 bits (and the exact path, often at 0.01)."""
     extra = {} if margin is None else {"margin": margin}
-    samples = geometric(SeededBits(11 + scale), scale, 100_000, **extra)
+    samples = geometric(SeededBits(11 + scale), scale=scale, size=100_000, **extra)
     r = math.exp(-1 / scale)
     assert _chisquare(samples, {x: (1 - r) * r**x for x in range(60 * scale)}) > ALPHA
 
 
 def test_a_wrong_geometric_is_detected():
-    samples = geometric(SeededBits(12), 1, 100_000)
+    samples = geometric(SeededBits(12), scale=1, size=100_000)
     assert _chisquare(samples, {v: (1 - math.exp(-1.03)) * math.exp(-1.03 * v) for v in range(40)}) < ALPHA
 
 
 def test_geometric_at_a_large_scale_has_its_mean_and_variance():
     """t = 9,798 (a share of σ² ≈ 9.6e7): mean r/(1 − r) and variance r/(1 − r)² of the geometric, r = e^{−1/t}."""
     t, n = 9_798, 200_000
-    samples = geometric(SeededBits(13), t, n).astype(float)
+    samples = geometric(SeededBits(13), scale=t, size=n).astype(float)
     r = math.exp(-1 / t)
     mean, var = r / (1 - r), r / (1 - r) ** 2
     assert abs(samples.mean() - mean) < 5 * math.sqrt(var / n)
@@ -132,7 +132,7 @@ def test_geometric_at_a_large_scale_has_its_mean_and_variance():
 def test_large_sigma_matches_its_pmf(sigma2):
     """The shares of a real plan (σ² in the millions): chi-square over 60 cells of the exact PMF between ±6σ."""
     sigma = math.sqrt(sigma2)
-    samples = discrete_gaussian(SeededBits(sigma2 % 1000), sigma2, 200_000)
+    samples = discrete_gaussian(SeededBits(sigma2 % 1000), sigma2=sigma2, size=200_000)
     width = int(12 * sigma)
     x = np.arange(-width, width + 1)
     w = np.exp(-(x.astype(float) ** 2) / (2 * sigma2))
@@ -161,8 +161,8 @@ def test_below_is_uniform(bound):  # a bound of 2^8, 2^16 or 2^32 once looped fo
 
 
 def test_secure_source_draws_differ_and_refuses_bad_parameters():
-    a, b = (discrete_gaussian(SecureBits(), 100, 1000) for _ in range(2))
+    a, b = (discrete_gaussian(SecureBits(), sigma2=100, size=1000) for _ in range(2))
     assert not np.array_equal(a, b)
     for bad in (0, 2.5, MAX_SIGMA2 + 1):
         with pytest.raises(ValueError, match="sigma2"):
-            discrete_gaussian(SecureBits(), bad, 10)
+            discrete_gaussian(SecureBits(), sigma2=bad, size=10)

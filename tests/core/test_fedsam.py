@@ -16,7 +16,7 @@ runner = CliRunner()
 
 @pytest.mark.parametrize("setting", PAPER_SETTINGS, ids=lambda s: f"N={s.clients},eps={s.epsilon:g}")
 def test_exact_sigma_meets_epsilon_and_the_closed_form_is_several_times_looser(setting):
-    r = fedsam_noise(setting.epsilon, setting.delta)
+    r = fedsam_noise(setting.epsilon, delta=setting.delta)
     assert (r.sample_rate, r.rounds, r.delta) == (0.05, 200, 1 / setting.clients)
     spent = epsilon_spent(
         GaussianRounds(noise_multiplier=r.exact_sigma, q=PAPER_RATE, rounds=PAPER_ROUNDS), delta=setting.delta
@@ -32,8 +32,8 @@ def test_exact_sigma_meets_epsilon_and_the_closed_form_is_several_times_looser(s
 
 
 def test_theorem2_conditions_can_hold_and_fail():
-    assert fedsam_noise(10.0, 1e-5, 0.01, 100_000).unmet_conditions == ()
-    assert "ε < 2 log(1/δ)" in fedsam_noise(30.0, 1e-5, 0.01, 100).unmet_conditions
+    assert fedsam_noise(10.0, delta=1e-5, sample_rate=0.01, rounds=100_000).unmet_conditions == ()
+    assert "ε < 2 log(1/δ)" in fedsam_noise(30.0, delta=1e-5, sample_rate=0.01, rounds=100).unmet_conditions
 
 
 def test_fedsam_noise_command():

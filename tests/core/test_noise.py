@@ -23,13 +23,15 @@ def test_group_sum_of_secure_shares_carries_the_planned_noise(joined):
     variance C²σ² whatever the count (an empty group: one draw at the full level)."""
     clip, sigma, trials = 1.5, 1.2, 100_000
     draws = max(joined, 1)
-    shares = secure_normal(trials * draws).reshape(trials, draws) * noise_share_std(clip, sigma, joined)
+    shares = secure_normal(trials * draws).reshape(trials, draws) * noise_share_std(
+        clip, noise_multiplier=sigma, joined=joined
+    )
     assert shares.sum(axis=1).var() == pytest.approx(clip**2 * sigma**2, rel=0.03)
 
 
 def test_poisson_sample_rate():
     rng = np.random.default_rng(1)
-    counts = [len(poisson_sample(rng, 2000, 0.02)) for _ in range(500)]
+    counts = [len(poisson_sample(rng, size=2000, q=0.02)) for _ in range(500)]
     assert np.mean(counts) == pytest.approx(40, rel=0.03)
     assert np.var(counts) == pytest.approx(2000 * 0.02 * 0.98, rel=0.2)  # binomial, not a fixed size
 

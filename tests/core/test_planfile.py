@@ -173,7 +173,7 @@ def test_verify_accepts_every_solved_plan_and_rejects_any_lowered_sigma(
     method = data.draw(st.sampled_from(["DP-FedAvg", "GDPFed", "GDPFed-op"]))
     group = data.draw(st.integers(0, len(p.method(method).size) - 1))
     # where 1 − (1 − q)^T ≤ δ the group is (0, δ)-DP whatever σ: lowering σ spends nothing
-    assume(never_sampled_bound(p.method(method).q[group], rounds) > p.config.delta)
+    assume(never_sampled_bound(p.method(method).q[group], rounds=rounds) > p.config.delta)
     doc = json.loads(path.read_text())
     _lower_sigma(doc, method, group, 0.99)
     path.write_text(json.dumps(doc))

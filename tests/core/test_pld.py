@@ -17,7 +17,7 @@ def ref_eps(sigma: float, q: float, rounds: int, delta: float) -> float:
     """dp-accounting's PLD accountant called directly: independent of pld.py's path to it."""
     from dp_accounting.pld import PLDAccountant
 
-    return float(PLDAccountant().compose(dp_event(sigma, q, rounds)).get_epsilon(delta))
+    return float(PLDAccountant().compose(dp_event(sigma, q=q, rounds=rounds)).get_epsilon(delta))
 
 
 @pytest.mark.parametrize(

@@ -152,7 +152,7 @@ def test_paper_rule_is_eq6_with_eq7():
     )
     p = (0.2, 0.3, 0.5)
     noise = client_noise(problem, p, "paper")
-    counts = selection_counts(p, problem.rounds, problem.clients_per_round)
+    counts = selection_counts(p, rounds=problem.rounds, clients_per_round=problem.clients_per_round)
     sigma2 = problem.noise_factor * counts * problem.local_steps * problem.clip**2  # σ_k² = V_k T_k T^l C²
     np.testing.assert_allclose(noise.sigma("paper") ** 2, sigma2, rtol=1e-12)
     np.testing.assert_allclose(problem.rates, [0.64, 0.16, 0.064])
@@ -173,12 +173,12 @@ def test_record_level_noise_scales_linearly_with_the_clip_bound(accountant):
 
 def test_exact_noise_meets_each_budget_and_the_paper_rule_over_noises(example):
     _, problem, sol = example
-    counts = selection_counts(sol.p, problem.rounds, problem.clients_per_round)
+    counts = selection_counts(sol.p, rounds=problem.rounds, clients_per_round=problem.clients_per_round)
     ratios = []
     for k in range(0, problem.count, 7):  # every 7th client of the example keeps the test fast
         e, r, steps = problem.epsilon[k], float(problem.rates[k]), int(counts[k]) * problem.local_steps
-        exact = record_noise_multiplier(e, problem.delta, r, steps, "exact")
-        paper = record_noise_multiplier(e, problem.delta, r, steps, "paper")
+        exact = record_noise_multiplier(e, delta=problem.delta, rate=r, steps=steps, rule="exact")
+        paper = record_noise_multiplier(e, delta=problem.delta, rate=r, steps=steps, rule="paper")
         assert (
             0.999 * e
             <= epsilon_spent(GaussianRounds(noise_multiplier=exact, q=r, rounds=steps), delta=problem.delta)
@@ -197,13 +197,13 @@ def test_selection_counts_bound_the_binomial_draws_with_the_stated_failure_proba
     from hdp_planner.methods.selection import SELECTION_FAILURE
 
     p = np.array([0.3, 0.6999, 0.0001, 0.05, 0.9])
-    t = selection_counts(p, 10, 10)
+    t = selection_counts(p, rounds=10, clients_per_round=10)
     assert np.all(binom.sf(t, 100, p) <= SELECTION_FAILURE) and np.all(binom.sf(t - 1, 100, p) > SELECTION_FAILURE)
     assert np.all(t >= np.maximum(1, np.ceil(100 * p)))
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(50))
     rounds, k = 40, 5
-    planned = selection_counts(probs, rounds, k, failure=1e-3)
+    planned = selection_counts(probs, rounds=rounds, clients_per_round=k, failure=1e-3)
     draws = np.stack([np.bincount(rng.choice(50, size=rounds * k, p=probs), minlength=50) for _ in range(2000)])
     assert np.mean(draws > planned) <= 2e-3  # β = 1e-3 per client and run, with sampling slack
     assert np.mean(draws > np.ceil(rounds * k * probs)) > 0.2  # the old rule: broken for many clients
@@ -213,7 +213,7 @@ def test_inverse_subsampling_epsilon_is_lemma1_and_never_overflows():
     eps = np.array([0.01, 0.5, 5.0, 30.0])
     np.testing.assert_allclose(inverse_subsampled_epsilon(eps, 0.1), np.log1p(np.expm1(eps) / 0.1), rtol=1e-12)
     np.testing.assert_allclose(inverse_subsampled_epsilon(eps, 1.0), eps, rtol=1e-12)
-    assert math.isfinite(record_noise_multiplier(900.0, 1e-5, 0.1, 10, "paper"))
+    assert math.isfinite(record_noise_multiplier(900.0, delta=1e-5, rate=0.1, steps=10, rule="paper"))
 
 
 @pytest.mark.parametrize(

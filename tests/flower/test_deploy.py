@@ -76,13 +76,13 @@ def test_a_registry_replaces_the_enrolment_round(deploy_plan, tmp_path):
     registry = tmp_path / "nodes.csv"
     registry.write_text("node_id,client_id\n" + "".join(f"{n},{i}\n" for i, n in enumerate(grid.node_ids)))
     strategy = HdpStrategy(p, method_spec(p, "gdpfed+"), node_clients=read_node_clients(registry))
-    strategy.start(grid, model_arrays("digits", 10, 0), num_rounds=1, train_config=SETTINGS.record())
+    strategy.start(grid, model_arrays("digits", num_classes=10, seed=0), num_rounds=1, train_config=SETTINGS.record())
     assert strategy.client_of_node == {n: i for i, n in enumerate(grid.node_ids)}
     assert not any(r.metadata.message_type == ENROLL for r in grid.received)
     registry.write_text("node_id,client_id\n" + "".join(f"{n},{i + 1}\n" for i, n in enumerate(grid.node_ids)))
     with pytest.raises(FlowerRunError, match=r"clients 0\.\.4"):
         HdpStrategy(p, method_spec(p, "gdpfed+"), node_clients=read_node_clients(registry)).start(
-            grid, model_arrays("digits", 10, 0), num_rounds=1, train_config=SETTINGS.record()
+            grid, model_arrays("digits", num_classes=10, seed=0), num_rounds=1, train_config=SETTINGS.record()
         )
     registry.write_text("node,client\n1,2\n")
     with pytest.raises(FlowerRunError, match="node_id,client_id"):
@@ -110,7 +110,9 @@ def test_an_error_the_superlink_sends_for_a_dead_node_is_a_dropout(deploy_plan):
     everyone = type("Everyone", (), {"random": lambda self, n: np.zeros(n)})()  # every node sampled every round
     registry = {node: i for i, node in enumerate(grid.node_ids)}
     strategy = HdpStrategy(p, method_spec(p, "gdpfed+"), uniform=everyone, node_clients=registry)
-    result = strategy.start(grid, model_arrays("digits", 10, 0), num_rounds=2, train_config=SETTINGS.record())
+    result = strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=0), num_rounds=2, train_config=SETTINGS.record()
+    )
     assert [int(result.train_metrics_clientapp[r]["failed"]) for r in (1, 2)] == [1, 1]
 
 
@@ -125,7 +127,7 @@ def test_a_deployed_node_counts_a_trusted_servers_rounds_in_its_own_state(deploy
         grid.contexts[node] = Context(1, node, {**config, "client-id": i}, RecordDict(), {})
     p = load_plan(deploy_plan)
     strategy = HdpStrategy(p, method_spec(p, "gdpfed+"))
-    strategy.start(grid, model_arrays("digits", 10, 0), num_rounds=3, train_config=SETTINGS.record())
+    strategy.start(grid, model_arrays("digits", num_classes=10, seed=0), num_rounds=3, train_config=SETTINGS.record())
     counted = sum(NodeState(tmp_path, i).participations(sha) for i in range(N))
     trained = sum(1 for r in grid.received if r.metadata.message_type == "train" and not r.has_error())
     assert counted == trained > 0

@@ -102,7 +102,7 @@ def unchanged(msg: Message, context: Context) -> Message:
 def run_strategy(flower_plan, method, app, rounds=1, grid=None, **options):
     spec = method_spec(flower_plan, method)
     strategy = HdpStrategy(flower_plan, spec, **{"diagnostics": True, **options})
-    arrays = model_arrays("digits", 10, SEED)
+    arrays = model_arrays("digits", num_classes=10, seed=SEED)
     result = strategy.start(grid or LocalGrid(app), arrays, num_rounds=rounds, train_config=SETTINGS.record())
     return strategy, arrays, result
 
@@ -111,7 +111,7 @@ class SeededUniform:
     """The simulator's sampling stream of a round (tests only): ``sample_round``'s generator."""
 
     def __init__(self, seed, rnd):
-        self.rng = np.random.default_rng(round_seed(seed, rnd, 0))
+        self.rng = np.random.default_rng(round_seed(seed, rnd=rnd, stream=0))
 
     def random(self, size):
         return self.rng.random(size)
@@ -132,7 +132,7 @@ def flower_round_and_simulator(flower_plan, method):
         uniform=SeededUniform(SEED, 0), noise_for=lambda rnd: SeededNoise(SEED, rnd),
     )  # fmt: skip
     spec = strategy.spec
-    sampled = sample_round(spec, SEED, 0)
+    sampled = sample_round(spec, seed=SEED, rnd=0)
     ids = np.concatenate(sampled)
     group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)])
     deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, flatten(arrays).numel())
@@ -144,7 +144,7 @@ def flower_round_and_simulator(flower_plan, method):
 def test_round_equals_simulator_for_the_same_clients_and_noise(flower_plan, method):
     """One Flower round (server trust) = aggregate() on the updates the clients sent, with the same noise stream."""
     strategy, sent, flower_theta, simulator_theta, stats = flower_round_and_simulator(flower_plan, method)
-    sampled = sample_round(strategy.spec, SEED, 0)
+    sampled = sample_round(strategy.spec, seed=SEED, rnd=0)
     assert sent == sorted(np.concatenate(sampled).tolist())  # the simulator's clients for this stream
     assert torch.equal(flower_theta, simulator_theta)
     assert stats.joined == strategy.log.joined[0]
@@ -166,14 +166,14 @@ def test_audited_round_equals_the_simulators_audit(flower_plan, method):
         return reply
 
     spec = method_spec(flower_plan, method)
-    d = flatten(model_arrays("digits", 10, SEED)).numel()
+    d = flatten(model_arrays("digits", num_classes=10, seed=SEED)).numel()
     ours = CanaryAuditor(spec, d, SEED, per_group=200)
     _, arrays, result = run_strategy(
         flower_plan, method, client_app(mods=[record]), auditor=ours,
         uniform=SeededUniform(SEED, 0), noise_for=lambda rnd: SeededNoise(SEED, rnd),
     )  # fmt: skip
     theirs = CanaryAuditor(spec, d, SEED, per_group=200)
-    sampled = theirs.take(sample_round(spec, SEED, 0, extra=theirs.extra), spec.offsets, spec.sizes)
+    sampled = theirs.take(sample_round(spec, seed=SEED, rnd=0, extra=theirs.extra), spec.offsets, spec.sizes)
     ids = np.concatenate(sampled)
     group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
     deltas = torch.stack([sent[int(i)] for i in ids]) if len(ids) else torch.zeros(0, d)
@@ -208,7 +208,7 @@ def test_clients_send_clipped_updates_of_their_own_training(flower_plan):
         assert fields == {"group", "client-id"}
     # the update is the clipped difference of the user's own training
     msg_ctx = Context(1, 1, {"partition-id": 4}, RecordDict(), {})
-    arrays = model_arrays("digits", 10, SEED)
+    arrays = model_arrays("digits", num_classes=10, seed=SEED)
     from flwr.app import ConfigRecord
 
     msg = Message(
@@ -227,7 +227,7 @@ def test_per_group_sampling_rates_and_messages(flower_plan):
     strategy.enroll(grid)
     trials = 3000
     counts = np.zeros(3)
-    arrays = model_arrays("digits", 10, SEED)
+    arrays = model_arrays("digits", num_classes=10, seed=SEED)
     for r in range(trials):
         msgs = strategy.configure_train(1 + r % ROUNDS, arrays, SETTINGS.record(), grid)
         for msg in msgs:
@@ -272,7 +272,7 @@ def test_a_deployed_strategy_records_nothing_that_reveals_who_took_part(flower_p
     spec = method_spec(flower_plan, "gdpfed+")
     rounds = []
     strategy = HdpStrategy(flower_plan, spec, on_round=lambda rnd, stats, seconds, res: rounds.append(rnd))
-    strategy.start(LocalGrid(client_app(unchanged)), model_arrays("digits", 10, SEED), num_rounds=2,
+    strategy.start(LocalGrid(client_app(unchanged)), model_arrays("digits", num_classes=10, seed=SEED), num_rounds=2,
                    train_config=SETTINGS.record())  # fmt: skip
     assert strategy.log.next_round == 2 and rounds == [1, 2]
     assert strategy.log.joined == [] and strategy.log.lambda_measured == [] and strategy.log.round_seconds == []

@@ -118,7 +118,9 @@ def test_heads_and_tails_send_the_same_fields_sizes_and_stages(cohort_plan, tmp_
     monkeypatch.setattr(strategy_module, "choose_cohort", lambda *a: named.append(real_choose(*a)) or named[-1])
     grid = InProcessGrid(client_app(step, pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
-    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=2, train_config=SETTINGS.record())
+    strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=2, train_config=SETTINGS.record()
+    )
     assert strategy.log.next_round == 2 and len(strategy.stats.withheld) == 0
     cohorts = strategy.spec.secagg.cohorts
     assert [len(c) for c in named] == [g.cohort for g in cohorts] * 2
@@ -152,7 +154,7 @@ def test_a_cohort_of_another_size_than_the_plans_is_refused(cohort_plan, tmp_pat
     monkeypatch.setattr(strategy_module, "choose_cohort", lambda used, cohort, rng: np.arange(cohort - 1))
     grid = InProcessGrid(client_app(pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
-    arrays = model_arrays("digits", 10, SEED)
+    arrays = model_arrays("digits", num_classes=10, seed=SEED)
     strategy.start(grid, arrays, num_rounds=1, train_config=SETTINGS.record())
     assert len(strategy.stats.withheld) == 3
     assert any(r.has_error() and "announces a cohort of" in r.error.reason for r in grid.received)
@@ -184,7 +186,9 @@ def test_a_member_whose_training_fails_sends_its_share_and_does_not_drop_out(coh
 
     grid = InProcessGrid(client_app(failing, pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
-    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=1, train_config=SETTINGS.record()
+    )
     assert len(strategy.stats.withheld) == 0
     assert not any(r.has_error() for r in grid.received)
 
@@ -204,6 +208,8 @@ def test_members_past_their_groups_k_memberships_refuse(cohort_plan, tmp_path):
                                                      cap=k, budget=9.0))  # fmt: skip
     grid = InProcessGrid(client_app(pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
-    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=1, train_config=SETTINGS.record()
+    )
     assert len(strategy.stats.withheld) == 3
     assert any(r.has_error() and f"cap K = {k}" in r.error.reason for r in grid.received)

@@ -102,7 +102,7 @@ def strategy_for(path: Path, method: str = "gdpfed+", uniform=None) -> HdpStrate
 def run_secure(path, app, rounds=1, fail=None, method="gdpfed+", uniform=None):
     grid = InProcessGrid(app, N, drop=fail, keep=True)
     strategy = strategy_for(path, method, uniform)
-    arrays = model_arrays("digits", 10, SEED)
+    arrays = model_arrays("digits", num_classes=10, seed=SEED)
     result = strategy.start(grid, arrays, num_rounds=rounds, train_config=SETTINGS.record())
     return strategy, grid, arrays, result
 
@@ -219,7 +219,9 @@ def test_group_sums_equal_the_simulators_integer_pipeline_bit_for_bit(secagg_pla
     strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
                            uniform=Pattern(counts), masks=masks)  # fmt: skip
     grid = InProcessGrid(client_app(step, pin=pin_for(secagg_plan, tmp_path), masks=masks), N, keep=True)
-    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=1, train_config=SETTINGS.record()
+    )
     t = [law.threshold for law in spec.secagg.laws]
     assert len(runs) == sum(c >= tm for c, tm in zip(counts, t))
     for configs, out in runs:
@@ -350,7 +352,7 @@ def test_nodes_past_their_cap_drop_out_of_the_protocol(secagg_plan, tmp_path):
     grid = InProcessGrid(app, N, keep=True)
     strategy = strategy_for(secagg_plan)
     strategy.account = account
-    arrays = model_arrays("digits", 10, SEED)
+    arrays = model_arrays("digits", num_classes=10, seed=SEED)
     result = strategy.start(grid, arrays, num_rounds=1, train_config=SETTINGS.record())
     assert len(strategy.stats.withheld) == 3  # every group: nobody contributes, nothing released
     assert charged == [0]  # charged all the same: the plan counts every round, whoever took part
@@ -397,11 +399,11 @@ def test_a_target_alone_with_other_groups_and_an_inflated_count_still_sends_the_
     strategy.joined = [23, 23, 23]
     target, others = strategy.members[0][0], strategy.members[1][:4] + strategy.members[2][:3]
     group_of = {target: 0} | {n: 1 for n in strategy.members[1]} | {n: 2 for n in strategy.members[2]}
-    configs = {n: fit_config(strategy.rules(1, group_of[n]), SETTINGS.record()) for n in [target, *others]}
+    configs = {n: fit_config(strategy.rules(1, m=group_of[n]), SETTINGS.record()) for n in [target, *others]}
     for config in configs.values():
         config["hdp.run-size"] = 23
-    modular_sums(grid, configs=configs, server_round=1, arrays=model_arrays("digits", 10, SEED), bits=spec.secagg.bits,
-                 threshold=law.run_threshold(23), masks=False)  # fmt: skip
+    modular_sums(grid, configs=configs, server_round=1, arrays=model_arrays("digits", num_classes=10, seed=SEED),
+                 bits=spec.secagg.bits, threshold=law.run_threshold(23), masks=False)  # fmt: skip
     reply = next(r for r in grid.received if r.metadata.src_node_id == target and not r.has_error()
                  and "fitres.parameters" in r.content.array_records)  # fmt: skip
     from flwr.common import parameters_to_ndarrays
@@ -442,7 +444,9 @@ def test_the_strategy_tops_every_release_up_to_the_laws_shares(secagg_plan, tmp_
     strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
                            uniform=Pattern((6, 8, 0)))  # fmt: skip
     grid = InProcessGrid(client_app(unchanged, pin=pin_for(secagg_plan, tmp_path)), N, keep=True)
-    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=1, train_config=SETTINGS.record()
+    )
     assert len(released) == 2
     for law, y in released:
         measured = float(np.sum(y**2)) / D / (law.encoding.gamma**2 * law.share_sigma2)
@@ -504,8 +508,13 @@ def pinned_round(secagg_plan, tmp_path):
     strategy = strategy_for(secagg_plan, uniform=Everyone())
     strategy.enroll(grid)
     nodes = strategy.sample(1)[0]
-    configs = {n: fit_config(strategy.rules(1, 0), SETTINGS.record()) for n in nodes}
-    return grid, configs, strategy.spec.secagg.laws[0].run_threshold(len(nodes)), model_arrays("digits", 10, SEED)
+    configs = {n: fit_config(strategy.rules(1, m=0), SETTINGS.record()) for n in nodes}
+    return (
+        grid,
+        configs,
+        strategy.spec.secagg.laws[0].run_threshold(len(nodes)),
+        model_arrays("digits", num_classes=10, seed=SEED),
+    )
 
 
 def test_at_the_plans_majority_threshold_the_two_halves_never_both_reach_it(secagg_plan, tmp_path):
@@ -539,7 +548,7 @@ def test_without_the_pin_a_threshold_at_half_gives_the_server_both_secrets():
     app.train()(plain_train)
     grid = InProcessGrid(app, 8)
     configs = {n: {} for n in grid.get_node_ids()}
-    workflow = attack(grid, configs, 4, told_alive=3, arrays=model_arrays("digits", 10, SEED))
+    workflow = attack(grid, configs, 4, told_alive=3, arrays=model_arrays("digits", num_classes=10, seed=SEED))
     seeds, keys = workflow.stolen
     assert len(seeds) == len(keys) == 4
     secrets = grid.contexts[min(configs)].state.config_records[RECORD_KEY_STATE]

@@ -96,10 +96,11 @@ def one_group_run(path: Path, tmp_path: Path, *, sparse_pin: bool = True, drop=N
     strategy.enroll(grid)
     nodes = strategy.members[0]
     strategy.joined = [len(nodes), 0]
-    configs = {n: fit_config(strategy.rules(1, 0), SETTINGS.record()) for n in nodes}
+    configs = {n: fit_config(strategy.rules(1, m=0), SETTINGS.record()) for n in nodes}
     law = spec.secagg.laws[0]
-    out = secagg_workflow.modular_sums(grid, configs=configs, server_round=1, arrays=model_arrays("digits", 10, SEED),
-                                       bits=spec.secagg.bits, threshold=law.run_threshold(len(nodes)), sparse=True,
+    arrays = model_arrays("digits", num_classes=10, seed=SEED)
+    out = secagg_workflow.modular_sums(grid, configs=configs, server_round=1, arrays=arrays, bits=spec.secagg.bits,
+                                       threshold=law.run_threshold(len(nodes)), sparse=True,
                                        colluders=law.colluders)  # fmt: skip
     return out, grid, configs
 
@@ -243,7 +244,9 @@ def test_the_strategy_runs_each_group_over_the_sparse_graph_when_asked(plan_path
     grid = InProcessGrid(client_app(step, pin=pin), N, keep=True)
     strategy = HdpStrategy(load_plan(plan_path), spec_of(plan_path), trust="secagg", plan_sha256=file_sha256(plan_path),
                            uniform=Everyone(), sparse_graph=True, diagnostics=True)  # fmt: skip
-    strategy.start(grid, model_arrays("digits", 10, SEED), num_rounds=1, train_config=SETTINGS.record())
+    strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=1, train_config=SETTINGS.record()
+    )
     assert len(strategy.stats.withheld) == 0 and strategy.joined == [40, 40]
     assert {secagg_mod.secaggplus_view(grid.contexts[n])["share_number"] for n in grid.node_ids} == {13}
 

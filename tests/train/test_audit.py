@@ -60,7 +60,7 @@ def simulate(
     auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
     data = np.random.default_rng(seed + 1000)
     for r in range(rounds):
-        sampled = auditor.take(sample_round(spec, seed, r, extra=auditor.extra), spec.offsets, spec.sizes)
+        sampled = auditor.take(sample_round(spec, seed=seed, rnd=r, extra=auditor.extra), spec.offsets, spec.sizes)
         group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(sampled)]).astype(np.int64)
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
@@ -91,7 +91,11 @@ def _flagged(report) -> list[bool]:
 
 
 def test_noise_share_std_over_3_is_flagged(monkeypatch):
-    monkeypatch.setattr(noise_sources, "noise_share_std", lambda c, s, n: c * s / math.sqrt(max(n, 1)) / 3)
+    monkeypatch.setattr(
+        noise_sources,
+        "noise_share_std",
+        lambda c, *, noise_multiplier, joined: c * noise_multiplier / math.sqrt(max(joined, 1)) / 3,
+    )
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
     assert all(_flagged(report))
     for g in report["groups"]:
@@ -100,7 +104,9 @@ def test_noise_share_std_over_3_is_flagged(monkeypatch):
 
 
 def test_noise_divided_by_c_is_flagged(monkeypatch):
-    monkeypatch.setattr(noise_sources, "noise_share_std", lambda c, s, n: c * s / max(n, 1))
+    monkeypatch.setattr(
+        noise_sources, "noise_share_std", lambda c, *, noise_multiplier, joined: c * noise_multiplier / max(joined, 1)
+    )
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
     assert all(_flagged(report))
     first, second = report["groups"]
@@ -148,7 +154,7 @@ def test_every_group_sampled_at_one_rate_is_flagged(monkeypatch):
     """The sampler ignores q_m and draws every group at q_1: group 2 joins twice as often as planned (ε above its
     budget with the right σ); canaries are drawn by the same sampler, and both join rates are tested."""
     real = sampling.poisson_sample
-    monkeypatch.setattr(sampling, "poisson_sample", lambda rng, size, q: real(rng, size, SMALL.q[0]))
+    monkeypatch.setattr(sampling, "poisson_sample", lambda rng, *, size, q: real(rng, size=size, q=SMALL.q[0]))
     report = simulate(SMALL, 0, rounds=10, canaries=1000)
     first, second = report["groups"]
     assert first["verdict"] == "consistent", first
@@ -159,7 +165,7 @@ def test_every_group_sampled_at_one_rate_is_flagged(monkeypatch):
 def test_rates_in_reverse_group_order_are_flagged(monkeypatch):
     real = sampling.poisson_sample
     swapped = dict(zip(SMALL.q, reversed(SMALL.q)))
-    monkeypatch.setattr(sampling, "poisson_sample", lambda rng, size, q: real(rng, size, swapped[q]))
+    monkeypatch.setattr(sampling, "poisson_sample", lambda rng, *, size, q: real(rng, size=size, q=swapped[q]))
     first, second = simulate(SMALL, 0, rounds=10, canaries=1000)["groups"]
     assert first["verdict"].startswith("NOT AS PLANNED"), first  # sampled less often than planned
     assert second["verdict"].startswith("UNDER-NOISED"), second
@@ -251,7 +257,7 @@ def test_pooled_noise_projects_every_group_on_the_pool():
 
 
 def test_directions_are_orthonormal_and_projections_match():
-    layout = audit.canary_layout(512, 2, 100, seed=3)
+    layout = audit.canary_layout(512, groups=2, per_group=100, seed=3)
     assert len(np.unique(layout.slots)) == 200  # disjoint slots
     u = audit.canary_directions(layout, 1, np.arange(100))
     np.testing.assert_allclose(u @ u.T, np.eye(100), atol=1e-12)
@@ -263,7 +269,7 @@ def test_directions_are_orthonormal_and_projections_match():
 
 def test_layout_rejects_too_many_canaries():
     with pytest.raises(ValueError, match="between 2 and"):
-        audit.canary_layout(100, 3, 40, seed=0)
+        audit.canary_layout(100, groups=3, per_group=40, seed=0)
 
 
 def test_no_insertion_is_not_identifiable():
@@ -325,18 +331,21 @@ def test_no_shift_gives_zero_epsilon():
 def test_steinke_epsilon_is_the_edge_of_rejection(m, frac, acc, delta):
     r = max(1, int(frac * m))
     v = round(acc * r)
-    eps = audit_one_run.steinke_epsilon(m, r, v, delta, 0.05)
+    eps = audit_one_run.steinke_epsilon(m, r=r, v=v, delta=delta, p_value=0.05)
     assert eps >= 0
     if eps > 0:  # ε just below the bound is rejected, just above it is not
-        assert audit_one_run.steinke_p_value(m, r, v, eps, delta) < 0.05
-        assert audit_one_run.steinke_p_value(m, r, v, eps + 1e-6 + 1e-6 * eps, delta) >= 0.05 - 1e-9 or eps >= 99
+        assert audit_one_run.steinke_p_value(m, r=r, v=v, eps=eps, delta=delta) < 0.05
+        assert (
+            audit_one_run.steinke_p_value(m, r=r, v=v, eps=eps + 1e-6 + 1e-6 * eps, delta=delta) >= 0.05 - 1e-9
+            or eps >= 99
+        )
 
 
 def test_steinke_bound_is_zero_on_random_guesses_and_large_on_perfect_ones():
     rng = np.random.default_rng(0)
     inserted = rng.random(2000) < 0.5
-    assert audit_one_run.steinke_lower_bound(rng.normal(size=2000), inserted, 1e-5) < 0.5
-    perfect = audit_one_run.steinke_lower_bound(inserted.astype(float), inserted, 1e-5)
+    assert audit_one_run.steinke_lower_bound(rng.normal(size=2000), inserted, delta=1e-5) < 0.5
+    perfect = audit_one_run.steinke_lower_bound(inserted.astype(float), inserted, delta=1e-5)
     assert perfect > 3
 
 
@@ -458,7 +467,7 @@ def _mismatched_run(factor: float, rounds: int = 10) -> dict[str, Any]:
     auditor = CanaryAuditor(spec, d, seed, per_group=canaries)
     data = np.random.default_rng(7)
     for r in range(rounds):
-        auditor.take(sample_round(spec, seed, r, extra=auditor.extra), spec.offsets, spec.sizes)
+        auditor.take(sample_round(spec, seed=seed, rnd=r, extra=auditor.extra), spec.offsets, spec.sizes)
         other = [np.flatnonzero(data.random(size) < factor * q) for size, q in zip(spec.sizes, spec.q)]
         group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(other)]).astype(np.int64)
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)

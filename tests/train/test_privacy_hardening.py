@@ -55,7 +55,7 @@ def test_secure_draws_never_repeat_and_uniforms_lie_in_unit_interval():
 def test_seeded_noise_is_the_round_seeded_torch_stream():
     """SeededNoise(seed, rnd) draws exactly torch's generator seeded with round_seed(seed, rnd, 2) (resume and
     engine equivalence rely on it)."""
-    gen = torch.Generator().manual_seed(round_seed(7, 3, 2))
+    gen = torch.Generator().manual_seed(round_seed(7, rnd=3, stream=2))
     expected = torch.cat([torch.randn(5, generator=gen) * 2.0, torch.randn(4, generator=gen)])
     src = SeededNoise(7, 3)
     got = torch.cat([src.normal(5, 2.0, "cpu", torch.float32), src.normal(4, 1.0, "cpu", torch.float32)])
@@ -74,7 +74,7 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
     d = 200_000
     deltas = torch.zeros((3, d), dtype=torch.float64)
     a, _ = aggregate(deltas, [0, 0, 1], spec, SecureNoise())
-    b, _ = aggregate(deltas, [0, 0, 1], spec, noise_source("secure", 0, 0))
+    b, _ = aggregate(deltas, [0, 0, 1], spec, noise_source("secure", seed=0, rnd=0))
     assert float(a.var()) == pytest.approx(0.25 * (1.0 + 4.0), rel=0.03)
     assert not torch.equal(a, b)
     from hdp_planner_train.rules.noise_sources import group_noise
@@ -86,7 +86,7 @@ def test_secure_noise_in_aggregate_has_the_group_variance_and_is_not_reproducibl
     x = SecureNoise().normal((3, 4), 2.0, "cpu", torch.float32)
     assert x.shape == (3, 4) and x.dtype == torch.float32
     with pytest.raises(ValueError):
-        noise_source("urandom", 0, 0)
+        noise_source("urandom", seed=0, rnd=0)
 
 
 # ------------------------------------------------------------------ clipping never exceeds the accounted C

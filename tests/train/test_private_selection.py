@@ -183,8 +183,12 @@ def test_calibration_follows_the_realized_counts_and_budgets_are_checked(small_p
     counts[[0, 1, 19]] = [1, 3, 2]
     priv = calibrate_clients(problem, counts, "exact", group)
     r0 = float(problem.rates[0])
-    assert priv.multiplier_exact[0] == pytest.approx(record_noise_multiplier(0.5, problem.delta, r0, 5, "exact"))
-    assert priv.multiplier_paper[1] == pytest.approx(record_noise_multiplier(0.5, problem.delta, r0, 15, "paper"))
+    assert priv.multiplier_exact[0] == pytest.approx(
+        record_noise_multiplier(0.5, delta=problem.delta, rate=r0, steps=5, rule="exact")
+    )
+    assert priv.multiplier_paper[1] == pytest.approx(
+        record_noise_multiplier(0.5, delta=problem.delta, rate=r0, steps=15, rule="paper")
+    )
     assert priv.multiplier_exact[1] > priv.multiplier_exact[0] and priv.multiplier_exact[2] == 0  # never selected
     spent = check_budgets(priv, counts * 5, delta=problem.delta, rule="exact")
     assert np.all(spent <= priv.epsilon + 1e-9) and spent[0] == pytest.approx(0.5, rel=1e-3) and spent[2] == 0

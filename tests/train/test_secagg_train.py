@@ -123,7 +123,7 @@ def test_train_secagg_charges_the_ledger_with_the_distributed_accounting(plan_fi
         reported = metrics["trust"]["epsilon_third_parties"][m]
         law_free = epsilon_third_parties(noise_multiplier=metrics["trust"]["noise_multiplier"][m], q=spec.q[m],
                                          rounds=metrics["rounds"], delta=plan.config.delta,
-                                         tau_d=group_tau_d(spec.sizes[m], spec.secagg.model_dim))  # fmt: skip
+                                         tau_d=group_tau_d(spec.sizes[m], model_dim=spec.secagg.model_dim))  # fmt: skip
         assert s.epsilon_spent >= reported * (1 - 1e-9)
         assert s.epsilon_spent == pytest.approx(reported, rel=1e-3)
         assert s.epsilon_spent > law_free

@@ -202,11 +202,11 @@ def test_time_adaptive_uses_each_phase_and_its_ledger_composes_them(digits_plan,
 
 def test_sampling_is_poisson_per_group_and_seeded(digits_plan):
     spec = method_spec(digits_plan, "gdpfed+")
-    a, b = sample_round(spec, 0, 5), sample_round(spec, 0, 5)
+    a, b = sample_round(spec, seed=0, rnd=5), sample_round(spec, seed=0, rnd=5)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     for m, ids in enumerate(a):  # clients join groups in order of the group sizes
         assert np.all((ids >= spec.offsets[m]) & (ids < spec.offsets[m] + spec.sizes[m]))
-    counts = np.array([[len(s) for s in sample_round(spec, 0, r)] for r in range(400)])
+    counts = np.array([[len(s) for s in sample_round(spec, seed=0, rnd=r)] for r in range(400)])
     expected = np.array(spec.q) * np.array(spec.sizes)
     assert np.allclose(counts.mean(0), expected, rtol=0.12, atol=0.2)
 
