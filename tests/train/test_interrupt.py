@@ -105,10 +105,12 @@ def test_a_real_ctrl_c_at_any_moment_then_resume_always_continues(tight_plan, tm
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode in (0, 130), err
+        finished = (out / "metrics.json").is_file()  # a SIGINT that lands while the interpreter shuts down after a
+        # finished run finds Python's handler gone (the default kills): the run is whole, nothing is left to continue
+        assert proc.returncode in (0, 130) or (finished and proc.returncode == -signal.SIGINT), err
         saved = checkpoint.load(out)["next_round"]
         assert {(r, 0) for r in [saved]} == _charged(ledger), err  # released = checkpointed, nothing reserved
-        if proc.returncode == 0:
+        if proc.returncode == 0 or finished:
             break
     done = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 or "already ran" in done.stderr, done.stderr
