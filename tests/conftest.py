@@ -55,6 +55,22 @@ def solve_secure(folder: Path, *, eps: str, n: int, q: float, model_dim: int, ex
     return path
 
 
+def digits_settings(*, clients: int, seed: int, local_steps: int = 1, lr_decay: float = 1.0):
+    """What the Flower tests' nodes train with: digits split among ``clients``, batches of 10, lr 0.1, no momentum."""
+    from hdp_planner_flower.app import DataSettings
+
+    return DataSettings(dataset="digits", data_dir=None, clients=clients, dirichlet=None, seed=seed,
+                        local_steps=local_steps, batch_size=10, momentum=0.0, lr=0.1, lr_decay=lr_decay)  # fmt: skip
+
+
+def pin_for(path: Path, state: Path, *, method: str = "gdpfed+", sparse_graph: bool = False):
+    """A node's pin of the plan file at ``path`` (its SHA-256 read from the file), its state kept in ``state``."""
+    from hdp_planner_flower.pin import Pin, file_sha256
+
+    return Pin(plan=str(path), sha256=file_sha256(path), method=method, groups=None, state_dir=str(state),
+               sparse_graph=sparse_graph)  # fmt: skip
+
+
 # name: (epsilons, n, rounds, clip, q, local_steps, Table 1 q_m, Table 5 rows)
 PAPER = {
     "FMNIST": dict(

@@ -17,13 +17,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
+from conftest import digits_settings  # noqa: E402
 from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.planfile.document import load_plan  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
-from hdp_planner_flower.app import DataSettings, client_app, deployed_client_app, model_arrays  # noqa: E402
+from hdp_planner_flower.app import client_app, deployed_client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.credentials import make_tls  # noqa: E402
 from hdp_planner_flower.deploy import LocalDeployment, node_config  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
@@ -43,18 +44,7 @@ _LEDGER_TESTS.loader.exec_module(_ledger_tests)
 postgres = _ledger_tests.postgres  # the ledger tests' throwaway PostgreSQL cluster
 
 N = 5
-SETTINGS = DataSettings(
-    dataset="digits",
-    data_dir=None,
-    clients=N,
-    dirichlet=None,
-    seed=0,
-    local_steps=1,
-    batch_size=10,
-    momentum=0.0,
-    lr=0.1,
-    lr_decay=1.0,
-)
+SETTINGS = digits_settings(clients=N, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -260,11 +250,10 @@ def test_a_supernode_killed_mid_run_is_a_dropout_and_restarts_with_its_counts(de
 
 
 @pytest.mark.slow
-def test_hdp_plan_deploy_runs_a_hidden_participation_plan(tmp_path, monkeypatch):
+def test_hdp_plan_deploy_runs_a_hidden_participation_plan(tmp_path):
     """A plan with public cohorts and private coins on real SuperNodes: every node is a cohort member that flips its
     own coin, the run goes through SecAgg+, and the metrics report the cohort, the coin and the ε against the server
     that one membership spends."""
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "home"))  # a fresh ledger: these client ids are new
     path = tmp_path / "plan.json"
     args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "10", "--q", "0.6", "--clip", "1.0", "--methods",
             "dp-fedavg", "--trust", "secagg", "--bits", "16", "--survivors", "0.75", "--model-dim", "2410",

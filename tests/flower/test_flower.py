@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
+from conftest import digits_settings  # noqa: E402
 from flwr.app import Context, Message, MetricRecord, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
@@ -25,7 +26,7 @@ from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.ledger.store import Ledger  # noqa: E402
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
-from hdp_planner_flower.app import DataSettings, client_app, model_arrays, train  # noqa: E402
+from hdp_planner_flower.app import client_app, model_arrays, train  # noqa: E402
 from hdp_planner_flower.membership import FlowerRunError, groups_from_file  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, HDP, flatten  # noqa: E402
 from hdp_planner_flower.simulation import FLOWER_METHODS  # noqa: E402
@@ -56,18 +57,7 @@ def plan_path(flower_plan, tmp_path_factory):
     return path
 
 
-SETTINGS = DataSettings(
-    dataset="digits",
-    data_dir=None,
-    clients=N,
-    dirichlet=None,
-    seed=SEED,
-    local_steps=2,
-    batch_size=10,
-    momentum=0.0,
-    lr=0.1,
-    lr_decay=0.99,
-)
+SETTINGS = digits_settings(clients=N, seed=SEED, local_steps=2, lr_decay=0.99)
 
 
 class LocalGrid:

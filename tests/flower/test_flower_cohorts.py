@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
-from conftest import solve_secure  # noqa: E402
+from conftest import digits_settings, pin_for, solve_secure  # noqa: E402
 from flwr.app import Context, Message, RecordDict  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
@@ -28,9 +28,9 @@ from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower import secagg_mod  # noqa: E402
 from hdp_planner_flower import strategy as strategy_module  # noqa: E402
-from hdp_planner_flower.app import DataSettings, client_app, model_arrays  # noqa: E402
+from hdp_planner_flower.app import client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
-from hdp_planner_flower.pin import Pin, file_sha256  # noqa: E402
+from hdp_planner_flower.pin import file_sha256  # noqa: E402
 from hdp_planner_flower.records import ARRAYS  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
@@ -39,18 +39,7 @@ from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E40
 
 N = 24  # three groups of 8; cohorts of at most 6, so the rotation names different members each round
 SEED = 5
-SETTINGS = DataSettings(
-    dataset="digits",
-    data_dir=None,
-    clients=N,
-    dirichlet=None,
-    seed=SEED,
-    local_steps=1,
-    batch_size=10,
-    momentum=0.0,
-    lr=0.1,
-    lr_decay=1.0,
-)
+SETTINGS = digits_settings(clients=N, seed=SEED)
 D = sum(p.numel() for p in make_model("digits").parameters())
 
 
@@ -64,10 +53,6 @@ def strategy_for(path: Path) -> HdpStrategy:
     plan = load_plan(path)
     spec = planned_cohorts(read_document(path), plan, method_spec(plan, "gdpfed+"), METHOD_NAMES["gdpfed+"])
     return HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(path), diagnostics=True)
-
-
-def pin_for(path: Path, state: Path) -> Pin:
-    return Pin(plan=str(path), sha256=file_sha256(path), method="gdpfed+", groups=None, state_dir=str(state))
 
 
 def shape_of(value):

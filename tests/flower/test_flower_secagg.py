@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
-from conftest import solve_secure  # noqa: E402
+from conftest import digits_settings, pin_for, solve_secure  # noqa: E402
 from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.app.message_type import MessageType  # noqa: E402
 from flwr.client.mod import secaggplus_mod  # noqa: E402
@@ -34,7 +34,7 @@ from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
 from hdp_planner.ledger.store import GroupRound  # noqa: E402
 from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
 from hdp_planner_flower import secagg_mod  # noqa: E402
-from hdp_planner_flower.app import DataSettings, client_app, model_arrays  # noqa: E402
+from hdp_planner_flower.app import client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.masks import MASK_MODULUS, MASK_USERS, chacha_masks, secure_masks  # noqa: E402
 from hdp_planner_flower.node_state import NodeState, Terms  # noqa: E402
@@ -48,18 +48,7 @@ from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E40
 
 N = 24  # virtual clients, three groups of 8, all sampled every round (q = 1): the law's t = 6 and N = 8
 SEED = 5
-SETTINGS = DataSettings(
-    dataset="digits",
-    data_dir=None,
-    clients=N,
-    dirichlet=None,
-    seed=SEED,
-    local_steps=1,
-    batch_size=10,
-    momentum=0.0,
-    lr=0.1,
-    lr_decay=1.0,
-)
+SETTINGS = digits_settings(clients=N, seed=SEED)
 D = sum(p.numel() for p in make_model("digits").parameters())
 
 
@@ -105,10 +94,6 @@ def run_secure(path, app, rounds=1, fail=None, method="gdpfed+", uniform=None):
     arrays = model_arrays("digits", num_classes=10, seed=SEED)
     result = strategy.start(grid, arrays, num_rounds=rounds, train_config=SETTINGS.record())
     return strategy, grid, arrays, result
-
-
-def pin_for(path: Path, state: Path, method: str = "gdpfed+") -> Pin:
-    return Pin(plan=str(path), sha256=file_sha256(path), method=method, groups=None, state_dir=str(state))
 
 
 def test_chacha_masks_are_uniform_and_keyed_by_the_whole_seed():
@@ -422,9 +407,7 @@ def test_a_pinned_plan_with_survivors_at_half_is_refused(secagg_plan, tmp_path):
     edited = tmp_path / "half.json"
     edited.write_text(json.dumps(doc))
     with pytest.raises(RoundRefused, match="survivors F must lie in \\(1/2, 1\\]"):
-        load_pinned(
-            Pin(plan=str(edited), sha256=file_sha256(edited), method="gdpfed+", groups=None, state_dir=str(tmp_path))
-        )
+        load_pinned(pin_for(edited, tmp_path))
 
 
 def test_the_strategy_tops_every_release_up_to_the_laws_shares(secagg_plan, tmp_path, monkeypatch):

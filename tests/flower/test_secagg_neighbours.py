@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("flwr")
 
-from conftest import solve_secure  # noqa: E402
+from conftest import digits_settings, pin_for, solve_secure  # noqa: E402
 from flwr.common import bytes_to_ndarray  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from flwr.server.workflow.secure_aggregation import secaggplus_workflow  # noqa: E402
@@ -31,7 +31,7 @@ from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
 from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower import secagg_mod, secagg_workflow  # noqa: E402
-from hdp_planner_flower.app import DataSettings, client_app, model_arrays  # noqa: E402
+from hdp_planner_flower.app import client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.masks import MASK_MODULUS  # noqa: E402
 from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256, load_pinned  # noqa: E402
@@ -43,18 +43,7 @@ from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E40
 
 N = 80
 SEED = 5
-SETTINGS = DataSettings(
-    dataset="digits",
-    data_dir=None,
-    clients=N,
-    dirichlet=None,
-    seed=SEED,
-    local_steps=1,
-    batch_size=10,
-    momentum=0.0,
-    lr=0.1,
-    lr_decay=1.0,
-)
+SETTINGS = digits_settings(clients=N, seed=SEED)
 D = sum(p.numel() for p in make_model("digits").parameters())
 
 
@@ -82,14 +71,7 @@ def spec_of(path: Path):
 def one_group_run(path: Path, tmp_path: Path, *, sparse_pin: bool = True, drop=None):
     """One SecAgg+ run over group 1's 40 nodes; (its output, the grid, the configs)."""
     spec = spec_of(path)
-    pin = Pin(
-        plan=str(path),
-        sha256=file_sha256(path),
-        method="gdpfed+",
-        groups=None,
-        state_dir=str(tmp_path),
-        sparse_graph=sparse_pin,
-    )
+    pin = pin_for(path, tmp_path, sparse_graph=sparse_pin)
     grid = InProcessGrid(client_app(step, pin=pin), N, drop=drop, keep=True)
     plan = load_plan(path)
     strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(path))
@@ -180,17 +162,10 @@ def test_a_client_accepts_exactly_the_rules_graph(plan_path, tmp_path):
     b = spec.secagg.bits
     exact = (float(1 << (b - 1)), 1 << b, MASK_MODULUS, 1.0)
     ok = dict(client=0, sampled=40, share_number=13, threshold=2, keys=13, quantization=exact)
-    pin = Pin(
-        plan=str(plan_path),
-        sha256=file_sha256(plan_path),
-        method="gdpfed+",
-        groups=None,
-        state_dir=str(tmp_path),
-        sparse_graph=True,
+    opted, strict = (
+        load_pinned(pin_for(plan_path, tmp_path, sparse_graph=True)),
+        load_pinned(pin_for(plan_path, tmp_path)),
     )
-    opted, strict = load_pinned(pin), load_pinned(Pin(plan=str(plan_path), sha256=file_sha256(plan_path),
-                                                      method="gdpfed+", groups=None,
-                                                      state_dir=str(tmp_path)))  # fmt: skip
     assert opted.check(rules, **ok) == 0
     assert opted.check(rules, **{**ok, "share_number": 40, "threshold": 30, "keys": 40}) == 0  # the full graph
     with pytest.raises(RoundRefused, match="accepts only the full neighbour graph"):
@@ -233,15 +208,7 @@ class Everyone:
 
 def test_the_strategy_runs_each_group_over_the_sparse_graph_when_asked(plan_path, tmp_path):
     """``HdpStrategy(sparse_graph=True)``: both groups of 40 run SecAgg+ at degree 13 and release (topped up)."""
-    pin = Pin(
-        plan=str(plan_path),
-        sha256=file_sha256(plan_path),
-        method="gdpfed+",
-        groups=None,
-        state_dir=str(tmp_path),
-        sparse_graph=True,
-    )
-    grid = InProcessGrid(client_app(step, pin=pin), N, keep=True)
+    grid = InProcessGrid(client_app(step, pin=pin_for(plan_path, tmp_path, sparse_graph=True)), N, keep=True)
     strategy = HdpStrategy(load_plan(plan_path), spec_of(plan_path), trust="secagg", plan_sha256=file_sha256(plan_path),
                            uniform=Everyone(), sparse_graph=True, diagnostics=True)  # fmt: skip
     strategy.start(
