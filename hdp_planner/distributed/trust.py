@@ -95,15 +95,13 @@ class SecaggRow:
 def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
     """Recalibrate one row for ``secagg``; pooled draws, σ schedules and groups without a law are left as notes."""
     c = plan.config
+
+    def unplanned(why: str) -> SecaggRow:
+        return SecaggRow(name=m.name, groups=None, lambda_secagg=None, lambda_server=m.lambda_exact,
+                         note=f"not planned under secagg ({why})")  # fmt: skip
+
     if m.pooled or m.schedule is not None or all(s == 0 for s in m.noise_multiplier):
-        why = "one pooled draw" if m.pooled else "a σ schedule" if m.schedule is not None else "no noise"
-        return SecaggRow(
-            name=m.name,
-            groups=None,
-            lambda_secagg=None,
-            lambda_server=m.lambda_exact,
-            note=f"not planned under secagg ({why})",
-        )
+        return unplanned("one pooled draw" if m.pooled else "a σ schedule" if m.schedule is not None else "no noise")
     dim = int(trust.model_dim or 0)
     k = trust.participations or c.rounds
     if k > c.rounds:
@@ -115,13 +113,7 @@ def secagg_row(m: MethodNoise, plan: Plan, trust: TrustModel) -> SecaggRow:
                                   bits=trust.bits, survivors=trust.survivors, colluders=trust.colluders,
                                   wrap=trust.wrap))  # fmt: skip
         except LawError as exc:
-            return SecaggRow(
-                name=m.name,
-                groups=None,
-                lambda_secagg=None,
-                lambda_server=m.lambda_exact,
-                note=f"not planned under secagg (group {i + 1}: {exc})",
-            )
+            return unplanned(f"group {i + 1}: {exc}")
     least = min(law.share_sigma2 for law in laws)
     groups = tuple(
         SecaggGroup(
