@@ -233,7 +233,7 @@ def cohort_row(
         return None
     c = plan.config
     clips = m.clips(c.clip)
-    remark3, moving = m.name == PLUS.row and c.sparsity is None, moves_contributors(m, plan)
+    moving = moves_contributors(m, plan)
 
     def groups_at(r: tuple[float, ...], exhaustive: bool) -> tuple[CohortGroup, ...] | None:
         out = []
@@ -253,8 +253,7 @@ def cohort_row(
             return None
         sigma = np.array([g.effective_noise_multiplier for g in groups])
         rv = np.asarray(r, dtype=float)
-        k = (closed_form_k_ratio(weight=reweighting(rv), sigma2=sigma**2, expected_clients=rv, coef=c.coefficients)[0]
-             if remark3 else np.asarray(m.k_ratio))  # fmt: skip
+        k = contributors_k_ratio(m, plan, expected=rv, sigma=sigma)
         weight = aggregation_weights(rv) if moving else np.asarray(m.weight)
         return CohortRow(name=m.name, groups=groups, weight=tuple(float(w) for w in weight),
                          k_ratio=tuple(float(x) for x in k), lambda_cohort=lambda_exact(weight, sigma, k, clips),
@@ -284,18 +283,26 @@ def trusted_least_lambda(m: MethodNoise, plan: Plan) -> MethodNoise:
     if not moves_contributors(m, plan):
         return m
     c = plan.config
-    remark3, paper = m.name == PLUS.row and c.sparsity is None, row_paper_weights(m.name)
+    paper = row_paper_weights(m.name)
 
     def row_at(r: tuple[float, ...]) -> MethodNoise:
         q = [x / size for x, size in zip(r, m.size)]
         sigma = calibrated_sigma(epsilon=list(m.epsilon), delta=c.delta, q=q, rounds=c.rounds, accountant=c.accountant)
         rv = np.asarray(r, dtype=float)
-        k = (closed_form_k_ratio(weight=reweighting(rv), sigma2=np.square(sigma), expected_clients=rv,
-                                 coef=c.coefficients)[0].tolist() if remark3 else list(m.k_ratio))  # fmt: skip
+        k = contributors_k_ratio(m, plan, expected=rv, sigma=np.asarray(sigma)).tolist()
         return method_noise(m.name, epsilons=m.epsilon, sizes=m.size, q=q, k_ratio=k, config=c, noise_multiplier=sigma,
                             paper_weights=paper)  # fmt: skip
 
     return descend(m.expected_clients, m, row_at, contributors_feasible(m, plan), lam=lambda row: row.lambda_exact)
+
+
+def contributors_k_ratio(m: MethodNoise, plan: Plan, *, expected: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """Row ``m``'s sparsity k_m/d at expected contributors ``expected`` and noise multipliers ``sigma``: GDPFed+'s
+    re-derived by Remark 3's closed form where the plan's came from it (no ``--sparsity``), every other row's own."""
+    if m.name == PLUS.row and plan.config.sparsity is None:
+        return closed_form_k_ratio(weight=reweighting(expected), sigma2=np.square(sigma), expected_clients=expected,
+                                   coef=plan.config.coefficients)[0]  # fmt: skip
+    return np.asarray(m.k_ratio)
 
 
 def contributors_feasible(m: MethodNoise, plan: Plan) -> Callable[[tuple[float, ...]], bool]:
