@@ -98,11 +98,9 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
     from hdp_planner_train.run.metrics import base_metrics
     from hdp_planner_train.run.output import write_metrics
 
-    log, b = strategy.log, p.bound
-    spec = b.spec
-    metrics = base_metrics(p.train, b.plan, spec=spec, data=b.data, device=str(b.device), rounds=log.next_round,
-                           d=spec_dim(b.data, p.cfg.data.dataset), batch=b.batch, momentum=b.momentum, log=log,
-                           model=model_name(p.cfg.data.dataset))  # fmt: skip
+    log, spec = strategy.log, p.bound.spec
+    metrics = base_metrics(p.train, p.bound, rounds=log.next_round, d=spec_dim(p.bound.data, p.cfg.data.dataset),
+                           log=log, model=model_name(p.cfg.data.dataset))  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
         if isinstance(metrics.get(key), float) and math.isnan(metrics[key]):
             metrics[key] = None

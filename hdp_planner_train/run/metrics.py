@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.cohort import epsilon_spent
@@ -12,6 +12,9 @@ from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec
 from hdp_planner_train.run.ledger import ledger_target, privacy_ledger
 from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE, noise_kind
 from hdp_planner_train.run.settings import RunSettings
+
+if TYPE_CHECKING:
+    from hdp_planner_train.run.bound import BoundRun
 
 
 def planned_lambda(plan, spec) -> float:
@@ -23,25 +26,25 @@ def planned_lambda(plan, spec) -> float:
     return plan.method(METHOD_NAMES[spec.method]).lambda_exact
 
 
-def base_metrics(cfg: RunSettings, plan, *, spec, data, device, rounds: int, d: int, batch: int, momentum: float,
-                 log: RunLog, model: str) -> dict[str, Any]:  # fmt: skip
+def base_metrics(cfg: RunSettings, bound: BoundRun, *, rounds: int, d: int, log: RunLog, model: str) -> dict[str, Any]:
     """The metrics every plan-noised method reports (settings, model, accuracy history, ε spent, Λ measured vs
-    planned)."""
+    planned) of the ``bound`` run after ``rounds`` rounds, its model ``model`` of ``d`` parameters."""
+    plan, spec = bound.plan, bound.spec
     c = plan.config
     return {
         "method": cfg.method,
         "plan_method": METHOD_NAMES[spec.method],
         "dataset": cfg.data.dataset,
         "model": model,
-        "device": str(device),
+        "device": str(bound.device),
         "precision": cfg.model.precision,
         "seed": cfg.seed,
         "rounds": rounds,
         "plan_rounds": c.rounds,
-        "clients": data.n_clients,
+        "clients": bound.data.n_clients,
         "d": d,
-        "batch_size": batch,
-        "momentum": momentum,
+        "batch_size": bound.batch,
+        "momentum": bound.momentum,
         "lr": c.lr,
         "lr_decay": cfg.model.lr_decay,
         "local_steps": c.local_steps,

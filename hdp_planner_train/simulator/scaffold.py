@@ -194,10 +194,8 @@ def start_run(cfg: TrainConfig, bound: BoundRun) -> RunStart:
 
 def run_metrics(cfg: TrainConfig, bound: BoundRun, *, d: int, log: RunLog) -> dict[str, Any]:
     """:func:`~hdp_planner_train.run.metrics.base_metrics` of the bound run, its model of ``d`` parameters."""
-    return base_metrics(
-        cfg, bound.plan, spec=bound.spec, data=bound.data, device=bound.device, rounds=bound.rounds, d=d,
-        batch=bound.batch, momentum=bound.momentum, log=log, model=model_name(cfg.data.dataset, cfg.model.name),
-    )  # fmt: skip
+    model = model_name(cfg.data.dataset, cfg.model.name)
+    return base_metrics(cfg, bound, rounds=bound.rounds, d=d, log=log, model=model)
 
 
 def save_checkpoint(out: Path, identity, *, theta: torch.Tensor, log: RunLog, plan, spec, **extra: Any) -> None:
