@@ -110,20 +110,37 @@ def aggregate(
         withheld = tuple(silent.values())
         if observe is not None and silent:
             observe = skipping(observe, set(silent))
-        update, measured, applied = noisy_update(ys, noises=noises, spec=spec, source=source,
-                                                 public_history=public_history, observe=observe)  # fmt: skip
-        return update, RoundStats(joined=joined, clipped=clipped, lambda_measured=measured, lambda_applied=applied,
-                                  withheld=withheld)  # fmt: skip
-    ys, noises, clipped = noisy_sums(rows, spec, sigma, source)
+    else:
+        ys, noises, clipped = noisy_sums(rows, spec, sigma, source)
+        withheld = ()
+    return released_update(ys, noises, spec=spec, source=source, public_history=public_history, joined=joined,
+                           clipped=clipped, withheld=withheld, observe=observe)  # fmt: skip
+
+
+def released_update(
+    ys: list[torch.Tensor],
+    noises: list[torch.Tensor] | None,
+    *,
+    spec: GroupSpec,
+    source: NoiseSource,
+    public_history: list[torch.Tensor] | None,
+    joined: list[int],
+    clipped: int,
+    withheld: tuple[Withheld, ...],
+    observe: Observer | None,
+) -> tuple[torch.Tensor, RoundStats]:
+    """:func:`noisy_update` of the groups' noisy sums ``ys``, with the round's statistics: the server update, and the
+    clients ``joined``, how many were ``clipped``, Λ measured and applied, and the groups ``withheld``."""
     update, measured, applied = noisy_update(ys, noises=noises, spec=spec, source=source, public_history=public_history,
                                              observe=observe)  # fmt: skip
-    return update, RoundStats(joined=joined, clipped=clipped, lambda_measured=measured, lambda_applied=applied)
+    return update, RoundStats(joined=joined, clipped=clipped, lambda_measured=measured, lambda_applied=applied,
+                              withheld=withheld)  # fmt: skip
 
 
 class GroupAggregator:
     """One method's server aggregation, written once for the simulator and Flower: clipping, noise, the audit's
     observer, Top-k_m or PFA's projection, and the weights ω_m (:func:`aggregate`, :func:`noisy_sums`,
-    :func:`noisy_update`).
+    :func:`released_update`).
 
     Args:
         spec: The method's per-group rules, from the plan (:func:`method_spec`).
@@ -188,10 +205,8 @@ class GroupAggregator:
             The server update, and the round's statistics (Λ measured and applied NaN where the server does not
             know the noise).
         """
-        update, measured, applied = noisy_update(ys, noises=noises, spec=self.spec, source=source,
-                                                 public_history=self.public_history, observe=observe)  # fmt: skip
-        return update, RoundStats(joined=joined, clipped=clipped, lambda_measured=measured, lambda_applied=applied,
-                                  withheld=withheld)  # fmt: skip
+        return released_update(ys, noises, spec=self.spec, source=source, public_history=self.public_history,
+                               joined=joined, clipped=clipped, withheld=withheld, observe=observe)  # fmt: skip
 
 
 def noisy_sums(
