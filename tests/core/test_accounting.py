@@ -49,10 +49,17 @@ def test_epsilon_spent_equals_dp_accounting(epsilon, delta, q, rounds):
     assert epsilon_spent(event, delta=delta) == pytest.approx(reference_epsilon(event, delta=delta), rel=1e-9)
 
 
-def test_calibrate_q_is_the_inverse_of_calibrate_sigma():
-    delta = 6000**-1.1
-    sigma = calibrate_sigma(epsilon=1.5, delta=delta, q=0.02, rounds=50)
-    assert calibrate_q(epsilon=1.5, delta=delta, noise_multiplier=sigma, rounds=50) == pytest.approx(0.02, rel=1e-3)
+@pytest.mark.parametrize(("epsilon", "delta", "q", "rounds"), [s for s in SETTINGS if s[2] < 1])
+def test_calibrate_q_meets_the_budget_and_inverts_calibrate_sigma(epsilon, delta, q, rounds):
+    """The q found for the calibrated σ spends at most ε by dp-accounting, 1e-4 more would overspend, and it is the
+    q that σ was calibrated for, to the 2e-7 of both searches' brackets (σ is the least noise that q needs)."""
+    sigma = calibrate_sigma(epsilon=epsilon, delta=delta, q=q, rounds=rounds)
+    found = calibrate_q(epsilon=epsilon, delta=delta, noise_multiplier=sigma, rounds=rounds)
+    spent = reference_epsilon(GaussianRounds(noise_multiplier=sigma, q=found, rounds=rounds), delta=delta)
+    assert spent <= epsilon * (1 + 1e-12)
+    above = GaussianRounds(noise_multiplier=sigma, q=found * (1 + 1e-4), rounds=rounds)
+    assert reference_epsilon(above, delta=delta) > epsilon
+    assert found == pytest.approx(q, rel=1e-6)
 
 
 def test_closed_form_is_theorem_1_and_looser_than_rdp():

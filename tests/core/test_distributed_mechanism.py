@@ -14,7 +14,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import RdpAccountant
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats
+from scipy import linalg, stats
 
 from hdp_planner.distributed.accounting import (
     ORDERS,
@@ -70,16 +70,33 @@ def test_conditional_rounding_stays_within_its_bound(values, seed):
 
 
 def test_round_trip_equals_the_clipped_sum_up_to_rounding_and_noise():
-    enc = Encoding(dim=1000, clip=1.5, bits=24, gamma=1e-3)
+    """At γ = 1e-6 a unit is small: rounding moves each client's vector by less than √d' units and the noise's norm
+    is about √(n·σ²·d') units, together 2e-4 of the clipped sum's norm (a decoder off by 1e-3 fails)."""
+    enc = Encoding(dim=1000, clip=1.5, bits=40, gamma=1e-6)
     signs = rotation_signs(11, padded=enc.padded)
     ups = np.random.default_rng(1).normal(size=(6, 1000))
     bits = SeededBits(2)
     sigma2 = 16
     total = modular_sum(np.stack([encode(u, encoding=enc, signs=signs, share_sigma2=sigma2, bits=bits) for u in ups]),
                         enc.modulus)  # fmt: skip
-    error = decode(total, encoding=enc, signs=signs) - sum(clip(u, 1.5) for u in ups)
-    # rounding moves each client's vector by less than √d' units, the noise's norm is about √(n·σ²·d')
-    assert np.linalg.norm(error) <= enc.gamma * (6 * math.sqrt(enc.padded) + 2 * math.sqrt(6 * sigma2 * enc.padded))
+    clipped = sum(clip(u, 1.5) for u in ups)
+    error = decode(total, encoding=enc, signs=signs) - clipped
+    bound = enc.gamma * (6 * math.sqrt(enc.padded) + 2 * math.sqrt(6 * sigma2 * enc.padded))
+    assert np.linalg.norm(error) <= bound < 3e-4 * np.linalg.norm(clipped)
+
+
+@given(st.lists(st.integers(-128, 127), min_size=16, max_size=16), st.integers(0, 2**32 - 1))
+@settings(max_examples=30, deadline=None)
+def test_decode_is_gamma_times_the_inverse_rotation_of_the_centred_sum(ints, seed):
+    """Exactly, against the rotation written as a matrix U = H·D/√d': a sum t modulo 2^8 stands for t − 2^8 when
+    t ≥ 2^7, and decodes to γ·Uᵀ of that, cut to d coordinates."""
+    enc = Encoding(dim=12, clip=1.0, bits=8, gamma=0.01)
+    signs = rotation_signs(seed, padded=enc.padded)
+    total = np.mod(np.array(ints), enc.modulus)
+    centred = np.where(total >= 128, total - 256, total)
+    u = linalg.hadamard(16) * signs / 4
+    assert np.allclose(decode(total, encoding=enc, signs=signs), enc.gamma * (u.T @ centred)[:12], rtol=0, atol=1e-12)
+    assert np.allclose(rotate(u.T @ centred, signs), centred, rtol=0, atol=1e-12)
 
 
 def test_decoded_noise_has_the_planned_variance():

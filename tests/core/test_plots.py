@@ -48,6 +48,29 @@ def test_figure_formats(tmp_path, small_plan):
         save_sweep(result, tmp_path / "missing" / "s.png")
 
 
+@pytest.mark.parametrize(
+    ("vary", "values", "title"),
+    [
+        ("1", (0.5, 1.0), r"Optimal $q_m$ ($n$ = 600, $T$ = 20, $q$ = 0.05)"),
+        ("clip", (0.5, 1.0), r"Optimal $q_m$ ($n$ = 600, $T$ = 20, $q$ = 0.05)"),
+        ("rounds", (10, 20), r"Optimal $q_m$ ($n$ = 600, $q$ = 0.05)"),
+        ("q", (0.05, 0.1), r"Optimal $q_m$ ($n$ = 600, $T$ = 20)"),
+    ],
+)
+def test_the_sweep_title_names_every_fixed_setting_and_not_the_varied_one(small_plan, vary, values, title):
+    from hdp_planner.report.plots import draw_sweep, pyplot
+
+    result = sweep_plan(small_plan_groups(), small_plan.config, vary, values)
+    fig, ax = pyplot().subplots()
+    try:
+        draw_sweep(ax, result)
+        assert ax.get_title() == title
+        draw_sweep(ax, result, "given")
+        assert ax.get_title() == "given"
+    finally:
+        pyplot().close(fig)
+
+
 def small_plan_groups():
     from hdp_planner.planning.grouping import Groups
 
