@@ -35,43 +35,54 @@ the row, ``verify`` checks it, and ``train --method toy`` and Flower run it; no 
 
 from typing import TYPE_CHECKING
 
-from hdp_planner.accounting.accountants import (
-    PrivacyAccountant,
-    accountant_names,
-    get_accountant,
-    register_accountant,
-)
-from hdp_planner.accounting.calibration import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
 from hdp_planner.io.lazy import lazy_getattr
-from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
-from hdp_planner.methods.gdpfed import plan, solve_plan
-from hdp_planner.methods.method import Method, RoundRules
-from hdp_planner.methods.registry import REGISTRY as METHOD_REGISTRY
-from hdp_planner.planfile.document import (
-    PlanFileError,
-    PlanVerificationError,
-    load_plan,
-    plan_problems,
-    plan_to_dict,
-    save_plan,
-    verify,
-)
-from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
 
 if TYPE_CHECKING:
+    from hdp_planner.accounting.accountants import (
+        PrivacyAccountant,
+        accountant_names,
+        get_accountant,
+        register_accountant,
+    )
+    from hdp_planner.accounting.calibration import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
     from hdp_planner.ledger.state import ClientSpending
     from hdp_planner.ledger.store import Ledger, LedgerError
+    from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
+    from hdp_planner.methods.gdpfed import plan, solve_plan
+    from hdp_planner.methods.method import Method, RoundRules
+    from hdp_planner.methods.registry import REGISTRY as METHOD_REGISTRY
+    from hdp_planner.planfile.document import (
+        PlanFileError,
+        PlanVerificationError,
+        load_plan,
+        plan_problems,
+        plan_to_dict,
+        save_plan,
+        verify,
+    )
+    from hdp_planner.planning.grouping import Groups
+    from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
 
-# The ledger (SQLAlchemy) loads on first use: planning and verifying never need it.
-__getattr__ = lazy_getattr(
-    __name__,
-    {
-        "ClientSpending": "hdp_planner.ledger.state",
-        "Ledger": "hdp_planner.ledger.store",
-        "LedgerError": "hdp_planner.ledger.store",
-    },
-)
+SOURCES = {
+    **dict.fromkeys(("PrivacyAccountant", "accountant_names", "get_accountant", "register_accountant"),
+                    "hdp_planner.accounting.accountants"),
+    **dict.fromkeys(("GaussianRounds", "calibrate_q", "calibrate_sigma", "epsilon_spent"),
+                    "hdp_planner.accounting.calibration"),
+    "ClientSpending": "hdp_planner.ledger.state",
+    "Ledger": "hdp_planner.ledger.store",
+    "LedgerError": "hdp_planner.ledger.store",
+    **dict.fromkeys(("BASELINES", "BaselineOptions", "add_baselines"), "hdp_planner.methods.baselines"),
+    **dict.fromkeys(("plan", "solve_plan"), "hdp_planner.methods.gdpfed"),
+    **dict.fromkeys(("Method", "RoundRules"), "hdp_planner.methods.method"),
+    **dict.fromkeys(("PlanFileError", "PlanVerificationError", "load_plan", "plan_problems", "plan_to_dict",
+                     "save_plan", "verify"), "hdp_planner.planfile.document"),
+    "Groups": "hdp_planner.planning.grouping",
+    "METHOD_REGISTRY": "hdp_planner.methods.registry:REGISTRY",
+    **dict.fromkeys(("METHODS", "MethodNoise", "Plan", "PlanConfig"), "hdp_planner.planning.plan"),
+}  # fmt: skip
+__getattr__ = lazy_getattr(__name__, SOURCES)
+"""Every name of the API loads its module on first use: importing the package (as importing any of its modules does)
+loads none of the accountants, SciPy or SQLAlchemy."""
 
 __version__ = "0.1.0"
 __all__ = [

@@ -17,45 +17,50 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hdp_planner.io.lazy import lazy_getattr
-from hdp_planner_train.api import GroupSpending, RoundResult, TrainResult, train, train_config
-from hdp_planner_train.run.errors import TrainError
-from hdp_planner_train.run.options import (
-    AuditOptions,
-    DataOptions,
-    LedgerOptions,
-    ModelOptions,
-    NoiseOptions,
-    OutputOptions,
-    RunConfig,
-    TrustOptions,
-)
-from hdp_planner_train.run.settings import RunSettings
 
 if TYPE_CHECKING:
+    from hdp_planner_train.api import GroupSpending, RoundResult, TrainResult, train, train_config
     from hdp_planner_train.audit.canaries import CanaryAuditor, auditable
     from hdp_planner_train.rounds.loop import RunLog, Schedule, run_rounds
     from hdp_planner_train.rules.aggregate import GroupAggregator
     from hdp_planner_train.run.bound import BoundRun
+    from hdp_planner_train.run.errors import TrainError
+    from hdp_planner_train.run.options import (
+        AuditOptions,
+        DataOptions,
+        LedgerOptions,
+        ModelOptions,
+        NoiseOptions,
+        OutputOptions,
+        RunConfig,
+        TrustOptions,
+    )
     from hdp_planner_train.run.plan import RunPlan
+    from hdp_planner_train.run.settings import RunSettings
     from hdp_planner_train.simulator.scaffold import TrainConfig
 
 TORCH_HINT = "pip install torch==2.13.0 && pip install -e '.[train]'"
 
-__getattr__ = lazy_getattr(
-    __name__,
-    {
-        "BoundRun": "hdp_planner_train.run.bound",
-        "CanaryAuditor": "hdp_planner_train.audit.canaries",
-        "GroupAggregator": "hdp_planner_train.rules.aggregate",
-        "RunLog": "hdp_planner_train.rounds.loop",
-        "RunPlan": "hdp_planner_train.run.plan",
-        "Schedule": "hdp_planner_train.rounds.loop",
-        "TrainConfig": "hdp_planner_train.simulator.scaffold",
-        "run_rounds": "hdp_planner_train.rounds.loop",
-        "auditable": "hdp_planner_train.audit.canaries",
-    },
-)
-"""The names that import torch, loaded when first asked for."""
+SOURCES = {
+    **dict.fromkeys(("GroupSpending", "RoundResult", "TrainResult", "train", "train_config"),
+                    "hdp_planner_train.api"),
+    "TrainError": "hdp_planner_train.run.errors",
+    **dict.fromkeys(("AuditOptions", "DataOptions", "LedgerOptions", "ModelOptions", "NoiseOptions",
+                     "OutputOptions", "RunConfig", "TrustOptions"), "hdp_planner_train.run.options"),
+    "RunSettings": "hdp_planner_train.run.settings",
+    "BoundRun": "hdp_planner_train.run.bound",
+    "CanaryAuditor": "hdp_planner_train.audit.canaries",
+    "GroupAggregator": "hdp_planner_train.rules.aggregate",
+    "RunLog": "hdp_planner_train.rounds.loop",
+    "RunPlan": "hdp_planner_train.run.plan",
+    "Schedule": "hdp_planner_train.rounds.loop",
+    "TrainConfig": "hdp_planner_train.simulator.scaffold",
+    "run_rounds": "hdp_planner_train.rounds.loop",
+    "auditable": "hdp_planner_train.audit.canaries",
+}  # fmt: skip
+__getattr__ = lazy_getattr(__name__, SOURCES)
+"""Every name loads its module when first asked for: importing the package (as importing any of its modules does)
+imports neither torch nor the planner's accountants."""
 
 
 __all__ = [

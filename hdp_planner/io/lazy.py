@@ -15,7 +15,8 @@ def lazy_getattr(package: str, sources: Mapping[str, str]) -> Callable[[str], An
 
     Args:
         package: The package's ``__name__``, named in the error for a name it does not have.
-        sources: Each lazily loaded name and the module that defines it.
+        sources: Each lazily loaded name and the module that defines it (``module:attribute`` where the module
+            names it otherwise).
 
     Returns:
         A function that returns the name's object from its module, or raises AttributeError for any other name.
@@ -23,7 +24,8 @@ def lazy_getattr(package: str, sources: Mapping[str, str]) -> Callable[[str], An
 
     def __getattr__(name: str) -> Any:
         if name in sources:
-            return getattr(import_module(sources[name]), name)
+            module, _, attribute = sources[name].partition(":")
+            return getattr(import_module(module), attribute or name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
