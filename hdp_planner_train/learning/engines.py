@@ -4,7 +4,7 @@ Two engines with the same inputs and outputs, the flat client updates Δ_i = θ_
 - ``loop``: the plain reference, one client after the other with ``torch.optim.SGD``;
 - ``vectorized``: all clients at once over stacked parameters (chunks of clients bound the memory), the same
   SGD-with-momentum arithmetic as torch.optim.SGD; gradients by ``torch.func`` (functional_call + vmap + grad),
-  or, for a model with ``forward_batched`` (the LSTM, the small CNN), by its own client-batched products
+  or, for a model with ``forward_batched`` (the LSTM, the small CNN, the digits MLP), by its own client-batched products
   (:func:`client_grads`); on CPU such a model's clients are trained in pieces by worker threads
   (:func:`vectorized_train`, which also runs SAM and frozen parameters for DP²-FedSAM's personal methods).
 """
@@ -107,9 +107,9 @@ def client_grads(model: nn.Module, precision: str = "fp32", wrt: Sequence[str] |
     """(params {name: (K, *shape)}, x (K, B, ...), y (K, B)) → each client's gradient of its mean cross-entropy
     with respect to the parameters named in ``wrt`` (default: all; the others are held fixed).
 
-    A model with ``forward_batched(params, x)`` (the LSTM, the small CNN) runs all clients through its own batched
-    products and one backward pass of the sum of the clients' losses (client k's loss depends only on its own
-    weights, so the gradient of the sum is every client's own); any other model goes through torch.func's
+    A model with ``forward_batched(params, x)`` (the LSTM, the small CNN, the digits MLP) runs all clients through
+    its own batched products and one backward pass of the sum of the clients' losses (client k's loss depends only on
+    its own weights, so the gradient of the sum is every client's own); any other model goes through torch.func's
     vmap(grad(·)). The forward runs under :func:`autocast` for ``precision``; the loss and the gradients are float32.
     """
     device = next(model.parameters()).device

@@ -18,6 +18,12 @@ class DigitsMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.relu(self.fc1(x.flatten(-3))))
 
+    def forward_batched(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """K clients' own weights at once (``params[name]``: (K, *shape)), x: (K, B, 1, 8, 8) → logits (K, B, 10):
+        :meth:`forward` as batched products (plain autograd, so training never loads torch.func or torch.compile)."""
+        h = F.relu(torch.baddbmm(params["fc1.bias"][:, None], x.flatten(-3), params["fc1.weight"].transpose(1, 2)))
+        return torch.baddbmm(params["fc2.bias"][:, None], h, params["fc2.weight"].transpose(1, 2))
+
 
 class CNN2(nn.Module):
     """2-layer CNN for Fashion-MNIST, the DP-SGD standard (Papernot et al. 2021; Opacus' MNIST example):
