@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from hdp_planner_flower.mods import client_id, enroll, hdp_mod
+from hdp_planner_flower.mods import hdp_mod
 from hdp_planner_flower.pin import Pin
 from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, unflatten
-from hdp_planner_train.learning.engines import batch_indices, evaluate, loop_deltas
+from hdp_planner_flower.stages import client_id, enroll
+from hdp_planner_train.learning.engines import batch_indices, evaluate, vectorized_deltas
 from hdp_planner_train.learning.federated import load_federated
 from hdp_planner_train.learning.models import make_model
 
@@ -91,7 +92,7 @@ def train(msg: Message, context: Context) -> Message:
     theta = flatten(sent)
     idx = torch.as_tensor(_own_batches(data, cid, s, rnd))
     xs, ys = torch.as_tensor(data.x_train)[idx], torch.as_tensor(data.y_train)[idx]
-    delta = loop_deltas(model, theta, xs, ys, lr=s.lr * s.lr_decay**rnd, momentum=s.momentum)[0]
+    delta = vectorized_deltas(model, theta, xs, ys, lr=s.lr * s.lr_decay**rnd, momentum=s.momentum)[0]
     return Message(RecordDict({ARRAYS: unflatten(sent, theta + delta)}), reply_to=msg)
 
 
@@ -130,24 +131,24 @@ def client_app(
     return app
 
 
-def deployed_client_app(train_fn=train) -> ClientApp:
-    """The ClientApp of a deployed node (``flower-supernode --node-config "client-id=I plan=PATH plan-sha256=HEX
-    state-dir=DIR"``), for runs of either trust model: SecAgg+ messages go through :func:`client_app`'s secure mods
-    (the plan pinned in the node config), the others through the trusted server's mod after the node's own count
-    and budget check (:func:`~.node_state.guard_mod`)."""
-    from hdp_planner_flower.local import stage_of
+@cache
+def deployed_apps() -> tuple[ClientApp, ClientApp]:
+    """A deployed node's two apps, built once per process: (SecAgg+'s, a trusted server's)."""
     from hdp_planner_flower.node_state import guard_mod
 
-    secure = client_app(train_fn, secagg=True)
-    trusted = client_app(train_fn, mods=[guard_mod], secagg=False)
-    app = ClientApp()
+    return client_app(train, secagg=True), client_app(train, mods=[guard_mod], secagg=False)
 
-    @app.train()
-    def dispatch(msg: Message, context: Context) -> Message:
-        return (secure if stage_of(msg) is not None else trusted)(msg, context)
 
-    app.query("hdp_enroll")(enroll)
-    return app
+def deployed_round(msg: Message, context: Context) -> Message:
+    """The training stage of a deployed node (``flower-supernode --node-config "client-id=I plan=PATH
+    plan-sha256=HEX state-dir=DIR"``; :mod:`.node` sends it here), for runs of either trust model: SecAgg+'s
+    masked-vector stage through :func:`client_app`'s secure mods (the plan pinned in the node config), a trusted
+    server's train message through its mod after the node's own count and budget check
+    (:func:`~.node_state.guard_mod`)."""
+    from hdp_planner_flower.stages import stage_of
+
+    secure, trusted = deployed_apps()
+    return (secure if stage_of(msg) is not None else trusted)(msg, context)
 
 
 def model_arrays(dataset: str, *, num_classes: int, seed: int) -> ArrayRecord:

@@ -1,14 +1,14 @@
 """A plan on Flower's deployment engine, on this machine: one SuperLink and N SuperNodes as separate OS processes.
 
-:class:`LocalDeployment` makes the run's credentials (:mod:`.credentials`: a CA, the SuperLink's TLS certificate,
-one authentication key pair per SuperNode), starts ``flower-superlink`` with TLS and ``--enable-supernode-auth``,
-registers every node's public key (``flwr supernode register``: only registered keys join), starts each
-``flower-supernode`` once with its node config (client id, the plan it pins and its SHA-256, its state folder), runs
-the plan with ``flwr run`` against that SuperLink (:mod:`.deployed`'s apps) and, on leaving (also on failure or
-Ctrl-C), stops every process it started, and their children, by PID (:mod:`.processes`). Flower 1.41 serves the
-Fleet, Control and Runtime APIs on one HTTPS port; each SuperNode has a local Runtime port for its ClientApp processes.
-Everything runs offline (:data:`~hdp_planner_flower.OFFLINE_ENV`, a ``FLWR_HOME`` in the deployment's folder).
-:func:`~.deploy_local.deploy_local` runs a plan on one under each trust model in turn.
+:class:`LocalDeployment` makes the run's credentials (:mod:`.credentials`: a CA, the SuperLink's TLS certificate, one
+authentication key pair per SuperNode), starts ``flower-superlink`` with TLS and ``--enable-supernode-auth``, registers
+every node's public key (``flwr supernode register``: only registered keys join), starts each ``flower-supernode`` once
+with its node config (client id, the plan it pins and its SHA-256, its state folder), runs the plan with ``flwr run``
+against that SuperLink (the ServerApp of :mod:`.deployed`, the ClientApp of :mod:`.node`) and, on leaving (also on
+failure or Ctrl-C), stops every process it started, and their children, by PID (:mod:`.processes`). Flower 1.41 serves
+the Fleet, Control and Runtime APIs on one HTTPS port; each SuperNode has a local Runtime port for its ClientApp
+processes. Everything runs offline (:data:`~hdp_planner_flower.OFFLINE_ENV`, a ``FLWR_HOME`` in the deployment's
+folder). :func:`~.deploy_local.deploy_local` runs a plan on one under each trust model in turn.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ publisher = "hdp-planner"
 
 [tool.flwr.app.components]
 serverapp = "hdp_planner_flower.deployed:server"
-clientapp = "hdp_planner_flower.deployed:client"
+clientapp = "hdp_planner_flower.node:client"
 
 [tool.flwr.app.config]
 plan = ""
@@ -65,7 +65,8 @@ out = ""
 nodes = ""
 round-timeout = 0
 """
-"""The Flower app ``flwr run`` submits: no code of its own, its components are :mod:`.deployed`'s."""
+"""The Flower app ``flwr run`` submits: no code of its own, its components are :mod:`.deployed`'s ServerApp and
+:mod:`.node`'s ClientApp."""
 
 
 LEAN_ENV = {"MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}

@@ -1,9 +1,7 @@
-"""The apps of a deployment (:mod:`.deploy`): ``flwr run`` loads ``hdp_planner_flower.deployed:server`` on the
-SuperLink's side (the run's settings from its run config) and ``hdp_planner_flower.deployed:client`` on every
-SuperNode (its client id, pinned plan and state folder from its node config)."""
+"""The ServerApp of a deployment (:mod:`.deploy`): ``flwr run`` loads ``hdp_planner_flower.deployed:server`` on the
+SuperLink's side (the run's settings from its run config); every SuperNode loads ``hdp_planner_flower.node:client``
+(its client id, pinned plan and state folder from its node config), which imports none of this."""
 
-from hdp_planner_flower.app import deployed_client_app
 from hdp_planner_flower.simulation import run_config_server_app
 
 server = run_config_server_app()
-client = deployed_client_app()

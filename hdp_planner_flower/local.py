@@ -14,18 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flwr.app import Context, Error, Message, RecordDict
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+
+from hdp_planner_flower.stages import stage_of
 
 
 @dataclass(frozen=True, kw_only=True)
 class LocalRun:
     run_id: int = 1
-
-
-def stage_of(msg: Message) -> str | None:
-    """The SecAgg+ stage a message belongs to, or None."""
-    configs = msg.content.config_records.get(RECORD_KEY_CONFIGS) if msg.has_content() else None
-    return str(configs[Key.STAGE]) if configs is not None and Key.STAGE in configs else None
 
 
 class InProcessGrid:

@@ -7,7 +7,8 @@ then only as hidden as a 32-bit seed: with few neighbours a search over the seed
 MT19937's state is recoverable from its output. :func:`chacha_masks` draws the same shapes from ChaCha20 (the
 ``cryptography`` package, which Flower already depends on) keyed by SHA-256 of the whole seed, uniform on
 [0, R) for R a power of two. :func:`secure_masks` puts it in place of Flower's generator in both the client mod and
-the server workflow for the duration of a block; the protocol itself (keys, shares, encryption) is Flower's, unchanged.
+the server workflow for the duration of a block, and :func:`masked_secaggplus_mod` is Flower's client mod under it; the
+protocol itself (keys, shares, encryption) is Flower's, unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from contextlib import contextmanager
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from flwr.app import Context, Message
+from flwr.client.mod import secaggplus_mod
+from flwr.clientapp.typing import ClientAppCallable
 
 MASK_USERS = (
     "flwr.client.mod.secure_aggregation.secaggplus_mod",
@@ -70,3 +74,9 @@ def secure_masks() -> Iterator[None]:
             if _depth == 0:
                 for name in MASK_USERS:
                     importlib.import_module(name).pseudo_rand_gen = _originals.pop(name)
+
+
+def masked_secaggplus_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+    """Flower's ``secaggplus_mod`` with masks from :func:`chacha_masks`."""
+    with secure_masks():
+        return secaggplus_mod(msg, ctxt, call_next)

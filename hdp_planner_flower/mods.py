@@ -5,25 +5,17 @@ model it receives and replies with the trained model, as in any Flower app; the 
 Δ = θ_local − θ clipped to ‖Δ‖ ≤ C_m (``hdp_planner_train.rules.clipping.clip_rows``); the server adds the group's
 noise. The reply carries only Δ, the group and the client id (echoed, so that the server can refuse a reply that
 claims another group): whether Δ was clipped is data-dependent and is not sent. Under ``secagg`` the node runs
-:mod:`.secagg_mod` instead. :func:`enroll` answers the server's enrolment query with the node's client id
-(``client-id`` in the node config, or the simulation's ``partition-id``).
+:mod:`.secagg_mod` instead.
 """
 
 from __future__ import annotations
 
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord
 from flwr.clientapp.typing import ClientAppCallable
 
 from hdp_planner_flower.records import ARRAYS, HDP, flatten, unflatten
+from hdp_planner_flower.stages import client_id
 from hdp_planner_train.rules.clipping import clip_rows
-
-
-def client_id(context: Context) -> int:
-    """The node's client id: ``client-id`` of its node config (deployment) or ``partition-id`` (simulation)."""
-    for key in ("client-id", "partition-id"):
-        if key in context.node_config:
-            return int(context.node_config[key])
-    raise ValueError("the node config has no client-id: start the node with --node-config 'client-id=I'")
 
 
 def hdp_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
@@ -57,8 +49,3 @@ def hdp_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Messag
     reply.content[ARRAYS] = unflatten(sent, update)
     reply.content[HDP] = MetricRecord({"group": int(rules["group"]), "client-id": client_id(ctxt)})
     return reply
-
-
-def enroll(msg: Message, ctxt: Context) -> Message:
-    """Answer the server's enrolment query (register as ``@app.query("hdp_enroll")``): this node's client id."""
-    return Message(RecordDict({HDP: MetricRecord({"client-id": client_id(ctxt)})}), reply_to=msg)

@@ -30,15 +30,16 @@ from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hdp_planner.ledger.runs import plan_clients
-from hdp_planner.ledger.store import GroupRound, compose
-from hdp_planner.planfile.trust import trust_from_dict
-from hdp_planner_flower.mods import client_id
-from hdp_planner_flower.pin import Pin, RoundRefused, load_pinned, read_pinned
+from hdp_planner.ledger.composition import GroupRound, compose
+from hdp_planner_flower.pin import Pin, PinnedPlan, RoundRefused, file_sha256, load_pinned, pinned_digest, read_pinned
+from hdp_planner_flower.plan_cache import derived
 from hdp_planner_flower.records import HDP
-from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
-from hdp_planner_train.run.ledger import planned_costs
+from hdp_planner_flower.stages import client_id
+
+if TYPE_CHECKING:
+    from hdp_planner_train.rules.specs import GroupSpec
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
     plan_sha256 TEXT NOT NULL, run_id TEXT NOT NULL, server_round INTEGER NOT NULL, participated INTEGER NOT NULL,
@@ -158,19 +159,50 @@ def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: floa
     return compose(counts, delta)
 
 
+def kept(pin: Pin, what: str, derive):
+    """What this node derives from the plan ``pin`` pinned (its hash checked first), from its own cache in its state
+    folder (:mod:`.plan_cache`): derived once per plan, method and groups file, whatever process asks."""
+    digest = pinned_digest(pin)
+    if pin.groups and not Path(pin.groups).is_file():
+        raise RoundRefused(f"groups file {pin.groups} not found")
+    return derived(private_folder(pin.state_dir or default_state_dir()), plan_sha256=digest, method=pin.method,
+                   groups_sha256=file_sha256(pin.groups) if pin.groups else "", what=what, derive=derive)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def pinned_plan(pin: Pin) -> PinnedPlan:
+    """The plan ``pin`` pinned, read, hash-checked and verified by this node (:func:`~.pin.load_pinned`), kept in its
+    cache."""
+    return kept(pin, "pinned plan" + (" (sparse graph)" if pin.sparse_graph else ""), lambda: load_pinned(pin))
+
+
 @functools.lru_cache(maxsize=4096)  # a simulation runs many clients in one process
 def client_terms(pin: Pin, *, client: int, secure: bool) -> Terms:
     """The terms of client ``client`` in the plan ``pin`` pinned (its hash checked, the plan verified): its group
     in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
     or the plan's grouping), each round's cost to that group as the ledger charges it (``planned_costs``; under
-    ``secure`` the trust object's distributed rounds), δ, and the cap K (the plan's participations, else T)."""
+    ``secure`` the trust object's distributed rounds), δ, and the cap K (the plan's participations, else T); kept in
+    the node's cache."""
+    spec = pinned_plan(pin).spec if secure else None  # the law, derived once per plan
+    return kept(pin, f"terms of client {client} under {'secagg' if secure else 'server'}",
+                lambda: derive_terms(pin, client=client, spec=spec))  # fmt: skip
+
+
+def derive_terms(pin: Pin, *, client: int, spec: GroupSpec | None) -> Terms:
+    """:func:`client_terms`, derived from the plan file; ``spec``: the secure form of the pinned method (None: its
+    trusted rules)."""
+    from hdp_planner.ledger.runs import plan_clients
+    from hdp_planner.planfile.trust import trust_from_dict
+    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
+    from hdp_planner_train.run.ledger import planned_costs
+
     _, plan, doc = read_pinned(pin)
     row = METHOD_NAMES.get(pin.method)
     if row is None:
         raise RoundRefused(f"the node pins method {pin.method!r}, not one of {', '.join(METHOD_NAMES)}")
     try:
         membership, budgets = plan_clients(plan, row, doc, pin.groups)
-        spec = load_pinned(pin).spec if secure else method_spec(plan, pin.method)  # the law derived once per plan
+        spec = spec or method_spec(plan, pin.method)
     except ValueError as exc:
         raise RoundRefused(str(exc).splitlines()[0]) from None
     if str(client) not in membership:

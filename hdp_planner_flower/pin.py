@@ -24,19 +24,17 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hdp_planner.distributed.law import GroupLaw
 from hdp_planner.distributed.neighbours import sparse_graph
-from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
-from hdp_planner.planfile.document import budgets_digest_of, load_plan, plan_problems, read_document
-from hdp_planner.planfile.trust import trust_from_dict
-from hdp_planner.planning.plan import Plan
 from hdp_planner_flower.masks import MASK_MODULUS
-from hdp_planner_flower.membership import default_groups, groups_from_file
-from hdp_planner_train.rules.cohort import planned_secure
-from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec
+
+if TYPE_CHECKING:
+    from hdp_planner.distributed.law import GroupLaw
+    from hdp_planner.planning.plan import Plan
+    from hdp_planner_train.rules.specs import GroupSpec
 
 
 class RoundRefused(ValueError):
@@ -161,14 +159,23 @@ class PinnedPlan:
                                f"{graph.threshold}")  # fmt: skip
 
 
-def read_pinned(pin: Pin) -> tuple[str, Plan, dict]:
-    """The pinned plan file's SHA-256, plan and document, once the hash is the pinned one and the plan verifies."""
+def pinned_digest(pin: Pin) -> str:
+    """The pinned plan file's SHA-256, once it is the pinned one."""
     path = Path(pin.plan)
     if not path.is_file():
         raise RoundRefused(f"pinned plan {pin.plan} not found")
     digest = file_sha256(path)
     if digest != pin.sha256:
         raise RoundRefused(f"pinned plan {pin.plan} has SHA-256 {digest}, the node pinned {pin.sha256 or 'nothing'}")
+    return digest
+
+
+def read_pinned(pin: Pin) -> tuple[str, Plan, dict]:
+    """The pinned plan file's SHA-256, plan and document, once the hash is the pinned one and the plan verifies."""
+    from hdp_planner.planfile.document import load_plan, plan_problems, read_document
+
+    digest = pinned_digest(pin)
+    path = Path(pin.plan)
     plan = load_plan(path)
     problems = plan_problems(plan)
     if problems:
@@ -178,7 +185,15 @@ def read_pinned(pin: Pin) -> tuple[str, Plan, dict]:
 
 @functools.lru_cache(maxsize=8)
 def load_pinned(pin: Pin) -> PinnedPlan:
-    """Read, hash-check and verify the pinned plan (once per process)."""
+    """Read, hash-check and verify the pinned plan (once per process; a node keeps it across processes:
+    :func:`~.node_state.pinned_plan`)."""
+    from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
+    from hdp_planner.planfile.document import budgets_digest_of
+    from hdp_planner.planfile.trust import trust_from_dict
+    from hdp_planner_flower.membership import default_groups, groups_from_file
+    from hdp_planner_train.rules.cohort import planned_secure
+    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
+
     digest, plan, doc = read_pinned(pin)
     try:
         spec = planned_secure(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])

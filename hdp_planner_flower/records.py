@@ -1,10 +1,15 @@
-"""Flower records ↔ flat torch vectors, and the names of what the strategy and the client mod exchange."""
+"""Flower records ↔ flat torch vectors, and the names of what the strategy and the client mod exchange. Importing it
+does not import torch (a node's stages that never touch a model read the names)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord
+
+if TYPE_CHECKING:
+    import torch
 
 ARRAYS = "arrays"  # the model (server → client) or the private update (client → server)
 HDP = "hdp"  # ConfigRecord server → client: group, clip, noise-multiplier, joined, trust; MetricRecord back
@@ -14,6 +19,8 @@ ENROLL = "query.hdp_enroll"  # message type of the enrolment query: each node re
 
 def flatten(record: ArrayRecord) -> torch.Tensor:
     """All arrays of ``record``, in key order, as one float32 vector."""
+    import torch
+
     parts = [np.asarray(a.numpy(), dtype=np.float32).ravel() for a in record.values()]
     return torch.from_numpy(np.concatenate(parts)) if parts else torch.zeros(0)
 

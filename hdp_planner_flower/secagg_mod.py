@@ -2,7 +2,7 @@
 client's integer share of the distributed discrete Gaussian (the core's :func:`~hdp_planner_train.rules.secagg.
 client_message`, the code the simulator runs).
 
-``mods=secagg_mods(pin)`` is ``[masked secaggplus_mod, share_mod]``: SecAgg+ runs its four stages (keys, shares, masked
+``mods=secagg_mods(pin)`` is ``[masked_secaggplus_mod, share_mod]``: SecAgg+ runs its four stages (keys, shares, masked
 vector, unmasking) with :func:`~hdp_planner_flower.masks.chacha_masks`; at the masked-vector stage it calls
 :func:`share_mod`, which checks the round against the pinned plan (:mod:`.pin`), counts the participation, calls the
 user's train function with the ordinary message (``arrays``, ``hdp``, ``train`` records), and replies with y − 2^(b−1)
@@ -20,7 +20,6 @@ from collections.abc import Callable
 
 import numpy as np
 from flwr.app import ArrayRecord, Context, Message, RecordDict
-from flwr.client.mod import secaggplus_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
@@ -28,18 +27,12 @@ from flwr.compat.common import recorddict_compat as compat
 
 from hdp_planner.distributed.coins import flip
 from hdp_planner.distributed.randomness import SecureBits
-from hdp_planner_flower.masks import MASK_MODULUS, secure_masks
-from hdp_planner_flower.mods import client_id
-from hdp_planner_flower.node_state import admit_round
-from hdp_planner_flower.pin import Pin, load_pinned
+from hdp_planner_flower.masks import MASK_MODULUS, masked_secaggplus_mod
+from hdp_planner_flower.node_state import admit_round, pinned_plan
+from hdp_planner_flower.pin import Pin
 from hdp_planner_flower.records import ARRAYS, HDP, TRAIN_SETTINGS, flatten, split_config
+from hdp_planner_flower.stages import client_id
 from hdp_planner_train.rules.secagg import client_message, round_plan
-
-
-def masked_secaggplus_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
-    """Flower's ``secaggplus_mod`` with masks from :func:`~hdp_planner_flower.masks.chacha_masks`."""
-    with secure_masks():
-        return secaggplus_mod(msg, ctxt, call_next)
 
 
 def share_mod(pin: Pin | None = None, masked: bool = True) -> Callable[[Message, Context, ClientAppCallable], Message]:
@@ -56,7 +49,7 @@ def share_mod(pin: Pin | None = None, masked: bool = True) -> Callable[[Message,
 
     def mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         chosen = Pin.from_node_config(ctxt.node_config, pin)
-        pinned = load_pinned(chosen)
+        pinned = pinned_plan(chosen)
         ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
         rules, settings = split_config(ins.config)
         cid = client_id(ctxt)

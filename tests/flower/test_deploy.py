@@ -24,11 +24,12 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.planfile.document import load_plan  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
-from hdp_planner_flower.app import client_app, deployed_client_app, model_arrays  # noqa: E402
+from hdp_planner_flower.app import client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.credentials import make_tls  # noqa: E402
 from hdp_planner_flower.deploy import LocalDeployment, node_config  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.membership import FlowerRunError, read_node_clients  # noqa: E402
+from hdp_planner_flower.node import client as node_client  # noqa: E402
 from hdp_planner_flower.node_state import NodeState  # noqa: E402
 from hdp_planner_flower.pin import file_sha256  # noqa: E402
 from hdp_planner_flower.processes import alive, descendants, stop_processes  # noqa: E402
@@ -109,10 +110,9 @@ def test_an_error_the_superlink_sends_for_a_dead_node_is_a_dropout(deploy_plan):
 def test_a_deployed_node_counts_a_trusted_servers_rounds_in_its_own_state(deploy_plan, tmp_path):
     """A deployed node pins its plan in its node config: under a trusted server too it counts every round it trains
     and refuses past its cap, whatever the server asks."""
-    app = deployed_client_app(unchanged)
     sha = file_sha256(deploy_plan)
     config = {"client-id": 0, "plan": str(deploy_plan), "plan-sha256": sha, "state-dir": str(tmp_path)}
-    grid = InProcessGrid(app, N, keep=True)
+    grid = InProcessGrid(node_client, N, keep=True)
     for i, node in enumerate(grid.node_ids):
         grid.contexts[node] = Context(1, node, {**config, "client-id": i}, RecordDict(), {})
     p = load_plan(deploy_plan)
