@@ -7,8 +7,8 @@ An accountant measures a :class:`~hdp_planner.accounting.calibration.GaussianRou
 - ``rdp``: Rényi DP, dp-accounting's ``RdpAccountant`` reproduced in vectorised numpy (:mod:`.rdp`);
 - ``pld``: privacy loss distributions, dp-accounting's ``PLDAccountant`` (:mod:`.pld`): tighter, slower;
 - ``ddg``: the distributed discrete Gaussian under secure aggregation (:mod:`.ddg`): σ is read as its effective
-  noise multiplier z, Poisson subsampling amplified by Zhu and Wang's bound, which holds for every mechanism (at
-  τ·d' = 0, the continuous Gaussian's limit, a valid bound for the Gaussian rows too);
+  noise multiplier z, Poisson subsampling amplified by the binomial expansion, which bounds both directions for every
+  symmetric mechanism (at τ·d' = 0, the continuous Gaussian's limit, a valid bound for the Gaussian rows too);
 - ``closed-form``: GDPFed Theorem 1, σ² ≥ 7q²T(ε + 2 log(1/δ))/ε². A calibration *rule*, not an accountant: what its σ
   spends is measured with ``rdp``.
 
@@ -269,8 +269,9 @@ class PldAccountant:
 class DistributedAccountant:
     """The distributed discrete Gaussian sum against third parties (:mod:`.ddg`): σ is the effective noise
     multiplier z, each release's RDP α/(2z²) + ``tau_d`` (Kairouz, Liu and Steinke 2021, Proposition 14)
-    amplified by Poisson subsampling (Zhu and Wang 2019). The registered instance has ``tau_d`` = 0: the continuous
-    Gaussian's RDP, through a bound valid for every mechanism, so its ε is never below ``rdp``'s at the same orders."""
+    amplified by Poisson subsampling (the binomial expansion, both directions: :func:`ddg.poisson_subsampled_rdp`).
+    The registered instance has ``tau_d`` = 0: the continuous Gaussian's RDP, through a bound valid for every
+    symmetric mechanism, the Gaussian included, so its ε is never below ``rdp``'s at the same orders."""
 
     name: ClassVar[str] = "ddg"
     label: ClassVar[str] = "DDG"

@@ -1,5 +1,5 @@
 """The distributed discrete Gaussian's accountant: privacy of the noised sum against each adversary, from published
-bounds only (registered as ``ddg`` in :mod:`.accountants`).
+bounds and the proof of the documentation page "Subsampling both ways" (registered as ``ddg`` in :mod:`.accountants`).
 
 Notation: the noise the adversary cannot remove is the sum of ``honest`` independent discrete Gaussian shares
 N_Z(0, σ²_share) per coordinate; Δ₂ is one client's rounded ℓ2 bound (``hdp_planner.distributed.encoding``), and
@@ -8,10 +8,16 @@ z = √(honest·σ²_share)/Δ₂ the effective noise multiplier.
 - One release, add/remove one client (Kairouz, Liu, Steinke 2021, Proposition 14, first bound): for every order
   α ≥ 1, D_α ≤ α·Δ₂²/(2·honest·σ²_share) + τ·d' = α/(2z²) + τ·d', with
   τ = 10·Σ_{k=1}^{honest−1} exp(−2π²σ²_share·k/(k+1)) (:func:`tau`).
-- Third parties, who see only released models (Poisson sampling at q hidden from them): the general upper bound
-  for Poisson-subsampled RDP of Zhu and Wang, "Poisson Subsampled Rényi Differential Privacy" (ICML 2019),
-  Theorem 6, at integer orders, composed over the T rounds. At a fractional order α the subsampled release's RDP
-  is at most the unsampled one (joint quasi-convexity, van Erven and Harremoës 2014, Theorem 13) and at most the
+- Poisson subsampling at rate q (third parties, who do not see the sample; the server, against a client's private
+  coin in a cohort): the binomial expansion at integer orders α ≥ 2,
+  ε'(α) ≤ log Σ_{ℓ=0}^{α} C(α,ℓ)(1−q)^{α−ℓ}q^ℓ e^{(ℓ−1)ε(ℓ)} / (α − 1) (Mironov, Talwar and Zhang 2019, §3.3,
+  exact in the direction that adds the client, for any mechanism). The same expression bounds the direction that
+  removes the client because the release's two outputs form a *symmetric pair* (the noise is symmetric, the shift an
+  integer vector: y ↦ x − y exchanges them), for which the removing direction of a Poisson-subsampled mechanism
+  never exceeds the adding one (proved on the documentation page "Subsampling both ways"). It is Zhu and Wang's
+  Theorem 6 ("Poisson Subsampled Rényi Differential Privacy", ICML 2019) without its factor 3 on the terms ℓ ≥ 3,
+  which that theorem needs for mechanisms that are not symmetric. At a fractional order α the subsampled release's
+  RDP is at most the unsampled one (joint quasi-convexity, van Erven and Harremoës 2014, Theorem 13) and at most the
   bound at ⌈α⌉ (Rényi divergence does not decrease with its order, ibid., Theorem 3).
 - The server (it draws the sample and sees who sends a vector, so sampling does not amplify): the unsampled bound
   composed over the at most K rounds a client takes part in, at every order of :data:`ORDERS` (Proposition 14
@@ -43,7 +49,7 @@ ORDERS = np.union1d(
     _FRACTIONAL[_FRACTIONAL % 1 != 0],
 )
 """The orders of every bound here, ascending: every integer from 2 to 1024 and integers 5% apart up to 16384
-(Theorem 6 of Zhu and Wang holds at integer orders), and fractional orders from 1.001 to 1024 (the unsampled bound,
+(the binomial expansion holds at integer orders), and fractional orders from 1.001 to 1024 (the unsampled bound,
 and the server's, hold at every real order)."""
 
 
@@ -66,19 +72,22 @@ def _log_binom(n: np.ndarray, k: np.ndarray) -> np.ndarray:
 def poisson_subsampled_rdp(
     orders: np.ndarray, rdp: np.ndarray | Callable[[np.ndarray], np.ndarray], q: float
 ) -> np.ndarray:
-    """RDP of the Poisson(q)-subsampled mechanism at ``orders`` (ascending) from the mechanism's RDP ``rdp``: its
-    values at ``orders``, or a function giving it at any orders (as :func:`amplified_release_rdp` passes).
+    """RDP of the Poisson(q)-subsampled mechanism at ``orders`` (ascending), in both directions, from the mechanism's
+    RDP ``rdp``: its values at ``orders``, or a function giving it at any orders (as :func:`amplified_release_rdp`
+    passes). The mechanism's outputs on neighbours must form a symmetric pair (a bijection of outputs exchanging
+    them), as every additive mechanism here does: Gaussian or discrete Gaussian noise, summed over shares, shifted by
+    the client's contribution.
 
-    At integer α ≥ 2, Zhu and Wang (2019), Theorem 6:
-    ε'(α) ≤ log{(1−q)^{α−1}(αq − q + 1) + C(α,2)q²(1−q)^{α−2}e^{ε(2)}
-    + 3·Σ_{ℓ=3}^{α} C(α,ℓ)(1−q)^{α−ℓ}q^ℓ e^{(ℓ−1)ε(ℓ)}}/(α − 1).
-    Given values only, ε(ℓ) where ℓ is not among ``orders`` is bounded by ε at the next integer order (Rényi
-    divergence does not decrease with its order: van Erven and Harremoës 2014, Theorem 3; the bound grows with every
-    ε(ℓ)): valid, and loose where the given orders are sparse. Never more than ε(α) itself: the subsampled
-    mechanism's two output distributions are mixtures, with the same weights, of pairs each at Rényi divergence at
-    most ε(α), and Rényi divergence is jointly quasi-convex (ibid., Theorem 13); the generic bound can exceed ε(α)
-    at large q. At a fractional α, the smaller of ε(α) (the same argument) and the bound at the next integer order
-    (Theorem 3). The integer orders must include 2."""
+    At integer α ≥ 2, the binomial expansion (Mironov, Talwar and Zhang 2019, §3.3):
+    ε'(α) ≤ log{(1−q)^{α−1}(αq − q + 1) + Σ_{ℓ=2}^{α} C(α,ℓ)(1−q)^{α−ℓ}q^ℓ e^{(ℓ−1)ε(ℓ)}}/(α − 1), exact given ε(ℓ) in
+    the direction that adds the client, and a bound in the direction that removes it for a symmetric pair (the
+    documentation's "Subsampling both ways"). Given values only, ε(ℓ) where ℓ is not among ``orders`` is bounded by ε
+    at the next integer order (Rényi divergence does not decrease with its order: van Erven and Harremoës 2014,
+    Theorem 3; the bound grows with every ε(ℓ)): valid, and loose where the given orders are sparse. Never more than
+    ε(α) itself: the subsampled mechanism's two output distributions are mixtures, with the same weights, of pairs
+    each at Rényi divergence at most ε(α), and Rényi divergence is jointly quasi-convex (ibid., Theorem 13). At a
+    fractional α, the smaller of ε(α) (the same argument) and the bound at the next integer order (Theorem 3). The
+    integer orders must include 2."""
     orders = np.asarray(orders, dtype=np.float64)
     values = np.asarray(rdp(orders) if callable(rdp) else rdp, dtype=np.float64)
     integer = orders % 1 == 0
@@ -95,7 +104,7 @@ def poisson_subsampled_rdp(
         pairs = np.asarray(rdp(np.arange(2.0, whole[-1] + 1)), dtype=np.float64)[ell.astype(np.int64) - 2]
     else:
         pairs = values[integer][at]
-    amplified = np.minimum(_zhu_wang(key, values[integer][0], pairs, q), values[integer])
+    amplified = np.minimum(_binomial(key, values[integer][0], pairs, q), values[integer])
     out = values.copy()
     out[integer] = amplified
     frac = np.flatnonzero(~integer)
@@ -113,14 +122,15 @@ def amplified_release_rdp(orders: np.ndarray, *, noise_multiplier: float, tau_d:
     )
 
 
-def _zhu_wang(orders: tuple[int, ...], rdp2: float, pairs: np.ndarray, q: float) -> np.ndarray:
-    """Theorem 6 of Zhu and Wang at the integer ``orders`` (ascending, from 2), from ε(2) and ε(ℓ) at every pair
-    (α, ℓ) of :func:`_pairs`: every order's sum over ℓ = 3 … α at once, one segmented log-sum-exp."""
+def _binomial(orders: tuple[int, ...], rdp2: float, pairs: np.ndarray, q: float) -> np.ndarray:
+    """The binomial expansion at the integer ``orders`` (ascending, from 2), from ε(2) and ε(ℓ) at every pair (α, ℓ)
+    of :func:`_pairs`: every order's sum over ℓ = 3 … α at once, one segmented log-sum-exp; the terms ℓ = 0, 1 and
+    ℓ = 2 apart."""
     n = len(orders)
     lq, l1q = math.log(q), math.log1p(-q)
     alpha = np.asarray(orders, dtype=np.float64)
     log_binom, a, ell, _, starts, sizes = _pairs(orders)
-    third = log_binom + (a - ell) * l1q + ell * lq + (ell - 1) * pairs + math.log(3)
+    third = log_binom + (a - ell) * l1q + ell * lq + (ell - 1) * pairs
     first = (alpha - 1) * l1q + np.log1p(q * (alpha - 1))
     second = _log_binom(alpha, np.float64(2)) + 2 * lq + (alpha - 2) * l1q + rdp2
     m = np.maximum(first, second)
@@ -161,8 +171,8 @@ def epsilon_of(total: Callable[[np.ndarray], np.ndarray], delta: float) -> float
     """(ε, δ) of a composition whose RDP at any ascending orders (2 among them) is ``total(orders)``: the best of
     :data:`ORDERS`, then of every integer order between its neighbours there, by a search that samples 16 orders of
     that window and narrows it 8-fold around the best until it is exhausted. Above 1024 the orders are 5% apart, and
-    at small q the best order sits just below a cliff (where a Zhu-Wang term explodes), which the grid alone can miss
-    by several percent in ε. Every order evaluated is a valid bound, so is the smallest."""
+    at small q the best order sits just below a cliff (where a term of the expansion explodes), which the grid alone
+    can miss by several percent in ε. Every order evaluated is a valid bound, so is the smallest."""
     values = _converted(ORDERS, total(ORDERS), delta)
     k = int(np.argmin(values))
     best = float(values[k])

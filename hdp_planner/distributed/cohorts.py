@@ -10,9 +10,9 @@ itself).
 Against the server, one cohort membership of client i is then the Poisson subsampling, at rate p, of the
 distributed discrete Gaussian sum of one release: the server's view is x_i + R with probability p and R otherwise,
 R being the others' contributions plus the shares of the honest survivors, and the zero-out neighbour (x_i = 0)
-gives R. So the RDP of one membership is at most Zhu and Wang's Theorem 6 applied to Proposition 14 of Kairouz,
-Liu and Steinke (the bound :func:`~.accounting.epsilon_third_parties` computes for third parties at q over T
-rounds, here at p over K memberships), and adaptive composition (Mironov 2017, Proposition 1) adds at most K of
+gives R. So the RDP of one membership, in both directions, is at most the binomial expansion applied to Proposition
+14 of Kairouz, Liu and Steinke (the bound :func:`~.accounting.epsilon_third_parties` computes for third parties at q
+over T rounds, here at p over K memberships), and adaptive composition (Mironov 2017, Proposition 1) adds at most K of
 them, whatever cohorts the server chooses. The proof and its assumptions are on the documentation's hidden
 participation page.
 

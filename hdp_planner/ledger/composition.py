@@ -5,9 +5,10 @@ sum under secure aggregation, recorded with the accountant that planned it. :fun
 the bounds that hold for the whole composition (each is an upper bound, so their minimum is one):
 
 - RDP, always: dp-accounting's RDP accountant for the sampled Gaussian (Mironov 2017; Mironov, Talwar and Zhang
-  2019); with any distributed round, every round at the integer orders 2..256 with Zhu and Wang's bound for Poisson
-  subsampling (valid for every mechanism, the Gaussian's included, so mixing both kinds never under-reports), a
-  distributed round's RDP being α/(2z²) + τ·d' (:mod:`hdp_planner.distributed.accounting`, Proposition 14);
+  2019); with any distributed round, every round at the integer orders 2..256 with the binomial expansion for Poisson
+  subsampling (valid for every symmetric mechanism, the Gaussian's included, so mixing both kinds never
+  under-reports), a distributed round's RDP being α/(2z²) + τ·d' (:mod:`hdp_planner.distributed.accounting`,
+  Proposition 14);
 - PLD, where every round is a sampled Gaussian and one was planned by PLD: a plan calibrated with PLD runs within
   the budget RDP would refuse.
 """
@@ -93,8 +94,8 @@ def compose_pld(rounds: Mapping[GroupRound, int], delta: float) -> float:
 
 def compose_distributed(rounds: Mapping[GroupRound, int], delta: float) -> float:
     """ε at ``delta`` of ``rounds`` at the integer orders 2..256: each round's RDP α/(2z²) + τ·d' (0 for a Gaussian
-    round) amplified by Zhu and Wang's Poisson-subsampling bound, summed, converted by Canonne, Kamath and Steinke's
-    Proposition 12."""
+    round) amplified by the binomial expansion's Poisson-subsampling bound, summed, converted by Canonne, Kamath and
+    Steinke's Proposition 12."""
     total = np.zeros(ORDERS.size)
     for g, count in rounds.items():
         total += count * _round_rdp(g)

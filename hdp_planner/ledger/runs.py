@@ -47,8 +47,8 @@ def plan_digest(plan: Plan) -> str:
 def round_costs(plan: Plan, row: str, *, start: int, rounds: int) -> list[list[GroupRound]]:
     """Rounds ``start``..``rounds``−1 of ``row`` as executed (:func:`executed_mechanism`: q_m, effective σ_m of the
     round's phase), each recorded with the plan's spending accountant, and charged through it: a plan whose
-    accountant bounds the distributed discrete Gaussian (``ddg``, Zhu and Wang's amplification of α/(2σ²) + τ·d')
-    records its τ·d' (0 for the registered one), so that the ledger composes the rounds by that bound
+    accountant bounds the distributed discrete Gaussian (``ddg``, the binomial expansion's amplification of
+    α/(2σ²) + τ·d') records its τ·d' (0 for the registered one), so that the ledger composes the rounds by that bound
     (:func:`~hdp_planner.ledger.composition.compose_distributed`), not as plain sampled Gaussians."""
     mech = executed_mechanism(plan.method(row), plan.config)
     accountant = plan.config.spending_accountant

@@ -1,7 +1,8 @@
 """What every registered accountant promises, run over the registry itself: an accountant added with
 ``register_accountant`` is held to the same laws without a line here.
 
-Laws: ε never below dp-accounting's where both measure the same mechanism; ε does not fall as q or T grow, nor rise
+Laws: ε never below dp-accounting's where both measure the same mechanism, nor below the sampled Gaussian's true ε
+in either direction (adding or removing a client); ε does not fall as q or T grow, nor rise
 as σ grows; a calibrated σ meets its target, and a slightly smaller one does not; rounds of several kinds compose
 to at least each part; the ledger, composing rounds recorded as planned by an accountant, never reports less than
 that accountant's spending accountant. The draws keep each accountant to seconds (the PLD accountant builds a
@@ -67,6 +68,22 @@ def test_never_below_dp_accounting(name):
         assert eps(name, sigma, q, rounds, delta) >= reference * (1 - 1e-9) - 1e-12
 
     run(name, body, REFERENCE_DRAWS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_never_below_the_sampled_gaussians_privacy_adding_or_removing_a_client(name):
+    """The sampled Gaussian's true ε, both directions (a client added to the sample, and one removed), is at least
+    dp-accounting's optimistic PLD estimate (every discretization and truncation error towards less ε): an accountant
+    that bounds one direction only, or rounds the wrong way, falls below it."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    @given(sigma=sigmas, q=rates, rounds=rounds_, delta=deltas)
+    def body(sigma, q, rounds, delta):
+        lower = pld.from_gaussian_mechanism(sigma, pessimistic_estimate=False, sampling_prob=q,
+                                            value_discretization_interval=1e-3)  # fmt: skip
+        assert eps(name, sigma, q, rounds, delta) >= lower.self_compose(rounds).get_epsilon_for_delta(delta) - 1e-12
+
+    run(name, body, {"pld": 2, "ddg": 4})
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -123,12 +123,17 @@ def test_candidates_start_at_the_expected_contributors_and_stop_at_the_cap():
 
 
 def test_the_frontier_trades_vectors_for_noise(small):
-    """Larger cohorts send more vectors and buy less noise; uncapped cohorts come close to a trusted server."""
+    """Larger cohorts send more vectors and buy less noise. At the trusted plan's r_m, uncapped cohorts still cost
+    at least the trusted server's Λ (the expected contributors moved for Λ alone can cost less: the trusted plan's
+    r_m solve Problem 1, not least Λ)."""
     frontier = cohort_frontier(small.method("GDPFed+"), small, TRUST, multiples=(2, 10))
     (m2, two), (m10, ten), (top, whole) = frontier
     assert (m2, m10, top) == (2, 10, None)
     assert two.vectors_per_round < ten.vectors_per_round < whole.vectors_per_round
-    assert two.price > ten.price > whole.price >= 1.0
+    assert two.price > ten.price > whole.price
+    fixed = _fixed_r(small)
+    ((_, at_r),) = cohort_frontier(fixed.groups, fixed, TRUST, multiples=())
+    assert at_r.price >= 1.0
 
 
 def _fixed_r(p):
