@@ -49,11 +49,19 @@ def local(
         str | None,
         typer.Option(
             "--node-state",
-            help="The nodes' state folder: participation counts and spent budgets per "
-            "client [$XDG_DATA_HOME/hdp-planner/nodes].",
+            help="The nodes' state folder: participation counts and spent budgets per client [with --groups: "
+            "$XDG_DATA_HOME/hdp-planner/nodes; without, simulated clients of public data: --folder's nodes].",
         ),
     ] = None,
     out: Annotated[str | None, typer.Option("--out", help="Metrics of each run in OUT/TRUST/metrics.json.")] = None,
+    ledger: Annotated[
+        str,
+        typer.Option(
+            "--ledger",
+            help="Privacy ledger: an SQLAlchemy URL or SQLite file, none, or auto (the default: "
+            "none for simulated clients of public data, without --groups).",
+        ),
+    ] = "auto",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 600.0,
     round_timeout: Annotated[
         float, typer.Option("--round-timeout", help="Seconds the server waits for a round's replies (then dropouts).")
@@ -73,7 +81,8 @@ def local(
 
     cfg = DeployConfig(plan=plan_file, nodes=nodes, trust=tuple(t.strip() for t in trust.split(",") if t.strip()),
                        method=method, dataset=dataset, rounds=rounds, seed=seed, groups=groups, folder=folder,
-                       node_state=node_state, out=out, timeout=timeout, round_timeout=round_timeout)  # fmt: skip
+                       node_state=node_state, out=out, timeout=timeout, round_timeout=round_timeout,
+                       ledger="" if ledger == "auto" else ledger)  # fmt: skip
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a stopped command stops its processes too
     try:
         results = deploy_local(cfg, progress=_say)

@@ -136,7 +136,9 @@ def check(
         if plan is not None:
             p, doc, membership, budgets = plan
             costs = executed_costs(p, p.groups.name, doc, start=0, rounds=rounds or p.config.rounds)
-            cannot = book.would_exceed(membership=membership, budgets_of=budgets, delta=p.config.delta, planned=costs)
+            cannot = book.would_exceed(
+                membership=membership, budgets_of=budgets, delta=p.config.delta, planned=costs, simulated=groups is None
+            )
     if over:
         out.print(f"FAIL {len(over)} client(s) over their lifetime budget, e.g. {over[0].client_id}", highlight=False)
     if cannot:

@@ -61,6 +61,7 @@ rounds = 0
 seed = 0
 trust = "server"
 groups = ""
+ledger = ""
 out = ""
 nodes = ""
 round-timeout = 0
@@ -312,7 +313,7 @@ class LocalDeployment:
     def run(self, *, trust: str, out: str | Path, dataset: str = "digits", rounds: int | None = None,
             seed: int = 0, timeout: float = 600.0, round_timeout: float = 120.0,
             progress: Callable[[str], object] = print,
-            name: str | None = None) -> dict:  # fmt: skip
+            name: str | None = None, ledger: str = "") -> dict:  # fmt: skip
         """Run the plan once with ``flwr run`` against the deployment's SuperLink.
 
         Args:
@@ -325,6 +326,8 @@ class LocalDeployment:
             round_timeout: Seconds into a round after which a node that has not replied is a dropout.
             progress: Called with the ServerApp's lines, with the seconds since the run started.
             name: The run's process and log name (None: ``run-TRUST``; runs at once need names of their own).
+            ledger: The privacy ledger the ServerApp charges ("": ``auto``, the run layer's rule: none for simulated
+                clients of public data without ``groups``).
 
         Returns:
             The run's metrics (``out/metrics.json``).
@@ -332,7 +335,8 @@ class LocalDeployment:
         out = Path(out).resolve()
         config = {"plan": self.plan, "method": self.method, "dataset": dataset, "clients": self.nodes,
                   "rounds": rounds or 0, "seed": seed, "trust": trust, "groups": self.groups or "",
-                  "out": str(out), "nodes": str(self.folder / "nodes.csv"), "round-timeout": round_timeout}  # fmt: skip
+                  "ledger": ledger, "out": str(out), "nodes": str(self.folder / "nodes.csv"),
+                  "round-timeout": round_timeout}  # fmt: skip
         text = " ".join(f"{k}={json.dumps(v)}" for k, v in config.items())
         name = name or f"run-{trust}"
         log = self.folder / "logs" / f"{name}.log"

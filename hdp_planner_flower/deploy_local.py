@@ -28,8 +28,10 @@ class DeployConfig:
         groups: A file assigning clients to the plan's groups (None: the plan's groups in client-id order).
         folder: Where the deployment keeps its files (None: a fresh temporary folder, removed after a run that
             succeeded).
-        node_state: Where the nodes keep their state (None: the user's data folder).
+        node_state: Where the nodes keep their state (None: with ``groups``, the user's data folder; without, the
+            nodes are simulated clients of public data, whom no lifetime budget binds: the deployment's folder).
         out: Where each run's metrics go, as ``OUT/TRUST/metrics.json`` (None: the deployment's folder).
+        ledger: The privacy ledger the runs charge ("": ``auto``, none for simulated clients of public data).
         timeout: Seconds a run may take.
         round_timeout: Seconds a round may take.
     """
@@ -43,8 +45,9 @@ class DeployConfig:
     seed: int = 0
     groups: str | None = None
     folder: str | None = None  # None: a fresh temporary folder, removed after a run that succeeded
-    node_state: str | None = None  # None: the user's data folder (default_state_dir)
+    node_state: str | None = None  # None: the user's data folder with groups, else the deployment's folder
     out: str | None = None  # metrics of each run in OUT/TRUST/metrics.json (default: the deployment's folder)
+    ledger: str = ""
     timeout: float = 600.0
     round_timeout: float = 120.0
 
@@ -99,8 +102,9 @@ def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -
     out = Path(cfg.out) if cfg.out else folder / "runs"
     results: dict[str, dict] = {}
     start = time.monotonic()
+    state_dir = cfg.node_state or (None if cfg.groups else folder / "nodes")  # public data, simulated ids: no budget
     with LocalDeployment(folder, plan=cfg.plan, nodes=cfg.nodes, method=cfg.method, groups=cfg.groups,
-                         state_dir=cfg.node_state) as dep:  # fmt: skip
+                         state_dir=state_dir) as dep:  # fmt: skip
         linked = time.monotonic()
         progress(f"SuperLink on 127.0.0.1:{dep.port} (TLS, node authentication), PID {dep.procs['superlink'].pid}")
         dep.start_nodes()
@@ -111,7 +115,7 @@ def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -
             t0 = time.monotonic()
             results[trust] = dep.run(trust=trust, out=out / trust, dataset=cfg.dataset, rounds=cfg.rounds,
                                      seed=cfg.seed, timeout=cfg.timeout, round_timeout=cfg.round_timeout,
-                                     progress=progress)  # fmt: skip
+                                     progress=progress, ledger=cfg.ledger)  # fmt: skip
             results[trust]["deployment_run_seconds"] = time.monotonic() - t0
     left = [pid for pid in dep.stopped if alive(pid)]
     results["deployment"] = {"superlink_seconds": linked - start, "nodes_seconds": started - linked,

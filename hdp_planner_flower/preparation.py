@@ -30,7 +30,8 @@ class FlowerConfig(RunConfig):
         plan: The plan file.
         cpus_per_client: Ray CPUs per virtual node.
         diagnostics: Per-round joined counts, measured noise and round times (a simulation's).
-        node_state: The simulated nodes' state folder under secagg (None: the user's data folder).
+        node_state: The simulated nodes' state folder under secagg (None: a temporary folder for a simulation of
+            public data, else the user's data folder).
         in_process: Every node in this process, one after another (no Ray: InProcessGrid).
         masks: False sums secagg's messages in the clear (simulations of long runs, with ``diagnostics``).
         nodes: A deployment's registry (CSV node_id,client_id: no enrolment round).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -210,7 +211,7 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
 
 def run_config_server_app():
     """A ServerApp for ``flwr run``: the run's settings come from ``[tool.flwr.app.config]`` (plan, method, dataset,
-    rounds, seed, trust, groups, out, data-dir, clients, nodes, round-timeout; 0 or "" for the defaults)."""
+    rounds, seed, trust, groups, ledger, out, data-dir, clients, nodes, round-timeout; 0 or "" for the defaults)."""
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
@@ -219,13 +220,14 @@ def run_config_server_app():
     def main(grid, context) -> None:
         logging.getLogger("flwr").setLevel(logging.INFO)  # SecAgg+'s per-stage DEBUG lines: not for users
         rc = context.run_config
-        text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "out", "nodes")}
+        text = {k: str(rc.get(k, "")) or None for k in ("data-dir", "groups", "ledger", "out", "nodes")}
         data = DataOptions(dataset=str(rc.get("dataset", "fmnist")), data_dir=text["data-dir"],
                            clients=int(rc.get("clients", 0)) or None)  # fmt: skip
         cfg = FlowerConfig(plan=str(rc["plan"]), method=str(rc.get("method", "gdpfed+")), data=data,
                            rounds=int(rc.get("rounds", 0)) or None, seed=int(rc.get("seed", 0)),
                            trust=TrustOptions(kind=str(rc.get("trust", "")) or None),  # type: ignore[arg-type]
-                           ledger=LedgerOptions(federation="flower", groups=text["groups"]),
+                           ledger=LedgerOptions(url=text["ledger"] or "auto", federation="flower",
+                                                groups=text["groups"]),
                            output=OutputOptions(out=text["out"]), nodes=text["nodes"],
                            round_timeout=float(rc.get("round-timeout", 0)) or 3600.0)  # fmt: skip
         from hdp_planner_train.run.output import output_folder
@@ -246,11 +248,19 @@ def run_config_server_app():
 
 @contextmanager
 def node_state(cfg: FlowerConfig) -> Iterator[str]:
-    """The simulated nodes' state folder (:mod:`.node_state`): ``cfg.node_state``, or the user's data folder, so
-    that the counts and spent budgets outlive the run."""
+    """The simulated nodes' state folder (:mod:`.node_state`): ``cfg.node_state``; for a simulation of public data
+    (``public_simulation``: no one's lifetime budget to keep) a temporary folder, removed after the run; else the
+    user's data folder, so that the counts and spent budgets outlive the run."""
     from hdp_planner_flower.node_state import default_state_dir
+    from hdp_planner_train.run.ledger import public_simulation
 
-    yield cfg.node_state or str(default_state_dir())
+    if cfg.node_state:
+        yield cfg.node_state
+    elif public_simulation(cfg):
+        with tempfile.TemporaryDirectory(prefix="hdp-nodes-") as folder:
+            yield folder
+    else:
+        yield str(default_state_dir())
 
 
 def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:

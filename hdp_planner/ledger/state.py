@@ -5,7 +5,11 @@ Events (:mod:`.chain`), each a JSON object:
 - ``run``: a run reserves its rounds. ``run_id``, ``federation`` (a name recorded with the run), ``label``,
   ``plan_sha256``, ``start`` (its first round in the plan's numbering), ``started`` (Unix time), ``delta``,
   ``clients`` ({client id: [group, ε budget]}) and ``rounds`` (per round, per group: [q, σ or z, τ·d' or null,
-  accountant]). A client's budget is registered at first sight and only ever decreases (ε and δ: the smallest seen).
+  accountant]), and ``simulated`` (true: a simulation's clients, the ids 0..n−1 of a plan's default mapping; false:
+  clients named by ``hdp-plan assign``'s file or a deployment; absent in events written before it was recorded).
+  A client's budget is registered at first sight; a run that gives a client another ε is refused
+  (:meth:`LedgerState.conflicts`), so the budget of a client is the one ε its plans agree on (events written before
+  that check: the smallest seen, and δ the smallest seen).
 - ``release``: ``run_id``, ``round`` (0 = the run's first): charged before its model leaves the server.
 - ``finish``: ``run_id``; the rounds it never released are given back (``given_back``, recorded).
 - ``migrated``: a ledger of the unchained schema was copied into the chain (its counts).
@@ -16,6 +20,7 @@ whatever name the run recorded, in the group it was in, released or still reserv
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +74,7 @@ class RunRecord:
     rounds: list[list[GroupRound]]
     released: set[int] = field(default_factory=set)
     finished: bool = False
+    simulated: bool | None = None
 
     @property
     def status(self) -> str:
@@ -92,14 +98,15 @@ class RunRecord:
 
 def run_event(*, run_id: str, federation: str, label: str, plan_sha256: str, start: int, started: float,
               delta: float, membership: Mapping[str, int], budgets_of: Mapping[str, float],
-              planned: Sequence[Sequence[GroupRound]]) -> dict[str, Any]:  # fmt: skip
-    """The body of a ``run`` event."""
+              planned: Sequence[Sequence[GroupRound]], simulated: bool | None = None) -> dict[str, Any]:  # fmt: skip
+    """The body of a ``run`` event (``simulated`` None: not recorded)."""
     return {
         "run_id": run_id, "federation": federation, "label": label, "plan_sha256": plan_sha256, "start": start,
         "started": started, "delta": delta,
         "clients": {c: [int(g), float(budgets_of[c])] for c, g in membership.items()},
         "rounds": [[[g.q, g.noise_multiplier, g.tau_d, g.accountant, *([g.delta_cost] if g.delta_cost else [])]
                     for g in groups] for groups in planned],
+        **({} if simulated is None else {"simulated": bool(simulated)}),
     }  # fmt: skip
 
 
@@ -129,6 +136,18 @@ class LedgerState:
     def budgets(self) -> dict[str, tuple[float, float]]:
         """Each client's lifetime budget (ε, δ): the smallest registered."""
         return self._indexed()[0]
+
+    def conflicts(self, data: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+        """(client, ε registered, ε of the run) of every client to whom the ``run`` event ``data`` gives another
+        budget than the one registered."""
+        budgets = self.budgets
+        return [(c, budgets[c][0], float(eps)) for c, (_, eps) in data["clients"].items()
+                if c in budgets and not math.isclose(budgets[c][0], float(eps), rel_tol=1e-9)]  # fmt: skip
+
+    def holds(self, *, simulated: bool) -> bool:
+        """Whether a run of a simulation's clients (``simulated``), or of clients named by a groups file (not
+        ``simulated``), is recorded."""
+        return any(run.simulated is simulated for run in self.runs.values())
 
     @classmethod
     def replay(cls, events: Iterable[Event], run_id: str | None = None) -> LedgerState:
@@ -177,7 +196,8 @@ class LedgerState:
         self.runs[data["run_id"]] = RunRecord(run_id=data["run_id"], federation=data["federation"],
                                               label=data["label"], plan_sha256=data["plan_sha256"],
                                               start=int(data["start"]), started=float(data["started"]),
-                                              clients=clients, rounds=rounds)  # fmt: skip
+                                              clients=clients, rounds=rounds,
+                                              simulated=data.get("simulated"))  # fmt: skip
 
     def spending(self, clients: Iterable[str] | None = None) -> list[ClientSpending]:
         """Every (or each given and known) client's lifetime spending, composed over all its runs."""

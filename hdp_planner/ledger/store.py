@@ -11,8 +11,9 @@ row of ``ledger_lock`` (a row lock in PostgreSQL, the database lock in SQLite), 
 whole chain: a ledger whose chain is broken refuses every run.
 
 Budgets are those of a client id, for its lifetime, whatever federation name a run records: the name labels runs,
-it never separates budgets (:mod:`.state`). Ledgers of the earlier, unchained schema are copied into the chain when
-first opened (:mod:`.legacy`).
+it never separates budgets (:mod:`.state`). A client has one budget (a run whose plan gives it another is refused),
+and a ledger holds either a simulation's clients (a plan's ids 0..n−1) or real ones, never both. Ledgers of the
+earlier, unchained schema are copied into the chain when first opened (:mod:`.legacy`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class Ledger:
         planned: Sequence[Sequence[GroupRound]],
         start: int = 0,
         supersedes: str | None = None,
+        simulated: bool | None = None,
     ) -> str:
         """Register a run and reserve its rounds, or refuse it before round 1 if any member would exceed its
         lifetime budget.
@@ -159,25 +161,29 @@ class Ledger:
             label: A label for the run.
             plan_sha256: The plan file's SHA-256.
             membership: Each client's group index.
-            budgets_of: Each client's ε, registered at first sight (a client's budget only ever decreases).
+            budgets_of: Each client's ε, registered at first sight: a run that gives a registered client another ε
+                is refused (a client has one budget).
             delta: The δ of the budgets.
             planned: ``planned[r][m]``: the cost of the run's round r (the plan's round ``start + r``) to group m's
                 members.
             start: The plan's round the run starts at.
             supersedes: The run a resumed run continues (a run of the same plan still open, e.g. killed): first its
                 unreleased rounds are given back and it is finished, its released rounds staying charged.
+            simulated: True: a simulation's clients (the ids 0..n−1 of a plan's default mapping), False: clients named
+                by a groups file or a deployment; a ledger never holds both (None: not recorded, not checked).
 
         Returns:
             The run's id.
 
         Raises:
-            LedgerError: A member would exceed its budget, or the ledger cannot be written.
+            LedgerError: A member would exceed its budget, a member's budget differs from the one registered, the
+                run's kind of clients is not the ledger's, or the ledger cannot be written.
         """
         if supersedes is not None:
             self.finish(supersedes, of=plan_sha256)
         data = run_event(run_id=str(uuid.uuid4()), federation=federation, label=label, plan_sha256=plan_sha256,
                          start=start, started=time.time(), delta=delta, membership=membership, budgets_of=budgets_of,
-                         planned=planned)  # fmt: skip
+                         planned=planned, simulated=simulated)  # fmt: skip
         over = self._reserve(data, keep=True)
         if over:
             worst = max(over, key=lambda s: s.epsilon_spent / s.epsilon_budget)
@@ -196,6 +202,7 @@ class Ledger:
         delta: float,
         planned: Sequence[Sequence[GroupRound]],
         federation: str = "",
+        simulated: bool | None = None,
     ) -> list[ClientSpending]:
         """The clients a run with these rounds would take past their budget (nothing is written).
 
@@ -205,19 +212,24 @@ class Ledger:
             delta: As :meth:`start_run`'s.
             planned: As :meth:`start_run`'s.
             federation: As :meth:`start_run`'s.
+            simulated: As :meth:`start_run`'s.
 
         Returns:
             The spending of every client the run would take past its budget (empty: the run fits).
+
+        Raises:
+            LedgerError: As :meth:`start_run`'s, except for a budget that would be exceeded.
         """
         data = run_event(run_id=str(uuid.uuid4()), federation=federation, label="dry run", plan_sha256="0" * 64,
                          start=0, started=time.time(), delta=delta, membership=membership, budgets_of=budgets_of,
-                         planned=planned)  # fmt: skip
+                         planned=planned, simulated=simulated)  # fmt: skip
         return self._reserve(data, keep=False)
 
     def _reserve(self, data: dict, keep: bool) -> list[ClientSpending]:
         try:
             with self._writing() as conn:
                 state, last = self._state(conn)
+                self._admit(state, data)
                 state.apply((last.seq if last else 0) + 1, "run", data)
                 spent = state.spending(data["clients"])
                 over = [s for s in spent if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
@@ -226,6 +238,27 @@ class Ledger:
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None
         return over
+
+    def _admit(self, state: LedgerState, data: dict) -> None:
+        """Refuse (LedgerError) a run whose clients are of the other kind than the ledger's (a simulation's ids
+        never meet real clients), or that gives a registered client another budget, naming both values."""
+        simulated = data.get("simulated")
+        if simulated is not None and state.holds(simulated=not simulated):
+            ids = sorted(data["clients"], key=lambda c: (len(c), c))
+            held, new = ("real clients (named by groups files)", f"a simulation's clients {ids[0]}..{ids[-1]}")
+            if not simulated:
+                held, new = ("a simulation's clients (a plan's ids 0..n−1)", "real clients")
+            raise LedgerError(f"the privacy ledger {self.target} holds {held}: {new} are never written beside them; "
+                              "give this run a ledger of its own (--ledger PATH)")  # fmt: skip
+        differ = state.conflicts(data)
+        if differ:
+            client, registered, given = differ[0]
+            more = f" (and {len(differ) - 1} more clients)" if len(differ) > 1 else ""
+            raise LedgerError(
+                f"client {client} has the lifetime budget ε {registered:g} in the privacy ledger {self.target} and "
+                f"ε {given:g} in this run's plan{more}: a client has one budget; correct the plan or its groups file, "
+                "or give these clients a ledger of their own (--ledger PATH)"
+            )
 
     def release(self, run_id: str, round_index: int) -> None:
         """Charge a reserved round (before its model leaves the server).

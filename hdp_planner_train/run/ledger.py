@@ -21,6 +21,7 @@ from hdp_planner_train.rules.specs import METHOD_NAMES
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.interrupts import HeldInterrupt
 from hdp_planner_train.run.noise import noise_kind
+from hdp_planner_train.run.options import RunConfig
 from hdp_planner_train.run.plan import RunPlan
 from hdp_planner_train.run.settings import RunSettings
 
@@ -62,16 +63,33 @@ are a split of public data, not people."""
 
 
 SIMULATED_FEDERATION = "simulation"
-"""The federation of the simulator's own clients 0..n−1 (``--federation``'s default)."""
+"""The federation of the simulator's own clients 0..n−1 (``train``'s and ``compare``'s ``--federation`` default)."""
+
+
+SIMULATED_FEDERATIONS = (SIMULATED_FEDERATION, "flower")
+"""The federation names the commands give their simulated clients by default (``flower``: ``hdp-plan flower``'s
+virtual nodes, ``deploy local``'s SuperNodes, a ``flwr run`` of the bundled apps)."""
+
+
+def public_simulation(cfg: RunConfig) -> bool:
+    """Whether the run's clients are a split of public data, not people: a dataset of :data:`PUBLIC_DATASETS` read
+    from its installed copy, split into a command's own simulated clients (ids 0..n−1, no ``--groups``, the
+    command's federation name). One rule for ``train``, ``compare``, ``flower`` and ``deploy``."""
+    return (
+        cfg.data.dataset in PUBLIC_DATASETS
+        and cfg.data.data_dir is None
+        and cfg.ledger.groups is None
+        and cfg.ledger.federation in SIMULATED_FEDERATIONS
+    )
 
 
 def ledger_target(cfg: RunSettings, secure: bool) -> tuple[str | None, str]:
     """The ledger a run charges (a URL or SQLite file, or None) and one line saying which and why.
 
-    ``--ledger auto`` charges the default ledger for secure runs, except a simulation of public data: a dataset of
-    :data:`PUBLIC_DATASETS` read from its installed copy, split into the simulated federation's clients, without
-    ``--groups``. Its clients are not people, so no lifetime budget is spent (the run still reports its ε).
-    A user's own data (``--data-dir``, ``--groups``), another ``--federation`` or an explicit ``--ledger`` charges."""
+    ``--ledger auto`` charges the default ledger for secure runs, except a simulation of public data
+    (:func:`public_simulation`): its clients are not people, so no lifetime budget is spent (the run still reports
+    its ε). A user's own data (``--data-dir``, ``--groups``), another ``--federation`` or an explicit ``--ledger``
+    charges."""
     target = cfg.ledger.url
     if target in (None, "", "none"):
         return None, "not charged: --ledger none"
@@ -79,8 +97,7 @@ def ledger_target(cfg: RunSettings, secure: bool) -> tuple[str | None, str]:
         return target, f"charged: federation {cfg.ledger.federation}"
     if not secure:
         return None, "not charged: seeded noise, a simulation whose model is never released"
-    public = cfg.data.dataset in PUBLIC_DATASETS and cfg.data.data_dir is None and cfg.ledger.groups is None
-    if public and cfg.ledger.federation == SIMULATED_FEDERATION:
+    if public_simulation(cfg):
         return None, (
             f"not charged: {cfg.data.dataset} is public data split into simulated clients, not people, so no lifetime "
             "budget is spent (--ledger PATH charges one; --data-dir, --groups or --federation charge the default)"
@@ -158,7 +175,7 @@ def ledger_run(
             federation=cfg.ledger.federation, label=f"{cfg.method} {cfg.data.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,
             planned=planned_costs(plan, spec=spec, row=row, start=start, rounds=rounds), start=start,
-            supersedes=supersedes,
+            supersedes=supersedes, simulated=cfg.ledger.groups is None,
         )  # fmt: skip
     except LedgerError as exc:
         if "refused" in str(exc):  # a seeded run (compare's grid) charged all the same: no noise option helps

@@ -189,6 +189,37 @@ def test_a_secure_run_on_public_data_charges_no_default_ledger_and_says_why(digi
     assert {s.released_rounds for s in _spending(default, "hospital")} == {2}
 
 
+def test_flower_on_public_data_charges_no_default_ledger_as_train(digits_plan, tmp_path, monkeypatch):
+    """One rule in every command: Flower's virtual nodes on bundled public data are simulated clients too."""
+    pytest.importorskip("flwr")
+    from hdp_planner_flower.preparation import FlowerConfig
+    from hdp_planner_flower.simulation import run_flower
+    from hdp_planner_train.run.options import configure
+
+    default = tmp_path / "default.sqlite"
+    monkeypatch.setenv("HDP_PLANNER_LEDGER", str(default))
+    cfg = configure(FlowerConfig, plan=str(digits_plan), dataset="digits", rounds=1, in_process=True)
+    metrics = run_flower(cfg, progress=lambda line: None)
+    assert metrics["ledger"].startswith("not charged: digits is public data") and not default.exists()
+
+
+def test_a_simulation_charged_by_name_is_never_written_beside_real_clients(digits_plan, tmp_path, monkeypatch):
+    default = tmp_path / "default.sqlite"
+    monkeypatch.setenv("HDP_PLANNER_LEDGER", str(default))
+    budgets, groups, real_plan = tmp_path / "budgets.csv", tmp_path / "groups.csv", tmp_path / "real.json"
+    budgets.write_text("client_id,epsilon\n" + "".join(f"{i},{(1, 2, 4)[i // 40]}\n" for i in range(120)))
+    solve = ["solve", "--budgets", str(budgets), "--groups", "3", "--rounds", "4", "--q", "0.2", "-o", str(real_plan)]
+    assert runner.invoke(app, solve).exit_code == 0
+    assert runner.invoke(app, ["assign", str(real_plan), str(budgets), "-o", str(groups)]).exit_code == 0
+    base = ["--dataset", "digits", "--rounds", "1"]
+    real = runner.invoke(app, ["train", str(real_plan), *base, "--groups", str(groups), "--out", str(tmp_path / "r")])
+    assert real.exit_code == 0, real.output
+    named = runner.invoke(app, ["train", str(digits_plan), *base, "--federation", "hospital", "--out",
+                               str(tmp_path / "h")])  # fmt: skip
+    _one_line_error(named, "holds real clients (named by groups files): a simulation's clients 0..119 are never")
+    assert len(_spending(default, "hospital")) == 0
+
+
 def test_a_users_own_clients_always_charge_the_default_ledger(tmp_path, monkeypatch):
     default = tmp_path / "default.sqlite"
     monkeypatch.setenv("HDP_PLANNER_LEDGER", str(default))

@@ -65,6 +65,30 @@ def test_sqlite_ledger_composes_runs_and_refuses_past_the_budget(tmp_path, small
     check_ledger(str(tmp_path / "ledger.sqlite"), small)
 
 
+def test_a_client_has_one_budget_two_plans_that_disagree_are_refused_naming_both(tmp_path, small):
+    book = Ledger(str(tmp_path / "l.sqlite"))
+    _start(book, small, rounds=1)
+    stricter = plan((0.5, 2.0), 40, rounds=10, q=0.2, clip=1.0)  # client 0: ε 1 in the ledger, 0.5 in this plan
+    with pytest.raises(LedgerError, match=r"client 0 has the lifetime budget ε 1 .* and ε 0\.5 in this run's plan"):
+        _start(book, stricter, rounds=1)
+    with pytest.raises(LedgerError, match="19 more clients"):
+        book.would_exceed(**_run_args(stricter, 1))
+    assert len(book.runs()) == 1 and {s.epsilon_budget for s in book.spending()} == {1.0, 2.0}  # nothing written
+
+
+def test_a_ledger_never_holds_a_simulations_clients_beside_real_ones(tmp_path, small):
+    simulated, real = Ledger(str(tmp_path / "sim.sqlite")), Ledger(str(tmp_path / "real.sqlite"))
+    args = _run_args(small, 1)
+    simulated.start_run(label="a simulation", plan_sha256="0" * 64, simulated=True, **args)
+    real.start_run(label="real clients", plan_sha256="0" * 64, simulated=False, **args)
+    with pytest.raises(LedgerError, match=r"holds a simulation's clients .*: real clients are never written"):
+        simulated.start_run(label="real clients", plan_sha256="0" * 64, simulated=False, **args)
+    with pytest.raises(LedgerError, match=r"holds real clients .*: a simulation's clients 0\.\.39 are never written"):
+        real.start_run(label="a simulation", plan_sha256="0" * 64, simulated=True, **args)
+    simulated.start_run(label="again", plan_sha256="0" * 64, simulated=True, **args)  # the same kind: charged
+    assert [len(b.runs()) for b in (simulated, real)] == [2, 1]
+
+
 def test_train_charges_the_ledger_and_ledger_show_reports_each_client(tmp_path, small):
     pytest.importorskip("torch")
     plan_path = tmp_path / "plan.json"

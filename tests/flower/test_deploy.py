@@ -286,7 +286,7 @@ def test_two_server_processes_share_one_postgresql_ledger_without_overspending(p
         def submit(name: str) -> None:
             try:
                 dep.run(trust="server", out=tmp_path / name, rounds=1, round_timeout=120, progress=lambda _: None,
-                        name=name)  # fmt: skip
+                        name=name, ledger=postgres)  # fmt: skip
                 outcomes[name] = "ran"
             except Exception as exc:  # the refused run: its ServerApp wrote no metrics
                 outcomes[name] = str(exc)
@@ -322,12 +322,12 @@ def test_the_superlink_killed_and_restarted_loses_the_run_in_progress_and_runs_t
 
         with pytest.raises(Exception, match=r"wrote no metrics|did not finish"):
             dep.run(trust="server", out=tmp_path / "lost", rounds=3, round_timeout=60, timeout=400,
-                    progress=kill_after_round_1)  # fmt: skip
+                    progress=kill_after_round_1, ledger=str(ledger))  # fmt: skip
         assert not alive(first) and dep.procs["superlink"].pid != first
         for spec in dep.specs:  # a node that gave up while the SuperLink was down starts again, its state kept
             if dep.procs[f"node-{spec.client}"].poll() is not None:
                 dep.start_node(spec)
-        m = dep.run(trust="server", out=tmp_path / "next", rounds=2, round_timeout=60, timeout=400)
+        m = dep.run(trust="server", out=tmp_path / "next", rounds=2, round_timeout=60, timeout=400, ledger=str(ledger))
     assert m["rounds"] == 2 and not (tmp_path / "lost" / "metrics.json").exists()
     spending = Ledger(str(ledger)).spending("flower")
     assert all(s.released_rounds == 1 + 2 for s in spending)  # round 1 of the lost run, then the next run's two

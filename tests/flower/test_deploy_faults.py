@@ -75,7 +75,9 @@ def test_a_supernode_killed_mid_round_under_secagg_leaves_a_release_of_survivors
         killer = KillMidRound(dep)
         killer.thread.start()
         try:
-            m = dep.run(trust="secagg", out=tmp_path / "run", rounds=ROUNDS, round_timeout=60, timeout=600)
+            m = dep.run(
+                trust="secagg", out=tmp_path / "run", rounds=ROUNDS, round_timeout=60, timeout=600, ledger=str(ledger)
+            )
         finally:
             killer.done.set()
             killer.thread.join()

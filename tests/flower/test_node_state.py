@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -100,11 +101,12 @@ def test_state_is_readable_by_its_owner_only(tmp_path):
 def test_the_default_folder_is_the_users_data_folder_and_outlives_a_run(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     assert default_state_dir() == tmp_path / "data" / "hdp-planner" / "nodes"
-    with (
-        node_state(configure(FlowerConfig, plan="plan.json")) as first,
-        node_state(configure(FlowerConfig, plan="plan.json")) as second,
-    ):
+    own = {"plan": "plan.json", "data_dir": str(tmp_path / "mine")}  # a user's own data: their clients' budgets
+    with node_state(configure(FlowerConfig, **own)) as first, node_state(configure(FlowerConfig, **own)) as second:
         assert first == second == str(default_state_dir())
+    with node_state(configure(FlowerConfig, plan="plan.json", dataset="digits")) as public:  # no one's budget
+        assert Path(public).is_dir() and not Path(public).is_relative_to(tmp_path / "data")
+    assert not Path(public).exists()  # removed after the run
     with node_state(configure(FlowerConfig, plan="plan.json", node_state=str(tmp_path / "mine"))) as chosen:
         assert chosen == str(tmp_path / "mine")
 
