@@ -3,7 +3,8 @@
 The planning core's public API:
 
 - Plans: :func:`plan` and :func:`solve_plan` solve one (:class:`Plan`, configured by :class:`PlanConfig`), and
-  :func:`add_baselines` adds baseline rows; :func:`save_plan` and :func:`load_plan` write and read plan files.
+  :func:`add_baselines` adds baseline rows; :func:`save_plan` and :func:`load_plan` write and read plan files
+  (a file holding a different plan is replaced only with ``overwrite=True``: :class:`EarlierResult`).
 - Verification: :func:`verify` re-derives every group's ε from a plan and raises :class:`PlanVerificationError`
   carrying every problem, as :func:`load_plan` raises :class:`PlanFileError`; :func:`plan_problems` lists the
   problems instead (empty: the plan verifies).
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         register_accountant,
     )
     from hdp_planner.accounting.calibration import GaussianRounds, calibrate_q, calibrate_sigma, epsilon_spent
+    from hdp_planner.io.overwrite import EarlierResult
     from hdp_planner.ledger.state import ClientSpending
     from hdp_planner.ledger.store import Ledger, LedgerError
     from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
@@ -69,6 +71,7 @@ SOURCES = {
     **dict.fromkeys(("GaussianRounds", "calibrate_q", "calibrate_sigma", "epsilon_spent"),
                     "hdp_planner.accounting.calibration"),
     "ClientSpending": "hdp_planner.ledger.state",
+    "EarlierResult": "hdp_planner.io.overwrite",
     "Ledger": "hdp_planner.ledger.store",
     "LedgerError": "hdp_planner.ledger.store",
     **dict.fromkeys(("BASELINES", "BaselineOptions", "add_baselines"), "hdp_planner.methods.baselines"),
@@ -91,6 +94,7 @@ __all__ = [
     "METHOD_REGISTRY",
     "BaselineOptions",
     "ClientSpending",
+    "EarlierResult",
     "GaussianRounds",
     "Groups",
     "Ledger",

@@ -8,6 +8,7 @@ torch or flwr import them inside the command, so ``hdp-plan solve`` runs without
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from typing import Annotated
 
@@ -75,6 +76,33 @@ class LazyGroup(TyperGroup):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, short) for name, _, short in COMMANDS])
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[override]
+        """Click's own usage errors (a value that is not a number, an unknown or missing option) in the commands'
+        one-line style: ``error: --n: '1.5' is not a whole number (see hdp-plan solve --help)``, exit status 2."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            status = super().main(*args, standalone_mode=False, **kwargs)  # a command's Exit: its status
+        except click.UsageError as exc:
+            from hdp_planner_cli.console import print_error
+
+            print_error(usage_error_line(exc))
+            sys.exit(2)
+        except click.Abort:
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+def usage_error_line(exc: click.UsageError) -> str:
+    """One line for a usage error: the option and what is wrong with its value, and where the help is."""
+    message = exc.format_message().strip().splitlines()[0].rstrip(".").replace(". (", " (")
+    found = re.match(r"Invalid value for (.+?): (.*)$", message)
+    if found:
+        message = f"{found[1].replace(chr(39), '')}: {found[2]}"
+    message = message[:1].lower() + message[1:]
+    command = exc.ctx.command_path if exc.ctx is not None else "hdp-plan"
+    return f"{message} (see {command} --help)"
 
 
 app = typer.Typer(

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hdp_planner.io.files import write_text_atomic
+from hdp_planner.io.overwrite import write_results, written
 from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document
 from hdp_planner.planning.budgets import (
     GROUPINGS,
@@ -34,7 +34,7 @@ from hdp_planner.planning.plan import METHODS, PlanConfig
 from hdp_planner.report.sweep import parse_range, parse_values, sweep_plan
 from hdp_planner_cli.console import err, one_line_errors, out, pct
 from hdp_planner_cli.option_blocks import with_groups
-from hdp_planner_cli.options import CliError, PlanFile
+from hdp_planner_cli.options import OVERWRITE_HINT, CliError, Overwrite, PlanFile
 from hdp_planner_cli.plan_options import PLAN, PlanRequest
 
 
@@ -69,6 +69,7 @@ def sweep(
     plot: Annotated[
         str | None, typer.Option("--plot", help="Draw q_m against the varied value (.png/.svg/.pdf).")
     ] = None,
+    overwrite: Overwrite = False,
 ) -> None:
     """Re-solve the plan while one parameter varies (GDPFed Figure 2: optimal q_m against ε_1)."""
     from hdp_planner.report.sweep import parse_vary
@@ -99,15 +100,18 @@ def sweep(
         table.add_column(f"Λ\n{name}", justify="right")
     for v, qs, s2, lam in zip(result.values, result.q, result.sigma2, result.lam):
         table.add_row(f"{v:g}", *(f"{pct(x, 4)}%" for x in qs), *(f"{x:.4g}" for x in s2), *(f"{x:.4g}" for x in lam))
-    out.print(table)
+    files: dict[str, bytes] = {}
     if csv_path:
-        write_text_atomic(csv_path, result.to_csv())
-        out.print(f"sweep written to {csv_path}", highlight=False)
+        files[csv_path] = result.to_csv().encode()
     if plot:
-        from hdp_planner.report.plots import save_sweep
+        from hdp_planner.report.plots import figure_format, sweep_figure
 
-        save_sweep(result, plot)
-        out.print(f"figure written to {plot}", highlight=False)
+        files[plot] = sweep_figure(result, figure_format(plot))
+    hows = write_results(files, overwrite=overwrite, what="result", hint=OVERWRITE_HINT)  # both checked first
+    out.print(table)
+    for path, what in ((csv_path, "sweep"), (plot, "figure")):
+        if path:
+            out.print(written(path, what, hows[path]), highlight=False)
 
 
 # --------------------------------------------------------------------------------------------- plot
@@ -118,6 +122,7 @@ def plot_cmd(
     plan_file: PlanFile,
     out_dir: Annotated[str, typer.Option("--out", help="Directory for the figures (created if missing).")] = "plots",
     fmt: Annotated[str, typer.Option("--format", help="png | svg | pdf.")] = "png",
+    overwrite: Overwrite = False,
 ) -> None:
     """Draw a plan: Table 5's comparison, ε spent against rounds, and σ against q per group."""
     from hdp_planner.report.plots import FORMATS, plot_plan
@@ -129,10 +134,11 @@ def plot_cmd(
         raise CliError(f"--out {out_dir} exists and is not a directory")
     with _progress() as bar:
         task = bar.add_task("drawing", total=3)
-        paths = plot_plan(p, out_dir, fmt, progress=lambda name: bar.update(task, advance=0, description=name))
+        hows = plot_plan(p, out_dir, fmt, progress=lambda name: bar.update(task, advance=0, description=name),
+                         overwrite=overwrite, hint=OVERWRITE_HINT)  # fmt: skip
         bar.update(task, completed=3)
-    for path in paths:
-        out.print(f"figure written to {path}", highlight=False)
+    for path, how in hows.items():
+        out.print(written(path, "figure", how), highlight=False)
 
 
 # --------------------------------------------------------------------------------------------- budgets
@@ -187,6 +193,7 @@ def assign_cmd(
     output: Annotated[
         str | None, typer.Option("--output", "-o", help="Write client_id,epsilon,group,group_epsilon CSV here.")
     ] = None,
+    overwrite: Overwrite = False,
 ) -> None:
     """Assign each client to the plan group whose ε is the largest ≤ its budget; print the unused budget."""
     p = load_plan(plan_file)
@@ -207,7 +214,8 @@ def assign_cmd(
         writer.writerow(("client_id", "epsilon", "group", "group_epsilon"))
         for cid, e, grp, ge in zip(ids, budget.tolist(), (a.group + 1).tolist(), a.group_epsilon.tolist()):
             writer.writerow((cid, repr(e), grp, repr(ge)))
-        write_text_atomic(output, buf.getvalue())
+        how = write_results({output: buf.getvalue().encode()}, overwrite=overwrite, what="assignment",
+                            hint=OVERWRITE_HINT)[output]  # fmt: skip
     table = Table(box=box.SIMPLE_HEAD, title=f"Clients of {budgets} in the groups of {plan_file}")
     for col in ("group", "ε_m", "clients assigned", "planned |G_m|", "unused budget Σ(ε_i − ε_m)"):
         table.add_column(col, justify="right")
@@ -222,7 +230,7 @@ def assign_cmd(
             highlight=False,
         )
     if output:
-        out.print(f"assignment written to {output}", highlight=False)
+        out.print(written(output, "assignment", how), highlight=False)
 
 
 __all__ = ["BudgetError", "assign_cmd", "group_budgets", "plot_cmd", "render_grouping", "sweep"]

@@ -62,6 +62,9 @@ def local(
             "none for simulated clients of public data, without --groups).",
         ),
     ] = "auto",
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the metrics of earlier runs in --out.", show_default=False)
+    ] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each run may take.")] = 600.0,
     round_timeout: Annotated[
         float, typer.Option("--round-timeout", help="Seconds the server waits for a round's replies (then dropouts).")
@@ -82,7 +85,7 @@ def local(
     cfg = DeployConfig(plan=plan_file, nodes=nodes, trust=tuple(t.strip() for t in trust.split(",") if t.strip()),
                        method=method, dataset=dataset, rounds=rounds, seed=seed, groups=groups, folder=folder,
                        node_state=node_state, out=out, timeout=timeout, round_timeout=round_timeout,
-                       ledger="" if ledger == "auto" else ledger)  # fmt: skip
+                       ledger="" if ledger == "auto" else ledger, overwrite=overwrite)  # fmt: skip
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a stopped command stops its processes too
     try:
         results = deploy_local(cfg, progress=_say)

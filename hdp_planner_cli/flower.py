@@ -25,7 +25,8 @@ from hdp_planner_cli.run_options import AUDIT, DATA, LEDGER, OUTPUT, TRUST
     ledger=LEDGER.pick(ledger=Opt(option(
         "--ledger", str, "Privacy ledger: an SQLAlchemy URL or SQLite file, none, or auto (the default).",
     ), "auto"), federation="flower"),
-    output=OUTPUT.pick("out", out=Opt(option("--out", str | None, "Folder for metrics.json/.csv."))),
+    output=OUTPUT.pick("out", "overwrite", out=Opt(option("--out", str | None, "Folder for metrics.json/.csv.")),
+                       overwrite=Opt(option("--overwrite", bool, "Replace the finished run in --out."), False)),
 )  # fmt: skip
 def flower(
     plan_file: PlanFile,

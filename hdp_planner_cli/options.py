@@ -142,6 +142,14 @@ def build_baselines(
     return names, options
 
 
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite", help="Replace an earlier, different result in the files this command writes.", show_default=False
+    ),
+]
+OVERWRITE_HINT = "--overwrite replaces it"
+"""How the commands ask for an earlier, different result to be replaced (:mod:`hdp_planner.io.overwrite`)."""
 GroupsFile = Annotated[
     str | None,
     typer.Option(

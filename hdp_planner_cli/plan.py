@@ -12,18 +12,19 @@ import typer
 from rich.markup import escape
 
 from hdp_planner.distributed.trust import TrustModel
-from hdp_planner.io.files import write_json_atomic
+from hdp_planner.io.overwrite import written
 from hdp_planner.methods.baselines import add_baselines, planned_with_all
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.cohorts import KEY as HIDDEN_KEY
 from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, recommended_cohort, verify_hidden
-from hdp_planner.planfile.document import load_plan, plan_problems, plan_to_dict, read_document
+from hdp_planner.planfile.document import load_plan, plan_problems, plan_to_dict, read_document, write_plan_document
 from hdp_planner.planfile.trust import recommended, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner_cli.budgets import group_budgets, render_grouping
 from hdp_planner_cli.console import err, labelled, one_line_errors, out
 from hdp_planner_cli.option_blocks import Opt, option, with_groups
 from hdp_planner_cli.options import (
     N_HELP,
+    OVERWRITE_HINT,
     Bits,
     CliError,
     CohortMultiple,
@@ -32,6 +33,7 @@ from hdp_planner_cli.options import (
     MaxCohort,
     MinShare,
     ModelDim,
+    Overwrite,
     Participations,
     PfaDim,
     PfaSubspace,
@@ -110,6 +112,7 @@ def solve(
     max_cohort: MaxCohort = None,
     cohort_multiple: CohortMultiple = None,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan to this JSON file.")] = None,
+    overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables.")] = False,
 ) -> None:
     """Solve a GDPFed+ plan: per-group q_m (Problem 1), σ_m (exact accountant), k_m, and the Λ table."""
@@ -162,8 +165,7 @@ def solve(
             problems = verify_hidden(result, doc)
         if problems:
             raise CliError(f"internal check failed, no plan written: {problems[0]}")
-    if output:
-        write_json_atomic(output, doc)
+    replaced = write_plan_document(output, doc, overwrite=overwrite, hint=OVERWRITE_HINT) if output else None
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -178,8 +180,8 @@ def solve(
         render_trust(result, trust_model, rows, out)
     if hidden:
         render_hidden(result, hidden, doc[HIDDEN_KEY], out)
-    if output:
-        out.print(f"plan written to {output}", highlight=False)
+    if output and replaced:
+        out.print(written(output, "plan", replaced), highlight=False)
     out.print(recommendation_line(result), highlight=False, soft_wrap=True)
     if rows:
         best = recommended(rows, result)

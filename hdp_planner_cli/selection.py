@@ -18,8 +18,9 @@ import typer
 from rich import box
 from rich.table import Table
 
-from hdp_planner.io.files import write_json_atomic, write_text_atomic
+from hdp_planner.io.files import json_text
 from hdp_planner.io.inputs import parse_floats
+from hdp_planner.io.overwrite import write_results, written
 from hdp_planner.methods import fedsam
 from hdp_planner.methods.selection import (
     ACCOUNTANTS,
@@ -35,7 +36,7 @@ from hdp_planner.methods.selection import (
     solve_selection,
 )
 from hdp_planner_cli.console import err, one_line_errors, out
-from hdp_planner_cli.options import CliError
+from hdp_planner_cli.options import OVERWRITE_HINT, CliError, Overwrite
 
 SCHEMA = "hdp-plan-select/1"
 OUTPUT_FORMATS = (".csv", ".json")
@@ -110,10 +111,11 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def save_selection_figure(problem: SelectionProblem, p: tuple[float, ...], path: str) -> Path:
-    """Fig. 3 (selection paper): each client at (dataset size, ε), coloured by its selection probability; Problem 1's p
-    beside the unbiased p^u on one colour scale (red: rarely, blue: often selected)."""
-    from hdp_planner.report.plots import pyplot, save_figure
+def selection_figure(problem: SelectionProblem, p: tuple[float, ...], fmt: str) -> bytes:
+    """Fig. 3 (selection paper), as a ``fmt`` file's bytes: each client at (dataset size, ε), coloured by its
+    selection probability; Problem 1's p beside the unbiased p^u on one colour scale (red: rarely, blue: often
+    selected)."""
+    from hdp_planner.report.plots import figure_bytes, pyplot
 
     plt = pyplot()
     sizes, eps = np.asarray(problem.num_samples), np.asarray(problem.epsilon)
@@ -134,7 +136,7 @@ def save_selection_figure(problem: SelectionProblem, p: tuple[float, ...], path:
         if eps.max() / eps.min() > 20:
             axes[0].set_yscale("log")
         fig.colorbar(points, ax=list(axes), label=r"selection probability $p_k$")
-        return save_figure(fig, path)
+        return figure_bytes(fig, fmt)
     finally:
         plt.close(fig)
 
@@ -238,6 +240,7 @@ def select_cmd(
     plot: Annotated[
         str | None, typer.Option("--plot", help="Scatter like Fig. 3 of the paper (.png/.svg/.pdf).")
     ] = None,
+    overwrite: Overwrite = False,
 ) -> None:
     """Privacy-aware client selection: Problem 1's probabilities p (cvxpy) and each client's σ_k,
     calibrated for a high-probability bound T_k on its draws with replacement. Each client's data size |M_k| is
@@ -249,7 +252,7 @@ def select_cmd(
     if output:
         _check_output(output)
     if plot:
-        from hdp_planner.report.plots import check_figure_path
+        from hdp_planner.report.plots import check_figure_path, figure_format
 
         check_figure_path(plot)
     ids, eps, sizes = read_clients(clients)
@@ -271,18 +274,18 @@ def select_cmd(
     with err.status("solving Problem 1 and calibrating σ_k…"):
         sol = solve_selection(problem)
         noise = client_noise(problem, sol.p, accountant)  # type: ignore[arg-type]
+    files: dict[str, bytes] = {}
     if output:
-        if Path(output).suffix.lower() == ".json":
-            write_json_atomic(output, selection_document(ids, sol, noise, accountant))
-        else:
-            write_text_atomic(output, _csv_text(client_rows(ids, sol, noise)))
+        as_json = Path(output).suffix.lower() == ".json"
+        text = json_text(selection_document(ids, sol, noise, accountant)) if as_json else None
+        files[output] = (text or _csv_text(client_rows(ids, sol, noise))).encode()
     if plot:
-        save_selection_figure(problem, sol.p, plot)
+        files[plot] = selection_figure(problem, sol.p, figure_format(plot))
+    hows = write_results(files, overwrite=overwrite, what="result", hint=OVERWRITE_HINT)  # every file checked first
     render_selection(ids, sol, noise)
-    if output:
-        out.print(f"probabilities written to {output}", highlight=False)
-    if plot:
-        out.print(f"figure written to {plot}", highlight=False)
+    for path, what in ((output, "probabilities"), (plot, "figure")):
+        if path:
+            out.print(written(path, what, hows[path]), highlight=False)
 
 
 @one_line_errors
@@ -332,4 +335,4 @@ def fedsam_noise_cmd(
     out.print(f"privacy model: {fedsam.PRIVACY_MODEL}", highlight=False)
 
 
-__all__ = ["client_rows", "fedsam_noise_cmd", "render_selection", "save_selection_figure", "select_cmd"]
+__all__ = ["client_rows", "fedsam_noise_cmd", "render_selection", "select_cmd", "selection_figure"]

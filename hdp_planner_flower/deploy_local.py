@@ -32,6 +32,7 @@ class DeployConfig:
             nodes are simulated clients of public data, whom no lifetime budget binds: the deployment's folder).
         out: Where each run's metrics go, as ``OUT/TRUST/metrics.json`` (None: the deployment's folder).
         ledger: The privacy ledger the runs charge ("": ``auto``, none for simulated clients of public data).
+        overwrite: Replace the metrics of earlier runs in ``out`` (refused otherwise, before anything starts).
         timeout: Seconds a run may take.
         round_timeout: Seconds a round may take.
     """
@@ -48,6 +49,7 @@ class DeployConfig:
     node_state: str | None = None  # None: the user's data folder with groups, else the deployment's folder
     out: str | None = None  # metrics of each run in OUT/TRUST/metrics.json (default: the deployment's folder)
     ledger: str = ""
+    overwrite: bool = False
     timeout: float = 600.0
     round_timeout: float = 120.0
 
@@ -73,6 +75,11 @@ def check_config(cfg: DeployConfig) -> None:
         raise ValueError(f"--rounds must be within 1..{plan.config.rounds} (the plan's T), got {cfg.rounds}")
     if cfg.groups and not Path(cfg.groups).is_file():
         raise ValueError(f"groups file {cfg.groups} not found")
+    if cfg.out and not cfg.overwrite:
+        for trust in cfg.trust or (run_plan.trust,):
+            if (Path(cfg.out) / trust / "metrics.json").is_file():
+                raise ValueError(f"{Path(cfg.out) / trust} holds a finished run (metrics.json): choose another --out, "
+                                 "or replace it with --overwrite")  # fmt: skip
     if cfg.timeout <= 0 or cfg.round_timeout <= 0:
         raise ValueError(f"--timeout and --round-timeout must be > 0 seconds, got {cfg.timeout}, {cfg.round_timeout}")
 

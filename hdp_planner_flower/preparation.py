@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class FlowerConfig(RunConfig):
     """A Flower run (``hdp-plan flower``) on the simulation engine. Flower's noise is always secure. Besides
     :class:`~hdp_planner_train.run.options.RunConfig`'s fields (method, rounds, seed, data: digits by default, trust,
-    audit: under a trusted server, ledger: federation ``flower`` by default, output: ``out`` only):
+    audit: under a trusted server, ledger: federation ``flower`` by default, output: ``out`` and ``overwrite``):
 
     Args:
         plan: The plan file.
@@ -88,8 +88,8 @@ def prepare(cfg: FlowerConfig) -> Prepared:
         raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
     if cfg.trust.kind not in TRUST_KINDS:
         raise ValueError(f"--trust must be one of {', '.join(TRUST_KINDS)}, got {cfg.trust.kind!r}")
-    if cfg.output != OutputOptions(out=cfg.output.out):
-        raise ValueError("a Flower run writes its metrics to --out: it takes no other output option")
+    if cfg.output != OutputOptions(out=cfg.output.out, overwrite=cfg.output.overwrite):
+        raise ValueError("a Flower run writes its metrics to --out (--overwrite replaces them): no other output option")
     if cfg.cpus_per_client <= 0:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
     if not cfg.masks and (cfg.trust.kind != "secagg" or not cfg.diagnostics):

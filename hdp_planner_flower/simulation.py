@@ -154,8 +154,9 @@ def run_flower(cfg: FlowerConfig, progress: Callable[[str], object] = print) -> 
 
 
 def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
-    from hdp_planner_train.run.output import output_folder
+    from hdp_planner_train.run.output import check_finished, output_folder
 
+    check_finished(cfg.output)  # a finished run in --out: refused before anything slow
     p = prepare(cfg)
     with output_folder(cfg.output.out):  # checked before any node starts or the ledger is charged
         account = open_account(p)

@@ -81,6 +81,17 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         fh.write(text)
 
 
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename; ValueError if it cannot be written."""
+    with atomic_target(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def json_text(document: Mapping[str, Any]) -> str:
+    """``document`` as the indented JSON text (no NaN or infinity) that :func:`write_json_atomic` writes."""
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
 def write_json_atomic(path: str | os.PathLike[str], document: Mapping[str, Any]) -> None:
     """Write ``document`` as indented JSON (no NaN or infinity) to ``path``, atomically."""
-    write_text_atomic(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
+    write_text_atomic(path, json_text(document))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import platform
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hdp_planner.io.files import write_json_atomic
+from hdp_planner.io.files import json_text, write_text_atomic
+from hdp_planner.io.overwrite import Replacing, replacing
 from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets, row_problems
 from hdp_planner.planfile.reading import plan_from_dict
 from hdp_planner.planfile.schema import REL_TOL, SCHEMA, PlanFileError, read_document
@@ -184,14 +186,40 @@ def check_grouping(plan: Plan, doc: Mapping[str, Any]) -> None:
                             f"are {list(plan.groups.size)} with ε {list(plan.groups.epsilon)}")  # fmt: skip
 
 
-def save_plan(plan: Plan, path: str | Path) -> None:
-    """Write a plan file atomically (a reader never sees it half-written).
+def save_plan(plan: Plan, path: str | Path, *, overwrite: bool = False) -> None:
+    """Write a plan file atomically (a reader never sees it half-written); a file that holds a different plan is
+    replaced only when asked.
 
     Args:
         plan: The plan, its groups listed by increasing ε.
         path: Where to write the JSON document (:func:`plan_to_dict`).
+        overwrite: Replace a file that holds a different plan (the same plan is written again either way).
+
+    Raises:
+        EarlierResult: ``path`` holds a different plan (or another file) and ``overwrite`` is False.
     """
-    write_json_atomic(path, plan_to_dict(plan))
+    write_plan_document(path, plan_to_dict(plan), overwrite=overwrite, hint="save_plan(…, overwrite=True) replaces it")
+
+
+def same_plan(old: bytes, new: bytes) -> bool:
+    """Whether two plan files hold the same plan: equal documents but for the library versions that wrote them."""
+    try:
+        a, b = json.loads(old), json.loads(new)
+    except ValueError:
+        return False
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    return {k: v for k, v in a.items() if k != "versions"} == {k: v for k, v in b.items() if k != "versions"}
+
+
+def write_plan_document(path: str | Path, doc: Mapping[str, Any], *, overwrite: bool, hint: str) -> Replacing:
+    """Write a plan document to ``path`` (:func:`save_plan`'s rule: a different plan there is replaced only with
+    ``overwrite``; ``hint`` says how to ask); returns what the write did (:func:`~hdp_planner.io.overwrite.replacing`).
+    """
+    text = json_text(doc)
+    how = replacing(path, text.encode(), overwrite=overwrite, what="plan", hint=hint, same=same_plan)
+    write_text_atomic(path, text)
+    return how
 
 
 class PlanVerificationError(PlanFileError):

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from hdp_planner.accounting.accountants import get_accountant
-from hdp_planner.io.files import atomic_target, os_message
+from hdp_planner.io.files import os_message
+from hdp_planner.io.overwrite import Replacing, write_results
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import compare_noise
 
@@ -92,21 +93,39 @@ def round_ticks(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
+FIXED_METADATA = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+"""Metadata that would make the same figure's bytes differ from one drawing to the next (a date), left out."""
+
+
+def figure_bytes(fig: Any, fmt: str) -> bytes:
+    """``fig`` as a ``fmt`` file's bytes: the same figure gives the same bytes (no date; SVG ids from a fixed salt)."""
+    import io
+
+    import matplotlib
+
+    buf = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "hdp-planner"}):
+        fig.savefig(buf, format=fmt, bbox_inches="tight", metadata=FIXED_METADATA[fmt])
+    return buf.getvalue()
+
+
+def save_figure(
+    fig: Any, path: str | os.PathLike[str], *, overwrite: bool = True, hint: str = "overwrite=True replaces it"
+) -> Path:
     """Save ``fig`` through a temporary file and a rename, so no half-written figure is left behind.
 
     Args:
         fig: the matplotlib figure.
         path: where to save it; its suffix gives the format.
+        overwrite: replace a different figure already at ``path`` (False: refuse, :class:`EarlierResult`).
+        hint: how the caller asks for the replacement, for the refusal's message.
 
     Returns:
         ``path``.
     """
     path = Path(path)
-    fmt = figure_format(path)
     check_figure_path(path)
-    with atomic_target(path, suffix=f".{fmt}") as tmp:
-        fig.savefig(tmp, format=fmt, bbox_inches="tight", metadata=None if fmt != "png" else {"Software": None})
+    write_results({path: figure_bytes(fig, figure_format(path))}, overwrite=overwrite, what="figure", hint=hint)
     return path
 
 
@@ -145,26 +164,34 @@ def draw_sweep(ax: Any, result: Any, title: str | None = None) -> None:
     ax.set_ylim(bottom=0)
 
 
-def save_sweep(result: Any, path: str | os.PathLike[str], title: str | None = None) -> Path:
-    """Draw :func:`draw_sweep` into its own figure and save it (:func:`save_figure`).
-
-    Args:
-        result: the sweep.
-        path: where to save the figure.
-        title: as in :func:`draw_sweep`.
-
-    Returns:
-        ``path``.
-    """
-    check_figure_path(path)
+def sweep_figure(result: Any, fmt: str, title: str | None = None) -> bytes:
+    """:func:`draw_sweep` in its own figure, as a ``fmt`` file's bytes (:func:`figure_bytes`)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
     try:
         draw_sweep(ax, result, title)
         fig.tight_layout()
-        return save_figure(fig, path)
+        return figure_bytes(fig, fmt)
     finally:
         plt.close(fig)
+
+
+def save_sweep(result: Any, path: str | os.PathLike[str], title: str | None = None, *, overwrite: bool = True) -> Path:
+    """Draw :func:`draw_sweep` into its own figure and save it (as :func:`save_figure`).
+
+    Args:
+        result: the sweep.
+        path: where to save the figure.
+        title: as in :func:`draw_sweep`.
+        overwrite: replace a different figure already at ``path`` (False: refuse, :class:`EarlierResult`).
+
+    Returns:
+        ``path``.
+    """
+    check_figure_path(path)
+    data = sweep_figure(result, figure_format(path), title)
+    write_results({path: data}, overwrite=overwrite, what="figure", hint="overwrite=True replaces it")
+    return Path(path)
 
 
 # --------------------------------------------------------------------------------------------- plans
@@ -298,8 +325,14 @@ def _draw_sigma(
 
 
 def plot_plan(
-    p: Plan, out_dir: str | os.PathLike[str], fmt: str = "png", progress: Callable[[str], None] | None = None
-) -> list[Path]:
+    p: Plan,
+    out_dir: str | os.PathLike[str],
+    fmt: str = "png",
+    progress: Callable[[str], None] | None = None,
+    *,
+    overwrite: bool = True,
+    hint: str = "overwrite=True replaces it",
+) -> dict[str, Replacing]:
     """Draw the comparison, epsilon_spent and sigma_vs_q figures of a plan.
 
     Args:
@@ -307,9 +340,12 @@ def plot_plan(
         out_dir: the folder to write them in (created if missing).
         fmt: the figures' format (png, svg or pdf).
         progress: called with each figure's name before it is drawn, or None.
+        overwrite: replace different figures already there (False: refuse before writing any,
+            :class:`EarlierResult`).
+        hint: how the caller asks for the replacement, for the refusal's message.
 
     Returns:
-        The paths written.
+        What each write did, by path (:func:`~hdp_planner.io.overwrite.write_results`).
 
     Raises:
         ValueError: an unknown format.
@@ -344,13 +380,13 @@ def plot_plan(
         "epsilon_spent": lambda: _draw_spent(plt, p, spent),
         "sigma_vs_q": lambda: _draw_sigma(plt, p, sigma_of, bound_of),
     }
-    paths = []
+    figures = {}
     for name, draw in drawers.items():
         if progress:
             progress(name)
         fig = draw()
         try:
-            paths.append(save_figure(fig, out / f"{name}.{fmt}"))
+            figures[out / f"{name}.{fmt}"] = figure_bytes(fig, fmt)
         finally:
             plt.close(fig)
-    return paths
+    return write_results(figures, overwrite=overwrite, what="figure", hint=hint)

@@ -171,6 +171,10 @@ def ledger_run(
         book = Ledger(target)
         if supersedes is not None:
             check_released(book, supersedes, start)
+        if start >= rounds:  # a finished run resumed: no round to charge, no run of 0 rounds to record
+            if supersedes is not None:
+                book.finish(supersedes, of=plan_digest(plan))
+            return None
         run_id = book.start_run(
             federation=cfg.ledger.federation, label=f"{cfg.method} {cfg.data.dataset} seed {cfg.seed}",
             plan_sha256=plan_digest(plan), membership=membership, budgets_of=budgets, delta=plan.config.delta,

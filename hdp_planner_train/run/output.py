@@ -14,7 +14,27 @@ from typing import Any
 
 from hdp_planner.io.files import os_message, write_json_atomic, write_text_atomic
 from hdp_planner_train.run.errors import TrainError
+from hdp_planner_train.run.options import OutputOptions
 from hdp_planner_train.run.plots import plot_history
+
+FINISHED = "metrics.json"
+"""The file a finished run leaves in its ``--out`` folder."""
+
+
+def check_finished(output: OutputOptions, *, checkpoint: str | None = None) -> None:
+    """Refuse, before anything slow, an ``--out`` folder that holds a finished run (its metrics.json) unless
+    ``--overwrite`` replaces it or ``--resume`` continues it, and one that holds an unfinished run (its
+    ``checkpoint`` file, no metrics.json) unless ``--resume`` continues it or ``--overwrite`` starts over: a rerun would
+    silently replace its results, or the rounds it already ran."""
+    if not output.out or output.overwrite:
+        return
+    folder = Path(output.out)
+    if (folder / FINISHED).is_file() and not output.resume:
+        raise TrainError(f"{output.out} holds a finished run ({FINISHED}): choose another --out, or replace it with "
+                         "--overwrite")  # fmt: skip
+    if checkpoint and (folder / checkpoint).is_file() and not (folder / FINISHED).is_file() and not output.resume:
+        raise TrainError(f"{folder} holds an unfinished run ({checkpoint}, no {FINISHED}): continue it with --resume, "
+                         "or start over with --overwrite")  # fmt: skip
 
 
 @contextlib.contextmanager

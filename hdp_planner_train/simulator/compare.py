@@ -119,6 +119,7 @@ def prepare_plan(
     plan = add_baselines(solve_plan(groups, config), tuple(BASELINES.values()), options)
     problems = plan_problems(plan)
     doc = plan_to_dict(plan)
+    check_grid_folder(cfg, doc, whole=cfg.trust.kind != "secagg")  # before the secure rows' slow calibration
     if cfg.trust.kind == "secagg" and not problems:
         rows = secagg_rows(plan, cfg.plan_trust)
         doc["trust"] = trust_to_dict(plan, cfg.plan_trust, rows)
@@ -141,26 +142,26 @@ def prepare_plan(
     return path
 
 
-def check_grid_folder(cfg: CompareConfig, doc: dict[str, Any]) -> None:
+def check_grid_folder(cfg: CompareConfig, doc: dict[str, Any], *, whole: bool = True) -> None:
     """Refuse an ``out`` folder that already holds a grid unless ``overwrite`` replaces it, or ``resume`` continues it
-    under the same plan (``doc``): a rerun would otherwise silently replace finished results."""
+    under the same plan (``doc``; not ``whole``: the plan's sections so far, before the secure rows are added): a
+    rerun would otherwise silently replace finished results. A grid of another plan is never offered ``--resume``."""
     out = Path(cfg.output.out)
     held = out / "plan.json"
     if cfg.output.overwrite or not (held.is_file() or (out / "results.json").is_file()):
         return
-    if not cfg.output.resume:
-        raise ValueError(f"{out} holds a compare grid: continue it with --resume, or replace it with --overwrite")
     try:
-        same = _without_versions(json.loads(held.read_text())) == _without_versions(doc)
+        old = json.loads(held.read_text())
     except (OSError, ValueError):
-        same = False
-    if not same:
-        raise ValueError(f"--resume: {held} was made with other settings: replace the grid with --overwrite, or "
-                         "choose another --out")  # fmt: skip
-
-
-def _without_versions(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if k != "versions"}
+        old = None
+    ours = {k: v for k, v in doc.items() if k != "versions"}
+    theirs = {k: v for k, v in old.items() if k != "versions" and (whole or k in ours)} if isinstance(old, dict) else {}
+    if theirs != ours:
+        raise ValueError(f"{out} holds a compare grid of another plan: replace it with --overwrite, or choose another "
+                         "--out")  # fmt: skip
+    if not cfg.output.resume:
+        raise ValueError(f"{out} holds a compare grid of this plan: continue it with --resume, or replace it with "
+                         "--overwrite")  # fmt: skip
 
 
 def secure_form(plan, doc: dict[str, Any], method: str) -> bool | None:
@@ -182,8 +183,9 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
     run."""
     from hdp_planner_train.audit.canaries import auditable
     from hdp_planner_train.learning.models import model_name
+    from hdp_planner_train.run.output import FINISHED
     from hdp_planner_train.run.plan import RunPlan
-    from hdp_planner_train.simulator.scaffold import CHECKPOINT, FINISHED
+    from hdp_planner_train.simulator.scaffold import CHECKPOINT
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     run_plan = RunPlan.read(plan_path)  # the one read of the plan file: every run of the grid is bound to it

@@ -77,31 +77,10 @@ def run_identity(cfg: TrainConfig, bound: BoundRun, **extra: Any) -> dict[str, A
     }
 
 
-FINISHED = "metrics.json"
-"""The file a finished run leaves in its ``--out`` folder."""
-
-
-def check_finished(cfg: TrainConfig) -> None:
-    """Refuse an ``--out`` folder that holds a finished run (its metrics.json) unless ``--overwrite`` replaces it or
-    ``--resume`` continues it: a rerun would silently replace its results."""
-    output = cfg.output
-    if output.out and (Path(output.out) / FINISHED).is_file() and not (output.overwrite or output.resume):
-        raise TrainError(f"{output.out} holds a finished run ({FINISHED}): choose another --out, or replace it with "
-                         "--overwrite")  # fmt: skip
-
-
 def resume_state(cfg: TrainConfig, identity: dict[str, Any], rounds: int) -> dict[str, Any] | None:
-    """The checkpoint in ``cfg.output.out`` with ``--resume`` (refused if it was made with other settings), else None.
-    Without ``--resume`` a folder holding an unfinished run (a checkpoint and no metrics.json) is refused unless
-    ``--overwrite``: starting over would silently replace the rounds it already ran."""
+    """The checkpoint in ``cfg.output.out`` with ``--resume`` (refused if it was made with other settings), else None
+    (a folder holding a run was refused before: :func:`~hdp_planner_train.run.output.check_finished`)."""
     if not cfg.output.resume:
-        folder = Path(cfg.output.out) if cfg.output.out else None
-        unfinished = folder and (folder / CHECKPOINT).is_file() and not (folder / "metrics.json").is_file()
-        if unfinished and not cfg.output.overwrite:
-            raise TrainError(
-                f"{folder} holds an unfinished run ({CHECKPOINT}, no metrics.json): continue it with --resume, "
-                "or start over with --overwrite"
-            )
         return None
     path = Path(cfg.output.out) / CHECKPOINT if cfg.output.out else None
     if path is None or not path.is_file():

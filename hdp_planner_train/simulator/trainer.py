@@ -36,16 +36,15 @@ from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.ledger import ledger_run
 from hdp_planner_train.run.metrics import secagg_metrics
 from hdp_planner_train.run.noise import noise_kind
-from hdp_planner_train.run.output import output_folder, write_metrics
+from hdp_planner_train.run.output import check_finished, output_folder, write_metrics
 from hdp_planner_train.run.plan import RunPlan, check_clients, method_groups, trusted_groups, verified_rounds
 from hdp_planner_train.run.progress import status
 from hdp_planner_train.run.trust import run_trust
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
-from hdp_planner_train.simulator.scaffold import (  # noqa: F401  (CHECKPOINT: the run's API)
+from hdp_planner_train.simulator.scaffold import (
     CHECKPOINT,
     TrainConfig,
-    check_finished,
     global_evaluation,
     resume_state,
     run_identity,
@@ -131,8 +130,8 @@ def run(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunPlan) -> dict
     or a :class:`~hdp_planner_train.run.plan.RunPlan`); writes metrics (and checkpoints) to ``cfg.output.out``, which
     is checked before round 1 (:func:`output_folder`) and never holds a finished run unless
     ``cfg.output.overwrite``."""
+    check_finished(cfg.output, checkpoint=CHECKPOINT)  # before anything slow: the plan's laws, the data
     bound = validate_config(cfg, plan)
-    check_finished(cfg)
     with output_folder(cfg.output.out):
         if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
             return run_personal(cfg, bound)

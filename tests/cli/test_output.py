@@ -186,3 +186,49 @@ def test_an_os_error_passed_on_as_text_is_worded():
     text = str(FileExistsError(17, "File exists", "README.md"))
     assert console.error_line(text) == "README.md: it already exists"
     assert console.error_line("plain [bold]text[/]") == "plain [bold]text[/]"
+
+
+def test_no_command_replaces_a_different_earlier_result_unless_asked(tmp_path, monkeypatch):
+    """solve -o, assign -o, sweep --csv/--plot and plot --out: the same result written again is fine, a different
+    one is refused (one line naming --overwrite, every file as it was) and replaced with --overwrite, said so."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "budgets.csv").write_text("client_id,epsilon\n" + "".join(f"c{i},{1 + i % 3}\n" for i in range(30)))
+    sweep = ["sweep", "--eps", "1,2", "--n", "100", "--vary", "1", "--values"]
+    commands = [
+        (["solve", "--eps", "1,2", "--n", "100", "-o", "p.json"], ["--n", "120"], ["p.json"]),
+        (["assign", "p.json", "budgets.csv", "-o", "g.csv"], ["--overwrite"], ["g.csv"]),
+        ([*sweep, "1,2", "--csv", "s.csv", "--plot", "s.png"], [], ["s.csv", "s.png"]),
+        (["plot", "p.json", "--out", "figs"], [], ["figs/comparison.png"]),
+    ]
+    for args, _, files in commands:
+        assert runner.invoke(app, args).exit_code == 0
+        again = runner.invoke(app, args)
+        assert again.exit_code == 0 and "(the same" in again.stdout, again.output
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    changed = [
+        ["solve", "--eps", "1,2", "--n", "120", "-o", "p.json"],
+        [*sweep, "1,3", "--csv", "s.csv", "--plot", "s.png"],
+        ["solve", "--eps", "1,3", "--n", "100", "-o", "q.json"],
+    ]
+    for args in changed[:2]:
+        refused = runner.invoke(app, args)
+        assert refused.exit_code == 2 and refused.stderr.startswith("error: "), refused.output
+        assert "holds a different" in refused.stderr and "--overwrite replaces it" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing replaced
+    replaced = runner.invoke(app, [*changed[0], "--overwrite"])
+    assert replaced.exit_code == 0 and "plan written to p.json (it replaced a different plan)" in replaced.stdout
+    assert runner.invoke(app, ["plot", "p.json", "--out", "figs"]).exit_code == 2  # its figures now differ
+
+
+def test_save_plan_replaces_a_different_plan_only_when_asked(tmp_path):
+    from hdp_planner import EarlierResult, load_plan, plan, save_plan
+
+    path = tmp_path / "plan.json"
+    save_plan(plan([1.0, 2.0], n=100), path)
+    save_plan(plan([1.0, 2.0], n=100), path)  # the same plan: written again
+    with pytest.raises(EarlierResult, match="holds a different plan: save_plan"):
+        save_plan(plan([1.0, 2.0], n=120), path)
+    assert load_plan(path).config.n == 100
+    save_plan(plan([1.0, 2.0], n=120), path, overwrite=True)
+    assert load_plan(path).config.n == 120

@@ -148,10 +148,11 @@ def test_compare_interrupted_says_how_to_go_on_and_resume_continues(tmp_path, mo
     monkeypatch.setattr(trainer, "save_checkpoint", saved)
 
     again = runner.invoke(app, _grid_args(out))
-    _one_line_error(again, "--resume")
+    _one_line_error(again, "a compare grid of this plan: continue it with --resume")
     assert "--overwrite" in again.output
-    other = runner.invoke(app, _grid_args(out, "--resume", "--q", "0.3"))
-    _one_line_error(other, "other settings")
+    for extra in ((), ("--resume",)):  # a grid of another plan: --resume is never the advice
+        other = runner.invoke(app, _grid_args(out, *extra, "--q", "0.3"))
+        _one_line_error(other, "a compare grid of another plan: replace it with --overwrite, or choose another --out")
 
     resumed = runner.invoke(app, _grid_args(out, "--resume"))
     assert resumed.exit_code == 0, resumed.output
