@@ -1,16 +1,50 @@
-# Sourced by the Flower examples' run.sh: keep Flower offline and give `flwr run` a home of its own.
-# Sets the offline variables, FLWR_HOME (a fresh temporary folder unless set; OWN_HOME=1 then) and PYTHONPATH (the
-# repository, so that the app imports this checkout); on exit, stop_superlink stops the detached local SuperLink
-# that `flwr run` leaves behind (by PID, when this script made FLWR_HOME; else it says which one it is).
+# Sourced by the Flower examples' run.sh: keep Flower offline, give `flwr run` a home of its own, and leave nothing
+# behind. Sets the offline variables, FLWR_HOME (a fresh temporary folder unless set; OWN_HOME=1 then), RAY_TMPDIR
+# (Ray's session folder inside that home) and PYTHONPATH (the repository, so that the app imports this checkout).
+# On exit, and on Ctrl-C or SIGTERM, every process the run started is stopped by PID: `flwr run`, the detached local
+# SuperLink it leaves behind (the one whose database lies in this FLWR_HOME), the simulation and Ray below it; then
+# the temporary home is removed. Stopped, the script says so in one line and exits with status 130.
 export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
 export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0  # silences a Ray FutureWarning
+export RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1  # a stopped Ray process dumps no stack trace on the terminal
 if [ -z "${FLWR_HOME:-}" ]; then FLWR_HOME=$(mktemp -d -t hdp-flwr-XXXXXX); OWN_HOME=1; fi
 export FLWR_HOME
+if [ -n "${OWN_HOME:-}" ] && [ -z "${RAY_TMPDIR:-}" ]; then export RAY_TMPDIR=$FLWR_HOME; fi
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 
-stop_superlink() {
-  for pid in $(pgrep -f "flower-superlink .*$FLWR_HOME/" || true); do
-    if [ -n "${OWN_HOME:-}" ]; then kill "$pid"; else echo "local SuperLink still running: PID $pid"; fi
-  done
+# refuse_earlier DIR: stop before anything slow if DIR holds a finished run, unless OVERWRITE=1 asks to replace it.
+refuse_earlier() {
+  if [ -f "$1/metrics.json" ] && [ -z "${OVERWRITE:-}" ]; then
+    echo "error: $1 holds a finished run (metrics.json): choose another OUT=…, or replace it with OVERWRITE=1" >&2
+    exit 2
+  fi
 }
-trap stop_superlink EXIT  # also when `flwr run` fails
+
+tree_of() {  # the PIDs given and every live process below them
+  local all pid found=" $* "
+  all=$(ps -eo pid=,ppid=)
+  for _ in 1 2 3 4 5 6 7 8; do
+    for pid in $(echo "$all" | awk -v found="$found" 'index(found, " " $2 " ") && !index(found, " " $1 " ") {print $1}'); do
+      found="$found$pid "
+    done
+  done
+  echo "$found"
+}
+
+stop_run() {
+  trap - EXIT INT TERM
+  local superlink pids
+  superlink=$(pgrep -f "flower-superlink .*$FLWR_HOME/" || true)
+  if [ -n "${OWN_HOME:-}" ]; then
+    pids=$(tree_of $$ $superlink)
+    pids=${pids/ $$ / }
+    kill -TERM $pids 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 $pids 2>/dev/null || break; sleep 0.1; done
+    kill -KILL $pids 2>/dev/null || true
+    rm -rf "$FLWR_HOME"
+  elif [ -n "$superlink" ]; then
+    echo "local SuperLink still running: PID $superlink"
+  fi
+}
+trap stop_run EXIT  # also when `flwr run` fails
+trap 'stop_run 2>/dev/null; echo "interrupted: the Flower run stopped, its processes too" >&2; exit 130' INT TERM

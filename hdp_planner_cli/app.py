@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 import re
+import signal
 import sys
+import threading
 from typing import Annotated
 
 import click
@@ -77,6 +79,20 @@ class LazyGroup(TyperGroup):
         with formatter.section("Commands"):
             formatter.write_dl([(name, short) for name, _, short in COMMANDS])
 
+    def invoke(self, ctx: click.Context):
+        """Run the command; SIGTERM stops it as Ctrl-C does (each command ends its runs, processes and temporary
+        folders the same way), and an interrupt no command reported ends in one line, exit status 130."""
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+                signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            from hdp_planner_cli.console import print_error
+
+            print_error("interrupted")
+            raise click.exceptions.Exit(130) from None
+
     def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[override]
         """Click's own usage errors (a value that is not a number, an unknown or missing option) in the commands'
         one-line style: ``error: --n: '1.5' is not a whole number (see hdp-plan solve --help)``, exit status 2."""
@@ -92,6 +108,10 @@ class LazyGroup(TyperGroup):
         except click.Abort:
             sys.exit(1)
         sys.exit(status if isinstance(status, int) else 0)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def usage_error_line(exc: click.UsageError) -> str:

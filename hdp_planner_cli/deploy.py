@@ -3,7 +3,6 @@ separate processes on this machine (TLS, node authentication). Imports flwr and 
 
 from __future__ import annotations
 
-import signal
 from typing import Annotated
 
 import typer
@@ -18,10 +17,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=N
 
 def _say(line: str) -> None:
     _out.print(line, highlight=False, markup=False)
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 @app.command("local", cls=PlainCommand)
@@ -86,8 +81,7 @@ def local(
                        method=method, dataset=dataset, rounds=rounds, seed=seed, groups=groups, folder=folder,
                        node_state=node_state, out=out, timeout=timeout, round_timeout=round_timeout,
                        ledger="" if ledger == "auto" else ledger, overwrite=overwrite)  # fmt: skip
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a stopped command stops its processes too
-    try:
+    try:  # SIGTERM stops the command as Ctrl-C does (the app's): its processes too
         results = deploy_local(cfg, progress=_say)
     except (ValueError, OSError, DeployError) as exc:
         _fail(str(exc) or type(exc).__name__)
@@ -95,8 +89,6 @@ def local(
     except KeyboardInterrupt:
         _fail("interrupted: every process the deployment started was stopped")
         return
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     dep = results.pop("deployment")
     for name, m in results.items():
         eps = ", ".join(f"{e['epsilon_spent']:.3g}" for e in m["epsilon_spent"])

@@ -134,13 +134,14 @@ def flower(
 
 
 def interrupted(out: str | None) -> None:
-    """Ctrl-C: Ray is already down; say so and end the process now, with status 130. Flower's ServerApp thread
-    waits for replies that will never come and would keep the interpreter alive, so the process exits directly."""
+    """Ctrl-C or SIGTERM: Ray and every process it started are already stopped, the temporary folders removed; say
+    so in one line and end the process now, with status 130. Flower's ServerApp thread waits for replies that will
+    never come and would keep the interpreter alive, so the process exits directly."""
     import os
     import sys
 
     where = f"; nothing was written to {out}" if out else ""
-    print(f"interrupted: the Flower run stopped and Ray was shut down{where}", file=sys.stderr)
+    print(f"interrupted: the Flower run stopped, its processes too{where}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(130)

@@ -64,22 +64,34 @@ def train(
         import torch  # noqa: F401
     except ImportError:
         _fail(f"hdp-plan train needs PyTorch: {TORCH_HINT}")
-    output = groups["output"]
+    output, noise = groups["output"], groups["noise"]
     out = output.out
     if (output.plot or output.resume) and not out:
         _fail("--plot and --resume need --out DIR")
+    import time
+
     from hdp_planner_train.run.noise import SEEDED_NOTE
+    from hdp_planner_train.simulator.checkpoint import discard
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
+    scratch = None if out else scratch_folder()  # no --out: the checkpoint kept in a folder of its own meanwhile
+    if scratch is not None:  # nothing asked to be written: a seeded simulation unless told otherwise, as before
+        noise = replace(noise, kind=noise.kind or "seeded")
     cfg = TrainConfig(method=method, rounds=rounds, seed=seed,
-                      **{**groups, "output": replace(output, progress=_out.is_terminal)})  # fmt: skip
+                      **{**groups, "noise": noise, "output": replace(output, out=out or str(scratch),
+                                                                     progress=_out.is_terminal)})  # fmt: skip
+    started = time.time()
     try:
         metrics = run(cfg, plan_file)
     except (ValueError, OSError, KeyError) as exc:
+        if scratch is not None:
+            discard(scratch)
         _fail(str(exc) or type(exc).__name__)
         return
     except KeyboardInterrupt:
-        interrupted(out)
+        interrupted(out or str(scratch), since=started, scratch=scratch is not None, noise=noise.kind)
+    if scratch is not None:
+        discard(scratch)
     eps = ", ".join(
         "∞" if e["epsilon_spent"] is None else f"{e['epsilon_spent']:.3g}" for e in metrics["epsilon_spent"]
     )
@@ -328,18 +340,31 @@ def _audit_cell(s: dict) -> str:
     return ", ".join(cells) + (" UNDER-NOISED" if any(f.startswith("UNDER") for f in s["audit_flags"]) else "")
 
 
-def interrupted(out: str | None) -> None:
-    """Ctrl-C during ``train``: say what was kept and how to go on, exit status 130."""
+def scratch_folder():
+    """A fresh folder for the checkpoint of a run without ``--out`` (its name is printed if the run is stopped)."""
+    import tempfile
     from pathlib import Path
 
+    return Path(tempfile.mkdtemp(prefix="hdp-train-"))
+
+
+def interrupted(out: str, *, since: float, scratch: bool, noise: str | None) -> None:
+    """Ctrl-C or SIGTERM during ``train``: say in one line what this run kept (a checkpoint it wrote since
+    ``since``, never an earlier run's) and how to go on, exit status 130. A ``scratch`` folder (no ``--out``) is
+    kept only if it holds a checkpoint, and named; resuming it takes the noise source it ran with."""
+    from pathlib import Path
+
+    from hdp_planner_train.simulator.checkpoint import discard
     from hdp_planner_train.simulator.scaffold import CHECKPOINT
 
-    if out and (Path(out) / CHECKPOINT).is_file():
-        message = (
-            f"interrupted: {Path(out) / CHECKPOINT} holds the rounds finished; run the same command with --resume "
-            "to continue (or --overwrite to start over)"
-        )
+    saved = Path(out) / CHECKPOINT
+    if saved.is_file() and saved.stat().st_mtime >= since:
+        source = f"--{noise or 'seeded'}-noise"
+        again = f"add --out {out} --resume {source}" if scratch else "run the same command with --resume"
+        message = f"interrupted: the rounds run are checkpointed in {out}; to continue, {again}"
     else:
-        message = "interrupted: no round was checkpointed" + ("" if out else " (no --out)")
-    _err.print(message, highlight=False, markup=False)
+        if scratch:
+            discard(Path(out))
+        message = "interrupted before the first round was checkpointed"
+    _err.print(message, highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(130)

@@ -33,16 +33,26 @@ OFFLINE_ENV = {
 """Environment that keeps Flower offline (set by the app and the CLI unless the caller set them)."""
 
 
+QUIET_ENV = {
+    "RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1",  # a stopped Ray process dumps no stack trace on the terminal
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",  # silences a Ray FutureWarning
+}
+"""Environment that keeps Ray quiet when a run is stopped (set unless the caller set them)."""
+
+
 def offline_env() -> dict[str, str]:
-    """Set :data:`OFFLINE_ENV` (keeping values the caller chose) and a ``FLWR_HOME`` in a fresh temporary folder
-    when none is set.
+    """Set :data:`OFFLINE_ENV` and :data:`QUIET_ENV` (keeping values the caller chose) and, when no ``FLWR_HOME`` is
+    set, one in a fresh temporary folder that also holds Ray's session folder (``RAY_TMPDIR``), so that removing it
+    leaves nothing behind.
 
     Returns:
         The variables it set, and their values.
     """
-    chosen = {k: v for k, v in OFFLINE_ENV.items() if k not in os.environ}
+    chosen = {k: v for k, v in {**OFFLINE_ENV, **QUIET_ENV}.items() if k not in os.environ}
     if "FLWR_HOME" not in os.environ:
         chosen["FLWR_HOME"] = tempfile.mkdtemp(prefix="hdp-flwr-")
+        if "RAY_TMPDIR" not in os.environ:
+            chosen["RAY_TMPDIR"] = chosen["FLWR_HOME"]
     os.environ.update(chosen)
     return chosen
 
@@ -50,7 +60,7 @@ def offline_env() -> dict[str, str]:
 @contextmanager
 def offline_environment() -> Iterator[dict[str, str]]:
     """:func:`offline_env` for the duration of a run: afterwards the variables it set are unset again and the
-    temporary ``FLWR_HOME`` it made is removed (also when the run fails or is interrupted).
+    temporary ``FLWR_HOME`` it made (with Ray's session folder) is removed (also when the run fails or is interrupted).
 
     Returns:
         A context manager yielding the variables it set.
@@ -103,6 +113,7 @@ __getattr__ = lazy_getattr(
 __all__ = [
     "FLOWER_HINT",
     "OFFLINE_ENV",
+    "QUIET_ENV",
     "DeployConfig",
     "DeployError",
     "FlowerConfig",

@@ -1,5 +1,5 @@
-"""The processes a local deployment starts, found and stopped by PID (from ``/proc``), and the free ports it
-gives them."""
+"""The processes a local deployment or a simulation starts, found and stopped by PID (from ``/proc``), the free ports
+a deployment gives them, and a subreaper that keeps orphaned descendants (a Ray worker whose raylet exited) in reach."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def alive(pid: int) -> bool:
 
 
 def stop_processes(pids: list[int], grace: float = 10.0) -> list[int]:
-    """SIGTERM to ``pids``, SIGKILL to those alive after ``grace`` seconds; returns the PIDs signalled."""
+    """SIGTERM to ``pids``, SIGKILL to those alive after ``grace`` seconds, and those that were this process's
+    children reaped (no zombie left for init); returns the PIDs signalled."""
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
@@ -67,4 +68,27 @@ def stop_processes(pids: list[int], grace: float = 10.0) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    deadline = time.monotonic() + 2.0  # SIGKILL is not refused, only not instant
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not a child of ours (or reaped already): its parent reaps it
+            pass
     return pids
+
+
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl(2): orphaned descendants are re-parented to this process instead of init."""
+
+
+def subreaper(on: bool) -> bool:
+    """Make this process the subreaper of its descendants (``on``) or not (Linux; False where it cannot): a process
+    whose parent exits is then re-parented here, so :func:`descendants` still finds it and it can be stopped."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -162,11 +164,6 @@ def _run_flower(cfg: FlowerConfig, progress) -> dict[str, Any]:
         account = open_account(p)
         try:
             return _serve_flower(cfg, p, account, progress)
-        except KeyboardInterrupt:
-            if account is not None:
-                account.finish()
-            stop_ray()
-            raise
         finally:
             if account is not None:
                 account.finish()
@@ -307,14 +304,74 @@ def stop_ray() -> None:
         ray.shutdown()
 
 
+def start_ray() -> None:
+    """Start Ray's local cluster as Flower's backend would (its workers import what this process imports), quiet
+    (errors only, no dashboard, workers' output kept out of the terminal)."""
+    import ray
+
+    path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.environ["PYTHONPATH"] = path
+    try:
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": path}}, include_dashboard=False, logging_level="ERROR",
+                 log_to_driver=False)  # fmt: skip
+    except SystemExit as exc:  # SIGTERM while Ray starts: its own handler exits; an interrupt like any other
+        if exc.code == signal.SIGTERM:
+            raise KeyboardInterrupt from None
+        raise
+
+
+@contextmanager
+def quiet_stop(log: logging.Logger) -> Iterator[None]:
+    """Ctrl-C and SIGTERM (taken back from Ray, which installs its own) raise KeyboardInterrupt after silencing
+    ``log``: Flower's threads would report every actor that the shutdown ends, a traceback each. The previous
+    handlers are back afterwards (nothing changes off the main thread)."""
+    import threading
+
+    from hdp_planner_train.run.interrupts import STOPS
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame) -> None:
+        log.disabled = True
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.getsignal(sig) for sig in STOPS}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
 def _simulate(app, client, nodes: int, cpus_per_client: float) -> None:
-    """Flower's simulation engine, quiet: Ray and Flower log errors only."""
+    """Flower's simulation engine, quiet: Ray and Flower log errors only. However it ends, Ray is shut down and every
+    process it started is stopped (this process is their subreaper meanwhile, so that actors orphaned by their raylet
+    are found too); stopped by Ctrl-C or SIGTERM, Flower's threads, whose peers are gone, log nothing more."""
     from flwr.simulation import run_simulation
 
-    logging.getLogger("flwr").setLevel(logging.ERROR)  # run_simulation's deprecation notice; client errors stay
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    backend = {
-        "client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
-        "init_args": {"logging_level": "ERROR", "log_to_driver": False},
-    }
-    run_simulation(server_app=app, client_app=client, num_supernodes=nodes, backend_config=backend)
+    from hdp_planner_flower.processes import descendants, stop_processes, subreaper
+    from hdp_planner_train.run.interrupts import HeldInterrupt
+
+    flwr_log = logging.getLogger("flwr")
+    flwr_log.setLevel(logging.ERROR)  # run_simulation's deprecation notice; client errors stay
+    flwr_log.disabled = False
+    before = set(descendants(os.getpid()))
+    reaping = subreaper(True)
+    try:
+        with quiet_stop(flwr_log):
+            start_ray()
+            backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}}
+            with quiet_stop(flwr_log):  # Ray's init installed its own SIGTERM handler: ours again
+                run_simulation(server_app=app, client_app=client, num_supernodes=nodes, backend_config=backend)
+    finally:
+        with HeldInterrupt() as held:  # a second Ctrl-C does not cut the clean-up short
+            held.hold()
+            stop_ray()
+            stop_processes([pid for pid in descendants(os.getpid()) if pid not in before], grace=5.0)
+            if reaping:
+                subreaper(False)

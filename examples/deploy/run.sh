@@ -4,7 +4,8 @@
 # stopped afterwards, by PID. Usage (from the repository root):
 #   examples/deploy/run.sh [NODES] [ROUNDS]        e.g. examples/deploy/run.sh 5 2
 # Writes runs/deploy-example/{plan.json,secagg}; the deployment's certificates, keys and logs go to
-# runs/deploy-example/deployment, the nodes' state to runs/deploy-example/nodes (one SQLite file per client).
+# runs/deploy-example/deployment, the nodes' state to runs/deploy-example/nodes (one SQLite file per client). Earlier
+# results there are refused unless OVERWRITE=1 replaces them.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 NODES=${1:-5}; ROUNDS=${2:-2}
@@ -14,6 +15,10 @@ export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUT"
 DIM=$(python -c "from hdp_planner_train.learning.models import make_model as m; print(sum(p.numel() for p in m('digits').parameters()))")
 hdp-plan solve --eps 1,2,4 --n "$NODES" --rounds 10 --q 0.8 --clip 1.0 --methods gdpfed,gdpfed+ --trust secagg \
-  --bits 16 --survivors 0.75 --model-dim "$DIM" --participations 8 -o "$OUT/plan.json" > /dev/null
+  --bits 16 --survivors 0.75 --model-dim "$DIM" --participations 8 -o "$OUT/plan.json" ${OVERWRITE:+--overwrite} \
+  > /dev/null
 hdp-plan deploy local "$OUT/plan.json" --nodes "$NODES" --rounds "$ROUNDS" --folder "$OUT/deployment" \
-  --node-state "$OUT/nodes" --out "$OUT"
+  --node-state "$OUT/nodes" --out "$OUT" ${OVERWRITE:+--overwrite} &
+DEPLOY=$!  # in the background, so that Ctrl-C or SIGTERM reach it through this trap at once: it stops its processes
+trap 'kill -TERM $DEPLOY 2>/dev/null; wait $DEPLOY; exit 130' INT TERM
+wait $DEPLOY

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,15 @@ def save(folder: Path, state: dict[str, Any]) -> None:
     spent = json.dumps({"rounds": int(state["next_round"])}).encode()
     _write(folder / SPENT, _sealed(key, spent))
     _record(folder, key, int(state["next_round"]))
+
+
+def discard(folder: Path) -> None:
+    """Remove a run folder that no one asked to keep (``train`` without ``--out`` keeps its checkpoint in one while it
+    runs) with the count of its rounds outside it."""
+    key = folder / KEY
+    if key.is_file():
+        counter_path(key.read_bytes()).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def load(folder: Path) -> dict[str, Any]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -237,12 +239,27 @@ def test_ctrl_c_in_train_says_how_to_resume(tmp_path, monkeypatch):
     (out / "checkpoint.pt").write_bytes(b"")
     monkeypatch.chdir(tmp_path)  # a short path as typed: the message wraps at 80 columns, not inside this check
 
-    def interrupted(cfg, plan):
+    def starting(cfg, plan):  # stopped before its first round: the checkpoint there is an earlier run's
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer, "run", interrupted)
-    result = runner.invoke(app, ["train", str(plan_file), "--dataset", "digits", "--out", "run", "--overwrite"])
-    assert result.exit_code == 130 and "--resume" in result.output and "checkpoint.pt" in result.output
+    def running(cfg, plan):  # stopped after this run checkpointed a round
+        (Path(cfg.output.out) / "checkpoint.pt").write_bytes(b"round 1")
+        raise KeyboardInterrupt
+
+    args = ["train", str(plan_file), "--dataset", "digits", "--out", "run", "--overwrite"]
+    monkeypatch.setattr(trainer, "run", starting)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 130 and result.output.strip() == "interrupted before the first round was checkpointed"
+    monkeypatch.setattr(trainer, "run", running)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 130 and "checkpointed in run; to continue, run the same command with --resume" in (
+        result.output
+    )
+    bare = runner.invoke(app, args[:4])  # no --out: the checkpoint kept in a folder of its own, named
+    kept = Path(bare.output.split("checkpointed in ")[1].split(";")[0])
+    assert bare.exit_code == 130 and f"add --out {kept} --resume --seeded-noise" in bare.output
+    assert (kept / "checkpoint.pt").is_file()
+    shutil.rmtree(kept)
 
 
 def test_bench_vs_pfl_without_pfl_says_how_to_set_it_up(tmp_path):
