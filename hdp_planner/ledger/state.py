@@ -8,7 +8,7 @@ Events (:mod:`.chain`), each a JSON object:
   accountant]), and ``simulated`` (true: a simulation's clients, the ids 0..n−1 of a plan's default mapping; false:
   clients named by ``hdp-plan assign``'s file or a deployment; absent in events written before it was recorded).
   A client's budget is registered at first sight; a run that gives a client another ε is refused
-  (:meth:`LedgerState.conflicts`), so the budget of a client is the one ε its plans agree on (events written before
+  (:meth:`LedgerState.refusal`), so the budget of a client is the one ε its plans agree on (events written before
   that check: the smallest seen, and δ the smallest seen).
 - ``release``: ``run_id``, ``round`` (0 = the run's first): charged before its model leaves the server.
 - ``finish``: ``run_id``; the rounds it never released are given back (``given_back``, recorded).
@@ -148,6 +148,27 @@ class LedgerState:
         """Whether a run of a simulation's clients (``simulated``), or of clients named by a groups file (not
         ``simulated``), is recorded."""
         return any(run.simulated is simulated for run in self.runs.values())
+
+    def refusal(self, data: Mapping[str, Any], ledger: str) -> str | None:
+        """Why the ledger ``ledger`` refuses the ``run`` event ``data`` before pricing it (None: it does not): its
+        clients are of the other kind than the ledger's (a simulation's ids never meet real clients), or it gives a
+        registered client another budget (both values named)."""
+        simulated = data.get("simulated")
+        if simulated is not None and self.holds(simulated=not simulated):
+            ids = sorted(data["clients"], key=lambda c: (len(c), c))
+            held, new = ("real clients (named by groups files)", f"a simulation's clients {ids[0]}..{ids[-1]}")
+            if not simulated:
+                held, new = ("a simulation's clients (a plan's ids 0..n−1)", "real clients")
+            return (f"the privacy ledger {ledger} holds {held}: {new} are never written beside them; give this run a "
+                    "ledger of its own (--ledger PATH)")  # fmt: skip
+        differ = self.conflicts(data)
+        if not differ:
+            return None
+        client, registered, given = differ[0]
+        more = f" (and {len(differ) - 1} more clients)" if len(differ) > 1 else ""
+        return (f"client {client} has the lifetime budget ε {registered:g} in the privacy ledger {ledger} and "
+                f"ε {given:g} in this run's plan{more}: a client has one budget; correct the plan or its groups file, "
+                "or give these clients a ledger of their own (--ledger PATH)")  # fmt: skip
 
     @classmethod
     def replay(cls, events: Iterable[Event], run_id: str | None = None) -> LedgerState:

@@ -229,7 +229,9 @@ class Ledger:
         try:
             with self._writing() as conn:
                 state, last = self._state(conn)
-                self._admit(state, data)
+                refused = state.refusal(data, self.target)
+                if refused is not None:
+                    raise LedgerError(refused)
                 state.apply((last.seq if last else 0) + 1, "run", data)
                 spent = state.spending(data["clients"])
                 over = [s for s in spent if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
@@ -238,27 +240,6 @@ class Ledger:
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot write the privacy ledger {self.target}: {_reason(exc)}") from None
         return over
-
-    def _admit(self, state: LedgerState, data: dict) -> None:
-        """Refuse (LedgerError) a run whose clients are of the other kind than the ledger's (a simulation's ids
-        never meet real clients), or that gives a registered client another budget, naming both values."""
-        simulated = data.get("simulated")
-        if simulated is not None and state.holds(simulated=not simulated):
-            ids = sorted(data["clients"], key=lambda c: (len(c), c))
-            held, new = ("real clients (named by groups files)", f"a simulation's clients {ids[0]}..{ids[-1]}")
-            if not simulated:
-                held, new = ("a simulation's clients (a plan's ids 0..n−1)", "real clients")
-            raise LedgerError(f"the privacy ledger {self.target} holds {held}: {new} are never written beside them; "
-                              "give this run a ledger of its own (--ledger PATH)")  # fmt: skip
-        differ = state.conflicts(data)
-        if differ:
-            client, registered, given = differ[0]
-            more = f" (and {len(differ) - 1} more clients)" if len(differ) > 1 else ""
-            raise LedgerError(
-                f"client {client} has the lifetime budget ε {registered:g} in the privacy ledger {self.target} and "
-                f"ε {given:g} in this run's plan{more}: a client has one budget; correct the plan or its groups file, "
-                "or give these clients a ledger of their own (--ledger PATH)"
-            )
 
     def release(self, run_id: str, round_index: int) -> None:
         """Charge a reserved round (before its model leaves the server).
