@@ -183,7 +183,7 @@ def test_budgets_files_may_carry_delta(tmp_path):
     for client_delta, planned in ((1e-4, 1e-4), (0.05, 50**-1.1)):  # 1/n^1.1 is 0.0135: kept when already below
         rows = [{"client_id": f"c{i}", "epsilon": 1.0, "delta": client_delta} for i in range(50)]
         listing.write_text(json.dumps(rows))
-        res = runner.invoke(app, ["solve", "--budgets", str(listing), "--groups", "1", "-o", str(path)])
+        res = runner.invoke(app, ["solve", "--budgets", str(listing), "--groups", "1", "-o", str(path), "--overwrite"])
         assert res.exit_code == 0, res.output
         assert load_plan(path).config.delta == pytest.approx(planned)
 

@@ -147,7 +147,7 @@ def test_compare_secagg_runs_the_noised_methods_through_the_integer_pipeline(tmp
     runs = {r["method"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
     assert runs["gdpfed+"]["trust"] == "secagg" and runs["p-fedavg"]["trust"] == "server"
     assert "trust" in json.loads((out / "gdpfed+" / "seed0" / "metrics.json").read_text())
-    refused = CliRunner().invoke(app, [*args[:4], "dp2-fedsam", *args[5:]])
+    refused = CliRunner().invoke(app, [*args[:4], "dp2-fedsam", *args[5:], "--overwrite"])  # past the grid there
     assert refused.exit_code != 0 and "dp2-fedsam has no distributed form" in refused.output
     refused = CliRunner().invoke(app, [*args, "--dropout", "0.1", "--trust", "server"])
     assert refused.exit_code != 0 and "--dropout needs --trust secagg" in refused.output
