@@ -4,17 +4,23 @@ Two engines with the same inputs and outputs, the flat client updates Δ_i = θ_
 - ``loop``: the plain reference, one client after the other with ``torch.optim.SGD``;
 - ``vectorized``: all clients at once over stacked parameters (chunks of clients bound the memory), the same
   SGD-with-momentum arithmetic as torch.optim.SGD; gradients by ``torch.func`` (functional_call + vmap + grad),
-  or, for a model with ``forward_batched`` (the LSTM, the small CNN, the digits MLP), by its own client-batched products
-  (:func:`client_grads`); on CPU such a model's clients are trained in pieces by worker threads
+  or, for a model with ``forward_batched`` (the LSTM, the small CNN, the digits MLP), by its own client-batched
+  products (:func:`client_grads`); on CPU the clients are trained in pieces by worker threads
   (:func:`vectorized_train`, which also runs SAM and frozen parameters for DP²-FedSAM's personal methods).
+
+On CPU every parallel step runs in worker threads with one intra-op thread each (:func:`in_workers`): on a shared
+machine an OpenMP team of two waits at every operator's barrier for a thread another process has pre-empted (the
+paper-scale CNN's local step took 10 ms on one thread and 100-200 ms on two while other jobs ran).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -25,6 +31,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner_train.rules.sampling import round_seed
 
+T = TypeVar("T")
 ENGINES = ("vectorized", "loop")
 PRECISIONS = ("fp32", "bf16")
 """``--precision``: of the local forward pass only ("mixed precision only where the update that is
@@ -110,7 +117,8 @@ def client_grads(model: nn.Module, precision: str = "fp32", wrt: Sequence[str] |
     A model with ``forward_batched(params, x)`` (the LSTM, the small CNN, the digits MLP) runs all clients through
     its own batched products and one backward pass of the sum of the clients' losses (client k's loss depends only on
     its own weights, so the gradient of the sum is every client's own); any other model goes through torch.func's
-    vmap(grad(·)). The forward runs under :func:`autocast` for ``precision``; the loss and the gradients are float32.
+    vmap(grad(·)), or plain autograd for a single client. The forward runs under :func:`autocast` for
+    ``precision``; the loss and the gradients are float32.
     """
     device = next(model.parameters()).device
     chosen = None if wrt is None else set(wrt)
@@ -137,19 +145,48 @@ def client_grads(model: nn.Module, precision: str = "fp32", wrt: Sequence[str] |
 
     def split(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         free = {n: p for n, p in params.items() if chosen is None or n in chosen}
-        return vmapped(free, {n: p for n, p in params.items() if n not in free}, x, y)
+        fixed = {n: p for n, p in params.items() if n not in free}
+        if x.shape[0] > 1:
+            return vmapped(free, fixed, x, y)
+        leaves = {n: p[0].detach().requires_grad_() for n, p in free.items()}  # one client: no batching needed
+        with torch.enable_grad():
+            loss = loss_fn(leaves, {n: p[0] for n, p in fixed.items()}, x[0], y[0])
+            return {n: g.unsqueeze(0) for n, g in zip(leaves, torch.autograd.grad(loss, list(leaves.values())))}
 
     return split
 
 
 def default_chunk(model: nn.Module, d: int, device: torch.device) -> int:
-    """Clients trained together: as many as 2·10⁸ stacked parameters allow, except a ``forward_batched`` model on
-    CPU, whose per-step batched products read every client's weights: there about 16 MB of weights in all (4
+    """Clients trained together: as many as 2·10⁸ stacked parameters allow, except on CPU for a ``forward_batched``
+    model, whose per-step batched products read every client's weights: there about 16 MB of weights in all (4
     clients of the LSTM, 153 of the small CNN) stays in cache; measured for the LSTM 0.06 s per client-step at 4
-    clients against 0.22 at 16."""
+    clients against 0.22 at 16. On CPU a model above 10⁶ parameters trains one client at a time, by plain autograd
+    (:func:`client_grads`): the paper-scale CNN's client-step took 11.0 ms so against 12.5 ms for two clients under
+    vmap, on one thread."""
     if device.type == "cpu" and hasattr(model, "forward_batched"):
         return max(1, int(4e6 // max(d, 1)))
+    if device.type == "cpu" and d > 1_000_000:
+        return 1
     return max(1, int(2e8 // max(d, 1)))
+
+
+def cpu_workers(device: torch.device) -> int:
+    """Worker threads for ``device``: torch's thread count on CPU (:func:`in_workers`), one elsewhere."""
+    return torch.get_num_threads() if device.type == "cpu" else 1
+
+
+def in_workers(fn: Callable[[T], torch.Tensor], items: Sequence[T], workers: int) -> list[torch.Tensor]:
+    """``[fn(item) for item in items]`` by ``workers`` threads, each taking the next item when free, every operator
+    on one intra-op thread (no barrier waits on a busy core); torch's thread count is restored after."""
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(min(workers, len(items))) as pool:
+            return list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def vectorized_train(
@@ -176,10 +213,16 @@ def vectorized_train(
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
     train = names if wrt is None else [n for n in names if n in set(wrt)]
-    grad_fn = client_grads(model, precision, None if wrt is None else train)
+    own = threading.local()  # functional_call swaps a module's parameters: each worker thread its own copy
+
+    def grad_fn(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not hasattr(own, "fn"):
+            shared = workers == 1 or hasattr(model, "forward_batched")  # forward_batched reads no module state
+            own.fn = client_grads(model if shared else copy.deepcopy(model), precision, None if wrt is None else train)
+        return own.fn(params, x, y)
+
     chunk = chunk or default_chunk(model, d, starts.device)
-    threads = torch.get_num_threads()
-    workers = workers or (threads if starts.device.type == "cpu" and hasattr(model, "forward_batched") else 1)
+    workers = workers or cpu_workers(starts.device)
     if workers > 1:  # cache-sized pieces, about two per worker, each worker taking the next piece when free
         chunk = min(chunk, max(1, math.ceil(k_total / (2 * workers))))
 
@@ -203,15 +246,7 @@ def vectorized_train(
                 params[n].sub_(g[n], alpha=lr)
         return torch.cat([params[n].reshape(kc, -1) for n in names], dim=1)
 
-    firsts = range(0, k_total, chunk)
-    if workers == 1 or len(firsts) == 1:
-        return torch.cat([piece(first) for first in firsts])
-    torch.set_num_threads(1)  # the workers' ops single-threaded: no barrier waits on a busy core
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            return torch.cat(list(pool.map(piece, firsts)))
-    finally:
-        torch.set_num_threads(threads)
+    return torch.cat(in_workers(piece, range(0, k_total, chunk), workers))
 
 
 def vectorized_deltas(
@@ -269,12 +304,15 @@ def clients_deltas(
 
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> tuple[float, float]:
-    """(accuracy %, mean cross-entropy) on a test set."""
+    """(accuracy %, mean cross-entropy) on a test set, its batches shared by :func:`in_workers` on CPU."""
     model.eval()
-    correct, loss = 0, 0.0
-    for i in range(0, len(y), batch):
+
+    def scores(i: int) -> torch.Tensor:
         out = model(x[i : i + batch])
-        loss += float(F.cross_entropy(out, y[i : i + batch], reduction="sum"))
-        correct += int((out.argmax(-1) == y[i : i + batch]).sum())
+        yb = y[i : i + batch]
+        return torch.stack([F.cross_entropy(out, yb, reduction="sum").double(), (out.argmax(-1) == yb).sum().double()])
+
+    parts = in_workers(scores, range(0, len(y), batch), cpu_workers(x.device))
+    loss, correct = (float(v) for v in torch.stack(parts).sum(0)) if parts else (0.0, 0.0)
     model.train()
     return 100.0 * correct / max(len(y), 1), loss / max(len(y), 1)

@@ -75,8 +75,14 @@ class CNN2Paper(nn.Module):
         self.fc2 = nn.Linear(512, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        """Channels-last from the first convolution on, the layout in which CPU max-pooling is vectorized (on
+        10×32×28×28, 2 ms a call in NCHW against 0.06 ms): the first output is laid out so by a copy (with one input
+        channel the layout is otherwise ambiguous; ``movedim`` and ``contiguous`` work under vmap), the second
+        follows from its input. Pooling before the ReLU gives the same values (both monotone) on a quarter of the
+        elements."""
+        x = self.conv1(x).movedim(-3, -1).contiguous().movedim(-1, -3)
+        x = F.relu(F.max_pool2d(x, 2))
+        x = F.relu(F.max_pool2d(self.conv2(x), 2))
         return self.fc2(F.relu(self.fc1(x.flatten(-3))))
 
 

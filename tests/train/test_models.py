@@ -28,6 +28,8 @@ from hdp_planner_train.learning.models import (  # noqa: E402
     DEFAULT_MODEL,
     MODELS,
     CharLSTM,
+    CNN2Paper,
+    DigitsMLP,
     make_model,
     model_dim,
     model_name,
@@ -207,16 +209,18 @@ def test_cnn_vectorized_engine_equals_the_loop(momentum, chunk):
     assert float(a.abs().max()) > 0
 
 
-@pytest.mark.parametrize("model_cls", [CNN2, CharLSTM])
+@pytest.mark.parametrize("model_cls", [CNN2, CharLSTM, DigitsMLP, CNN2Paper])
 def test_worker_threads_give_the_same_updates(model_cls):
-    """On CPU the batched models train pieces of the clients in worker threads (one intra-op thread each); the
-    result is the sequential one's and the process's thread count comes back."""
+    """On CPU every model trains pieces of the clients in worker threads (one intra-op thread each; a model without
+    its own batched forward, whose gradients go through functional_call, one copy of it per thread); the result is
+    the sequential one's and the process's thread count comes back."""
     torch.manual_seed(8)
     ys = torch.randint(0, 10, (7, 2, 3))
-    if model_cls is CNN2:
-        model, xs = CNN2().double(), torch.randn(7, 2, 3, 1, 28, 28, dtype=torch.float64)
-    else:
+    if model_cls is CharLSTM:
         model, xs = CharLSTM(16, 4, 6).double(), torch.randint(0, 16, (7, 2, 3, 5))
+    else:
+        side = 8 if model_cls is DigitsMLP else 28
+        model, xs = model_cls().double(), torch.randn(7, 2, 3, 1, side, side, dtype=torch.float64)
     starts = _flat(model).unsqueeze(0).repeat(7, 1) + 0.01 * torch.randn(7, _flat(model).numel(), dtype=torch.float64)
     threads = torch.get_num_threads()
     one = vectorized_train(model, starts, xs, ys, lr=0.3, momentum=0.9, rho=0.05, workers=1)
