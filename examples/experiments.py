@@ -6,7 +6,10 @@
     python examples/experiments.py personal-digits [--record] [--out runs/experiments] [--resume]
 
 Every number in the table is read from the runs' ``metrics.json``; the paper values printed beside some rows are
-the papers' own, as targets.
+the papers' own, as targets. A long grid (``table2-paper-cnn``) records every finished run as it goes: with
+``--record`` its result file is rewritten after each run, with the run's accuracy, minutes and load average in a
+table of runs, and ``--resume`` takes a run from that table when its folder is gone, so a fresh checkout continues
+from the committed record.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hdp_planner.report.results import Result, Table, render_result, write_result
+from hdp_planner.report.results import RESULTS_DIR, Result, Table, read_result, render_result, write_result
+from hdp_planner_train.learning.models import model_dim
+from hdp_planner_train.simulator.compare import paper_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
 FMNIST_PLAN = ("--eps", "0.5,1.5,3.0", "--n", "6000", "--rounds", "50", "--q", "0.02", "--clip", "1.5",
@@ -32,17 +38,58 @@ SKEW_PLAN = ("--eps", "0.5,1.5,3.0", "--n", "3000", "--rounds", "30", "--q", "0.
 SKEW = ("--dataset", "fmnist", "--clients", "3000", "--group-classes", "0,1,2,3/4,5,6/7,8,9")
 SECAGG_PLAN = (*FMNIST_PLAN[:-2], "--methods", "gdpfed+", "--trust", "secagg", "--bits", "20", "--model-dim", "26010")
 SECAGG = ("--method", "gdpfed+", "--dataset", "fmnist", "--trust", "secagg")
+PAPER_CNN_DIM = model_dim("fmnist", model="cnn2-paper")
+PAPER_CNN = ("--dataset", "fmnist", "--model", "cnn2-paper", "--eval-every", "5")
+TABLE2_ROWS = ("p-fedavg", "dp-fedavg", "gdpfed", "gdpfed-op", "gdpfed+", "pfa", "idp-fedavg-sample",
+               "idp-fedavg-scale", "hdp-pooled")  # fmt: skip
+
+
+def points_from(paper: str, ours: str) -> str:
+    """``ours`` (a mean, or "mean ± std") less ``paper``, in points; "—" where either is missing."""
+    try:
+        return f"{float(ours.split(' ')[0]) - float(paper):+.2f}"
+    except ValueError:
+        return "—"
+
+
+def table2_cells(method: str, trust: str) -> tuple[str, ...]:
+    """A Table 2 row's leading cells: the method, the trust model, the paper's FMNIST accuracy, ours with the small
+    CNN (the ``table2_fmnist`` result file, or ``secagg-bits`` for a secure row, read when the table is built) and its
+    distance from the paper's."""
+    paper = paper_accuracy("fmnist", method)
+    paper_cell, small = "—" if paper is None else f"{paper:.2f}", "—"
+    name, pick = ("table2_fmnist", lambda r: r[1]) if trust == "server" else ("secagg-bits", lambda r: r[-1])
+    path = RESULTS_DIR / f"{name}.json"
+    if path.is_file():
+        rows = [r for t in read_result(path).tables for r in t.rows if r[0] == method]
+        small = next((pick(r) for r in rows if trust == "server" or r[1] == trust), "—")
+    return method, trust, paper_cell, small, points_from(paper_cell, small)
+
+
+def table2_row(method: str, trust: str, plan: str, extra: tuple[str, ...], seeds: tuple[int, ...] | None = None) -> Row:
+    """A row of the paper-scale Table 2: ``method`` with the paper's CNN under ``plan``, its cells
+    (:func:`table2_cells`), then the accuracy per seed, their mean and its distance from the paper's."""
+    cells = table2_cells(method, trust)
+
+    def values(runs: list[dict]) -> tuple[str, ...]:
+        per_seed, mean = per_seed_cells(runs)
+        return per_seed, mean, points_from(cells[2], mean)
+
+    return Row(cells, plan, ("--method", method, *PAPER_CNN, *extra), seeds=seeds, values=values)
 
 
 @dataclass(frozen=True)
 class Row:
     """One table row: its leading cells, the plan it trains from and the command's arguments (seed excepted):
-    ``train`` (seeded noise) or ``flower`` (secure noise, as always on Flower)."""
+    ``train`` (seeded noise) or ``flower`` (secure noise, as always on Flower); ``seeds`` and ``values`` its own (None:
+    the experiment's)."""
 
     cells: tuple[str, ...]
     plan: str
     args: tuple[str, ...]
     command: str = "train"
+    seeds: tuple[int, ...] | None = None
+    values: Callable[[list[dict]], tuple[str, ...]] | None = None  # None: the experiment's
 
 
 @dataclass(frozen=True)
@@ -55,6 +102,10 @@ class Experiment:
     values: Callable[[list[dict]], tuple[str, ...]]
     """The value cells of a row from the ``metrics.json`` of its seeds."""
     notes: tuple[str, ...] = ()
+    progressive: bool = False
+    """Run the first seed of every row before any row's second seed, keep a table of runs and, with ``--record``,
+    write the result after every run (pending runs marked); ``values`` must read ``final_accuracy`` only, all a
+    recorded run keeps."""
 
 
 def mean_std(xs: Sequence[float]) -> str:
@@ -180,6 +231,49 @@ EXPERIMENTS: dict[str, Experiment] = {
         seeds=(0, 1, 2),
         values=per_seed_cells,
     ),
+    "table2-paper-cnn": Experiment(
+        title="GDPFed Table 2 on Fashion-MNIST with the paper's CNN (d = 1,663,370), on CPU",
+        plans={
+            "server": (*FMNIST_PLAN, "--model-dim", str(PAPER_CNN_DIM)),
+            "secagg": (
+                *FMNIST_PLAN[:-2],
+                "--methods",
+                "gdpfed+",
+                "--trust",
+                "secagg",
+                "--bits",
+                "20",
+                "--model-dim",
+                str(PAPER_CNN_DIM),
+            ),
+        },
+        columns=(
+            "method",
+            "trust",
+            "paper",
+            "small CNN",
+            "small CNN − paper",
+            "paper CNN, per seed (%)",
+            "paper CNN",
+            "paper CNN − paper",
+        ),
+        rows=(
+            *(table2_row(m, "server", "server", ()) for m in TABLE2_ROWS),
+            table2_row("gdpfed+", "secagg, b = 20", "secagg", ("--trust", "secagg"), seeds=(0,)),
+        ),
+        seeds=(0, 1, 2),
+        values=per_seed_cells,
+        notes=(
+            "The FMNIST Table 2 plan (ε = 0.5, 1.5, 3; n = 6000; T = 50; q = 0.02; C = 1.5; τ = 5; k_m/d = 0.7, "
+            "0.8, 0.9), every row trained with McMahan et al.'s CNN on 2 CPU cores, the test set evaluated every 5 "
+            "rounds and after the last; the small CNN column is the same plan with the small CNN (d = 26,010).",
+            "The paper's IDP-FedAvg row does not say which variant it is: shown for both.",
+            "The secure row runs GDPFed+, the best row with a distributed form (the pooled rows, IDP-FedAvg and "
+            "HDP-Pooled, draw one noise for all groups and have none), through the exact integer pipeline at "
+            "b = 20 bits with survivors F = 0.9; its noise is seeded too (a simulation).",
+        ),
+        progressive=True,
+    ),
     "secagg-bits": Experiment(
         title="The price of distrust in accuracy: the FMNIST Table 2 plan with a trusted server and under secure "
         "aggregation at b = 12, 16, 20 bits",
@@ -276,39 +370,96 @@ def hdp_plan(*args: str) -> None:
         sys.exit(f"failed: hdp-plan {' '.join(args)}\n{done.stderr.strip()[-2000:]}")
 
 
-def run(name: str, out: Path, resume: bool, seeds: tuple[int, ...] | None = None) -> Result:
+def row_seeds(exp: Experiment, row: Row) -> tuple[int, ...]:
+    return row.seeds if row.seeds is not None else exp.seeds
+
+
+def row_key(row: Row) -> str:
+    """A row's name in the table of runs: its first two cells."""
+    return " / ".join(row.cells[:2])
+
+
+RUN_COLUMNS = ("row", "seed", "accuracy (%)", "minutes", "load average (1 min) at start → end", "finished")
+
+
+def recorded_runs(name: str) -> dict[tuple[str, int], tuple[str, ...]]:
+    """The table of runs of ``benchmarks/results/NAME.json`` by (row, seed): what a fresh checkout resumes from."""
+    path = RESULTS_DIR / f"{name}.json"
+    if not path.is_file():
+        return {}
+    tables = [t for t in read_result(path).tables if t.columns == RUN_COLUMNS]
+    return {(r[0], int(r[1])): r for t in tables for r in t.rows}
+
+
+def run(name: str, out: Path, resume: bool, seeds: tuple[int, ...] | None = None, record: bool = False) -> Result:
     exp = EXPERIMENTS[name]
     if seeds is not None:
-        exp = dataclasses.replace(exp, seeds=seeds)
+        exp = dataclasses.replace(exp, seeds=seeds, rows=tuple(dataclasses.replace(r, seeds=None) for r in exp.rows))
     out.mkdir(parents=True, exist_ok=True)
     plans = {}
     for key, args in exp.plans.items():
         plans[key] = out / f"{key.replace(' ', '-')}.json"
         if not (resume and plans[key].is_file()):
             hdp_plan("solve", *args, "-o", str(plans[key]))
+    pairs = [(i, seed) for i, row in enumerate(exp.rows) for seed in row_seeds(exp, row)]
+    if exp.progressive:  # every row's first seed, then every row's second, ...
+        pairs.sort(key=lambda p: (row_seeds(exp, exp.rows[p[0]]).index(p[1]), p[0]))
+    recorded = recorded_runs(name) if resume and exp.progressive else {}
+    done: dict[tuple[int, int], dict] = {}
+    log: dict[tuple[int, int], tuple[str, ...]] = {}
+    for i, seed in pairs:
+        folder, was = out / f"row{i}-seed{seed}", recorded.get((row_key(exp.rows[i]), seed))
+        if resume and (folder / "metrics.json").is_file():
+            done[i, seed] = json.loads((folder / "metrics.json").read_text())
+        elif was is not None:
+            done[i, seed] = {"final_accuracy": float(was[2])}
+        if was is not None:
+            log[i, seed] = was
+    for i, seed in pairs:
+        if (i, seed) in done:
+            continue
+        row, folder = exp.rows[i], out / f"row{i}-seed{seed}"
+        load, t0 = os.getloadavg()[0], time.monotonic()
+        print(f"  {' / '.join(row.cells)}, seed {seed} (load average {load:.2f})", flush=True)
+        if row.command == "flower":
+            hdp_plan("flower", str(plans[row.plan]), *row.args, "--seed", str(seed), "--out", str(folder))
+        else:
+            hdp_plan("train", str(plans[row.plan]), *row.args, "--seed", str(seed), "--seeded-noise", "--overwrite",
+                     "--out", str(folder))  # fmt: skip
+        done[i, seed] = json.loads((folder / "metrics.json").read_text())
+        if exp.progressive:
+            finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            minutes, loads = f"{(time.monotonic() - t0) / 60:.1f}", f"{load:.2f} → {os.getloadavg()[0]:.2f}"
+            log[i, seed] = (row_key(row), str(seed), f"{done[i, seed]['final_accuracy']:.2f}", minutes, loads, finished)
+            print(f"    {log[i, seed][2]}% in {log[i, seed][3]} min", flush=True)
+            if record:
+                write_result(result(name, exp, done, [log[p] for p in pairs if p in log]))
+    return result(name, exp, done, [log[p] for p in pairs if p in log])
+
+
+def result(name: str, exp: Experiment, done: dict[tuple[int, int], dict], log: list[tuple[str, ...]]) -> Result:
+    """The experiment's result from the runs ``done`` so far (rows with pending runs marked) and, for a progressive
+    experiment, its table of runs ``log``."""
     table = []
+    width = len(exp.columns) - len(exp.rows[0].cells)
     for i, row in enumerate(exp.rows):
-        runs = []
-        for seed in exp.seeds:
-            folder = out / f"row{i}-seed{seed}"
-            if not (resume and (folder / "metrics.json").is_file()):
-                print(f"  {' / '.join(row.cells)}, seed {seed} (load average {os.getloadavg()[0]:.2f})", flush=True)
-                if row.command == "flower":
-                    hdp_plan("flower", str(plans[row.plan]), *row.args, "--seed", str(seed), "--out", str(folder))
-                else:
-                    hdp_plan("train", str(plans[row.plan]), *row.args, "--seed", str(seed), "--seeded-noise",
-                             "--overwrite", "--out", str(folder))  # fmt: skip
-            runs.append(json.loads((folder / "metrics.json").read_text()))
-        table.append((*row.cells, *exp.values(runs)))
+        wanted = row_seeds(exp, row)
+        runs = [done[i, s] for s in wanted if (i, s) in done]
+        cells = (row.values or exp.values)(runs) if runs else ("pending",) * width
+        if runs and len(runs) < len(wanted):
+            cells = (f"{cells[0]} ({len(runs)} of {len(wanted)} seeds; pending)", *cells[1:])
+        table.append((*row.cells, *cells))
     flower = any(row.command == "flower" for row in exp.rows)
     noise = "seeded noise in simulations, secure noise on Flower" if flower else "seeded noise (simulations)"
     seeds = f"seeds {', '.join(map(str, exp.seeds))}" if len(exp.seeds) > 1 else f"seed {exp.seeds[0]}"
-    return Result(
-        name=name,
-        title=exp.title,
-        tables=(Table(caption=f"{seeds}; {noise}", columns=exp.columns, rows=tuple(table)),),
-        notes=exp.notes,
-    )
+    own = {row_key(r): row_seeds(exp, r) for r in exp.rows if row_seeds(exp, r) != exp.seeds}
+    seeds += "".join(f"; {k}: seed {', '.join(map(str, v))}" for k, v in own.items())
+    tables = [Table(caption=f"{seeds}; {noise}", columns=exp.columns, rows=tuple(table))]
+    if exp.progressive:
+        total = sum(len(row_seeds(exp, r)) for r in exp.rows)
+        tables.append(Table(caption=f"runs finished: {len(log)} of {total}, in the order run", columns=RUN_COLUMNS,
+                            rows=tuple(log)))  # fmt: skip
+    return Result(name=name, title=exp.title, tables=tuple(tables), notes=exp.notes)
 
 
 def main() -> None:
@@ -322,13 +473,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.list or args.name is None:
         for name, exp in EXPERIMENTS.items():
-            print(f"{name:<18} {exp.title} ({len(exp.rows) * len(exp.seeds)} runs)")
+            print(f"{name:<18} {exp.title} ({sum(len(row_seeds(exp, r)) for r in exp.rows)} runs)")
         return
     seeds = None if args.seeds is None else tuple(int(x) for x in args.seeds.split(","))
-    result = run(args.name, args.out / args.name, args.resume, seeds)
-    print(render_result(result))
+    final = run(args.name, args.out / args.name, args.resume, seeds, args.record)
+    print(render_result(final))
     if args.record:
-        print(f"written to {write_result(result)}")
+        print(f"written to {write_result(final)}")
 
 
 if __name__ == "__main__":
