@@ -32,7 +32,7 @@ from hdp_planner.planning.budgets import (
 )
 from hdp_planner.planning.plan import METHODS, PlanConfig
 from hdp_planner.report.sweep import parse_range, parse_values, sweep_plan
-from hdp_planner_cli.console import err, one_line_errors, out, pct
+from hdp_planner_cli.console import err, one_line_errors, optional_columns, out, pct
 from hdp_planner_cli.option_blocks import with_groups
 from hdp_planner_cli.options import OVERWRITE_HINT, CliError, Overwrite, PlanFile
 from hdp_planner_cli.plan_options import PLAN, PlanRequest
@@ -98,6 +98,7 @@ def sweep(
         table.add_column(f"σ²_{m + 1}", justify="right")
     for name in METHODS:
         table.add_column(f"Λ\n{name}", justify="right")
+    optional_columns(table, *(f"σ²_{m + 1}" for m in range(result.count)))  # in the CSV (--csv)
     for v, qs, s2, lam in zip(result.values, result.q, result.sigma2, result.lam):
         table.add_row(f"{v:g}", *(f"{pct(x, 4)}%" for x in qs), *(f"{x:.4g}" for x in s2), *(f"{x:.4g}" for x in lam))
     files: dict[str, bytes] = {}

@@ -2,8 +2,8 @@
 
 What a user typed (file names, paths) is text, never rich markup: the result consoles read no markup at all
 (:func:`labelled` styles a line's label), and the error console escapes every message. Every table printed on
-them fits the console's width (:func:`fit_table`): columns that do not fit move to a next table that repeats the
-leading key columns, so no cell is ever cut to "…".
+them fits the console's width as one table (:func:`fit_table`): compact, then without the columns it marks optional
+(named in a line after it), then with its widest cells wrapped; no cell is ever cut to "…".
 """
 
 from __future__ import annotations
@@ -29,24 +29,34 @@ LOG_WIDTH = 132
 """Width of the result console when it does not print to a terminal (logs, CI): wide enough that tables are whole."""
 
 
-def fit_table(console: Console, table: Table, keys: int = 1) -> list[Table]:
-    """``table`` as tables no wider than ``console``: the first ``keys`` columns (what a row is about) lead each, the
-    other columns follow in order, as many as fit. The title leads the first part, the caption ends the last."""
-    if _width(console, table) <= console.width or len(table.columns) <= keys + 1:
+def optional_columns(table: Table, *headers: str) -> Table:
+    """Mark the columns of ``table`` with these headers as the ones :func:`fit_table` may leave out, in this order,
+    on a console too narrow for them (what they hold is in the plan file); returns ``table``."""
+    table.optional = headers  # type: ignore[attr-defined]
+    return table
+
+
+def fit_table(console: Console, table: Table) -> list[Table | Text]:
+    """``table`` as one table no wider than ``console``, never split into blocks that repeat its leading columns:
+    drawn compact (one space between columns, none at the edges), then without its optional columns
+    (:func:`optional_columns`, each left out only while the table is still too wide, and named in a line after it),
+    and only then with its widest cells wrapped. No cell is ever cut to "…"."""
+    if _width(console, table) <= console.width:
         return [table]
-    parts: list[list[int]] = [[]]
-    for i in range(keys, len(table.columns)):
-        if parts[-1] and not _fits(console, table, [*range(keys), *parts[-1], i]):
-            parts.append([])
-        parts[-1].append(i)
-    rest = list(range(keys, len(table.columns)))
-    size = -(-len(rest) // len(parts))
-    even = [rest[j : j + size] for j in range(0, len(rest), size)]  # as many parts, of even column counts
-    if len(even) == len(parts) and all(_fits(console, table, [*range(keys), *part]) for part in even):
-        parts = even
-    return [
-        _part(table, [*range(keys), *part], title=j == 0, caption=j == len(parts) - 1) for j, part in enumerate(parts)
-    ]
+    kept = list(range(len(table.columns)))
+    left_out: list[str] = []
+    for header in getattr(table, "optional", ()):
+        if _fits(console, table, kept):
+            break
+        index = next((i for i in kept if table.columns[i].header == header), None)
+        if index is not None:
+            kept.remove(index)
+            left_out.append(str(header).replace("\n", " "))
+    fitted = _part(table, kept)
+    if not left_out:
+        return [fitted, Text("")]
+    return [fitted, Text(f"({console.width} columns: {', '.join(left_out)} left out; a wider terminal shows them)"),
+            Text("")]  # fmt: skip
 
 
 def _width(console: Console, table: Table) -> int:
@@ -57,18 +67,22 @@ def _fits(console: Console, table: Table, columns: list[int]) -> bool:
     return _width(console, _part(table, columns)) <= console.width
 
 
-def _part(table: Table, columns: list[int], *, title: bool = True, caption: bool = True) -> Table:
+def _part(table: Table, columns: list[int]) -> Table:
+    """The table's ``columns``, compact: one space between columns, none at the edges; a column wider than the
+    console wraps (folds where a cell has no space), never ends in "…"."""
     part = Table(
         *(table.columns[i].copy() for i in columns),
         box=table.box,
-        title=table.title if title else None,
-        caption=table.caption if caption else None,
+        title=table.title,
+        caption=table.caption,
         show_lines=table.show_lines,
-        padding=table.padding,
-        pad_edge=table.pad_edge,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        collapse_padding=True,
+        show_edge=False,
     )
     for column in part.columns:
-        column.overflow = "fold"  # a column wider than the console folds, never ends in "…"
+        column.overflow = "fold"
     cells = [list(table.columns[i].cells) for i in columns]
     for r, row in enumerate(table.rows):
         part.add_row(*(c[r] for c in cells), end_section=row.end_section)
@@ -76,7 +90,7 @@ def _part(table: Table, columns: list[int], *, title: bool = True, caption: bool
 
 
 class FittingConsole(Console):
-    """A console on which every printed table fits the width (:func:`fit_table`, the first column as key)."""
+    """A console on which every printed table fits the width (:func:`fit_table`)."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         fitted: list[Any] = []
@@ -101,11 +115,18 @@ def labelled(label: str, style: str, text: str) -> Text:
     return Text.assemble((label, style), " ", text)
 
 
+def whole(console: Console) -> bool:
+    """Whether ``console`` prints long lines whole (soft-wrapped): to a log or a pipe, so that each stays one line to
+    read and search. A terminal gets them wrapped at spaces to its width, never inside a word or an option name."""
+    return not console.is_terminal
+
+
 out = FittingConsole(emoji=False, markup=False, highlight=False)
 err = Console(stderr=True, emoji=False)  # ':b:' in 'a:b:steps' is text, not an emoji
 if not out.is_terminal and "COLUMNS" not in os.environ:  # logs and CI: wide enough that the tables are whole
     out.width = max(out.width, LOG_WIDTH)
-result_out = Console(soft_wrap=True, emoji=False, markup=False)  # train/compare/flower result lines are never broken
+result_out = Console(emoji=False, markup=False)  # train/compare/flower result lines: whole in logs
+result_out.soft_wrap = whole(result_out)
 
 
 def os_error_line(exc: OSError) -> str:
@@ -129,9 +150,10 @@ def error_line(exc: BaseException | str) -> str:
 
 
 def print_error(message: str) -> None:
-    """``error: MESSAGE`` on stderr, one line, the message as text (:func:`error_line`)."""
+    """``error: MESSAGE`` on stderr, the message as text (:func:`error_line`): one line in a log, wrapped at spaces
+    to a terminal's width (:func:`whole`)."""
     err.print(f"[bold red]error:[/] {escape(error_line(message)) if message else 'failed'}", highlight=False,
-              soft_wrap=True)  # fmt: skip
+              soft_wrap=whole(err))  # fmt: skip
 
 
 def fail(message: str) -> None:

@@ -140,8 +140,11 @@ def interrupted(out: str | None) -> None:
     import os
     import sys
 
+    from hdp_planner_cli.console import err, whole
+
     where = f"; nothing was written to {out}" if out else ""
-    print(f"interrupted: the Flower run stopped, its processes too{where}", file=sys.stderr)
+    err.print(f"interrupted: the Flower run stopped, its processes too{where}", highlight=False, markup=False,
+              soft_wrap=whole(err))  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(130)

@@ -18,7 +18,7 @@ from hdp_planner.ledger.runs import default_ledger, executed_costs, plan_clients
 from hdp_planner.ledger.store import Ledger, LedgerError
 from hdp_planner.planfile.document import load_plan, read_document
 from hdp_planner_cli.command import PlainCommand
-from hdp_planner_cli.console import one_line_errors, out
+from hdp_planner_cli.console import one_line_errors, out, whole
 from hdp_planner_cli.options import GroupsFile, PlanFile
 
 LedgerOpt = Annotated[
@@ -125,11 +125,11 @@ def check(
         report = book.check_chain(head)
         if report.problem is not None:
             broken = f"FAIL the hash chain of {book.target} is broken: {report.problem}"
-            out.print(broken, highlight=False, markup=False, soft_wrap=True)
+            out.print(broken, highlight=False, markup=False, soft_wrap=whole(out))
             raise typer.Exit(1)
         copied = " (it began as a copy of an unchained ledger)" if report.migrated else ""
         chain = f"chain: {report.events} events unbroken{copied}; head {report.head}"
-        out.print(chain, highlight=False, soft_wrap=True)
+        out.print(chain, highlight=False, soft_wrap=whole(out))
         rows = book.state().spending()
         over = [s for s in rows if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
         cannot = []

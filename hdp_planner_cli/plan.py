@@ -20,7 +20,7 @@ from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, recommende
 from hdp_planner.planfile.document import load_plan, plan_problems, plan_to_dict, read_document, write_plan_document
 from hdp_planner.planfile.trust import recommended, secagg_rows, trust_to_dict, verify_trust
 from hdp_planner_cli.budgets import group_budgets, render_grouping
-from hdp_planner_cli.console import err, labelled, one_line_errors, out
+from hdp_planner_cli.console import err, labelled, one_line_errors, out, whole
 from hdp_planner_cli.option_blocks import Opt, option, with_groups
 from hdp_planner_cli.options import (
     N_HELP,
@@ -182,20 +182,20 @@ def solve(
         render_hidden(result, hidden, doc[HIDDEN_KEY], out)
     if output and replaced:
         out.print(written(output, "plan", replaced), highlight=False)
-    out.print(recommendation_line(result), highlight=False, soft_wrap=True)
+    out.print(recommendation_line(result), highlight=False, soft_wrap=whole(out))
     if rows:
         best = recommended(rows, result)
         if best is not None:
             line = (f"recommended under secagg: {best.name}: least Λ = {best.lambda_secagg:.4g} with distributed noise "
                     f"({best.price:.2f}x its Λ with a trusted server)")  # fmt: skip
-            out.print(line, highlight=False, soft_wrap=True)
+            out.print(line, highlight=False, soft_wrap=whole(out))
     if hidden:
         best = recommended_cohort(hidden, result)
         line = ("no row can hide who contributes under these caps" if best is None else
                 f"recommended with hidden participation: {best.name}: Λ = {best.lambda_cohort:.4g}, "
                 f"{best.price:.2f}x its Λ with a trusted server, {best.vectors_per_round} vectors a round, every "
                 f"group's ε against the server within its budget")  # fmt: skip
-        out.print(line, highlight=False, soft_wrap=True)
+        out.print(line, highlight=False, soft_wrap=whole(out))
 
 
 def check_hidden_options(trust: TrustModel, hide: bool, max_cohort: int | None, multiple: float | None) -> None:
@@ -221,7 +221,7 @@ def verify_cmd(
         problems = plan_problems(p) + verify_trust(p, doc) + verify_hidden(p, doc)
     if problems:
         for msg in problems:
-            err.print(f"[bold red]FAIL[/] {escape(msg)}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]FAIL[/] {escape(msg)}", highlight=False, soft_wrap=whole(err))
         raise typer.Exit(1)
     g = p.groups
     for m in p.methods:

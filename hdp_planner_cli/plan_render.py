@@ -13,7 +13,7 @@ from hdp_planner.methods.pooled import recalibrated_lambda
 from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
 from hdp_planner.planning.rows import rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
-from hdp_planner_cli.console import fit_table, labelled, pct
+from hdp_planner_cli.console import fit_table, labelled, optional_columns, pct
 
 STARVED_SHARE = 0.01
 """A cohort row whose smallest group's share of the update is below this gets a note: its clients barely count."""
@@ -56,6 +56,7 @@ def render_plan(p: Plan, console: Console) -> None:
     columns = ["group", "ε_m", "|G_m|", "q_m", "r_m", "σ_m", "σ_m²", "k_m/d", "ω_m", "ε\nspent"]
     for col in columns + (["σ_m\nby RDP", "PLD\nsaves"] if rdp else []):
         table.add_column(col, justify="right")
+    optional_columns(table, "σ_m²", "ω_m")  # σ_m² is σ_m squared; ω_m is in plan.json
     for i in range(len(g.size)):
         extra = []
         if rdp:
@@ -81,9 +82,10 @@ def render_plan(p: Plan, console: Console) -> None:
         box=box.SIMPLE_HEAD,
         title=f"Noise Λ ({c.lambda_convention} convention) and representation (population share {population})",
     )
-    columns = ["method", "q_m", "σ_m²", "Λ", "against\nDP-FedAvg", "clients/round\nr_m", "weight share\nα_m"]
+    columns = ["method", "q_m (%)", "Λ", "against\nDP-FedAvg", "clients a\nround r_m", "weight\nα_m (%)", "σ_m²"]
     for col in columns:
         noise.add_column(col, justify="right", no_wrap=col == "method")
+    optional_columns(noise, "σ_m²")  # every row's σ_m is in plan.json
     for m in p.methods:
         sigma2 = "/".join(
             "→".join(f"{ph.noise_multiplier[i] ** 2:.3g}" for ph in m.schedule or ()) or f"{m.sigma2[i]:.3g}"
@@ -92,12 +94,12 @@ def render_plan(p: Plan, console: Console) -> None:
         clients, share = p.representation(m)
         noise.add_row(
             m.name,
-            "/".join(pct(q) for q in m.q) + "%",
-            sigma2,
+            "/".join(pct(q) for q in m.q),
             f"{m.lam:.4g}",
             "—" if m is baseline else compare_noise(m.lam, base=base),
             "/".join(f"{x:.2g}" for x in clients),
-            "/".join(pct(a) for a in share) + ("%" if p.meets_min_share(m) else "% ✗"),
+            "/".join(pct(a) for a in share) + ("" if p.meets_min_share(m) else " ✗"),
+            sigma2,
         )
     console.print(noise)
     if c.min_share > 0:
@@ -141,6 +143,7 @@ def render_trust(p: Plan, trust: TrustModel, rows, console: Console) -> None:
     for col in ("method", "group", "ε\nbudget", "σ trusted\nserver", "z\nsecagg", "effective\nσ",
                 "ε third\nparties", f"ε server\n(K={k})", "Λ\nsecagg", "price of\ndistrust"):  # fmt: skip
         table.add_column(col, justify="right")
+    optional_columns(table, "σ trusted\nserver", "effective\nσ")  # both in plan.json's trust object
     for r in rows:
         m = p.method(r.name)
         for i, g in enumerate(r.groups or ()):
@@ -150,7 +153,7 @@ def render_trust(p: Plan, trust: TrustModel, rows, console: Console) -> None:
                 _fmt(g.noise_multiplier), _fmt(g.effective_noise_multiplier), _fmt(g.epsilon_third_parties),
                 _fmt(g.epsilon_server), _fmt(r.lambda_secagg) if first else "", f"{r.price:.2f}x" if first else "",
             )  # fmt: skip
-    console.print(*fit_table(console, table, keys=2))
+    console.print(*fit_table(console, table))
     for r in rows:
         if r.groups is None:
             console.print(labelled(f"{r.name}:", "cyan", r.note))
@@ -176,6 +179,7 @@ def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
     for col in ("method", "group", "ε\nbudget", "cohort\nm", "coin\np", "contri-\nbutors r", "member-\nships K",
                 "thresh-\nold t", "z", "ε\nserver", "Λ", "price"):  # fmt: skip
         table.add_column(col, justify="right")
+    optional_columns(table, "coin\np", "thresh-\nold t", "z")  # each in plan.json's cohort section
     for name, r in rows:
         if r is None:
             continue
@@ -188,7 +192,7 @@ def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
                 _fmt(g.epsilon_server),
                 _fmt(r.lambda_cohort) if first else "", f"{r.price:.2f}x" if first else "",
             )  # fmt: skip
-    console.print(*fit_table(console, table, keys=2))
+    console.print(*fit_table(console, table))
     if doc["frontier"]:
         frontier = Table(box=box.SIMPLE_HEAD, title=f"{doc['recommendation']}: cohort size against noise")
         for col in ("cohorts at most", "vectors a round", "Λ", "Λ / trusted Λ"):
@@ -196,7 +200,7 @@ def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
         for f in doc["frontier"]:
             cap = "the group" if f["multiple"] is None else f"{f['multiple']:g}x contributors"
             frontier.add_row(cap, str(f["vectors_per_round"]), _fmt(f["lambda"]), f"{f['price']:.2f}x")
-        console.print(*fit_table(console, frontier, keys=1))
+        console.print(*fit_table(console, frontier))
     for name, r in rows:
         if r is None:
             console.print(labelled(f"{name}:", "cyan", "no cohort under these caps (or no distributed form)"))

@@ -11,6 +11,7 @@ import typer
 from hdp_planner.distributed.trust import TrustModel
 from hdp_planner_cli.console import err as _err
 from hdp_planner_cli.console import fail as _fail
+from hdp_planner_cli.console import optional_columns, whole
 from hdp_planner_cli.console import out as console
 from hdp_planner_cli.console import result_out as _out
 from hdp_planner_cli.option_blocks import Opt, option, with_groups
@@ -107,7 +108,7 @@ def train(
         highlight=False,
     )
     if metrics.get("noise_source") == "seeded":
-        _err.print(f"note: {SEEDED_NOTE}", highlight=False, soft_wrap=True)
+        _err.print(f"note: {SEEDED_NOTE}", highlight=False, soft_wrap=whole(_err))
     elif "ledger" in metrics:
         _out.print(f"privacy ledger {metrics['ledger']}", highlight=False, markup=False)
     if "group_accuracy" in metrics:
@@ -312,7 +313,8 @@ def render_summary(dataset: str, seeds: int, summary: list[dict]):
     audited = any("epsilon_empirical" in s for s in summary)
     columns = ("method", "ours", "paper", "Λ measured / planned", "ε spent per group")
     for col in (*columns, *(("ε̂ audited (max upper)",) if audited else ()), "s per run"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=col == "method")
+    optional_columns(table, "s per run", "Λ measured / planned")  # both in results.json
     for s in summary:
         eps = "∞ (no noise)" if s["epsilon_spent"] is None else ", ".join(f"{e:.3g}" for e in s["epsilon_spent"])
         lam = "—" if s["epsilon_spent"] is None else f"{s['lambda_measured']:.3g} / {s['lambda_planned']:.3g}"
@@ -366,5 +368,5 @@ def interrupted(out: str, *, since: float, scratch: bool, noise: str | None) -> 
         if scratch:
             discard(Path(out))
         message = "interrupted before the first round was checkpointed"
-    _err.print(message, highlight=False, markup=False, soft_wrap=True)
+    _err.print(message, highlight=False, markup=False, soft_wrap=whole(_err))
     raise typer.Exit(130)

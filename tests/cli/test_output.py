@@ -38,7 +38,7 @@ def assert_fits(text: str, width: int = 80) -> list[str]:
     """Every table line within ``width`` and nothing cut to "…"; the lines, split into their cells."""
     assert "…" not in text
     lines = text.splitlines()
-    table_lines = [line for line in lines if line.startswith(" ")]  # tables are indented; prose lines may be long
+    table_lines = [line for line in lines if "  " in line.strip()]  # table rows space their cells; prose is whole
     assert table_lines and all(len(line) <= width for line in table_lines), max(table_lines, key=len)
     return [line.split() for line in table_lines if line.strip()]
 
@@ -67,7 +67,8 @@ def test_verify_and_sweep_fit_80_columns(narrow, tmp_path):
     assert all(len(line) <= 80 for line in run("verify", plan).splitlines()[:-1])
     out = run("sweep", "--eps", "0.5,1.5,3.0", "--n", "6000", "--values", "0.2,0.6,1")
     cells = assert_fits(out)
-    assert sum(row[:1] == ["0.6"] for row in cells) == 2  # the varied value leads both parts of the split table
+    assert sum(row[:1] == ["0.6"] for row in cells) == 1  # one table, never split into parts that repeat a column
+    assert "(80 columns: σ²_1, σ²_2, σ²_3 left out; a wider terminal shows them)" in out
 
 
 def test_compare_summary_fits_80_columns(narrow, capsys):
@@ -83,19 +84,24 @@ def test_compare_summary_fits_80_columns(narrow, capsys):
     assert all(any(row[:1] == [name] for row in cells) for name in methods)
 
 
-def test_a_wide_table_is_split_with_its_key_column_and_every_cell_kept():
-    table = Table(title="wide")
+def test_a_wide_table_stays_one_table_leaving_out_its_optional_columns_by_name():
+    from rich import box
+
+    table = Table(title="wide", box=box.SIMPLE_HEAD)
     for i in range(12):
-        table.add_column(f"column {i}", justify="right")
+        table.add_column(f"col {i:02d}", justify="right")
     for r in range(3):
-        table.add_row(f"row-{r}", *(f"{r}.{i:08d}" for i in range(1, 12)))
+        table.add_row(f"row-{r}", *(f"{r}.{i:06d}" for i in range(1, 12)))
+    console.optional_columns(table, "col 11", "col 10", "col 09", "col 08", "col 07")  # 4 too many for 80
     target = Console(width=80, file=io.StringIO(), record=True)
     parts = console.fit_table(target, table)
-    assert len(parts) > 1 and all(target.measure(p).maximum <= 80 for p in parts)
+    assert target.measure(parts[0]).maximum <= 80
     target.print(*parts)
     text = target.export_text()
-    assert "…" not in text and text.count("row-1") == len(parts)
-    assert all(f"1.{i:08d}" in text for i in range(1, 12))
+    assert "…" not in text and text.count("row-1") == 1  # one table: the key column is never repeated
+    assert all(f"1.{i:06d}" in text for i in range(1, 8)) and "1.000008" not in text  # every cell kept is whole
+    said = " ".join(text.split())
+    assert "(80 columns: col 11, col 10, col 09, col 08 left out; a wider terminal shows them)" in said
     assert console.fit_table(Console(width=200, file=io.StringIO()), table) == [table]
 
 
