@@ -9,7 +9,10 @@ export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0  # silences a Ray FutureWarning
 export RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1  # a stopped Ray process dumps no stack trace on the terminal
 if [ -z "${FLWR_HOME:-}" ]; then FLWR_HOME=$(mktemp -d -t hdp-flwr-XXXXXX); OWN_HOME=1; fi
 export FLWR_HOME
-if [ -n "${OWN_HOME:-}" ] && [ -z "${RAY_TMPDIR:-}" ]; then export RAY_TMPDIR=$FLWR_HOME; fi
+if [ -n "${OWN_HOME:-}" ] && [ -z "${RAY_TMPDIR:-}" ]; then  # a Unix socket's path holds 107 characters at most
+  if [ ${#FLWR_HOME} -le 40 ]; then RAY_TMPDIR=$FLWR_HOME; else RAY_TMPDIR=$(mktemp -d /tmp/hdp-ray-XXXXXX); fi
+  export RAY_TMPDIR OWN_RAY=1
+fi
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 
 # refuse_earlier DIR: stop before anything slow if DIR holds a finished run, unless OVERWRITE=1 asks to replace it.
@@ -42,6 +45,7 @@ stop_run() {
     for _ in $(seq 50); do kill -0 $pids 2>/dev/null || break; sleep 0.1; done
     kill -KILL $pids 2>/dev/null || true
     rm -rf "$FLWR_HOME"
+    if [ -n "${OWN_RAY:-}" ]; then rm -rf "$RAY_TMPDIR"; fi
   elif [ -n "$superlink" ]; then
     echo "local SuperLink still running: PID $superlink"
   fi

@@ -107,10 +107,12 @@ def render_plan(p: Plan, console: Console) -> None:
     for m in p.methods[len(METHODS) :]:
         console.print(labelled(f"{m.name}:", "cyan", describe_baseline(m, c)))
     gain = 1 - p.objective / p.uniform_objective
+    moved = f"lower it by {100 * gain:.2g}%"
+    if gain < 0:
+        moved = f"raise it by {-100 * gain:.2g}% (the price of --min-share or --fixed-q)"
     console.print(
-        f"Problem 1 (GDPFed's bound on the training error, σ model {c.sigma_model}): the chosen q_m lower it by "
-        f"{100 * gain:.2g}% against q_m = q ({p.objective:.8g} against {p.uniform_objective:.8g}); most of it "
-        "does not depend on the q_m",
+        f"Problem 1 (GDPFed's bound on the training error, σ model {c.sigma_model}): the chosen q_m {moved} against "
+        f"q_m = q ({p.objective:.8g} against {p.uniform_objective:.8g}); most of it does not depend on the q_m",
         highlight=False,
     )
     for note in p.notes:

@@ -52,9 +52,19 @@ def offline_env() -> dict[str, str]:
     if "FLWR_HOME" not in os.environ:
         chosen["FLWR_HOME"] = tempfile.mkdtemp(prefix="hdp-flwr-")
         if "RAY_TMPDIR" not in os.environ:
-            chosen["RAY_TMPDIR"] = chosen["FLWR_HOME"]
+            chosen["RAY_TMPDIR"] = ray_folder(chosen["FLWR_HOME"])
     os.environ.update(chosen)
     return chosen
+
+
+RAY_PATH_ROOM = 40
+"""The longest folder Ray's session folder may sit in: its sockets' paths add about 70 characters, and a Unix
+socket's path holds at most 107."""
+
+
+def ray_folder(home: str) -> str:
+    """Where Ray keeps its session folder: ``home`` when its path is short enough, else a fresh folder in /tmp."""
+    return home if len(home) <= RAY_PATH_ROOM else tempfile.mkdtemp(prefix="hdp-ray-", dir="/tmp")
 
 
 @contextmanager
@@ -71,8 +81,9 @@ def offline_environment() -> Iterator[dict[str, str]]:
     finally:
         for key in chosen:
             os.environ.pop(key, None)
-        if "FLWR_HOME" in chosen:
-            shutil.rmtree(chosen["FLWR_HOME"], ignore_errors=True)
+        for key in ("FLWR_HOME", "RAY_TMPDIR"):
+            if key in chosen:
+                shutil.rmtree(chosen[key], ignore_errors=True)
 
 
 def require_flwr() -> str:

@@ -1,10 +1,10 @@
 """The README and the documentation site: every example runs, the site builds strictly, and a real browser finds
 no broken link or image.
 
-Fenced blocks are run by their language: ```python blocks of a page in order, in one namespace; ```bash blocks
-line by line, each line exiting 0, every page twice on a fresh home: the first line of each ``hdp-plan`` subcommand
-across the pages in a process of its own, as ``python -m hdp_planner`` under bash, the others through the Typer app in
-this process. ```py and ```shell blocks are shown only (installs, long training runs). Examples run in a temporary
+Fenced blocks are run by their language: ```python blocks of a page in order, in one namespace (in the folder the
+page's ``mkdir -p`` lines make); ```bash blocks by :mod:`docs_pages`, the whole documentation typed in order, twice,
+in one folder, on a fresh home (a marked test: ``python -m pytest -m docs``, which CI runs); ```py and ```shell
+blocks are shown only (installs, long training runs), their commands checked to exist. Examples run in a temporary
 folder where ``examples/`` is the repository's.
 """
 
@@ -14,7 +14,6 @@ import functools
 import http.server
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -51,6 +50,12 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def page_folders(page: Path) -> list[str]:
+    """The folders a page's ```bash blocks make (``mkdir -p DIR``): where its examples keep their files."""
+    return [word for block in blocks(page, "bash") for line in commands(block)
+            if line.startswith("mkdir -p ") for word in line.split()[2:]]  # fmt: skip
+
+
 def run_env() -> dict[str, str]:
     env = dict(os.environ, MPLBACKEND="Agg")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -79,64 +84,46 @@ def test_every_page_is_checked_somewhere() -> None:
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
 def test_python_examples_run(page: Path, workdir: Path) -> None:
     torch_guard("\n".join(blocks(page, "python")))
+    for folder in page_folders(page):
+        (workdir / folder).mkdir(parents=True, exist_ok=True)
     namespace: dict[str, object] = {"__name__": "__docs__"}
     for number, code in enumerate(blocks(page, "python"), 1):
         exec(compile(code, f"{page_id(page)} python block {number}", "exec"), namespace)
 
 
-def first_line_of_each_subcommand() -> set[tuple[Path, str]]:
-    """(page, line) of the first line of each ``hdp-plan`` subcommand, pages in order: the lines run in a process."""
-    first: dict[str, tuple[Path, str]] = {}
-    for page in BASH_PAGES:
-        for block in blocks(page, "bash"):
-            for line in commands(block):
-                first.setdefault(shlex.split(line, comments=True)[1], (page, line))
-    return set(first.values())
+@pytest.mark.docs  # the whole documentation, twice: minutes (CI runs it: python -m pytest -m docs)
+def test_the_documentation_typed_in_order_twice_in_one_folder_on_a_fresh_home(tmp_path: Path) -> None:
+    """README, getting started, the tutorials in the README's order, then the other pages: every ```bash line and
+    every page's ```python blocks, in one folder, on a fresh home, all of it twice (:mod:`docs_pages`). No refusal
+    the page does not show, no traceback, no process or temporary folder left behind, no simulated client in the
+    default privacy ledger, and every number a page shows a command print is the number it prints."""
+    pytest.importorskip("torch")
+    pytest.importorskip("flwr")
+    import docs_pages
+
+    lines: list[str] = []
+    results = docs_pages.run_pages(tmp_path, log=lines.append)
+    problems = [f"{r.step.page.relative_to(ROOT)}: `{r.step.code[:120]}`: " + "\n".join(r.problems)
+                for r in results if r.problems]  # fmt: skip
+    assert not problems, "\n\n".join(problems[:10]) + "\n\n" + "\n".join(lines)
 
 
-IN_A_PROCESS = first_line_of_each_subcommand()
+def test_every_page_of_the_sequence_keeps_its_files_in_a_folder_of_its_own() -> None:
+    """Each tutorial writes only into its own folder (the README into the working folder itself), so pages typed one
+    after another never meet each other's files."""
+    import docs_pages
 
-
-def test_every_page_runs_twice_in_a_row_on_a_fresh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every page's ```bash commands, in order, on a fresh machine and then again on the machine that ran them: a
-    fresh home (the default privacy ledger included), one folder per page, each page run twice. Every subcommand runs
-    at least once as a real process (its exit status from bash: :data:`IN_A_PROCESS`, first time round); the other
-    lines run in this process (``hdp-plan`` through its Typer app), which saves a Python start per line."""
-    import importlib.util
-
-    from typer.testing import CliRunner
-
-    from hdp_planner_cli.app import app
-
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
-    monkeypatch.delenv("HDP_PLANNER_LEDGER", raising=False)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    runner = CliRunner()
-    torch = importlib.util.find_spec("torch") is not None
-    for page in BASH_PAGES:
-        if not torch and any(re.search(r"hdp-plan\s+(train|compare|flower)\b", b) for b in blocks(page, "bash")):
-            continue  # a page that trains needs the train extra
-        folder = tmp_path / page_id(page).replace("/", "-")
-        folder.mkdir()
-        (folder / "examples").symlink_to(ROOT / "examples")
-        monkeypatch.chdir(folder)
-        for attempt in ("first", "second"):
-            for block in blocks(page, "bash"):
-                for line in commands(block):
-                    words = shlex.split(line, comments=True)
-                    assert words[0] == "hdp-plan", f"{page_id(page)}: `{line}` is not an hdp-plan command"
-                    if attempt == "first" and (page, line) in IN_A_PROCESS:
-                        command = re.sub(r"(^|[;&|]\s*)hdp-plan\b", rf"\1{sys.executable} -m hdp_planner", line)
-                        done = subprocess.run(["bash", "-c", command], cwd=folder, env=run_env(), capture_output=True,
-                                              text=True, timeout=300)  # fmt: skip
-                        code, output = done.returncode, done.stderr
-                    else:
-                        done = runner.invoke(app, words[1:])
-                        code, output = done.exit_code, done.output
-                    assert code == 0, f"{page_id(page)}, {attempt} time: `{line}` exited {code}: {output[-800:]}"
+    owners: dict[str, Path] = {}
+    for page in docs_pages.pages_in_order()[1:]:
+        folders = page_folders(page)
+        assert len(folders) == 1, f"{page_id(page)} makes {folders}: one folder of its own"
+        assert folders[0] not in owners, f"{page_id(page)} and {page_id(owners[folders[0]])} share {folders[0]}/"
+        owners[folders[0]] = page
+        for step in docs_pages.steps(page):
+            if step.kind == "bash" and step.code.startswith("hdp-plan "):
+                written = re.findall(r"(?:-o|--out|--csv|--plot|--output)\s+(\S+)", step.code)
+                outside = [w for w in written if not w.startswith(f"{folders[0]}/")]
+                assert not outside, f"{page_id(page)}: `{step.code}` writes {outside} outside {folders[0]}/"
 
 
 def test_no_shown_command_uses_an_unknown_subcommand() -> None:
