@@ -69,8 +69,6 @@ def train(
     out = output.out
     if (output.plot or output.resume) and not out:
         _fail("--plot and --resume need --out DIR")
-    import time
-
     from hdp_planner_train.run.noise import SEEDED_NOTE
     from hdp_planner_train.simulator.checkpoint import discard
     from hdp_planner_train.simulator.trainer import TrainConfig, run
@@ -81,7 +79,7 @@ def train(
     cfg = TrainConfig(method=method, rounds=rounds, seed=seed,
                       **{**groups, "noise": noise, "output": replace(output, out=out or str(scratch),
                                                                      progress=_out.is_terminal)})  # fmt: skip
-    started = time.time()
+    earlier = checkpoint_stamp(out or str(scratch))  # an earlier run's checkpoint there is not this run's
     try:
         metrics = run(cfg, plan_file)
     except (ValueError, OSError, KeyError) as exc:
@@ -90,7 +88,7 @@ def train(
         _fail(str(exc) or type(exc).__name__)
         return
     except KeyboardInterrupt:
-        interrupted(out or str(scratch), since=started, scratch=scratch is not None, noise=noise.kind)
+        interrupted(out or str(scratch), earlier=earlier, scratch=scratch is not None, noise=noise.kind)
     if scratch is not None:
         discard(scratch)
     eps = ", ".join(
@@ -350,17 +348,28 @@ def scratch_folder():
     return Path(tempfile.mkdtemp(prefix="hdp-train-"))
 
 
-def interrupted(out: str, *, since: float, scratch: bool, noise: str | None) -> None:
-    """Ctrl-C or SIGTERM during ``train``: say in one line what this run kept (a checkpoint it wrote since
-    ``since``, never an earlier run's) and how to go on, exit status 130. A ``scratch`` folder (no ``--out``) is
+def checkpoint_stamp(out: str) -> tuple[int, int, int] | None:
+    """Which checkpoint ``out`` holds (a save replaces the file: its inode, size and time change), None if none."""
+    from pathlib import Path
+
+    from hdp_planner_train.simulator.scaffold import CHECKPOINT
+
+    saved = Path(out) / CHECKPOINT
+    if not saved.is_file():
+        return None
+    stat = saved.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def interrupted(out: str, *, earlier: tuple[int, int, int] | None, scratch: bool, noise: str | None) -> None:
+    """Ctrl-C or SIGTERM during ``train``: say in one line what this run kept (a checkpoint it wrote, never the one an
+    earlier run left, stamped ``earlier``) and how to go on, exit status 130. A ``scratch`` folder (no ``--out``) is
     kept only if it holds a checkpoint, and named; resuming it takes the noise source it ran with."""
     from pathlib import Path
 
     from hdp_planner_train.simulator.checkpoint import discard
-    from hdp_planner_train.simulator.scaffold import CHECKPOINT
 
-    saved = Path(out) / CHECKPOINT
-    if saved.is_file() and saved.stat().st_mtime >= since:
+    if checkpoint_stamp(out) not in (None, earlier):
         source = f"--{noise or 'seeded'}-noise"
         again = f"add --out {out} --resume {source}" if scratch else "run the same command with --resume"
         message = f"interrupted: the rounds run are checkpointed in {out}; to continue, {again}"

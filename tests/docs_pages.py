@@ -106,12 +106,12 @@ class Session:
     temporary folder, and a mark in every process's environment to find any left running."""
 
     def __init__(self, base: Path) -> None:
-        self.folder, self.home, self.tmp = base / "work", base / "home", base / "tmp"
-        for path in (self.folder, self.home, self.tmp):
+        self.folder, self.home = base / "work", base / "home"
+        for path in (self.folder, self.home):
             path.mkdir(parents=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix="hdp-t", dir="/tmp"))  # short: Ray's sockets live below it
         (self.folder / "examples").symlink_to(ROOT / "examples")
         self.mark = uuid.uuid4().hex
-        self.ray_before = set(Path("/tmp").glob("hdp-ray-*"))
         env = {k: v for k, v in os.environ.items() if k not in ("XDG_DATA_HOME", "HDP_PLANNER_LEDGER", "FLWR_HOME")}
         env.update(HOME=str(self.home), TMPDIR=str(self.tmp), MPLBACKEND="Agg", COLUMNS="80", HDP_DOCS_RUN=self.mark,
                    PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))  # fmt: skip
@@ -155,11 +155,8 @@ class Session:
                 pass
 
     def temporary(self) -> list[str]:
-        """What is left in the private temporary folder (caches aside), and Ray folders in /tmp that a command made
-        there because the private one's path is too long for Ray's sockets (``hdp_planner_flower.ray_folder``)."""
-        ours = [p for p in self.tmp.iterdir() if not p.name.startswith("torchinductor")]
-        ray = [p for p in Path("/tmp").glob("hdp-ray-*") if p not in self.ray_before]
-        return sorted(str(p) for p in ours + ray)
+        """What is left in the private temporary folder (caches aside)."""
+        return sorted(str(p) for p in self.tmp.iterdir() if not p.name.startswith("torchinductor"))
 
     def simulated_in_default_ledger(self) -> list[str]:
         """The runs of the default privacy ledger that hold a simulation's clients (ids of a plan's default mapping)."""
@@ -227,6 +224,7 @@ def run_pages(base: Path, *, attempts: int = 2, pages: list[Path] | None = None,
                 what = step.code if step.kind == "bash" else "(python blocks)"
                 log(f"[{attempt}] {page.relative_to(ROOT)} {result.seconds:6.1f} s  {what[:90]}"
                     + ("" if not result.problems else "  PROBLEM"))  # fmt: skip
+    shutil.rmtree(session.tmp, ignore_errors=True)
     simulated = session.simulated_in_default_ledger()
     if simulated:
         last = Result(Step(ROOT / "README.md", "ledger", "default ledger"), 0, "", 0.0)

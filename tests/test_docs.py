@@ -121,7 +121,7 @@ def test_every_page_of_the_sequence_keeps_its_files_in_a_folder_of_its_own() -> 
         owners[folders[0]] = page
         for step in docs_pages.steps(page):
             if step.kind == "bash" and step.code.startswith("hdp-plan "):
-                written = re.findall(r"(?:-o|--out|--csv|--plot|--output)\s+(\S+)", step.code)
+                written = re.findall(r"(?:-o|--out|--csv|--plot|--output)\s+([^-\s]\S*)", step.code)
                 outside = [w for w in written if not w.startswith(f"{folders[0]}/")]
                 assert not outside, f"{page_id(page)}: `{step.code}` writes {outside} outside {folders[0]}/"
 
