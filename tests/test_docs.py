@@ -3,7 +3,7 @@ no broken link or image.
 
 Fenced blocks are run by their language: ```python blocks of a page in order, in one namespace (in the folder the
 page's ``mkdir -p`` lines make); ```bash blocks by :mod:`docs_pages`, the whole documentation typed in order, twice,
-in one folder, on a fresh home (a marked test: ``python -m pytest -m docs``, which CI runs); ```py and ```shell
+in one folder, on a fresh home (a marked test: ``python -m pytest -m docs``); ```py and ```shell
 blocks are shown only (installs, long training runs), their commands checked to exist. Examples run in a temporary
 folder where ``examples/`` is the repository's.
 """
@@ -91,7 +91,7 @@ def test_python_examples_run(page: Path, workdir: Path) -> None:
         exec(compile(code, f"{page_id(page)} python block {number}", "exec"), namespace)
 
 
-@pytest.mark.docs  # the whole documentation, twice: minutes (CI runs it: python -m pytest -m docs)
+@pytest.mark.docs  # the whole documentation, twice: tens of minutes on 2 cores (python -m pytest -m docs)
 def test_the_documentation_typed_in_order_twice_in_one_folder_on_a_fresh_home(tmp_path: Path) -> None:
     """README, getting started, the tutorials in the README's order, then the other pages: every ```bash line and
     every page's ```python blocks, in one folder, on a fresh home, all of it twice (:mod:`docs_pages`). No refusal
