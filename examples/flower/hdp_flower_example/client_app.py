@@ -9,7 +9,8 @@ in deployment, ``partition-id`` in simulation) so that the server can map it to 
 from flwr.clientapp import ClientApp
 
 from hdp_planner_flower.app import train  # the Fashion-MNIST CNN's local SGD (hdp_planner_train)
-from hdp_planner_flower.mods import enroll, hdp_mod
+from hdp_planner_flower.mods import hdp_mod
+from hdp_planner_flower.stages import enroll
 
 app = ClientApp()
 app.train(mods=[hdp_mod])(train)
