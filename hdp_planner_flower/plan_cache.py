@@ -37,28 +37,27 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS derived (
     plan_sha256 TEXT NOT NULL, method TEXT NOT NULL, groups_sha256 TEXT NOT NULL, what TEXT NOT NULL,
     version TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (plan_sha256, method, groups_sha256, what, version))"""
 
-TYPES = frozenset({
-    "hdp_planner_flower.pin:PinnedPlan",
-    "hdp_planner_flower.node_state:Terms",
-    "hdp_planner_train.rules.specs:GroupSpec",
-    "hdp_planner_train.rules.secagg:SecaggSpec",
-    "hdp_planner.distributed.law:GroupLaw",
-    "hdp_planner.distributed.encoding:Encoding",
-    "hdp_planner.distributed.cohorts:CohortGroup",
-    "hdp_planner.planning.plan:Phase",
-    "hdp_planner.planning.plan:Projection",
-    "hdp_planner.ledger.composition:GroupRound",
-})  # fmt: skip
-"""The classes a cached value may hold: :func:`decode` builds nothing else."""
+PACKAGES = ("hdp_planner", "hdp_planner_train", "hdp_planner_flower")
+"""A cached value holds frozen dataclasses of these packages only: :func:`decode` builds nothing else."""
+
+
+def cached_type(kind: str) -> type:
+    """The class ``module:name`` names, if it is a frozen dataclass of :data:`PACKAGES`; else ValueError."""
+    module, _, name = kind.partition(":")
+    if module.split(".")[0] not in PACKAGES:
+        raise ValueError(f"{kind} is not a cached type")
+    cls = getattr(import_module(module), name, None)
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):
+        raise ValueError(f"{kind} is not a cached type")
+    return cls
 
 
 def encode(value: Any) -> Any:
-    """``value`` (frozen dataclasses of :data:`TYPES`, tuples, numpy arrays and scalars, str, int, float, bool,
+    """``value`` (frozen dataclasses of :data:`PACKAGES`, tuples, numpy arrays and scalars, str, int, float, bool,
     None) as JSON-ready data."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         kind = f"{type(value).__module__}:{type(value).__qualname__}"
-        if kind not in TYPES:
-            raise TypeError(f"{kind} is not a cached type")
+        cached_type(kind)
         return {"type": kind, "fields": {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}}
     if isinstance(value, np.ndarray):
         return {"array": value.tolist(), "dtype": str(value.dtype)}
@@ -75,10 +74,7 @@ def decode(data: Any) -> Any:
     """:func:`encode`'s inverse."""
     if isinstance(data, dict):
         if "type" in data:
-            if data["type"] not in TYPES:
-                raise ValueError(f"{data['type']} is not a cached type")
-            module, _, name = data["type"].partition(":")
-            return getattr(import_module(module), name)(**{k: decode(v) for k, v in data["fields"].items()})
+            return cached_type(data["type"])(**{k: decode(v) for k, v in data["fields"].items()})
         if "array" in data:
             return np.array(data["array"], dtype=data["dtype"])
         return tuple(decode(v) for v in data["tuple"])

@@ -113,5 +113,7 @@ def test_a_missing_groups_file_is_refused_before_the_cache_is_read(secure_plan, 
 def test_the_cache_builds_only_its_own_types():
     with pytest.raises(ValueError, match="not a cached type"):
         decode({"type": "subprocess:Popen", "fields": {"args": "true"}})
+    with pytest.raises(ValueError, match="not a cached type"):
+        decode({"type": "hdp_planner_flower.deploy:LocalDeployment", "fields": {}})  # not a frozen dataclass
     with pytest.raises(TypeError):
         encode(object())
