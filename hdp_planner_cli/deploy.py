@@ -64,6 +64,14 @@ def local(
     round_timeout: Annotated[
         float, typer.Option("--round-timeout", help="Seconds the server waits for a round's replies (then dropouts).")
     ] = 120.0,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm/--no-warm",
+            help="ClientApp processes forked from one process that has imported the node's app, or (--no-warm) a "
+            "new Python process per message started by each SuperNode's own SuperExec, Flower's default.",
+        ),
+    ] = True,
 ) -> None:
     """Run a plan on Flower's deployment engine on this machine: a SuperLink and one SuperNode per client as
     separate processes over TLS with node authentication; every process stopped afterwards, by PID."""
@@ -80,7 +88,7 @@ def local(
     cfg = DeployConfig(plan=plan_file, nodes=nodes, trust=tuple(t.strip() for t in trust.split(",") if t.strip()),
                        method=method, dataset=dataset, rounds=rounds, seed=seed, groups=groups, folder=folder,
                        node_state=node_state, out=out, timeout=timeout, round_timeout=round_timeout,
-                       ledger="" if ledger == "auto" else ledger, overwrite=overwrite)  # fmt: skip
+                       ledger="" if ledger == "auto" else ledger, overwrite=overwrite, warm=warm)  # fmt: skip
     try:  # SIGTERM stops the command as Ctrl-C does (the app's): its processes too
         results = deploy_local(cfg, progress=_say)
     except (ValueError, OSError, DeployError) as exc:

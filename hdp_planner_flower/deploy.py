@@ -125,11 +125,14 @@ class LocalDeployment:
         state_dir: Where the nodes keep their state, one file per client (None: the user's data folder).
         wait: Seconds the SuperLink has to start listening.
         retries: A SuperNode gives up connecting after this many tries or seconds.
+        warm: The nodes' ClientApp processes are forked from one warm process (:mod:`.executor`; the SuperNodes run
+            with ``--isolation process``); False: each SuperNode starts its own SuperExec, which starts a new Python
+            process per message (Flower's default).
     """
 
     def __init__(self, folder: str | Path, *, plan: str, nodes: int, method: str = "gdpfed+", groups: str | None = None,
                  state_dir: str | Path | None = None, wait: float = 60.0, retries: tuple[int, float] = (5, 60.0),
-                 ) -> None:  # fmt: skip
+                 warm: bool = True) -> None:  # fmt: skip
         self.folder = Path(folder).resolve()
         self.plan = str(Path(plan).resolve())
         self.sha256 = file_sha256(self.plan)
@@ -143,6 +146,7 @@ class LocalDeployment:
         self.specs: list[NodeSpec] = []
         self.wait = wait  # seconds the SuperLink has to start listening
         self.retries = retries  # a SuperNode gives up connecting after this many tries or seconds
+        self.warm = warm
 
     # ------------------------------------------------------------------ processes
     def env(self) -> dict[str, str]:
@@ -262,8 +266,14 @@ class LocalDeployment:
             "flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--root-certificates", str(ca or self.tls.ca),
             "--auth-supernode-private-key", str((key or spec.key).private), "--node-config", config,
             "--host", "127.0.0.1", "--port", str(spec.port), "--max-retries", str(self.retries[0]),
-            "--max-wait-time", str(self.retries[1]),
+            "--max-wait-time", str(self.retries[1]), *(["--isolation", "process"] if self.warm else []),
         ])  # fmt: skip
+
+    def start_executor(self) -> subprocess.Popen:
+        """The warm SuperExec of every node (:mod:`.executor`), watching this process."""
+        addresses = [f"127.0.0.1:{spec.port}" for spec in self.specs]
+        return self.spawn("executor", [sys.executable, "-m", "hdp_planner_flower.executor", "--runtime-api-address",
+                                       *addresses, "--parent-pid", str(os.getpid())])  # fmt: skip
 
     def online(self) -> int:
         """How many nodes the SuperLink counts online (``flwr supernode ls``)."""
@@ -299,7 +309,7 @@ class LocalDeployment:
         return registry
 
     def start_nodes(self) -> dict[int, int]:
-        """:meth:`register_all`, then start every SuperNode.
+        """:meth:`register_all`, then start every SuperNode (and, ``warm``, their SuperExec).
 
         Returns:
             Node id → client id of every registered node.
@@ -307,6 +317,8 @@ class LocalDeployment:
         registry = self.register_all()
         for spec in self.specs:
             self.start_node(spec)
+        if self.warm:
+            self.start_executor()
         return registry
 
     # ------------------------------------------------------------------ runs

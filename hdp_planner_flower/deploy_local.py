@@ -35,6 +35,8 @@ class DeployConfig:
         overwrite: Replace the metrics of earlier runs in ``out`` (refused otherwise, before anything starts).
         timeout: Seconds a run may take.
         round_timeout: Seconds a round may take.
+        warm: The nodes' ClientApp processes are forked from one warm process (:mod:`.executor`); False: each
+            SuperNode's own SuperExec starts a new Python process per message (Flower's default).
     """
 
     plan: str
@@ -52,6 +54,7 @@ class DeployConfig:
     overwrite: bool = False
     timeout: float = 600.0
     round_timeout: float = 120.0
+    warm: bool = True
 
 
 def check_config(cfg: DeployConfig) -> None:
@@ -82,6 +85,25 @@ def check_config(cfg: DeployConfig) -> None:
                                  "or replace it with --overwrite")  # fmt: skip
     if cfg.timeout <= 0 or cfg.round_timeout <= 0:
         raise ValueError(f"--timeout and --round-timeout must be > 0 seconds, got {cfg.timeout}, {cfg.round_timeout}")
+    if "secagg" in (cfg.trust or (run_plan.trust,)):
+        check_secure_form(run_plan, cfg.method)
+
+
+def check_secure_form(run_plan, method: str) -> None:
+    """Refuse (ValueError, one line) a plan whose ``method`` has no secure form under secagg: derived and checked
+    as every node will (:func:`~hdp_planner_train.rules.cohort.planned_secure`), before any process starts."""
+    from hdp_planner_train.rules.cohort import planned_secure
+    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
+
+    if method not in METHOD_NAMES:
+        raise ValueError(f"--method {method}: not one of {', '.join(METHOD_NAMES)}")
+    if "trust" not in run_plan.document:
+        raise ValueError(f"{run_plan.source} was solved for a trusted server: it has no secure form to run under "
+                         "secagg (solve it with --trust secagg)")  # fmt: skip
+    try:
+        planned_secure(run_plan.document, run_plan.plan, method_spec(run_plan.plan, method), METHOD_NAMES[method])
+    except ValueError as exc:
+        raise ValueError(f"{run_plan.source}: {str(exc).splitlines()[0]}") from None
 
 
 def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -> dict[str, dict]:
@@ -111,7 +133,7 @@ def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -
     start = time.monotonic()
     state_dir = cfg.node_state or (None if cfg.groups else folder / "nodes")  # public data, simulated ids: no budget
     with LocalDeployment(folder, plan=cfg.plan, nodes=cfg.nodes, method=cfg.method, groups=cfg.groups,
-                         state_dir=state_dir) as dep:  # fmt: skip
+                         state_dir=state_dir, warm=cfg.warm) as dep:  # fmt: skip
         linked = time.monotonic()
         progress(f"SuperLink on 127.0.0.1:{dep.port} (TLS, node authentication), PID {dep.procs['superlink'].pid}")
         dep.start_nodes()

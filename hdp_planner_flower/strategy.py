@@ -243,46 +243,43 @@ class HdpStrategy(Strategy):
             rules = self.rules(server_round, m=m)
             for node in nodes:
                 content = RecordDict({ARRAYS: arrays, HDP: rules, TRAIN_SETTINGS: config})
-                messages.append(Message(content, dst_node_id=node, message_type="train"))
+                messages.append(Message(content, dst_node_id=node, message_type="train", group_id=str(server_round)))
         return messages
 
     def secure_round(
         self, grid: Grid, *, server_round: int, arrays: ArrayRecord, config: ConfigRecord, timeout: float | None
     ) -> tuple[ArrayRecord, MetricRecord]:
-        """One round under secagg (:mod:`.secagg_workflow`): one SecAgg+ run per group, with the group's own threshold
-        max(t_m, ⌊c_m/2⌋ + 1); a group with fewer than t_m sampled clients, or whose run halts, contributes nothing;
+        """One round under secagg (:mod:`.secagg_workflow`): one SecAgg+ run per group, all at once (each group's
+        nodes are its own), with the group's own threshold max(t_m, ⌊c_m/2⌋ + 1); a group with fewer than t_m
+        sampled clients, or whose run halts, contributes nothing;
         each released sum is topped up to the law's N shares (the N − c_m that every outcome needs drawn while the
         clients work, the rest once the survivors are known); then the simulator's update rule."""
         rnd, sa = server_round - 1, self.spec.secagg
         picked = self.sample(server_round)
         self.arrays = arrays
         theta = flatten(arrays)
-        ys: list[np.ndarray | Withheld] = []
-        for m, nodes in enumerate(picked):
+
+        def group_sum(m: int, nodes: list[int]) -> np.ndarray | Withheld:
             plan = round_plan(sa, rnd=rnd, group=m)
             if len(nodes) < plan.law.threshold:
-                ys.append(too_few_sampled(m, sampled=len(nodes), threshold=plan.law.threshold))
-                continue
+                return too_few_sampled(m, sampled=len(nodes), threshold=plan.law.threshold)
             law, early = plan.law, max(0, plan.law.shares - len(nodes))  # shares the server adds whoever survives
             configs = {n: fit_config(self.rules(server_round, m=m), config) for n in nodes}
             with ThreadPoolExecutor(1) as pool:  # drawn while the clients work: off the round's critical path
-                base = pool.submit(
-                    top_up,
-                    np.zeros(law.encoding.padded, dtype=np.int64),
-                    missing=early,
-                    share_sigma2=law.share_sigma2,
-                    modulus=law.encoding.modulus,
-                    bits=SecureBits(),
-                )
+                base = pool.submit(top_up, np.zeros(law.encoding.padded, dtype=np.int64), missing=early,
+                                   share_sigma2=law.share_sigma2, modulus=law.encoding.modulus,
+                                   bits=SecureBits())  # fmt: skip
                 out = modular_sums(grid, configs=configs, server_round=server_round, arrays=arrays, bits=sa.bits,
                                    threshold=law.run_threshold(len(nodes)), masks=self.masks,
                                    timeout=timeout, sparse=self.sparse_graph, colluders=law.colluders)  # fmt: skip
                 if out is None:
-                    ys.append(Withheld(group=m, reason="SecAgg+ halted: fewer replies than its threshold"))
-                    continue
+                    return Withheld(group=m, reason="SecAgg+ halted: fewer replies than its threshold")
                 totals, alive = out
-                ys.append(release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
-                                  SecureBits()))  # fmt: skip
+                return release(np.mod(totals + base.result(), law.encoding.modulus), plan, len(alive) + early,
+                               SecureBits())  # fmt: skip
+
+        with ThreadPoolExecutor(len(picked)) as groups:  # the groups' runs at once: their nodes are disjoint
+            ys = list(groups.map(group_sum, range(len(picked)), picked))
         withheld = tuple(y for y in ys if isinstance(y, Withheld))
         sums = [torch.zeros_like(theta) if isinstance(y, Withheld) else torch.as_tensor(y, dtype=theta.dtype)
                 for y in ys]  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import threading
 import time
@@ -152,16 +153,33 @@ def test_hdp_plan_deploy_runs_the_plans_own_trust_model_and_refuses_a_trusted_se
     from hdp_planner_flower.deploy_local import DeployConfig, check_config
 
     path = tmp_path / "plan.json"
-    args = ["solve", "--eps", "1,2,4", "--n", "10", "--rounds", "10", "--q", "0.8", "--clip", "1.0", "--methods",
+    args = ["solve", "--eps", "1,2,4", "--n", "12", "--rounds", "10", "--q", "1.0", "--clip", "1.0", "--methods",
             "gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75", "--model-dim", "2410", "-o",
             str(path)]  # fmt: skip
     assert CliRunner().invoke(cli_app, args).exit_code == 0
-    check_config(DeployConfig(plan=str(path), nodes=10))
-    check_config(DeployConfig(plan=str(path), nodes=10, trust=("secagg",)))
-    res = CliRunner().invoke(cli_app, ["deploy", "local", str(path), "--nodes", "10", "--trust", "server",
+    check_config(DeployConfig(plan=str(path), nodes=12))
+    check_config(DeployConfig(plan=str(path), nodes=12, trust=("secagg",)))
+    res = CliRunner().invoke(cli_app, ["deploy", "local", str(path), "--nodes", "12", "--trust", "server",
                                        "--folder", str(tmp_path / "d")])  # fmt: skip
     assert res.exit_code == 2 and "not trusted" in res.output and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "d").exists()
+
+
+def test_hdp_plan_deploy_checks_the_plans_secure_form_before_starting_anything(deploy_plan, tmp_path):
+    """Under secagg the deployment derives the method's secure form, as every node will, before it writes a file or
+    starts a process: a trusted server's plan, or a method with no secure form (GDPFed+'s groups of two clients), is
+    refused in one line."""
+    res = CliRunner().invoke(cli_app, ["deploy", "local", str(deploy_plan), "--nodes", str(N), "--trust", "secagg",
+                                       "--folder", str(tmp_path / "d")])  # fmt: skip
+    assert res.exit_code == 2 and "solved for a trusted server" in res.output and not (tmp_path / "d").exists()
+    path = tmp_path / "plan.json"
+    args = ["solve", "--eps", "1,2,4", "--n", "6", "--rounds", "10", "--q", "1.0", "--clip", "1.0", "--methods",
+            "gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75", "--model-dim", "2410", "-o",
+            str(path)]  # fmt: skip
+    assert CliRunner().invoke(cli_app, args).exit_code == 0  # DP-FedAvg, one group of six, has a secure form
+    res = CliRunner().invoke(cli_app, ["deploy", "local", str(path), "--nodes", "6", "--folder", str(tmp_path / "d")])
+    assert res.exit_code == 2 and "gdpfed+ has no distributed form under --trust secagg" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output and not (tmp_path / "d").exists()
 
 
 def wait_exit(proc: subprocess.Popen, seconds: float) -> int | None:
@@ -224,6 +242,40 @@ def test_hdp_plan_deploy_runs_a_secure_plan(tmp_path):
     assert res.exit_code == 0, res.output
     m = json.loads((tmp_path / "runs" / "secagg" / "metrics.json").read_text())
     assert m["trust"] == "secagg" and m["rounds"] == 1 and "; 0 left" in res.output
+
+
+def recipe() -> list[str]:
+    """The commands of the deployment page's one-command recipe (its first ``shell`` block), continuations joined."""
+    page = (Path(__file__).parents[2] / "docs" / "concepts" / "deployment.md").read_text()
+    block = page.split("```shell\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+@pytest.mark.slow  # a secure plan on nine SuperNodes, two rounds: about 4 minutes on the shared machine
+def test_the_deployment_pages_recipe_runs_as_written_in_an_empty_folder(tmp_path):
+    """The page's two commands, typed in an empty folder (the user's ledger and data folder, and the temporary
+    folder, of this test): the plan has a secure form, the deployment runs it under SecAgg+, stops every process it
+    started and leaves no temporary folder behind."""
+    commands = recipe()
+    assert [c.split()[:3] for c in commands] == [["hdp-plan", "solve", "--eps"], ["hdp-plan", "deploy", "local"]]
+    work, scratch = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    scratch.mkdir()
+    root = str(Path(__file__).parents[2])
+    env = {**os.environ, "TMPDIR": str(scratch), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "HDP_PLANNER_LEDGER": str(tmp_path / "ledger.sqlite"),
+           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    outputs = []
+    for command in commands:
+        res = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=1500)
+        outputs.append(res.stdout + res.stderr)
+        assert res.returncode == 0, outputs[-1][-3000:]
+        assert "Traceback" not in outputs[-1]
+    assert outputs[0].strip().splitlines()[-1].startswith("recommended under secagg: ")
+    m = json.loads((work / "runs" / "deploy" / "secagg" / "metrics.json").read_text())
+    assert m["trust"] == "secagg" and m["rounds"] == 2 and m["method"] == "gdpfed+"
+    assert "; 0 left" in outputs[1] and sorted(p.name for p in work.iterdir()) == ["plan.json", "runs"]
+    assert list(scratch.iterdir()) == []  # the deployment's temporary folder is gone
 
 
 @pytest.mark.slow
