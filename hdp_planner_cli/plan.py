@@ -111,6 +111,14 @@ def solve(
     hide_sample: HideSample = False,
     max_cohort: MaxCohort = None,
     cohort_multiple: CohortMultiple = None,
+    trusted_fallback: Annotated[
+        bool,
+        typer.Option(
+            "--trusted-fallback",
+            help="Under --trust secagg, when no row has a secure form: write the plan for a trusted server (which "
+            "sees every sampled client's clipped update) instead of failing.",
+        ),
+    ] = False,
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan to this JSON file.")] = None,
     overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of tables.")] = False,
@@ -165,6 +173,12 @@ def solve(
             problems = verify_hidden(result, doc)
         if problems:
             raise CliError(f"internal check failed, no plan written: {problems[0]}")
+    fallback = None
+    if rows and recommended(rows, result) is None and not (hidden and recommended_cohort(hidden, result)):
+        fallback = no_secure_form(rows, result, trusted_fallback)
+        doc.pop("trust", None)  # what is written is a plan for a trusted server (or nothing)
+        doc.pop(HIDDEN_KEY, None)
+        hidden = ()
     replaced = write_plan_document(output, doc, overwrite=overwrite, hint=OVERWRITE_HINT) if output else None
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -189,6 +203,8 @@ def solve(
             line = (f"recommended under secagg: {best.name}: least Λ = {best.lambda_secagg:.4g} with distributed noise "
                     f"({best.price:.2f}x its Λ with a trusted server)")  # fmt: skip
             out.print(line, highlight=False, soft_wrap=whole(out))
+    if fallback:
+        out.print(fallback, highlight=False, soft_wrap=whole(out))
     if hidden:
         best = recommended_cohort(hidden, result)
         line = ("no row can hide who contributes under these caps" if best is None else
@@ -196,6 +212,18 @@ def solve(
                 f"{best.price:.2f}x its Λ with a trusted server, {best.vectors_per_round} vectors a round, every "
                 f"group's ε against the server within its budget")  # fmt: skip
         out.print(line, highlight=False, soft_wrap=whole(out))
+
+
+def no_secure_form(rows, plan, allowed: bool) -> str:
+    """The last line of a ``--trust secagg`` plan none of whose rows has a secure form (the recommended row's
+    reason); without ``--trusted-fallback`` a one-line error (exit 2, nothing written)."""
+    first = next((r for r in rows if r.name == plan.recommendation.method), rows[0])
+    why = f"{first.name} is {first.note or 'not planned under secagg'}"
+    if not allowed:
+        raise CliError(f"no row of this plan has a secure form under --trust secagg: {why}; or pass "
+                       "--trusted-fallback to write the plan for a trusted server")  # fmt: skip
+    return (f"no row has a secure form under --trust secagg ({why}): the plan is written for a trusted server "
+            "(--trusted-fallback), which sees every sampled client's clipped update")  # fmt: skip
 
 
 def check_hidden_options(trust: TrustModel, hide: bool, max_cohort: int | None, multiple: float | None) -> None:

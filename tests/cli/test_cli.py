@@ -32,6 +32,24 @@ def test_solve_writes_verifiable_plan_and_json(tmp_path):
     assert check.exit_code == 0 and "within budget" in check.output
 
 
+def test_solve_under_secagg_without_a_secure_form_fails_in_its_last_line_unless_it_may_fall_back(tmp_path):
+    """Five clients in three groups are too few a round for secure aggregation: ``solve --trust secagg`` says so in
+    its last line, exits 2 and writes nothing; with --trusted-fallback it writes a plan for a trusted server and says
+    so in its last line."""
+    args = ["solve", "--eps", "1,2,4", "--n", "5", "--rounds", "10", "--q", "0.8", "--clip", "1.0", "--methods",
+            "gdpfed,gdpfed+", "--trust", "secagg", "--bits", "16", "--survivors", "0.75", "--model-dim",
+            "2410"]  # fmt: skip
+    out = tmp_path / "plan.json"
+    res = runner.invoke(app, [*args, "-o", str(out)])
+    last = res.output.strip().splitlines()[-1]
+    assert res.exit_code == 2 and "no row of this plan has a secure form under --trust secagg" in last
+    assert "--trusted-fallback" in last and "Traceback" not in res.output and not out.exists()
+    res = runner.invoke(app, [*args, "--trusted-fallback", "-o", str(out)])
+    last = res.output.strip().splitlines()[-1]
+    assert res.exit_code == 0 and "written for a trusted server" in last and "clipped update" in last
+    assert "trust" not in json.loads(out.read_text()) and runner.invoke(app, ["verify", str(out)]).exit_code == 0
+
+
 def test_solve_plans_the_baselines_on_request(tmp_path):
     out = tmp_path / "plan.json"
     methods = "pfa,idp-fedavg-sample,idp-fedavg-scale,time-adaptive"
