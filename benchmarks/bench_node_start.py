@@ -58,6 +58,35 @@ if reply.has_error():
 """
 """A ClientApp process: ``python -c CHILD APP_REF MESSAGE_FILE APP_DIR``."""
 
+WARM = """
+import json, os, pickle, shutil, sys, time
+from flwr.clientapp.client_app import LoadClientAppError
+from flwr.supercore.object_ref import load_app
+from hdp_planner_flower.executor import reseed, warm
+
+warm()
+app = load_app("hdp_planner_flower.node:client", LoadClientAppError, sys.argv[1])
+for case, message, saved, live in json.loads(sys.argv[2]):
+    if saved:
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.copytree(saved, live)
+        if "first round" in case:
+            os.unlink(os.path.join(live, "derived.sqlite"))
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        reseed()
+        with open(message, "rb") as f:
+            msg, context = pickle.load(f)
+        os._exit(1 if app(msg, context).has_error() else 0)
+    _, status, usage = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{case} failed in its forked process")
+    print(json.dumps([case, time.perf_counter() - t0, usage.ru_utime + usage.ru_stime]), flush=True)
+"""
+"""The warm SuperExec's way (:mod:`hdp_planner_flower.executor`): one process imports every stage, then forks a child
+per message: ``python -c WARM APP_DIR '[[case, message file, saved state, live state], ...]'``."""
+
 BARE = """from flwr.app import Message
 from flwr.clientapp import ClientApp
 
@@ -151,6 +180,27 @@ FIRST_SECURE, FIRST_TRUSTED = "masked vector, first round (derives)", "trusted, 
 STAGES = ("enrolment query", "setup", "share_keys", "masked vector (trains)", "unmask", "trusted (trains)",
           FIRST_SECURE, FIRST_TRUSTED)  # fmt: skip
 CASES = ("python", "torch", "flower bare", *STAGES)
+WARM_CASES = tuple(f"warm: {stage}" for stage in STAGES)
+
+
+def warm_runs(files: dict[str, Path], folder: Path) -> dict[str, tuple[float, float]]:
+    """(wall s, CPU s) of each stage's process forked from one warm process (the warm SuperExec's way)."""
+    import json
+
+    jobs = []
+    for stage in STAGES:
+        trains = "trains" in stage or "first round" in stage
+        live = folder / ("state-secagg" if stage.startswith("masked") else "state-server")
+        jobs.append([f"warm: {stage}", str(files[stage]), str(files[stage].with_suffix(".state")) if trains else "",
+                     str(live)])  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", WARM, str(folder), json.dumps(jobs)], capture_output=True, text=True,
+                          env=env, cwd=folder)  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the warm process failed:\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
+    return {case: (wall, cpu) for case, wall, cpu in rows}
 
 
 def command(case: str, files: dict[str, Path], folder: Path, importtime: bool = False) -> list[str]:
@@ -218,6 +268,8 @@ def main() -> None:
             print(f"round {rep + 1}/{args.repeats}, load average {loads[-1]:.1f}", flush=True)
             for case in CASES:
                 times[case].append(run(case, files, folder)[:2])
+            for case, measured in warm_runs(files, folder).items():
+                times.setdefault(case, []).append(measured)
         profile = {c: imports(run(c, files, folder, importtime=True)[2]) for c in CASES}
 
     def med(case: str, i: int) -> float:
@@ -225,15 +277,15 @@ def main() -> None:
 
     torch_only = [med("torch", i) - med("python", i) for i in (0, 1)]
     rows = []
-    for case in CASES:
+    for case in (*CASES, *WARM_CASES):
         walls, cpus = [t[0] for t in times[case]], [t[1] for t in times[case]]
         trains = "trains" in case or "first round" in case
         ref = [med("flower bare", i) + (torch_only[i] if trains else 0.0) for i in (0, 1)]
-        over = "-" if case in ("python", "torch", "flower bare") else \
+        over = "-" if case in ("python", "torch", "flower bare") or case in WARM_CASES else \
             f"{med(case, 0) - ref[0]:+.2f} / {med(case, 1) - ref[1]:+.2f}"  # fmt: skip
-        total, heavy = profile[case]
+        total, heavy = profile.get(case, (0.0, "- (imported before the fork)"))
         rows.append([case, f"{statistics.median(walls):.2f}", f"{min(walls):.2f}", f"{statistics.median(cpus):.2f}",
-                     f"{min(cpus):.2f}", over, f"{total:.2f}", heavy])  # fmt: skip
+                     f"{min(cpus):.2f}", over, f"{total:.2f}" if case not in WARM_CASES else "-", heavy])  # fmt: skip
         print(" | ".join(rows[-1]), flush=True)
     print(f"torch's own import (torch - python): wall {torch_only[0]:.2f} s, CPU {torch_only[1]:.2f} s; load "
           f"average {min(loads):.1f} to {max(loads):.1f}")  # fmt: skip
@@ -250,6 +302,8 @@ def main() -> None:
             "Reference of the goal: Flower's bare ClientApp for the stages that do not train; for the training stages "
             f"the bare ClientApp plus torch's own import (torch - python: {torch_only[0]:.2f} s wall, "
             f"{torch_only[1]:.2f} s CPU). Over: the stage's median minus that reference.",
+            "warm: the same message answered in a process forked from one that imported every stage first (the warm "
+            "SuperExec's way, hdp_planner_flower.executor): its wall time from the fork to its exit and its CPU time.",
             f"Load average (1 min) {min(loads):.1f} to {max(loads):.1f} over the runs: the machine is shared.",
         )
         result = Result(name="bench_node_start", title="A node's ClientApp process per stage", tables=(table,),
