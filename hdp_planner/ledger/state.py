@@ -90,11 +90,6 @@ class RunRecord:
         return [(r, "released" if r in self.released else "reserved") for r in range(len(self.rounds))
                 if r in self.released or not self.finished]  # fmt: skip
 
-    def summary(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "federation": self.federation, "label": self.label,
-                "plan_sha256": self.plan_sha256, "start": self.start, "planned_rounds": len(self.rounds),
-                "started": self.started, "status": self.status, "released_rounds": len(self.released)}  # fmt: skip
-
 
 def run_event(*, run_id: str, federation: str, label: str, plan_sha256: str, start: int, started: float,
               delta: float, membership: Mapping[str, int], budgets_of: Mapping[str, float],

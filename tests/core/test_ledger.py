@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hdp_planner import plan
-from hdp_planner.ledger.runs import round_costs, simulated_clients
+from hdp_planner.ledger.runs import default_ledger, round_costs, simulated_clients
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError, compose
 from hdp_planner.planfile.document import save_plan
 from hdp_planner_cli.app import app
@@ -219,13 +219,54 @@ def test_a_training_run_killed_mid_run_keeps_its_charge_and_resumes_under_it(tmp
 
 
 def test_a_ledger_that_cannot_be_written_refuses_the_run(tmp_path, small):
+    """The refusal names the ledger and gives the database's own one-line reason."""
     path = tmp_path / "ro.sqlite"
     Ledger(str(path))
     readonly = f"sqlite:///file:{path}?mode=ro&uri=true"
-    with pytest.raises(LedgerError, match="cannot write the privacy ledger"):
+    with pytest.raises(LedgerError) as caught:
         _start(Ledger(readonly), small)
-    with pytest.raises(LedgerError, match="cannot open the privacy ledger"):
-        Ledger(str(tmp_path / "missing-dir" / "sub" / "l.sqlite"))
+    assert str(caught.value) == f"cannot write the privacy ledger {readonly}: attempt to write a readonly database"
+    missing = tmp_path / "missing-dir" / "sub" / "l.sqlite"
+    with pytest.raises(LedgerError) as caught:
+        Ledger(str(missing))
+    assert str(caught.value) == f"cannot open the privacy ledger {missing}: No such file or directory"
+    with pytest.raises(LedgerError) as caught:
+        Ledger(str(tmp_path / "none.sqlite"), create=False)
+    assert (
+        str(caught.value) == f"no privacy ledger at {tmp_path / 'none.sqlite'}"
+        and not (tmp_path / "none.sqlite").exists()
+    )
+
+
+def test_runs_are_listed_in_the_order_they_started_and_by_federation(tmp_path, small):
+    book = Ledger(str(tmp_path / "l.sqlite"))
+    first = _start(book, small, rounds=1, label="one")
+    book.release(first, 0)
+    book.finish(first)
+    membership, budgets = simulated_clients(small, small.groups.name)
+    second = book.start_run(federation="g", label="two", plan_sha256="1" * 64, membership=membership,
+                            budgets_of=budgets, delta=small.config.delta, start=3,
+                            planned=round_costs(small, small.groups.name, start=3, rounds=5))  # fmt: skip
+    runs = book.runs()
+    assert [(r.run_id, r.federation, r.label, r.status, r.start, len(r.rounds)) for r in runs] == [
+        (first, "f", "one", "finished", 0, 1),
+        (second, "g", "two", "running", 3, 2),
+    ]
+    assert runs[0].plan_sha256 == "0" * 64 and runs[1].plan_sha256 == "1" * 64
+    assert [r.run_id for r in book.runs("g")] == [second] and book.runs("h") == []
+    assert runs[0].released_through == 1 and runs[1].released_through == 3
+
+
+def test_the_default_ledger(monkeypatch, tmp_path):
+    monkeypatch.setenv("HDP_PLANNER_LEDGER", "postgresql://ledger.example/db")
+    assert default_ledger() == "postgresql://ledger.example/db"
+    monkeypatch.setenv("HDP_PLANNER_LEDGER", "")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_ledger() == str(tmp_path / "xdg" / "hdp-planner" / "ledger.sqlite")
+    monkeypatch.delenv("HDP_PLANNER_LEDGER")
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_ledger() == str(tmp_path / "home" / ".local" / "share" / "hdp-planner" / "ledger.sqlite")
 
 
 def test_a_run_stops_before_releasing_an_uncharged_round(tmp_path, small, monkeypatch):

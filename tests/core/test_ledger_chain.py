@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from hdp_planner import plan
 from hdp_planner.ledger.chain import canonical, event_digest
+from hdp_planner.ledger.composition import GroupRound
 from hdp_planner.ledger.runs import round_costs, simulated_clients
 from hdp_planner.ledger.store import Ledger, LedgerError
 from hdp_planner_cli.app import app
@@ -207,6 +208,55 @@ def test_a_ledger_of_the_unchained_schema_is_copied_into_the_chain(tmp_path, sma
     assert "copy of an unchained ledger" in _check(path).output
     with pytest.raises(LedgerError, match="refused before round 1"):
         _start(book, small, 4)
+
+
+def test_the_copy_keeps_every_field_of_every_run_and_each_clients_smallest_budget(tmp_path):
+    """Four runs of an unchained ledger (with the later ``accountant`` column), stored out of order: the copy lists
+    them by start time, keeps their fields, groups and rounds (numbered from the run's first, however the rows
+    numbered them), releases only the rounds every group released, finishes the finished run, takes each client's
+    smallest ε and smallest δ under any name and each run's δ from its budgeted members (1 without any), and records
+    what it copied."""
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(OLD_SCHEMA.replace("tau_d FLOAT,", "tau_d FLOAT, accountant VARCHAR(16),"))
+        db.executemany("INSERT INTO budgets VALUES (?, ?, ?, ?)", [
+            ("a", "c0", 2.0, 1e-5), ("b", "c0", 1.5, 1e-6), ("a", "c1", 1.0, 1e-5), ("b", "c1", 3.0, 1e-7),
+            ("b", "c2", 4.0, 1e-5)])  # fmt: skip
+        db.executemany("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", [
+            ("r1", "a", "first", "1" * 64, 3, 20.0, "finished"),
+            ("r2", "b", "second", "2" * 64, 2, 10.0, "running"),
+            ("r3", "a", "third", "3" * 64, 1, 30.0, "running"),
+            ("r4", "c", "fourth", "4" * 64, 1, 40.0, "running")])  # fmt: skip
+        db.executemany("INSERT INTO members VALUES (?, ?, ?)", [
+            ("r1", "c0", 0), ("r1", "c1", 1), ("r2", "c2", 1), ("r2", "c0", 0), ("r3", "c3", 0), ("r3", "c2", 1),
+            ("r4", "c4", 0)])  # fmt: skip
+        db.executemany("INSERT INTO charges VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+            ("r1", 0, 1, 0.2, 2.0, "released", None, "pld"), ("r1", 0, 0, 0.1, 1.0, "released", None, None),
+            ("r1", 1, 0, 0.1, 1.0, "released", None, None), ("r1", 1, 1, 0.2, 2.0, "reserved", None, "pld"),
+            ("r1", 2, 0, 0.1, 1.0, "reserved", None, None), ("r1", 2, 1, 0.2, 2.0, "reserved", None, "pld"),
+            ("r2", 7, 0, 0.3, 1.5, "reserved", 1e-6, None), ("r2", 7, 1, 0.3, 1.5, "reserved", 2e-6, None),
+            ("r2", 5, 0, 0.3, 1.5, "released", 1e-6, None), ("r2", 5, 1, 0.3, 1.5, "released", 2e-6, None),
+            ("r3", 0, 0, 0.5, 3.0, "reserved", None, None),
+            ("r4", 0, 0, 0.5, 3.0, "released", None, None)])  # fmt: skip
+    book = Ledger(str(path))
+    runs = book.runs()
+    assert [r.run_id for r in runs] == ["r2", "r1", "r3", "r4"]
+    r2, r1 = runs[0], runs[1]
+    assert (r1.federation, r1.label, r1.plan_sha256, r1.start, r1.started) == ("a", "first", "1" * 64, 0, 20.0)
+    assert (r2.federation, r2.label, r2.plan_sha256, r2.started) == ("b", "second", "2" * 64, 10.0)
+    assert r1.clients == {"c0": 0, "c1": 1} and r2.clients == {"c2": 1, "c0": 0}
+    plain, pld = GroupRound(q=0.1, noise_multiplier=1.0), GroupRound(q=0.2, noise_multiplier=2.0, accountant="pld")
+    assert r1.rounds == [[plain, pld]] * 3 and r1.released == {0} and r1.finished
+    ddg = [GroupRound(q=0.3, noise_multiplier=1.5, tau_d=1e-6), GroupRound(q=0.3, noise_multiplier=1.5, tau_d=2e-6)]
+    assert r2.rounds == [ddg, ddg] and r2.released == {0} and not r2.finished
+    assert [(r.released, r.finished) for r in runs[2:]] == [(set(), False), ({0}, False)]
+    state = book.state()
+    # a run's δ is its budgeted members' smallest (r1: c1's 1e-7, r2: c0's 1e-6, r3: c2's 1e-5, r4: none, 1)
+    assert state.budgets == {"c0": (1.5, 1e-7), "c1": (1.0, 1e-7), "c2": (4.0, 1e-6), "c3": (0.0, 1e-5),
+                             "c4": (0.0, 1.0)}  # fmt: skip
+    assert state.migrated == {"from": "unchained tables budgets, runs, members, charges", "runs": 4, "charges": 12,
+                              "released": 3}  # fmt: skip
+    assert book.check_chain().events == 4 + 3 + 1 + 1
 
 
 @pytest.mark.parametrize(
