@@ -244,3 +244,24 @@ def test_rdp_curve_is_dp_accountings_at_every_order(sigma, q):
     assert np.array_equal(np.isinf(ours), np.isinf(reference))  # the same orders excluded (1000-term cap)
     finite = np.isfinite(reference)
     assert np.allclose(ours[finite], reference[finite], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize(("q", "sigma"), [(0.01, 1.0), (0.3, 2.0), (1e-4, 0.7), (0.9, 5.0)])
+def test_the_integer_orders_slopes_are_their_derivatives(q, sigma):
+    """The calibration's Newton steps use d RDP/du (u = 1/(2σ²)) and d RDP/d log q of every integer order: each equals
+    a central difference of the RDP itself (3 rounds composed)."""
+    from hdp_planner.accounting.rdp_orders import INT_ORDERS, int_rdp
+
+    qs, sigmas = np.array([[q]]), np.array([[sigma]])
+    u, h = 1 / (2 * sigma**2), 1e-6
+
+    def at(q, u):
+        return int_rdp(np.array([[q]]), np.array([[1 / math.sqrt(2 * u)]]), rounds=3)[0]
+
+    rdp, du = int_rdp(qs, sigmas, rounds=3, wrt="u")
+    assert np.allclose(rdp, at(q, u), rtol=1e-13, atol=0)
+    assert np.allclose(du, (at(q, u * (1 + h)) - at(q, u * (1 - h))) / (2 * h * u), rtol=1e-5, atol=0)
+    _, dlogq = int_rdp(qs, sigmas, rounds=3, wrt="log q")
+    assert np.allclose(dlogq, (at(q * math.exp(h), u) - at(q * math.exp(-h), u)) / (2 * h), rtol=1e-5, atol=0)
+    plain, slope = int_rdp(np.array([[1.0]]), sigmas, rounds=3, wrt="u")
+    assert np.allclose(slope, 3 * INT_ORDERS, rtol=1e-15) and np.allclose(plain, 3 * INT_ORDERS * u, rtol=1e-15)
