@@ -11,11 +11,12 @@ import pytest
 from scipy import stats
 
 from hdp_planner import plan
-from hdp_planner.distributed.accounting import epsilon_third_parties
-from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotate, rotation_signs, top_up
+from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_third_parties
+from hdp_planner.distributed.encoding import Encoding, decode, encode, modular_sum, rotate, rotation_signs, top_up
 from hdp_planner.distributed.law import EVENT_SHARE, MAX_FLIP_SHARE, LawError, flip_probability, group_law
 from hdp_planner.distributed.randomness import SeededBits
-from hdp_planner.distributed.rounds import group_tau_d
+from hdp_planner.distributed.rounds import group_tau_d, wrap_bound
+from hdp_planner.distributed.sampler import MAX_SIGMA2
 from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.planfile.trust import recommended, secagg_rows
 
@@ -122,3 +123,83 @@ def test_participations_beyond_the_rounds_and_a_minority_of_survivors_are_refuse
     for f in (0.3, 0.5):
         with pytest.raises(ValueError, match="no consistency round"):
             TrustModel(kind="secagg", model_dim=1000, survivors=f)
+
+
+@pytest.mark.parametrize(
+    ("size", "q", "eps", "k", "survivors"),
+    [(120, 0.25, 1.5, 0, 0.9), (600, 0.1, 3.0, 2, 0.75), (400, 0.05, 0.5, 0, 1.0)],
+)
+def test_the_law_takes_the_least_shares_and_the_largest_affordable_threshold(size, q, eps, k, survivors):
+    """Each number of the law recomputed from its definition: N the least count with (1 + e^ε)·T·P(c > N) within δ's
+    share, t the largest threshold whose flips cost e^ε·T·flip(t) within it, the release probability over the whole
+    binomial, the event rate, and z calibrated at the δ they leave."""
+    delta, rounds = 1e-4, 20
+    law = group_law(size=size, q=q, epsilon=eps, delta=delta, rounds=rounds, dim=DIM, clip=1.0, bits=20,
+                    survivors=survivors, colluders=k)  # fmt: skip
+    allowance, least = delta * EVENT_SHARE, max(2, k + 1)
+    over = stats.binom(size, q)
+
+    def beyond(n):
+        return (1 + math.exp(eps)) * rounds * over.sf(n)
+
+    def flips(t):
+        return math.exp(eps) * rounds * flip_probability(size, q=q, t=t, survivors=survivors)
+
+    assert beyond(law.shares) <= allowance and (law.shares == least or beyond(law.shares - 1) > allowance)
+    assert law.threshold == least or flips(law.threshold) <= allowance
+    assert law.threshold == law.shares or flips(law.threshold + 1) > allowance
+    counts = np.arange(size + 1)
+    release = over.pmf(counts)[np.ceil(survivors * counts - 1e-9) >= law.threshold].sum()
+    assert law.release == pytest.approx(release, rel=1e-12)
+    rate = math.exp(eps) * flip_probability(size, q=q, t=law.threshold, survivors=survivors) + (
+        1 + math.exp(eps)
+    ) * over.sf(law.shares)
+    assert law.event_rate == pytest.approx(rate, rel=1e-12) and law.colluders == k
+    z = calibrate_noise_multiplier(epsilon=eps, delta=delta - rounds * rate, q=q, rounds=rounds,
+                                   tau_d=group_tau_d(size, model_dim=DIM))  # fmt: skip
+    assert law.noise_multiplier == z and law.delta_accounted(delta, rounds=rounds) == delta - rounds * law.event_rate
+
+
+@pytest.mark.parametrize(("size", "q", "t", "survivors"), [(20, 0.3, 4, 1.0), (50, 0.2, 5, 0.8), (30, 0.5, 2, 0.6)])
+def test_a_flip_is_the_target_joining_with_t_minus_1_to_the_most_survivors_short_of_t_others(size, q, t, survivors):
+    """q·P(t − 1 ≤ a ≤ ⌊(t − 1)/F⌋), a ~ Bin(|G| − 1, q): summed term by term."""
+    top = math.floor((t - 1) / survivors + 1e-9)
+    exact = q * sum(stats.binom.pmf(a, size - 1, q) for a in range(t - 1, top + 1))
+    assert flip_probability(size, q=q, t=t, survivors=survivors) == pytest.approx(exact, rel=1e-12)
+
+
+def test_the_grid_is_the_finest_that_fits_the_sampler_and_the_wrap_bound():
+    """σ²_s = max(16, ⌈z²Δ₂²/(N − k)⌉) at the law's γ, its wrap-around bound within 1e-12, and a grid 0.2% finer
+    fails one of the two (the search stops within 0.1%)."""
+    law = group_law(size=600, q=0.1, epsilon=3.0, delta=1e-4, rounds=20, dim=DIM, clip=1.0, bits=20, survivors=0.9,
+                    colluders=2)  # fmt: skip
+    honest = law.shares - law.colluders
+    assert law.share_sigma2 == max(16, math.ceil(law.noise_multiplier**2 * law.encoding.norm_bound**2 / honest))
+    assert law.wrap_bound == wrap_bound(law.encoding, sampled=law.shares, share_sigma2=law.share_sigma2) <= 1e-12
+    finer = Encoding(dim=DIM, clip=1.0, bits=20, gamma=law.encoding.gamma / 1.002)
+    s2 = max(16, math.ceil(law.noise_multiplier**2 * finer.norm_bound**2 / honest))
+    assert s2 > MAX_SIGMA2 or wrap_bound(finer, sampled=law.shares, share_sigma2=s2) > 1e-12
+    assert law.third_party_multiplier == math.sqrt(honest * law.share_sigma2) / law.encoding.norm_bound
+    assert law.third_party_multiplier >= law.noise_multiplier
+
+
+@pytest.mark.parametrize(("bits", "gamma", "sampled", "s2"), [(20, 1e-3, 30, 400), (16, 0.05, 8, 16), (12, 1.0, 3, 50)])
+def test_the_wrap_bound_is_hoeffdings_tail_of_the_rotated_sum(bits, gamma, sampled, s2):
+    """2d'·exp(−(2^(b−1) − c)²/(2v²)), v² = (c·C/γ)²/d' + c·σ²_s, capped at 1."""
+    enc = Encoding(dim=1000, clip=1.5, bits=bits, gamma=gamma)
+    v2 = (sampled * 1.5 / gamma) ** 2 / 1024 + sampled * s2
+    expected = min(1.0, 2 * 1024 * math.exp(-((2 ** (bits - 1) - sampled) ** 2) / (2 * v2)))
+    assert wrap_bound(enc, sampled=sampled, share_sigma2=s2) == pytest.approx(expected, rel=1e-12)
+    assert wrap_bound(Encoding(dim=10, clip=1.0, bits=3, gamma=1.0), sampled=4, share_sigma2=16) == 1.0
+
+
+def test_the_server_keeps_its_share_of_the_honest_shares_and_a_run_a_strict_majority():
+    law = group_law(size=600, q=0.1, epsilon=3.0, delta=1e-4, rounds=20, dim=DIM, clip=1.0, bits=20, survivors=0.9,
+                    colluders=2)  # fmt: skip
+    honest = law.threshold - law.colluders
+    for groups in (1, 2, 3):
+        assert law.server_multiplier(20, groups=groups) == math.sqrt(math.ceil(honest / groups) * 20) / (
+            law.encoding.norm_bound
+        )
+    assert [law.run_threshold(c) for c in (0, 2 * law.threshold - 2, 2 * law.threshold, 101)] == [
+        law.threshold, law.threshold, law.threshold + 1, max(law.threshold, 51)]  # fmt: skip
