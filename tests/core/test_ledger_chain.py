@@ -284,3 +284,43 @@ def test_bad_input_to_every_ledger_subcommand_is_one_line(tmp_path, small, args)
     assert done.output.startswith("error: ") and done.output.count("\n") == 1, done.output
     assert done.exception is None or isinstance(done.exception, SystemExit)
     assert not (tmp_path / "l.sqlite").exists()
+
+
+def test_a_run_charges_the_clients_of_its_groups_file_at_their_own_budgets(tmp_path):
+    """``ledger check`` of a plan made from per-client budgets needs ``assign``'s groups file (the default id → group
+    mapping is refused); a groups file whose groups do not have the plan's sizes is refused, naming both."""
+    eps = [3.0] * 100 + [1.5] * 100 + [0.5] * 100
+    budgets, path, groups = tmp_path / "budgets.csv", tmp_path / "plan.json", tmp_path / "groups.csv"
+    budgets.write_text("client_id,epsilon\n" + "".join(f"{i},{e}\n" for i, e in enumerate(eps)))
+    assert (
+        runner.invoke(
+            app, ["solve", "--budgets", str(budgets), "--groups", "3", "--rounds", "2", "-o", str(path)]
+        ).exit_code
+        == 0
+    )
+    assert runner.invoke(app, ["assign", str(path), str(budgets), "-o", str(groups)]).exit_code == 0
+    ledger = tmp_path / "l.sqlite"
+    Ledger(str(ledger)).engine.dispose()
+    check = ["ledger", "check", str(path), "--ledger", str(ledger)]
+    done = runner.invoke(app, check)
+    assert done.exit_code == 2 and done.output == (
+        "error: the plan was made from per-client budgets: give --groups (hdp-plan assign --output) so that every "
+        "client is charged in the group its budget allows; refusing the default id → group mapping\n"
+    )
+    done = runner.invoke(app, [*check, "--groups", str(groups)])
+    assert done.exit_code == 0, done.output
+    even = tmp_path / "even.json"  # the same ε, 100 clients a group, solved without the budgets: no digest to match
+    assert (
+        runner.invoke(app, ["solve", "--eps", "0.5,1.5,3.0", "--n", "300", "--rounds", "2", "-o", str(even)]).exit_code
+        == 0
+    )
+    skewed = tmp_path / "skewed.csv"
+    skewed.write_text(
+        "client_id,epsilon,group\n" + "".join(f"{i},3.0,{1 + (i >= 150) + (i >= 250)}\n" for i in range(300))
+    )
+    done = runner.invoke(app, ["ledger", "check", str(even), "--ledger", str(ledger), "--groups", str(skewed)])
+    assert done.exit_code == 2 and done.output == (
+        f"error: groups file {skewed} puts (150, 100, 50) clients in the groups; the plan has (100, 100, 100)\n"
+    )
+    done = runner.invoke(app, ["ledger", "check", str(even), "--ledger", str(ledger), "--groups", str(groups)])
+    assert done.exit_code == 0, done.output
