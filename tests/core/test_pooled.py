@@ -148,7 +148,7 @@ def test_solve_methods_all_ends_with_the_recommendation(tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     assert lines[-1].startswith("recommended: HDP-Pooled") and "less noise than the planned GDPFed+" in lines[-1]
-    assert "PLD accountant: HDP-Pooled would carry" in result.stdout and "weight share" in result.stdout
+    assert "PLD accountant: HDP-Pooled would carry" in result.stdout and "α_m (%)" in result.stdout
     doc = json.loads(out.read_text())
     assert set(doc["noise"]) >= {"HDP-Pooled", "IDP-FedAvg-Sample", "Time-adaptive"} and "PFA" not in doc["noise"]
     assert doc["recommendation"]["method"] == "HDP-Pooled" and doc["config"]["min_share"] == 0.0
