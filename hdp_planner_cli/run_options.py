@@ -48,6 +48,8 @@ MODEL = OptionBlock(group=run_options.ModelOptions, options={
     "batch_size": Opt(option("--batch-size", int | None, "Local batch (default per dataset).")),
     "momentum": Opt(option("--momentum", float | None, "Local SGD momentum (default per dataset).")),
     "lr_decay": Opt(option("--lr-decay", float, "Learning rate × decay^round."), 0.99),
+    "weights": Opt(option("--weights", str, "plan | paper: the groups' weights, the plan's (a step of 1) or GDPFed "
+                          "B.2's (1/qn)·r_m²/Σr² (a smaller step; post-processing, privacy unchanged)."), "plan"),
     "device": Opt(option("--device", str, "auto | cpu | cuda"), "auto"),
 })  # fmt: skip
 """The model and its local optimisation (:class:`~hdp_planner_train.run.options.ModelOptions`)."""

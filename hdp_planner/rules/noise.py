@@ -95,6 +95,14 @@ def aggregation_weights(expected_clients: Sequence[float]) -> np.ndarray:
     return r / np.sum(r**2)
 
 
+def paper_aggregation_weights(expected_clients: Sequence[float], *, q: float, n: int) -> np.ndarray:
+    """GDPFed B.2's ω_m = (1/qn)·r_m²/Σ_j r_j² on the group sums: group shares α_m ∝ r_m³ and a step
+    Σ_m ω_m r_m = Σr³/(qn·Σr²), 1/M for M equal groups (``train --weights paper``, to compare with the paper; a
+    post-processing of the released sums, so the privacy is the plan's)."""
+    r = np.asarray(expected_clients, dtype=float)
+    return r**2 / (q * n * np.sum(r**2))
+
+
 def pooled_weights(expected_clients: Sequence[float]) -> np.ndarray:
     """ω_m = 1/Σ_j r_j for every group: one pool of clients averaged over its expected size, as DP-FedAvg."""
     r = np.asarray(expected_clients, dtype=float)

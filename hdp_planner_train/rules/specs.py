@@ -5,6 +5,7 @@ the methods the trainer runs."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ import numpy as np
 from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.planfile.mechanism import ExecutedMechanism, executed_mechanism
 from hdp_planner.planning.plan import Phase, Plan, Projection
+from hdp_planner.rules.noise import paper_aggregation_weights
 from hdp_planner_train.rules.secagg import SecaggSpec
 
 
@@ -112,3 +114,12 @@ def method_spec(plan: Plan, method: str) -> GroupSpec:
         )
     mech = executed_mechanism(plan.method(METHOD_NAMES[method]), plan.config)
     return GroupSpec.executing(method, mech, REGISTRY[method].private)
+
+
+def paper_weighted(spec: GroupSpec, *, q: float, n: int) -> GroupSpec:
+    """``spec`` with GDPFed B.2's group weights (:func:`~hdp_planner.rules.noise.paper_aggregation_weights`, the
+    plan's q and n); ValueError for a row that pools its groups into one noisy sum."""
+    if spec.pooled:
+        raise ValueError(f"--weights paper weighs group sums; {spec.method} adds one noise to the pool of its groups")
+    r = [qm * size for qm, size in zip(spec.q, spec.sizes)]
+    return dataclasses.replace(spec, weight=tuple(float(w) for w in paper_aggregation_weights(r, q=q, n=n)))

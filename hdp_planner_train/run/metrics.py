@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from hdp_planner.rules.noise import lambda_exact
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.cohort import epsilon_spent
 from hdp_planner_train.rules.secagg import Withheld
@@ -18,12 +19,17 @@ if TYPE_CHECKING:
 
 
 def planned_lambda(plan, spec) -> float:
-    """The Λ the run's noise should have: the row's exact Λ, or under secure aggregation the trust object's."""
+    """The Λ the run's noise should have: the row's exact Λ (at the weights the run applies, when they are not the
+    plan's: ``--weights paper``), or under secure aggregation the trust object's."""
     if not spec.private:
         return 0.0
     if spec.secagg is not None and spec.secagg.planned_lambda is not None:
         return float(spec.secagg.planned_lambda)
-    return plan.method(METHOD_NAMES[spec.method]).lambda_exact
+    row = plan.method(METHOD_NAMES[spec.method])
+    if tuple(spec.weight) == tuple(row.weight):
+        return row.lambda_exact
+    noise = row.rms_noise_multiplier(plan.config.rounds)
+    return lambda_exact(spec.weight, noise, row.k_ratio, row.clips(plan.config.clip), row.pooled)
 
 
 def base_metrics(cfg: RunSettings, bound: BoundRun, *, rounds: int, d: int, log: RunLog, model: str) -> dict[str, Any]:
@@ -47,6 +53,7 @@ def base_metrics(cfg: RunSettings, bound: BoundRun, *, rounds: int, d: int, log:
         "momentum": bound.momentum,
         "lr": c.lr,
         "lr_decay": cfg.model.lr_decay,
+        "weights": cfg.model.weights,
         "local_steps": c.local_steps,
         "epsilon_spent": privacy_ledger(plan, spec, rounds),
         "noise_source": noise_kind(cfg),

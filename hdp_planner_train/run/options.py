@@ -90,6 +90,8 @@ class ModelOptions(_Group):
         batch_size: Local SGD's batch (None: the dataset's).
         momentum: Local SGD's momentum (None: the dataset's).
         lr_decay: The learning rate's factor per round.
+        weights: The groups' aggregation weights: plan (the plan's ω_m, a step of 1) or paper (GDPFed B.2's,
+            :func:`hdp_planner.rules.noise.paper_aggregation_weights`).
         chunk: Clients per vectorized batch (None: all).
         device: auto, cpu or cuda.
     """
@@ -102,6 +104,7 @@ class ModelOptions(_Group):
     batch_size: int | None = None
     momentum: float | None = None
     lr_decay: float = 0.99
+    weights: str = "plan"
     chunk: int | None = None
     device: str = "auto"
 

@@ -72,6 +72,7 @@ def run_identity(cfg: TrainConfig, bound: BoundRun, **extra: Any) -> dict[str, A
         "batch_size": bound.batch,
         "momentum": bound.momentum,
         "lr_decay": cfg.model.lr_decay,
+        **({"weights": cfg.model.weights} if cfg.model.weights != "plan" else {}),
         "noise_source": noise_kind(cfg),  # a seeded checkpoint never continues as a secure run, nor back
         **extra,
     }

@@ -30,7 +30,7 @@ from hdp_planner_train.rules.cohort import cohort_round
 from hdp_planner_train.rules.noise_sources import noise_source
 from hdp_planner_train.rules.sampling import round_rows, round_seed, sample_round
 from hdp_planner_train.rules.secagg import Withheld
-from hdp_planner_train.rules.specs import METHOD_NAMES
+from hdp_planner_train.rules.specs import METHOD_NAMES, paper_weighted
 from hdp_planner_train.run.bound import BoundRun
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.ledger import ledger_run
@@ -74,6 +74,10 @@ def validate_config(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunP
         raise TrainError(f"--method must be one of {names}, got {cfg.method!r}")
     if cfg.model.engine not in ENGINES:
         raise TrainError(f"--engine must be one of {', '.join(ENGINES)}, got {cfg.model.engine!r}")
+    if cfg.model.weights not in ("plan", "paper"):
+        raise TrainError(f"--weights must be plan or paper, got {cfg.model.weights!r}")
+    if cfg.model.weights == "paper" and (cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS):
+        raise TrainError(f"--weights paper weighs the group sums of the plan-noised methods, not {cfg.method}")
     if cfg.model.precision not in PRECISIONS:
         raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {cfg.model.precision!r}")
     if cfg.model.precision != "fp32" and cfg.method in SELECTION_METHODS:
@@ -121,6 +125,13 @@ def validate_config(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunP
         raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
                          "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
     spec = trusted_groups(cfg, run_plan, spec)
+    if cfg.model.weights == "paper":
+        if spec.secagg is not None:
+            raise TrainError("--weights paper runs under a trusted server only (--trust server)")
+        try:
+            spec = paper_weighted(spec, q=plan.config.q, n=plan.config.n)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
     return BoundRun(run_plan=run_plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
                     device=_device(cfg.model.device))  # fmt: skip
 

@@ -30,7 +30,7 @@ from hdp_planner_train.rules.clipping import clip_rows  # noqa: E402
 from hdp_planner_train.rules.noise_sources import SeededNoise, group_noise  # noqa: E402
 from hdp_planner_train.rules.release import principal_subspace, top_k_mask  # noqa: E402
 from hdp_planner_train.rules.sampling import sample_round  # noqa: E402
-from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec  # noqa: E402
+from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec, paper_weighted  # noqa: E402
 from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
@@ -134,6 +134,37 @@ def test_measured_lambda_matches_plan(digits_plan, method):
         assert np.mean(applied) > 1.1 * np.mean(measured)
     else:  # PFA's subspace is independent of the projected noise: it keeps k/d of it, as planned
         assert np.mean(applied) == pytest.approx(planned, rel=0.05)
+
+
+def test_paper_weights_take_gdpfeds_smaller_step_and_keep_the_noise_draws(digits_plan):
+    """--weights paper (GDPFed B.2's ω_m = (1/qn)·r_m²/Σr²): for GDPFed's equal groups the update is the plan's
+    scaled by 1/M (the same sampling, clipping and noise draws); for one group (DP-FedAvg) it is the plan's."""
+    spec = method_spec(digits_plan, "gdpfed")
+    paper = paper_weighted(spec, q=digits_plan.config.q, n=digits_plan.config.n)
+    assert sum(w * q * s for w, q, s in zip(paper.weight, paper.q, paper.sizes)) == pytest.approx(1 / 3)
+    deltas, groups = torch.randn(9, 40) * 0.01, [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    ours, _ = aggregate(deltas, groups, spec, SeededNoise(1, 0))
+    theirs, _ = aggregate(deltas, groups, paper, SeededNoise(1, 0))
+    torch.testing.assert_close(theirs, ours / 3)
+    one = method_spec(digits_plan, "dp-fedavg")
+    assert paper_weighted(one, q=digits_plan.config.q, n=digits_plan.config.n).weight == pytest.approx(one.weight)
+    with pytest.raises(ValueError, match="one noise to the pool"):
+        paper_weighted(method_spec(digits_plan, "idp-fedavg-sample"), q=0.1, n=N_DIGITS)
+
+
+def test_cli_trains_with_paper_weights_and_refuses_them_where_they_do_not_apply(plan_file, digits_plan, tmp_path):
+    out = tmp_path / "paper"
+    args = ["train", str(plan_file), "--dataset", "digits", "--rounds", "2", "--seeded-noise"]
+    done = runner.invoke(app, [*args, "--method", "gdpfed", "--weights", "paper", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["weights"] == "paper" and metrics["noise_lambda_planned"] == pytest.approx(
+        digits_plan.method("GDPFed").lambda_exact / 9
+    )
+    for method, weights, says in (("hdp-pooled", "paper", "pool"), ("gdpfed", "uniform", "plan or paper"),
+                                  ("dp-fedsam", "paper", "plan-noised")):  # fmt: skip
+        bad = tmp_path / f"{method}-{weights}"
+        _refused(runner.invoke(app, [*args, "--method", method, "--weights", weights, "--out", str(bad)]), bad, says)
 
 
 def test_pooled_aggregation_draws_one_noise_and_clips_per_group(digits_plan):
