@@ -109,10 +109,11 @@ def check(
     groups: GroupsFile = None,
     rounds: Annotated[int | None, typer.Option("--rounds", help="Rounds of the next run [the plan's T].")] = None,
 ) -> None:
-    """Exit 1 if the ledger's hash chain is broken (an event deleted or edited, or a pinned --head no longer in it),
-    if any client is over budget, or, with a plan, if one would be after one more run of the plan's GDPFed+ row as
-    it executes (under a plan that trusts secure aggregation, its distributed discrete Gaussian rounds).
-    Prints the head digest to pin or publish."""
+    """Exit 1 if the ledger's hash chain is broken (an event deleted or edited, a pinned --head no longer in it, or
+    the head this machine recorded at its last write no longer in it: a removed tail, a recomputed chain, an older
+    copy put back), if any client is over budget, or, with a plan, if one would be after one more run of the plan's
+    GDPFed+ row as it executes (under a plan that trusts secure aggregation, its distributed discrete Gaussian
+    rounds). Prints the head digest to pin or publish."""
     if rounds is not None and rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {rounds}")
     if head is not None and not re.fullmatch(r"[0-9a-f]{64}", head):
@@ -130,6 +131,9 @@ def check(
         copied = " (it began as a copy of an unchained ledger)" if report.migrated else ""
         chain = f"chain: {report.events} events unbroken{copied}; head {report.head}"
         out.print(chain, highlight=False, soft_wrap=whole(out))
+        anchored = (f"holds event {report.recorded.events}, the head recorded in {report.anchor}"
+                    if report.recorded else f"no head recorded on this machine ({report.anchor})")  # fmt: skip
+        out.print(f"anchor: {anchored}", highlight=False, markup=False, soft_wrap=whole(out))
         rows = book.state().spending()
         over = [s for s in rows if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
         cannot = []

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hdp_planner.io.files import write_text_atomic
 from hdp_planner_flower import OFFLINE_ENV
 from hdp_planner_flower.credentials import NodeKey, Tls, make_node_key, make_tls
 from hdp_planner_flower.node_state import default_state_dir
@@ -305,7 +306,7 @@ class LocalDeployment:
             raise DeployError(f"flwr supernode register gave {len(ids)} node ids for {len(keys)} keys")
         registry = dict(zip(ids, (spec.client for spec in self.specs), strict=True))
         lines = ["node_id,client_id", *(f"{node},{client}" for node, client in registry.items())]
-        (self.folder / "nodes.csv").write_text("\n".join(lines) + "\n")
+        write_text_atomic(self.folder / "nodes.csv", "\n".join(lines) + "\n", private=True)  # it names the clients
         return registry
 
     def start_nodes(self) -> dict[int, int]:

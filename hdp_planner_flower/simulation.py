@@ -103,7 +103,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
 
     log, spec = strategy.log, p.bound.spec
     metrics = base_metrics(p.train, p.bound, rounds=log.next_round, d=spec_dim(p.bound.data, p.cfg.data.dataset),
-                           log=log, model=model_name(p.cfg.data.dataset))  # fmt: skip
+                           log=log, model=model_name(p.cfg.data.dataset), account=strategy.account)  # fmt: skip
     for key in ("noise_lambda_measured", "noise_lambda_applied"):  # secagg: the server never sees the noise
         if isinstance(metrics.get(key), float) and math.isnan(metrics[key]):
             metrics[key] = None

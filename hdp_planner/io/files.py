@@ -48,9 +48,10 @@ def os_message(exc: OSError, path: str | os.PathLike[str]) -> str:
 
 
 @contextmanager
-def atomic_target(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
+def atomic_target(path: str | os.PathLike[str], suffix: str = "", *, private: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path`` with the permissions a plain
-    write would leave, on failure remove it. OS errors become a one-line ValueError naming ``path``."""
+    write would leave (``private``: readable and writable by its owner only, 0600), on failure remove it. OS errors
+    become a one-line ValueError naming ``path``."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
@@ -65,7 +66,7 @@ def atomic_target(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
     tmp = Path(name)
     try:
         yield tmp
-        os.chmod(tmp, _mode(path))
+        os.chmod(tmp, 0o600 if private else _mode(path))
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -75,9 +76,10 @@ def atomic_target(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
         raise
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename; ValueError if it cannot be written."""
-    with atomic_target(path) as tmp, open(tmp, "w", newline="") as fh:
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, private: bool = False) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (``private``: mode 0600); ValueError if it
+    cannot be written."""
+    with atomic_target(path, private=private) as tmp, open(tmp, "w", newline="") as fh:
         fh.write(text)
 
 
@@ -92,6 +94,6 @@ def json_text(document: Mapping[str, Any]) -> str:
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
-def write_json_atomic(path: str | os.PathLike[str], document: Mapping[str, Any]) -> None:
-    """Write ``document`` as indented JSON (no NaN or infinity) to ``path``, atomically."""
-    write_text_atomic(path, json_text(document))
+def write_json_atomic(path: str | os.PathLike[str], document: Mapping[str, Any], *, private: bool = False) -> None:
+    """Write ``document`` as indented JSON (no NaN or infinity) to ``path``, atomically (``private``: mode 0600)."""
+    write_text_atomic(path, json_text(document), private=private)

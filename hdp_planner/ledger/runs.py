@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ import numpy as np
 from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.distributed.trust import secagg_row
+from hdp_planner.io.folders import user_data_folder
 from hdp_planner.ledger.composition import GroupRound
 from hdp_planner.planfile.document import budgets_digest_of, plan_to_dict
 from hdp_planner.planfile.mechanism import executed_mechanism
@@ -23,11 +23,6 @@ from hdp_planner.planning.budgets import read_assignment
 from hdp_planner.planning.plan import Plan
 
 DEFAULT_LEDGER_ENV = "HDP_PLANNER_LEDGER"
-
-
-def user_data_folder() -> Path:
-    """The user's data folder of hdp-planner: ``$XDG_DATA_HOME/hdp-planner``, else ``~/.local/share/hdp-planner``."""
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hdp-planner"
 
 
 def default_ledger() -> str:

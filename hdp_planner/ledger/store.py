@@ -13,7 +13,8 @@ whole chain: a ledger whose chain is broken refuses every run.
 Budgets are those of a client id, for its lifetime, whatever federation name a run records: the name labels runs,
 it never separates budgets (:mod:`.state`). A client has one budget (a run whose plan gives it another is refused),
 and a ledger holds either a simulation's clients (a plan's ids 0..n−1) or real ones, never both. Ledgers of the
-earlier, unchained schema are copied into the chain when first opened (:mod:`.legacy`).
+earlier, unchained schema are copied into the chain when first opened (:mod:`.legacy`). Every write records the head
+it leaves outside the database, and every read refuses a chain that no longer holds it (:mod:`.anchor`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, Text, create_en
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, ProgrammingError, SQLAlchemyError
 
-from hdp_planner.ledger.chain import GENESIS, Event, chain_break, next_event
+from hdp_planner.ledger.anchor import Anchor, Head, head_of
+from hdp_planner.ledger.chain import Event, chain_break, next_event
 from hdp_planner.ledger.composition import GroupRound, compose  # noqa: F401  (the ledger's API)
+from hdp_planner.ledger.errors import LedgerError
 from hdp_planner.ledger.legacy import has_legacy_tables, legacy_events
 from hdp_planner.ledger.state import ClientSpending, LedgerState, LedgerStateError, RunRecord, run_event
 
@@ -48,19 +51,18 @@ events = Table(
 )
 
 
-class LedgerError(RuntimeError):
-    """The ledger refuses (a budget would be exceeded, a broken chain) or cannot be read or written: one line."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class ChainReport:
     """What ``ledger check`` reports of the chain: its length, its head (the last event's digest; GENESIS for an
-    empty ledger), the first break found (None: unbroken) and whether it began as a copy of an unchained ledger."""
+    empty ledger), the first break found (None: unbroken), whether it began as a copy of an unchained ledger, and
+    the head recorded outside the database (None: none recorded on this machine) with the file that holds it."""
 
     events: int
     head: str
     problem: str | None
     migrated: bool
+    recorded: Head | None
+    anchor: Path
 
 
 def ledger_url(target: str) -> str:
@@ -75,13 +77,17 @@ class Ledger:
         target: An SQLAlchemy URL, or an SQLite file path (created owner-only: 0600); tables are created on first
             use.
         create: False (reading commands): a missing SQLite file is refused instead of created.
+        heads: The folder of the heads recorded outside the database (None: :func:`~.anchor.heads_folder`).
 
     Raises:
         LedgerError: The ledger cannot be opened or created.
     """
 
-    def __init__(self, target: str, *, create: bool = True) -> None:
+    def __init__(self, target: str, *, create: bool = True, heads: Path | None = None) -> None:
         url = ledger_url(target)
+        self.anchor = Anchor.of(target, heads)
+        self.found: Head | None = None  # the head this ledger object first read
+        self.head: Head | None = None  # the head it last read or wrote
         if "://" not in target and not Path(target).expanduser().is_file():
             if not create:
                 raise LedgerError(f"no privacy ledger at {target}")
@@ -108,10 +114,15 @@ class Ledger:
 
     @contextmanager
     def _writing(self) -> Iterator[Connection]:
-        """A write transaction that holds the ledger's lock from its first statement (committed if no error)."""
+        """A write transaction that holds the ledger's lock from its first statement (committed if no error); the
+        head it leaves recorded outside the database once committed."""
+        self._appended: Event | None = None
         with self.engine.connect() as conn, conn.begin():
             conn.execute(update(ledger_lock).where(ledger_lock.c.id == 1).values(version=ledger_lock.c.version + 1))
             yield conn
+        if self._appended is not None:
+            self.head = Head(events=self._appended.seq, digest=self._appended.digest)
+            self.anchor.record(self.head)
 
     @staticmethod
     def _events(conn: Connection) -> list[Event]:
@@ -124,19 +135,22 @@ class Ledger:
         """The replayed state (with ``run_id``: of that run only) and the last event, refused (LedgerError) if the
         chain is broken."""
         chain = self._events(conn)
-        problem = chain_break(chain)
+        problem = chain_break(chain) or self.anchor.problem(chain)
         try:
             if problem is None:
-                return LedgerState.replay(chain, run_id), (chain[-1] if chain else None)
+                state = LedgerState.replay(chain, run_id)
+                self.head = head_of(chain)
+                self.found = self.found or self.head
+                return state, (chain[-1] if chain else None)
         except LedgerStateError as exc:
             problem = str(exc)
         raise LedgerError(f"the privacy ledger {self.target} is broken: {problem}; it refuses every run until it is "
                           "restored from a copy (see `hdp-plan ledger check`)")  # fmt: skip
 
-    @staticmethod
-    def _append(conn: Connection, last: Event | None, kind: str, data: dict) -> Event:
+    def _append(self, conn: Connection, last: Event | None, kind: str, data: dict) -> Event:
         e = next_event(last, kind, data)
         conn.execute(insert(events).values(seq=e.seq, kind=e.kind, body=e.body, prev=e.prev, digest=e.digest))
+        self._appended = e
         return e
 
     def start_run(
@@ -331,23 +345,24 @@ class Ledger:
             head: A pinned head digest that must still be in the chain (None: none pinned).
 
         Returns:
-            The chain's length, head and first break (None: unbroken).
+            The chain's length, head, first break (None: unbroken; a chain that no longer holds the head recorded
+            outside the database is broken too) and that recorded head.
         """
         try:
             with self.engine.connect() as conn:
                 chain = self._events(conn)
         except SQLAlchemyError as exc:
             raise LedgerError(f"cannot read the privacy ledger {self.target}: {_reason(exc)}") from None
-        problem = chain_break(chain, head)
+        problem = chain_break(chain, head) or self.anchor.problem(chain)
         migrated = any(e.kind == "migrated" for e in chain)
         if problem is None:
             try:
                 LedgerState.replay(chain)
             except LedgerStateError as exc:
                 problem = str(exc)
-        return ChainReport(
-            events=len(chain), head=chain[-1].digest if chain else GENESIS, problem=problem, migrated=migrated
-        )
+        recorded = None if problem else self.anchor.recorded()  # an unreadable head file is a problem already
+        return ChainReport(events=len(chain), head=head_of(chain).digest, problem=problem, migrated=migrated,
+                           recorded=recorded, anchor=self.anchor.path)  # fmt: skip
 
 
 def _create_schema(engine: Engine, attempts: int = 5) -> None:

@@ -4,6 +4,7 @@ charged, the rounds reserved before round 1, each released before it is applied)
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,13 @@ class LedgerRun:
         except LedgerError as exc:
             raise TrainError(f"stopped before round {rnd + 1} was released: {exc}") from None
 
+    def chain(self) -> dict[str, Any]:
+        """What the run's output records of the ledger's chain: the head the run found, the head it left, and the
+        file outside the database where the head is recorded for the next run to check."""
+        found, left = self.book.found, self.book.head
+        return {"found": found.as_dict() if found else None, "left": left.as_dict() if left else None,
+                "recorded_in": str(self.book.anchor.path)}  # fmt: skip
+
     def finish(self) -> None:
         """Give the unreleased rounds back (once; later calls do nothing), a Ctrl-C meanwhile raised after."""
         if self.finished:
@@ -144,14 +152,15 @@ TRAIN_REFUSAL_HINT = " (a simulation: --seeded-noise; no ledger: --ledger none)"
 
 def ledger_run(
     cfg: RunSettings, run_plan: RunPlan, *, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
-    supersedes: str | None = None, refusal_hint: str = TRAIN_REFUSAL_HINT,
+    resumed: Mapping[str, Any] | None = None, refusal_hint: str = TRAIN_REFUSAL_HINT,
 ) -> LedgerRun | None:  # fmt: skip
     """Open the run's account in the ledger (:func:`ledger_target`), refusing the run before round 1 if a client
     would exceed its lifetime budget. ``run_plan``: the run's plan (:class:`~.plan.RunPlan`). ``clients``:
     (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
     ``cfg.ledger.groups``.
-    ``supersedes``: the ledger run a resumed run continues (its checkpoint's ``ledger_run``). ``refusal_hint``: the
-    command's own ways around a refusal, appended to it."""
+    ``resumed``: the checkpoint a resumed run continues, whose :func:`ledger_checkpoint` names the ledger run it
+    supersedes and the chain's head it recorded (:func:`check_released`). ``refusal_hint``: the command's own ways
+    around a refusal, appended to it."""
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     target = ledger_target(cfg, secure)[0]
     if not spec.private or target is None:
@@ -169,8 +178,9 @@ def ledger_run(
         if "://" not in target:
             Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
         book = Ledger(target)
+        supersedes = (resumed or {}).get("ledger_run")
         if supersedes is not None:
-            check_released(book, supersedes, start)
+            check_released(book, supersedes, start, (resumed or {}).get("ledger_head"))
         if start >= rounds:  # a finished run resumed: no round to charge, no run of 0 rounds to record
             if supersedes is not None:
                 book.finish(supersedes, of=plan_digest(plan))
@@ -191,10 +201,24 @@ def ledger_run(
     return LedgerRun(book, run_id, start)
 
 
-def check_released(book: Ledger, run_id: str, start: int) -> None:
+def ledger_checkpoint(account: LedgerRun | None) -> dict[str, Any]:
+    """What a checkpoint records of the run's account: its ledger run, and the chain's head after its last write."""
+    if account is None:
+        return {"ledger_run": None}
+    head = account.book.head
+    return {"ledger_run": account.run_id, "ledger_head": head.digest if head else None}
+
+
+def check_released(book: Ledger, run_id: str, start: int, head: str | None = None) -> None:
     """Refuse to resume at round ``start`` a run whose ledger run ``run_id`` released rounds past it: its checkpoint
     is older than what was charged (put back, or the run was killed between a round's release and its checkpoint),
-    and resuming would release more rounds than the metrics report."""
+    and resuming would release more rounds than the metrics report. Refuse it too if the chain no longer holds
+    ``head``, the head its checkpoint recorded (a removed tail, a recomputed chain, an older copy put back, seen
+    from the run's own output: it holds on another machine too)."""
+    problem = book.check_chain(head).problem if head is not None else None
+    if problem is not None:
+        raise TrainError(f"--resume: the privacy ledger {book.target} does not hold what this run's checkpoint "
+                         f"recorded: {problem}")  # fmt: skip
     run = book.state().runs.get(run_id)
     if run is not None and run.released_through > start:
         raise TrainError(

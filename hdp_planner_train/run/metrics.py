@@ -32,9 +32,13 @@ def planned_lambda(plan, spec) -> float:
     return lambda_exact(spec.weight, noise, row.k_ratio, row.clips(plan.config.clip), row.pooled)
 
 
-def base_metrics(cfg: RunSettings, bound: BoundRun, *, rounds: int, d: int, log: RunLog, model: str) -> dict[str, Any]:
+def base_metrics(
+    cfg: RunSettings, bound: BoundRun, *, rounds: int, d: int, log: RunLog, model: str, account=None
+) -> dict[str, Any]:
     """The metrics every plan-noised method reports (settings, model, accuracy history, ε spent, Λ measured vs
-    planned) of the ``bound`` run after ``rounds`` rounds, its model ``model`` of ``d`` parameters."""
+    planned) of the ``bound`` run after ``rounds`` rounds, its model ``model`` of ``d`` parameters; with the run's
+    ``account`` in the privacy ledger (:class:`~hdp_planner_train.run.ledger.LedgerRun`), the ledger's chain as the
+    run found and left it."""
     plan, spec = bound.plan, bound.spec
     c = plan.config
     return {
@@ -60,6 +64,7 @@ def base_metrics(cfg: RunSettings, bound: BoundRun, *, rounds: int, d: int, log:
         "noise_note": SEEDED_NOTE if noise_kind(cfg) == "seeded" else SECURE_NOTE,
         "noise_lambda_planned": planned_lambda(plan, spec),
         "ledger": ledger_target(cfg, noise_kind(cfg) == "secure")[1] if spec.private else "not charged: no noise",
+        **({"ledger_chain": account.chain()} if account is not None else {}),
         **log.summary(),
     }
 

@@ -85,15 +85,16 @@ def json_ready(value: Any) -> Any:
 
 def write_metrics(metrics: dict[str, Any], out: Path, plot: bool) -> None:
     """metrics.json (non-finite numbers as null, ``"diverged": true`` when the final loss is not finite), metrics.csv
-    (``nan`` where the loss diverged) and, with ``plot``, the convergence figure."""
+    (``nan`` where the loss diverged), both readable by their owner only (0600: a run's metrics can name its clients,
+    its groups, its audit's canaries and its ledger), and, with ``plot``, the convergence figure."""
     loss = metrics.get("final_loss")
     diverged = {"diverged": True} if isinstance(loss, float) and not math.isfinite(loss) else {}
-    write_json_atomic(out / "metrics.json", json_ready({**metrics, **diverged}))
+    write_json_atomic(out / "metrics.json", json_ready({**metrics, **diverged}), private=True)
     table = io.StringIO()
     w = csv.writer(table)
     w.writerow(["round", "accuracy", "loss"])
     for h in metrics["history"]:
         w.writerow([h["round"], f"{h['accuracy']:.4f}", f"{h['loss']:.6f}"])
-    write_text_atomic(out / "metrics.csv", table.getvalue())
+    write_text_atomic(out / "metrics.csv", table.getvalue(), private=True)
     if plot:
         plot_history(metrics, out / "convergence.png")

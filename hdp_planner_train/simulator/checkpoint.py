@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hdp_planner.ledger.runs import user_data_folder
+from hdp_planner.io.folders import user_data_folder
 
 CHECKPOINT = "checkpoint.pt"
 KEY = "run.key"
@@ -75,8 +75,12 @@ def _plain(value: Any) -> Any:
 
 
 def _write(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` through a temporary file and a rename, readable by its owner only (0600)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
+    tmp.unlink(missing_ok=True)  # a leftover of an interrupted save: created afresh below with the mode
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
     os.replace(tmp, path)
 
 

@@ -84,7 +84,7 @@ def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
     metrics, plus the privacy model."""
     from hdp_planner_train.rounds.loop import RunLog
     from hdp_planner_train.run.errors import TrainError
-    from hdp_planner_train.run.ledger import ledger_run
+    from hdp_planner_train.run.ledger import ledger_checkpoint, ledger_run
     from hdp_planner_train.run.noise import noise_kind
     from hdp_planner_train.run.output import write_metrics
     from hdp_planner_train.simulator import scaffold
@@ -127,7 +127,7 @@ def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
     shared = ~mask if personal else torch.ones_like(mask)
     client_scores: np.ndarray | None = None
     account = ledger_run(cfg, bound.run_plan, spec=spec, start=log.next_round, rounds=rounds,
-                         supersedes=(state or {}).get("ledger_run"))  # fmt: skip
+                         resumed=state)  # fmt: skip
 
     def step(r: int, lr: float):
         sampled = sample_round(spec, seed=cfg.seed, rnd=r, secure=kind == "secure")
@@ -196,14 +196,14 @@ def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
     def checkpoint() -> None:
         scaffold.save_checkpoint(out, identity, theta=theta, log=log, plan=plan, spec=spec,
                                  heads=None if heads is None else heads.cpu(),
-                                 ledger_run=account.run_id if account is not None else None)  # fmt: skip
+                                 **ledger_checkpoint(account))  # fmt: skip
 
     scaffold.train_rounds(cfg, bound, log=log, account=account, step=step, evaluate=evaluate_round,
                           checkpoint=checkpoint if out and not withheld else None)  # fmt: skip
 
     mn = plan.method(METHOD_NAMES[method])
     d_shared = int(shared.sum())
-    metrics = scaffold.run_metrics(cfg, bound, d=int(theta.numel()), log=log)
+    metrics = scaffold.run_metrics(cfg, bound, d=int(theta.numel()), log=log, account=account)
     metrics.update(
         {
             "engine": engine,

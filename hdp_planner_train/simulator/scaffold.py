@@ -172,10 +172,11 @@ def start_run(cfg: TrainConfig, bound: BoundRun) -> RunStart:
     )  # fmt: skip
 
 
-def run_metrics(cfg: TrainConfig, bound: BoundRun, *, d: int, log: RunLog) -> dict[str, Any]:
-    """:func:`~hdp_planner_train.run.metrics.base_metrics` of the bound run, its model of ``d`` parameters."""
+def run_metrics(cfg: TrainConfig, bound: BoundRun, *, d: int, log: RunLog, account=None) -> dict[str, Any]:
+    """:func:`~hdp_planner_train.run.metrics.base_metrics` of the bound run, its model of ``d`` parameters, its
+    ``account`` in the privacy ledger."""
     model = model_name(cfg.data.dataset, cfg.model.name)
-    return base_metrics(cfg, bound, rounds=bound.rounds, d=d, log=log, model=model)
+    return base_metrics(cfg, bound, rounds=bound.rounds, d=d, log=log, model=model, account=account)
 
 
 def save_checkpoint(out: Path, identity, *, theta: torch.Tensor, log: RunLog, plan, spec, **extra: Any) -> None:

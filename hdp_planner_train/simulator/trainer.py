@@ -33,7 +33,7 @@ from hdp_planner_train.rules.secagg import Withheld
 from hdp_planner_train.rules.specs import METHOD_NAMES, paper_weighted
 from hdp_planner_train.run.bound import BoundRun
 from hdp_planner_train.run.errors import TrainError
-from hdp_planner_train.run.ledger import ledger_run
+from hdp_planner_train.run.ledger import ledger_checkpoint, ledger_run
 from hdp_planner_train.run.metrics import secagg_metrics
 from hdp_planner_train.run.noise import noise_kind
 from hdp_planner_train.run.output import check_finished, output_folder, write_metrics
@@ -191,7 +191,7 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
 
     c = plan.config
     account = ledger_run(cfg, run_plan, spec=spec, start=log.next_round, rounds=rounds,
-                         supersedes=(state or {}).get("ledger_run"))  # fmt: skip
+                         resumed=state)  # fmt: skip
     withheld: list[tuple[int, Withheld]] = []  # secure aggregation: the group sums not released this run, by round
     cohorts = spec.secagg.cohorts if spec.secagg is not None else None
     canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients
@@ -239,14 +239,14 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
             public_history=[t.cpu() for t in aggregator.public_history], torch_rng=torch.get_rng_state(),
             numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
             audit=auditor.state() if auditor is not None else None,
-            ledger_run=account.run_id if account is not None else None,
+            **ledger_checkpoint(account),
             **({"cohort_memberships": [u.copy() for u in used]} if cohorts is not None else {}),
         )  # fmt: skip
 
     train_rounds(cfg, bound, log=log, account=account, step=step, evaluate=global_evaluation(model, x_test, y_test),
                  checkpoint=checkpoint if out else None)  # fmt: skip
 
-    metrics = run_metrics(cfg, bound, d=int(theta.numel()), log=log)
+    metrics = run_metrics(cfg, bound, d=int(theta.numel()), log=log, account=account)
     if spec.secagg is not None:
         metrics["trust"] = secagg_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
     else:

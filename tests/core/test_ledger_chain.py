@@ -116,13 +116,15 @@ def test_an_edit_with_its_digest_recomputed_breaks_the_next_link(tmp_path, small
 
 
 def test_a_removed_tail_is_found_by_the_pinned_head(tmp_path, small):
-    """Deleting the last run's events leaves a shorter chain that is still unbroken: only a head pinned before
-    finds it. That is what the printed head is for."""
+    """Deleting the last run's events leaves a shorter chain that is still unbroken. The machine that wrote them
+    finds it by the head it recorded (tests/core/test_ledger_anchor.py); on a machine that never wrote the ledger
+    only a head pinned before finds it. That is what the printed head is for."""
     path = _ledger(tmp_path, small)
     head = Ledger(str(path)).check_chain().head
     _sql(path, "DELETE FROM ledger_events WHERE seq > 6")
-    assert _check(path).exit_code == 0
-    done = _check(path, "--head", head)
+    elsewhere = {"HDP_PLANNER_LEDGER_HEADS": str(tmp_path / "another-machine")}
+    assert runner.invoke(app, ["ledger", "check", "--ledger", str(path)], env=elsewhere).exit_code == 0
+    done = runner.invoke(app, ["ledger", "check", "--ledger", str(path), "--head", head], env=elsewhere)
     assert done.exit_code == 1 and "pinned head" in done.output
 
 

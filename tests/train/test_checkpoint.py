@@ -177,3 +177,34 @@ def test_a_rewound_checkpoint_of_a_ledger_run_is_refused_by_the_ledger(tmp_path)
     counter.write_text(json.dumps({"rounds": 1, "folder": str(out.resolve())}))
     with pytest.raises(TrainError, match="released 2 rounds of this run but its checkpoint holds 1"):
         run(cfg(4, True), path)
+
+
+def test_a_ledger_runs_output_is_owner_only_and_the_head_it_recorded_is_checked_on_resume(tmp_path, monkeypatch):
+    """The files of a run that name its clients are 0600; metrics.json records the ledger's head as the run found
+    and left it, the checkpoint the head after its last release; resumed on a machine that never wrote the ledger
+    (no head file), a ledger whose last events were removed is still refused, by the head the checkpoint recorded."""
+    import sqlite3
+
+    from hdp_planner import plan
+    from hdp_planner.planfile.document import save_plan
+    from hdp_planner_train.run.options import configure
+    from hdp_planner_train.simulator.trainer import TrainConfig, TrainError, run
+
+    path, out, ledger = tmp_path / "plan.json", tmp_path / "run", str(tmp_path / "l.sqlite")
+    save_plan(plan((1.0, 2.0, 4.0), 120, rounds=4, q=0.2, clip=1.0), path)
+
+    def cfg(rounds, resume):
+        return configure(TrainConfig, dataset="digits", out=str(out), rounds=rounds, resume=resume,
+                         progress=False, ledger=ledger, eval_every=10)  # fmt: skip
+
+    run(cfg(2, False), path)
+    for name in ("checkpoint.pt", "rounds.spent", "run.key", "metrics.json", "metrics.csv"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    chain = json.loads((out / "metrics.json").read_text())["ledger_chain"]
+    assert chain["found"]["events"] == 0 and chain["left"]["events"] == 4  # reserve, 2 releases, finish
+    assert checkpoint.load(out)["ledger_head"] != chain["left"]["head"]  # the head after round 2's release
+    with sqlite3.connect(ledger) as db:
+        db.execute("DELETE FROM ledger_events WHERE seq > 2")  # round 2's release and the finish removed
+    monkeypatch.setenv("HDP_PLANNER_LEDGER_HEADS", str(tmp_path / "another-machine"))
+    with pytest.raises(TrainError, match="does not hold what this run's checkpoint recorded: the pinned head"):
+        run(cfg(4, True), path)
