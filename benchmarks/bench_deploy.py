@@ -191,7 +191,7 @@ def one(n: int, scenario: str, args, done) -> None:
         load = os.getloadavg()[0]
         t0 = time.monotonic()
         with LocalDeployment(folder / "dep", plan=str(plan), nodes=n, state_dir=folder / "state", wait=300,
-                             retries=(1000, args.timeout), warm=args.warm) as dep:  # fmt: skip
+                             retries=(1000, args.timeout), warm=args.warm, database=args.database) as dep:  # fmt: skip
             with Sampler(dep, args.every, args.floor) as mem:
                 link = time.monotonic() - t0
                 dep.register_all()
@@ -285,6 +285,8 @@ NOTES = {
         "SuperLink started, at its lowest.",
         "Median over the trusted round: the scenario's median round over the trusted (server) scenario's median "
         "round of the same invocation, on the same machine, one after the other.",
+        "The SuperLink keeps its state in memory (Flower's default), or with --database in an SQLite file, "
+        "waiting up to 60 s for its lock (hdp_planner_flower.superlink).",
         "Every process runs with MALLOC_ARENA_MAX=2 and one math thread (OMP/MKL/OpenBLAS), under nice.",
         "The machine is shared (2 cores, 23 GiB, no swap) with other jobs: the load average (1 min) is sampled "
         "during each run; a run that did not finish is recorded with the rounds it did and why.",
@@ -339,6 +341,12 @@ def main() -> None:
         default=True,
         help="ClientApp processes forked from one warm SuperExec (default), or Flower's, one per message",
     )
+    ap.add_argument(
+        "--database",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="the SuperLink's state in an SQLite file (what survives its restart), not in memory (Flower's default)",
+    )
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per run (and for start-up)")
     ap.add_argument("--round-timeout", type=float, default=900.0, help="seconds a round waits for its replies")
     ap.add_argument("--q", type=float, default=0.8, help="the plan's sampling rate (--q of hdp-plan solve)")
@@ -350,7 +358,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.startup:
         args.nodes = args.startup
-    captions = {"runs": f"GDPFed+ on digits, {args.rounds} rounds per run, TLS and node authentication",
+    state = "an SQLite file" if args.database else "memory"
+    captions = {"runs": f"GDPFed+ on digits, {args.rounds} rounds per run, TLS and node authentication, the "
+                        f"SuperLink's state in {state}",
                 "rounds": "each round of those runs",
                 "startup": "start-up with TLS and node authentication, no enrolment round"}  # fmt: skip
     rows: dict[str, list[list[str]]] = {"runs": [], "rounds": [], "startup": []}

@@ -148,7 +148,7 @@ def restart_scenario(args, folder: Path) -> list[list[str]]:
     plan = solve(folder, args.nodes, "secagg", args.q)
     ledger = os.environ["HDP_PLANNER_LEDGER"]
     with LocalDeployment(folder / "dep", plan=str(plan), nodes=args.nodes, state_dir=folder / "state", wait=300,
-                         retries=(1000, args.timeout), warm=args.warm) as dep:  # fmt: skip
+                         retries=(1000, args.timeout), warm=args.warm, database=True) as dep:  # fmt: skip
         online = start(dep, args.nodes, args.timeout)
         lines: list[str] = []
         restarted: list[float] = []

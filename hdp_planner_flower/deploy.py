@@ -129,11 +129,14 @@ class LocalDeployment:
         warm: The nodes' ClientApp processes are forked from one warm process (:mod:`.executor`; the SuperNodes run
             with ``--isolation process``); False: each SuperNode starts its own SuperExec, which starts a new Python
             process per message (Flower's default).
+        database: The SuperLink keeps its state (registered keys, runs, messages) in ``superlink.db``, so that it
+            survives the SuperLink's restart (:meth:`restart_superlink`); False: in memory (Flower's default), which
+            spares the SuperLink an SQLite transaction for every request of every node.
     """
 
     def __init__(self, folder: str | Path, *, plan: str, nodes: int, method: str = "gdpfed+", groups: str | None = None,
                  state_dir: str | Path | None = None, wait: float = 60.0, retries: tuple[int, float] = (5, 60.0),
-                 warm: bool = True) -> None:  # fmt: skip
+                 warm: bool = True, database: bool = False) -> None:  # fmt: skip
         self.folder = Path(folder).resolve()
         self.plan = str(Path(plan).resolve())
         self.sha256 = file_sha256(self.plan)
@@ -148,6 +151,7 @@ class LocalDeployment:
         self.wait = wait  # seconds the SuperLink has to start listening
         self.retries = retries  # a SuperNode gives up connecting after this many tries or seconds
         self.warm = warm
+        self.database = database
 
     # ------------------------------------------------------------------ processes
     def env(self) -> dict[str, str]:
@@ -227,13 +231,15 @@ class LocalDeployment:
                                           f'root-certificates = "{self.tls.ca}"\n')  # fmt: skip
 
     def start_superlink(self) -> None:
-        """``flower-superlink`` with TLS and node authentication, its state in ``superlink.db``; waits until it
-        accepts connections."""
+        """``flower-superlink`` with TLS and node authentication, its state in memory or (``database``) in
+        ``superlink.db``, waiting for SQLite's lock rather than failing (:mod:`.superlink`); waits until it accepts
+        connections."""
         tls = self.tls
-        self.spawn("superlink", ["flower-superlink", "--ssl-ca-certfile", str(tls.ca), "--ssl-certfile",
-                                 str(tls.certificate), "--ssl-keyfile", str(tls.key), "--enable-supernode-auth",
-                                 "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port",
-                                 str(self.port), "--database", str(self.folder / "superlink.db")])  # fmt: skip
+        state = ["--database", str(self.folder / "superlink.db")] if self.database else []
+        self.spawn("superlink", [sys.executable, "-m", "hdp_planner_flower.superlink", "--ssl-ca-certfile",
+                                 str(tls.ca), "--ssl-certfile", str(tls.certificate), "--ssl-keyfile", str(tls.key),
+                                 "--enable-supernode-auth", "--disable-runtime-dependency-installation", "--host",
+                                 "127.0.0.1", "--port", str(self.port), *state])  # fmt: skip
         deadline = time.monotonic() + self.wait
         while True:
             if self.procs["superlink"].poll() is not None:
@@ -249,7 +255,9 @@ class LocalDeployment:
 
     def restart_superlink(self) -> None:
         """Kill the SuperLink and its children (SIGKILL, by PID) and start it again on the same port and database
-        (the registered keys are kept there)."""
+        (the registered keys are kept there); only with ``database``: a SuperLink in memory would forget them."""
+        if not self.database:
+            raise DeployError("a SuperLink without a database forgets its registered keys when it restarts")
         proc = self.procs.pop("superlink")
         self.stopped += stop_processes([proc.pid, *descendants(proc.pid)], grace=0.0)
         proc.wait()

@@ -364,7 +364,8 @@ def test_the_superlink_killed_and_restarted_loses_the_run_in_progress_and_runs_t
 
     ledger = tmp_path / "ledger.sqlite"
     monkeypatch.setenv("HDP_PLANNER_LEDGER", str(ledger))
-    with LocalDeployment(tmp_path / "dep", plan=str(deploy_plan), nodes=N, state_dir=tmp_path / "state") as dep:
+    with LocalDeployment(tmp_path / "dep", plan=str(deploy_plan), nodes=N, state_dir=tmp_path / "state",
+                         database=True) as dep:  # fmt: skip
         dep.start_nodes()
         first = dep.procs["superlink"].pid
 
