@@ -40,7 +40,7 @@ from hdp_planner_flower.node_state import NodeState
 from hdp_planner_flower.pin import file_sha256
 from hdp_planner_flower.processes import alive, descendants, stop_processes
 
-ROUND = re.compile(r"\] round (\d+)/")
+ROUND = re.compile(r"[\]\d] round (\d+)/")  # a progress line ("[ 12.3 s] round 1/3") or the log's ("  12.34 round 1/3")
 SECAGG = re.compile(r"Secure aggregation (completed|halted)|received (\d+) results and (\d+) failures")
 
 
@@ -126,7 +126,7 @@ def kill_scenario(args, folder: Path) -> list[list[str]]:
         why = ""
         try:
             dep.run(trust="secagg", out=folder / "out", rounds=args.rounds, timeout=args.timeout,
-                    round_timeout=args.round_timeout, progress=lines.append)  # fmt: skip
+                    round_timeout=args.round_timeout, progress=lines.append, ledger=ledger)  # fmt: skip
         except DeployError as exc:
             why = str(exc).split(" (see ")[0]
         stop.set()
@@ -175,7 +175,8 @@ def restart_scenario(args, folder: Path) -> list[list[str]]:
         first = ""
         try:
             dep.run(trust="secagg", out=folder / "out1", rounds=args.rounds, timeout=args.timeout,
-                    round_timeout=args.round_timeout, progress=lines.append, name="run-first")  # fmt: skip
+                    round_timeout=args.round_timeout, progress=lines.append, name="run-first",
+                    ledger=ledger)  # fmt: skip
             first = "completed"
         except DeployError as exc:
             first = str(exc).split(" (see ")[0]
@@ -186,7 +187,8 @@ def restart_scenario(args, folder: Path) -> list[list[str]]:
         second, again = "", []
         try:
             m = dep.run(trust="secagg", out=folder / "out2", rounds=2, timeout=args.timeout,
-                        round_timeout=args.round_timeout, progress=again.append, name="run-second")  # fmt: skip
+                        round_timeout=args.round_timeout, progress=again.append, name="run-second",
+                        ledger=ledger)  # fmt: skip
             second = f"completed, {m['rounds']} rounds"
         except DeployError as exc:
             second = str(exc).split(" (see ")[0]
