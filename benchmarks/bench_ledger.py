@@ -29,7 +29,7 @@ from hdp_planner.report.results import Result, Table, render_result, write_resul
 
 def _clients(p) -> tuple[dict[str, int], dict[str, float]]:
     """The simulation's clients, with budgets 1000 times the plan's: every run is composed, none refused."""
-    membership, budgets = simulated_clients(p, p.groups.name)
+    membership, budgets = simulated_clients(p, p.groups)
     return membership, {c: 1000 * e for c, e in budgets.items()}
 
 
@@ -91,7 +91,7 @@ def main() -> None:
     pld = plan((1.0, 2.0, 4.0), 120, rounds=4, q=0.2, clip=1.0, accountant="pld")
     with tempfile.TemporaryDirectory() as folder:
         book = Ledger(str(Path(folder) / "l.sqlite"))
-        membership, budgets = simulated_clients(pld, pld.groups.name)
+        membership, budgets = simulated_clients(pld, pld.groups)
         run_id = book.start_run(federation="f", label="pld", plan_sha256="0" * 64, membership=membership,
                                 budgets_of=budgets, delta=pld.config.delta,
                                 planned=round_costs(pld, pld.groups.name, start=0, rounds=4))  # fmt: skip

@@ -107,7 +107,8 @@ def capture(folder: Path) -> dict[str, Path]:
     from flwr.app import Context, Message, RecordDict
     from typer.testing import CliRunner
 
-    from hdp_planner.planfile.document import load_plan, read_document
+    from hdp_planner.planfile.document import load_plan
+    from hdp_planner.trust.registry import trust_class, trust_names
     from hdp_planner_cli.app import app as cli
     from hdp_planner_flower.app import DataSettings, model_arrays
     from hdp_planner_flower.local import InProcessGrid
@@ -118,8 +119,7 @@ def capture(folder: Path) -> dict[str, Path]:
     from hdp_planner_flower.stages import stage_of
     from hdp_planner_flower.strategy import HdpStrategy
     from hdp_planner_train.learning.models import make_model
-    from hdp_planner_train.rules.secagg import planned_groups
-    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
+    from hdp_planner_train.rules.specs import plan_spec
 
     d = sum(p.numel() for p in make_model("digits").parameters())
     settings = DataSettings(dataset="digits", data_dir=None, clients=N, dirichlet=None, seed=0, local_steps=1,
@@ -130,11 +130,12 @@ def capture(folder: Path) -> dict[str, Path]:
         def random(self, size):
             return np.zeros(size)
 
-    for trust in ("secagg", "server"):
+    for trust in reversed(trust_names()):  # secure aggregation first
+        secure = not trust_class(trust).sees_updates
         path = folder / f"plan-{trust}.json"
         args = ["solve", "--eps", "1,2,4", "--n", str(N), "--rounds", "5", "--q", "1.0", "--clip", "1.0",
                 "--methods", "gdpfed+", "--trust", trust, "-o", str(path)]  # fmt: skip
-        if trust == "secagg":
+        if secure:
             args[-2:-2] = ["--bits", "16", "--survivors", "0.75", "--model-dim", str(d)]
         res = CliRunner().invoke(cli, args)
         if res.exit_code != 0:
@@ -158,16 +159,14 @@ def capture(folder: Path) -> dict[str, Path]:
             config = {"client-id": i, "plan": str(path), "plan-sha256": sha, "state-dir": str(state)}
             grid.contexts[nid] = Context(1, nid, config, RecordDict(), {})
         plan = load_plan(path)
-        spec = method_spec(plan, "gdpfed+")
-        if trust == "secagg":
-            spec = planned_groups(read_document(path), plan, spec, METHOD_NAMES["gdpfed+"])
+        spec = plan_spec(plan, "gdpfed+")
         state.mkdir(mode=0o700)
         pin = Pin.from_node_config(grid.contexts[grid.node_ids[0]].node_config)
-        client_terms(pin, client=0, secure=trust == "secagg")  # node 0's derivations in its cache, as after round 1
-        strategy = HdpStrategy(plan, spec, trust=trust, plan_sha256=sha, uniform=Everyone())
+        client_terms(pin, client=0, secure=secure)  # node 0's derivations in its cache, as after round 1
+        strategy = HdpStrategy(plan, spec, plan_sha256=sha, uniform=Everyone())
         strategy.start(grid, model_arrays("digits", num_classes=10, seed=0), num_rounds=1,
                        train_config=settings.record())  # fmt: skip
-        if trust == "secagg":
+        if secure:
             query = Message(RecordDict(), dst_node_id=grid.node_ids[0], message_type=ENROLL)
             files["enrolment query"] = folder / "enrol.pickle"
             files["enrolment query"].write_bytes(pickle.dumps((query, grid.contexts[grid.node_ids[0]])))

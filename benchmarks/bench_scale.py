@@ -19,7 +19,7 @@ import numpy as np
 
 from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planning.budgets import groups_from_budgets
-from hdp_planner.planning.plan import PlanConfig
+from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.rows import clear_caches
 from hdp_planner.report.results import Result, Table, write_result
 

@@ -14,18 +14,15 @@ The runs use seeded noise (a simulation: the models are not for release).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 from statistics import mean, stdev
 
-from hdp_planner import plan
-from hdp_planner.distributed.trust import TrustModel
-from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict
-from hdp_planner.planfile.document import plan_to_dict
-from hdp_planner.planfile.trust import secagg_rows, trust_to_dict
+from hdp_planner import Groups, PlanConfig, plan, save_plan, solve
+from hdp_planner.planning.trust import CohortCaps, SecaggParameters
 from hdp_planner.report.results import Result, Table, render_result, write_result
-from hdp_planner_train.run.options import DataOptions, LedgerOptions, NoiseOptions, OutputOptions, TrustOptions
+from hdp_planner.trust.registry import requested_trust
+from hdp_planner_train.run.options import DataOptions, LedgerOptions, NoiseOptions, OutputOptions
 from hdp_planner_train.run.progress import progress_bar
 from hdp_planner_train.simulator.trainer import TrainConfig, run
 
@@ -36,16 +33,14 @@ ARMS = ("cohorts", "same Λ", "same ε")
 """Public cohorts with private coins; a trusted server at the cohorts' Λ; a trusted server at the same budgets."""
 
 
-def cohort_document(eps: tuple[float, ...], n: int, rounds: int, multiple: float) -> tuple[dict, float, tuple]:
-    """The cohort plan's file (trust object and hidden participation), its Λ with cohorts, and the rates
-    q_m = r_m/|G_m| of the cohort row's expected contributors."""
-    p = plan(list(eps), n=n, rounds=rounds, q=Q, clip=CLIP, sparsity=SPARSITY)
-    trust = TrustModel(kind="secagg", model_dim=DIM)
-    hidden = cohort_rows(p, trust, max_cohort=None, max_multiple=multiple)
-    doc = plan_to_dict(p) | {"trust": trust_to_dict(p, trust, secagg_rows(p, trust))}
-    doc["hidden_participation"] = hidden_to_dict(p, trust, hidden, max_cohort=None, max_multiple=multiple)
-    row = doc["hidden_participation"]["rows"][ROW]
-    return doc, row["lambda_cohort"], tuple(r / s for r, s in zip(row["expected_contributors"], p.method(ROW).size))
+def cohort_plan(eps: tuple[float, ...], n: int, rounds: int, multiple: float):
+    """The cohort plan (secure aggregation and hidden participation), its cohort row, and the rates q_m = r_m/|G_m|
+    of the row's expected contributors."""
+    trust = requested_trust("secagg", SecaggParameters(model_dim=DIM), CohortCaps(max_multiple=multiple))
+    p = solve(Groups.from_budgets(eps, n), PlanConfig(n=n, rounds=rounds, q=Q, clip=CLIP, sparsity=SPARSITY),
+              trust=trust)  # fmt: skip
+    row = p.hidden.row(ROW)
+    return p, row, tuple(g.expected_contributors / s for g, s in zip(row.groups, p.method(ROW).size))
 
 
 def trusted_at(eps: tuple[float, ...], scale: float, n: int, rounds: int, q: tuple[float, ...]):
@@ -53,21 +48,21 @@ def trusted_at(eps: tuple[float, ...], scale: float, n: int, rounds: int, q: tup
     return plan([e * scale for e in eps], n=n, rounds=rounds, q=Q, clip=CLIP, sparsity=SPARSITY, fixed_q=q)
 
 
-def trusted_at_lambda(eps: tuple[float, ...], target: float, n: int, rounds: int, q: tuple) -> tuple[dict, float]:
+def trusted_at_lambda(eps: tuple[float, ...], target: float, n: int, rounds: int, q: tuple):
     """The trusted-server plan with rates ``q`` whose budgets, all scaled by one factor s ≤ 1, give Λ = ``target``
-    (bisection on log s to 0.5%); its file and s."""
+    (bisection on log s to 0.5%); the plan and s."""
     lo, hi = 0.01, 1.0  # Λ falls as the budgets grow
     while hi / lo > 1.005:
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if trusted_at(eps, mid, n, rounds, q).method(ROW).lambda_exact > target else (lo, mid)
-    return plan_to_dict(trusted_at(eps, hi, n, rounds, q)), hi
+    return trusted_at(eps, hi, n, rounds, q), hi
 
 
-def train(path: Path, seed: int, n: int, rounds: int, trust: str) -> dict:
+def train(path: Path, seed: int, n: int, rounds: int) -> dict:
+    """One seeded run of GDPFed+ under the plan's own trust model."""
     return run(TrainConfig(method="gdpfed+", rounds=rounds, seed=seed, data=DataOptions(dataset="digits", clients=n),
-                           noise=NoiseOptions(kind="seeded"), trust=TrustOptions(kind=trust),
-                           ledger=LedgerOptions(url="none"), output=OutputOptions(progress=False, eval_every=rounds)),
-               path)  # fmt: skip
+                           noise=NoiseOptions(kind="seeded"), ledger=LedgerOptions(url="none"),
+                           output=OutputOptions(progress=False, eval_every=rounds)), path)  # fmt: skip
 
 
 def spread(values: list[float]) -> str:
@@ -85,29 +80,26 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="write benchmarks/results/cohort-accuracy.json")
     args = parser.parse_args()
     eps, n, rounds = tuple(float(e) for e in args.eps.split(",")), args.clients, args.rounds
-    cohort_doc, lam, q = cohort_document(eps, n, rounds, args.cohort_multiple)
-    matched_doc, scale = trusted_at_lambda(eps, lam, n, rounds, q)
+    cohorts, hidden, q = cohort_plan(eps, n, rounds, args.cohort_multiple)
+    matched, scale = trusted_at_lambda(eps, hidden.lambda_cohort, n, rounds, q)
     folder = Path(tempfile.mkdtemp(prefix="cohort-accuracy-"))
-    docs = (cohort_doc, matched_doc, plan_to_dict(trusted_at(eps, 1.0, n, rounds, q)))
     paths = tuple(folder / f"{arm}.json" for arm in ("cohorts", "same-lambda", "same-eps"))
-    for path, doc in zip(paths, docs):
-        path.write_text(json.dumps(doc))
-    trusts = ("secagg", "server", "server")
+    for path, p in zip(paths, (cohorts, matched, trusted_at(eps, 1.0, n, rounds, q))):
+        save_plan(p, path)
     accuracy: dict[str, list[float]] = {arm: [] for arm in ARMS}
     lambdas: dict[str, float] = {}
     with progress_bar(True) as bar:  # seed by seed: every prefix of the grid is a paired comparison
         task = bar.add_task("", total=args.seeds * len(ARMS))
         for seed in range(args.seeds):
-            for arm, path, trust in zip(ARMS, paths, trusts):
+            for arm, path in zip(ARMS, paths):
                 bar.update(task, description=f"seed {seed}: {arm}")
-                metrics = train(path, seed, n, rounds, trust)
+                metrics = train(path, seed, n, rounds)
                 accuracy[arm].append(metrics["final_accuracy"])
                 lambdas[arm] = metrics["noise_lambda_planned"]
                 bar.advance(task)
     gaps = [c - t for c, t in zip(accuracy["cohorts"], accuracy["same Λ"])]
     rows = [(str(s), *(f"{accuracy[a][s]:.2f}" for a in ARMS), f"{gaps[s]:+.2f}") for s in range(args.seeds)]
     rows.append(("mean ± std", *(spread(accuracy[a]) for a in ARMS), spread(gaps)))
-    hidden = cohort_doc["hidden_participation"]["rows"][ROW]
     result = Result(
         name="cohort-accuracy",
         title="Accuracy with participation hidden from the server: GDPFed+ on digits",
@@ -115,9 +107,11 @@ def main() -> None:
             Table(
                 caption=f"ε = {', '.join(f'{e:g}' for e in eps)}, n = {n}, T = {rounds}, q = {Q}, C = {CLIP}, k/d = "
                 f"{', '.join(map(str, SPARSITY))}, d = {DIM:,}; cohorts ≤ {args.cohort_multiple:g}x the expected "
-                f"contributors: m = {hidden['cohort']}, r = {[round(r, 2) for r in hidden['expected_contributors']]}, "
-                f"p = {[round(p, 3) for p in hidden['coin']]}, "
-                f"K = {hidden['memberships']}; Λ = {lambdas['cohorts']:.4g} (cohorts), {lambdas['same Λ']:.4g} "
+                f"contributors: m = {[g.cohort for g in hidden.groups]}, "
+                f"r = {[round(g.expected_contributors, 2) for g in hidden.groups]}, "
+                f"p = {[round(g.coin, 3) for g in hidden.groups]}, "
+                f"K = {[g.memberships for g in hidden.groups]}; Λ = {lambdas['cohorts']:.4g} (cohorts), "
+                f"{lambdas['same Λ']:.4g} "
                 f"(trusted server, budgets × {scale:.3f}), {lambdas['same ε']:.4g} (trusted server, same budgets); "
                 f"accuracy (%) per seed; paired diff.: cohorts minus the trusted server at the same Λ",
                 columns=("seed", "cohorts", "server, same Λ", "server, same ε", "paired diff."),

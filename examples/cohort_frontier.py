@@ -1,7 +1,7 @@
 """What hiding participation from the server costs on GDPFed's FMNIST Table 2 plan: for cohorts capped at 2, 5,
 10, 20 and 50 times each group's expected contributors (and uncapped), the GDPFed+ row's Λ against the trusted
 server's (Problem 1's r_m) and against the trusted server given the same freedom (its r_m chosen for the least Λ
-alone by the same search, :func:`~hdp_planner.distributed.cohorts.trusted_least_lambda`), the masked vectors a round
+alone by the same search, :func:`~hdp_planner.trust.cohort_rows.trusted_least_lambda`), the masked vectors a round
 sends, and each group's cohort m, expected contributors r, coin p, memberships K and z, every group at ε against the
 server equal to its budget; first as solved (no --min-share), then with every group's weight share at least half its
 population share (--min-share 0.5).
@@ -15,10 +15,12 @@ import argparse
 import dataclasses
 
 from hdp_planner import plan
-from hdp_planner.distributed.cohorts import cohort_frontier, trusted_least_lambda
-from hdp_planner.distributed.trust import TrustModel, secagg_row
-from hdp_planner.planning.plan import MethodNoise, Plan
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import Plan
+from hdp_planner.planning.trust import SecaggParameters
 from hdp_planner.report.results import Result, Table, render_result, write_result
+from hdp_planner.trust.cohort_rows import cohort_frontier, trusted_least_lambda
+from hdp_planner.trust.secagg_rows import secagg_row
 
 EPSILONS, N, ROUNDS, CLIP, SPARSITY, DIM = (0.5, 1.5, 3.0), 6000, 50, 1.5, (0.7, 0.8, 0.9), 26010
 COLUMNS = ("participation", "vectors a round", "Λ / trusted server's Λ", "Λ / trusted Λ, r for Λ alone",
@@ -32,8 +34,7 @@ def main() -> None:
     parser.add_argument("--colluders", type=int, default=0)
     parser.add_argument("--record", action="store_true", help="write benchmarks/results/cohort-frontier.json")
     args = parser.parse_args()
-    trust = TrustModel(kind="secagg", bits=args.bits, survivors=args.survivors, colluders=args.colluders,
-                       model_dim=DIM)  # fmt: skip
+    trust = SecaggParameters(bits=args.bits, survivors=args.survivors, colluders=args.colluders, model_dim=DIM)
     tables = []
     for min_share in (0.0, 0.5):
         p = plan(list(EPSILONS), n=N, rounds=ROUNDS, clip=CLIP, sparsity=SPARSITY, min_share=min_share)
@@ -63,12 +64,12 @@ def main() -> None:
         print(f"written to {write_result(result)}")
 
 
-def frontier_rows(p: Plan, trust: TrustModel) -> tuple[tuple[str, ...], ...]:
+def frontier_rows(p: Plan, trust: SecaggParameters) -> tuple[tuple[str, ...], ...]:
     """The trusted server at Problem 1's r_m and at the r_m of least Λ, the server-sampled row, then the GDPFed+ row
     with cohorts at each cap of the frontier."""
     row = p.method("GDPFed+")
     alone = trusted_least_lambda(row, p)
-    visible = secagg_row(row, p, dataclasses.replace(trust, participations=4))
+    visible = secagg_row(row, p.config, dataclasses.replace(trust, participations=4))
 
     def ratios(lam: float) -> tuple[str, str]:
         return f"{lam / row.lambda_exact:#.3g}x", f"{lam / alone.lambda_exact:#.3g}x"

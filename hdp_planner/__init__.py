@@ -3,8 +3,10 @@
 The planning core's public API:
 
 - Plans: :func:`plan` and :func:`solve_plan` solve one (:class:`Plan`, configured by :class:`PlanConfig`), and
-  :func:`add_baselines` adds baseline rows; :func:`save_plan` and :func:`load_plan` write and read plan files
-  (a file holding a different plan is replaced only with ``overwrite=True``: :class:`EarlierResult`).
+  :func:`add_baselines` adds baseline rows; :func:`solve` does all of it with a trust model's sections (every row
+  under secure aggregation, with cohorts hiding who contributes), verified, as ``hdp-plan solve`` does;
+  :func:`save_plan` and :func:`load_plan` write and read plan files (a file holding a different plan is replaced
+  only with ``overwrite=True``: :class:`EarlierResult`).
 - Verification: :func:`verify` re-derives every group's ε from a plan and raises :class:`PlanVerificationError`
   carrying every problem, as :func:`load_plan` raises :class:`PlanFileError`; :func:`plan_problems` lists the
   problems instead (empty: the plan verifies).
@@ -62,8 +64,11 @@ if TYPE_CHECKING:
         save_plan,
         verify,
     )
+    from hdp_planner.planning.config import PlanConfig
     from hdp_planner.planning.grouping import Groups
-    from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
+    from hdp_planner.planning.method_noise import MethodNoise
+    from hdp_planner.planning.plan import METHODS, Plan, Trust
+    from hdp_planner.solving import solve
 
 SOURCES = {
     **dict.fromkeys(("PrivacyAccountant", "accountant_names", "get_accountant", "register_accountant"),
@@ -81,7 +86,10 @@ SOURCES = {
                      "save_plan", "verify"), "hdp_planner.planfile.document"),
     "Groups": "hdp_planner.planning.grouping",
     "METHOD_REGISTRY": "hdp_planner.methods.registry:REGISTRY",
-    **dict.fromkeys(("METHODS", "MethodNoise", "Plan", "PlanConfig"), "hdp_planner.planning.plan"),
+    **dict.fromkeys(("METHODS", "Plan", "Trust"), "hdp_planner.planning.plan"),
+    "MethodNoise": "hdp_planner.planning.method_noise",
+    "PlanConfig": "hdp_planner.planning.config",
+    "solve": "hdp_planner.solving",
 }  # fmt: skip
 __getattr__ = lazy_getattr(__name__, SOURCES)
 """Every name of the API loads its module on first use: importing the package (as importing any of its modules does)
@@ -107,6 +115,7 @@ __all__ = [
     "PlanVerificationError",
     "PrivacyAccountant",
     "RoundRules",
+    "Trust",
     "__version__",
     "accountant_names",
     "add_baselines",
@@ -120,6 +129,7 @@ __all__ = [
     "plan_to_dict",
     "register_accountant",
     "save_plan",
+    "solve",
     "solve_plan",
     "verify",
 ]

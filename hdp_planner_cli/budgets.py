@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hdp_planner.io.overwrite import write_results, written
-from hdp_planner.planfile.document import budgets_digest_of, load_plan, read_document
+from hdp_planner.planfile.document import load_plan
 from hdp_planner.planning.budgets import (
     GROUPINGS,
     BudgetError,
@@ -30,7 +30,8 @@ from hdp_planner.planning.budgets import (
     load_budgets,
     parse_group_count,
 )
-from hdp_planner.planning.plan import METHODS, PlanConfig
+from hdp_planner.planning.config import PlanConfig
+from hdp_planner.planning.plan import METHODS
 from hdp_planner.report.sweep import parse_range, parse_values, sweep_plan
 from hdp_planner_cli.console import err, one_line_errors, optional_columns, out, pct
 from hdp_planner_cli.option_blocks import with_groups
@@ -203,7 +204,7 @@ def assign_cmd(
         if str(parent) and not parent.is_dir():
             raise CliError(f"cannot write {output}: directory {parent} does not exist")
     ids, budget = load_budgets(budgets)
-    digest = budgets_digest_of(read_document(plan_file))
+    digest = p.budgets_sha256
     if digest is not None and budgets_digest(ids, budget) != digest:
         raise CliError(f"{budgets} holds other budgets than those {plan_file} was made from (digest mismatch): "
                        "assign the plan's own budgets, or re-plan with hdp-plan solve --budgets")  # fmt: skip

@@ -14,9 +14,9 @@ import typer
 from rich import box
 from rich.table import Table
 
-from hdp_planner.ledger.runs import default_ledger, executed_costs, plan_clients
+from hdp_planner.ledger.runs import default_ledger, plan_clients, round_costs
 from hdp_planner.ledger.store import Ledger, LedgerError
-from hdp_planner.planfile.document import load_plan, read_document
+from hdp_planner.planfile.document import load_plan
 from hdp_planner_cli.command import PlainCommand
 from hdp_planner_cli.console import one_line_errors, out, whole
 from hdp_planner_cli.options import GroupsFile, PlanFile
@@ -53,9 +53,9 @@ def _open(ledger: str | None) -> Ledger:
 
 
 def _plan_clients(plan_file: str, groups: str | None):
-    p, doc = load_plan(plan_file), read_document(plan_file)
-    membership, budgets = plan_clients(p, p.groups.name, doc, groups)
-    return p, doc, membership, budgets
+    p = load_plan(plan_file)
+    membership, budgets = plan_clients(p, p.groups, groups)
+    return p, membership, budgets
 
 
 @app.command("show", cls=PlainCommand)
@@ -69,7 +69,7 @@ def show(
 ) -> None:
     """Each plan group's clients: ε spent over their lifetime (every run in the ledger, under any federation name)
     and remaining."""
-    p, _, membership, budgets = _plan_clients(plan_file, groups)
+    p, membership, budgets = _plan_clients(plan_file, groups)
     with _ledger_errors():
         book = _open(ledger)
         state = book.state()
@@ -138,8 +138,8 @@ def check(
         over = [s for s in rows if s.epsilon_spent > s.epsilon_budget * (1 + 1e-9)]
         cannot = []
         if plan is not None:
-            p, doc, membership, budgets = plan
-            costs = executed_costs(p, p.groups.name, doc, start=0, rounds=rounds or p.config.rounds)
+            p, membership, budgets = plan
+            costs = round_costs(p, p.groups.name, start=0, rounds=rounds or p.config.rounds)
             cannot = book.would_exceed(
                 membership=membership, budgets_of=budgets, delta=p.config.delta, planned=costs, simulated=groups is None
             )

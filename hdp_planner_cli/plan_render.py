@@ -8,9 +8,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hdp_planner.accounting.accountants import get_accountant
-from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.methods.pooled import recalibrated_lambda
-from hdp_planner.planning.plan import METHODS, MethodNoise, Plan, PlanConfig
+from hdp_planner.planning.config import PlanConfig
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import METHODS, Plan
 from hdp_planner.planning.rows import rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
 from hdp_planner_cli.console import fit_table, labelled, optional_columns, pct
@@ -134,19 +135,24 @@ def pld_saving_line(p: Plan) -> str | None:
     )
 
 
-def render_trust(p: Plan, trust: TrustModel, rows, console: Console) -> None:
-    """The plan under secure aggregation: per row and group z_m, ε against each adversary, and the price."""
-    k = trust.participations or p.config.rounds
+def render_trust(p: Plan, console: Console) -> None:
+    """The plan under secure aggregation: per row and group z_m, ε against each adversary, and the price (nothing
+    for a plan whose trust model recalibrates no row; a plan that fell back to a trusted server shows the secure
+    form it declined)."""
+    trust = p.trust.declined or p.trust
+    if trust.parameters is None:
+        return
+    params, k = trust.parameters, trust.parameters.participations or p.config.rounds
     table = Table(
         box=box.SIMPLE_HEAD,
-        title=f"under secure aggregation: b={trust.bits} bits, survivors F={trust.survivors:g}, colluders "
-        f"k={trust.colluders}, participations K={k}, d={trust.model_dim}",
+        title=f"under secure aggregation: b={params.bits} bits, survivors F={params.survivors:g}, colluders "
+        f"k={params.colluders}, participations K={k}, d={params.model_dim}",
     )
     for col in ("method", "group", "ε\nbudget", "σ trusted\nserver", "z\nsecagg", "effective\nσ",
                 "ε third\nparties", f"ε server\n(K={k})", "Λ\nsecagg", "price of\ndistrust"):  # fmt: skip
         table.add_column(col, justify="right")
     optional_columns(table, "σ trusted\nserver", "effective\nσ")  # both in plan.json's trust object
-    for r in rows:
+    for r in trust.rows:
         m = p.method(r.name)
         for i, g in enumerate(r.groups or ()):
             first = i == 0
@@ -156,7 +162,7 @@ def render_trust(p: Plan, trust: TrustModel, rows, console: Console) -> None:
                 _fmt(g.epsilon_server), _fmt(r.lambda_secagg) if first else "", f"{r.price:.2f}x" if first else "",
             )  # fmt: skip
     console.print(*fit_table(console, table))
-    for r in rows:
+    for r in trust.rows:
         if r.groups is None:
             console.print(labelled(f"{r.name}:", "cyan", r.note))
 
@@ -173,16 +179,19 @@ def recommendation_line(p: Plan) -> str:
     )
 
 
-def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
+def render_hidden(p: Plan, console: Console) -> None:
     """Public cohorts, private coins: per row and group the cohort m, coin p, expected contributors r = m·p,
     memberships K, threshold t, z and ε against the server; then the recommended row's frontier of cohort size
-    against Λ."""
+    against Λ (nothing where participation is not hidden)."""
+    hidden = p.hidden
+    if hidden is None:
+        return
     table = Table(box=box.SIMPLE_HEAD, title="hiding who contributes: public cohorts, private coins")
     for col in ("method", "group", "ε\nbudget", "cohort\nm", "coin\np", "contri-\nbutors r", "member-\nships K",
                 "thresh-\nold t", "z", "ε\nserver", "Λ", "price"):  # fmt: skip
         table.add_column(col, justify="right")
     optional_columns(table, "coin\np", "thresh-\nold t", "z")  # each in plan.json's cohort section
-    for name, r in rows:
+    for name, r in hidden.rows:
         if r is None:
             continue
         m = p.method(name)
@@ -195,15 +204,15 @@ def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
                 _fmt(r.lambda_cohort) if first else "", f"{r.price:.2f}x" if first else "",
             )  # fmt: skip
     console.print(*fit_table(console, table))
-    if doc["frontier"]:
-        frontier = Table(box=box.SIMPLE_HEAD, title=f"{doc['recommendation']}: cohort size against noise")
+    if hidden.frontier:
+        frontier = Table(box=box.SIMPLE_HEAD, title=f"{hidden.recommendation}: cohort size against noise")
         for col in ("cohorts at most", "vectors a round", "Λ", "Λ / trusted Λ"):
             frontier.add_column(col, justify="right")
-        for f in doc["frontier"]:
-            cap = "the group" if f["multiple"] is None else f"{f['multiple']:g}x contributors"
-            frontier.add_row(cap, str(f["vectors_per_round"]), _fmt(f["lambda"]), f"{f['price']:.2f}x")
+        for f in hidden.frontier:
+            cap = "the group" if f.multiple is None else f"{f.multiple:g}x contributors"
+            frontier.add_row(cap, str(f.vectors_per_round), _fmt(f.lam), f"{f.price:.2f}x")
         console.print(*fit_table(console, frontier))
-    for name, r in rows:
+    for name, r in hidden.rows:
         if r is None:
             console.print(labelled(f"{name}:", "cyan", "no cohort under these caps (or no distributed form)"))
         elif min(r.weight_shares) < STARVED_SHARE:
@@ -211,6 +220,29 @@ def render_hidden(p: Plan, rows, doc: dict, console: Console) -> None:
             console.print(labelled(f"{name}:", "yellow", f"the groups' shares of the update are {shares}: the least "
                                    "Λ leaves some groups' clients almost out of the model (--min-share keeps each "
                                    "group a share of its population's)"))  # fmt: skip
+
+
+def trust_lines(p: Plan) -> list[str]:
+    """The closing lines of ``solve`` under secure aggregation (its recommended row) and with hidden participation
+    (the recommended cohort row); none for a trusted server, but the line that says it was a fallback."""
+    lines = []
+    trust = p.trust
+    if trust.declined is not None:
+        why = trust.declined.unplanned(p)
+        return [f"no row has a secure form under --trust secagg ({why}): the plan is written for a trusted server "
+                "(--trusted-fallback), which sees every sampled client's clipped update"]  # fmt: skip
+    if trust.parameters is not None and trust.recommendation is not None:
+        best = next(r for r in trust.rows if r.name == trust.recommendation)
+        lines.append(f"recommended under secagg: {best.name}: least Λ = {best.lambda_secagg:.4g} with distributed "
+                     f"noise ({best.price:.2f}x its Λ with a trusted server)")  # fmt: skip
+    hidden = p.hidden
+    if hidden is not None:
+        cohort = None if hidden.recommendation is None else hidden.row(hidden.recommendation)
+        lines.append("no row can hide who contributes under these caps" if cohort is None else
+                     f"recommended with hidden participation: {cohort.name}: Λ = {cohort.lambda_cohort:.4g}, "
+                     f"{cohort.price:.2f}x its Λ with a trusted server, {cohort.vectors_per_round} vectors a round, "
+                     f"every group's ε against the server within its budget")  # fmt: skip
+    return lines
 
 
 def spent_of_budget(spent: float, budget: float) -> str:

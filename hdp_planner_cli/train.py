@@ -8,24 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from hdp_planner.distributed.trust import TrustModel
+from hdp_planner.trust.registry import DEFAULT_TRUST, trust_class
 from hdp_planner_cli.console import err as _err
 from hdp_planner_cli.console import fail as _fail
 from hdp_planner_cli.console import optional_columns, whole
 from hdp_planner_cli.console import out as console
 from hdp_planner_cli.console import result_out as _out
 from hdp_planner_cli.option_blocks import Opt, option, with_groups
-from hdp_planner_cli.options import (
-    Bits,
-    CliError,
-    Colluders,
-    Participations,
-    PlanFile,
-    Survivors,
-    build_baselines,
-)
-from hdp_planner_cli.plan import check_hidden_options
-from hdp_planner_cli.plan_options import PLAN
+from hdp_planner_cli.options import Bits, CliError, Colluders, Participations, PlanFile, Survivors
+from hdp_planner_cli.plan_options import PLAN, BaselineRequest, TrustRequest
 from hdp_planner_cli.run_options import (
     AUDIT,
     DATA,
@@ -168,7 +159,7 @@ COMPARE_PLAN = PLAN.pick(
     trust=TRUST.pick("trust", "hide_sample", "max_cohort", "cohort_multiple", trust=Opt(option(
         "--trust", str, "server, or secagg: plan for secure aggregation and run every noised method through its exact "
         "integer pipeline (p-fedavg stays the non-private reference).",
-    ), "server")),
+    ), DEFAULT_TRUST)),
     audit=AUDIT.pick("audit"),
     ledger=LEDGER.pick("ledger", ledger=Opt(option(
         "--ledger", str | None, "Privacy ledger charging every run to the same clients: an SQLAlchemy URL or an SQLite "
@@ -236,7 +227,8 @@ def compare(
             raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {model.precision!r}")
         if not 0 <= noise.dropout < 1:
             raise ValueError(f"--dropout must lie in [0, 1), got {noise.dropout}")
-        if noise.dropout and trust.kind != "secagg":
+        secure = not trust_class(trust.kind).sees_updates  # the clients add the noise under secure aggregation
+        if noise.dropout and not secure:
             raise ValueError("--dropout needs --trust secagg")
         chosen = check_methods(methods.split(","))
         total = seeds * len(chosen)
@@ -246,10 +238,11 @@ def compare(
         partition = load_federated(
             dataset, data.data_dir, clients=clients, dirichlet=data.dirichlet, shards=data.shards
         )
-        d = model_dim(dataset, partition.num_classes, model.name) if trust.kind == "secagg" else None
-        trust_model = TrustModel(kind=trust.kind, bits=bits, survivors=survivors, colluders=colluders,  # type: ignore[arg-type]
-                                 participations=participations, model_dim=d)  # fmt: skip
-        check_hidden_options(trust_model, trust.hide_sample, trust.max_cohort, trust.cohort_multiple)
+        d = model_dim(dataset, partition.num_classes, model.name) if secure else None
+        request = TrustRequest(trust=trust.kind, bits=bits, survivors=survivors, colluders=colluders,
+                               participations=participations, hide_sample=trust.hide_sample,
+                               max_cohort=trust.max_cohort, cohort_multiple=trust.cohort_multiple)  # fmt: skip
+        trust_model = request.requested(d)
         if output.resume and output.overwrite:
             raise ValueError("--resume continues the grid in --out, --overwrite replaces it: choose one")
         request = replace(
@@ -263,9 +256,8 @@ def compare(
             sparsity=plan.sparsity or ",".join(map(str, PAPER_SPARSITY)),
         )
         plan_groups, config = request.build()
-        _, options = build_baselines(methods=None, model_dim=None, pfa_dim=pfa_dim, pfa_window=pfa_window,
-                                     pfa_subspace=pfa_subspace, saving_rounds=saving_rounds,
-                                     saving_noise=saving_noise)  # fmt: skip
+        _, options = BaselineRequest(pfa_dim=pfa_dim, pfa_window=pfa_window, pfa_subspace=pfa_subspace,
+                                     saving_rounds=saving_rounds, saving_noise=saving_noise).build()  # fmt: skip
         if partition.n_clients != config.n:
             raise ValueError(f"--n {config.n} but the {dataset} partition has {partition.n_clients} clients")
         every = max(1, min(5, config.rounds // 10)) if eval_every is None else eval_every
@@ -303,7 +295,8 @@ def render_summary(dataset: str, seeds: int, summary: list[dict]):
 
     rounds, paper_rounds = summary[0]["rounds"], summary[0]["paper_rounds"]
     spread = f"over {seeds} seeds (mean ± std)" if seeds > 1 else "one seed"
-    secure = ", noised methods under secure aggregation" if any(s["trust"] == "secagg" for s in summary) else ""
+    shown = all(trust_class(s["trust"]).sees_updates for s in summary)
+    secure = "" if shown else ", noised methods under secure aggregation"
     title = f"{dataset}: final test accuracy (%) after {rounds} rounds, {spread}{secure}"
     table = Table(box=box.SIMPLE_HEAD, title=title)
     if any(s["paper"] is not None for s in summary) and rounds != paper_rounds:

@@ -8,9 +8,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hdp_planner_flower.deploy import LocalDeployment
 from hdp_planner_flower.processes import alive
+
+if TYPE_CHECKING:
+    from hdp_planner_train.run.plan import RunPlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +63,7 @@ class DeployConfig:
 
 def check_config(cfg: DeployConfig) -> None:
     """Refuse (ValueError, one line) a deployment that cannot run, before any file is written or process started."""
-    from hdp_planner.distributed.trust import TRUST_KINDS
+    from hdp_planner.trust.registry import trust_class, trust_name, trust_names
     from hdp_planner_train.run.plan import RunPlan
 
     if not Path(cfg.plan).is_file():
@@ -68,40 +72,43 @@ def check_config(cfg: DeployConfig) -> None:
     plan = run_plan.plan
     if cfg.nodes != plan.config.n:
         raise ValueError(f"--nodes {cfg.nodes}: the plan has n = {plan.config.n} clients, one SuperNode each")
-    bad = [t for t in cfg.trust if t not in TRUST_KINDS]
-    if bad:
-        raise ValueError(f"--trust takes {' and/or '.join(TRUST_KINDS)} (comma-separated), got {','.join(cfg.trust)}")
-    if "server" in cfg.trust and run_plan.trust == "secagg":
-        raise ValueError(f"{cfg.plan} was solved for a server that is not trusted: --trust server would show the "
-                         "server every clipped update (solve a plan with --trust server for that run)")  # fmt: skip
+    try:
+        asked = [trust_class(t) for t in cfg.trust]
+    except ValueError:
+        raise ValueError(f"--trust takes {' and/or '.join(trust_names())} (comma-separated), got "
+                         f"{','.join(cfg.trust)}") from None  # fmt: skip
+    shown = [t for t, cls in zip(cfg.trust, asked) if cls.sees_updates]
+    if shown and not run_plan.trust.sees_updates:
+        raise ValueError(f"{cfg.plan} was solved for a server that is not trusted: --trust {shown[0]} would show "
+                         f"the server every clipped update (solve a plan with --trust {shown[0]} for that "
+                         "run)")  # fmt: skip
     if cfg.rounds is not None and not 1 <= cfg.rounds <= plan.config.rounds:
         raise ValueError(f"--rounds must be within 1..{plan.config.rounds} (the plan's T), got {cfg.rounds}")
     if cfg.groups and not Path(cfg.groups).is_file():
         raise ValueError(f"groups file {cfg.groups} not found")
     if cfg.out and not cfg.overwrite:
-        for trust in cfg.trust or (run_plan.trust,):
+        for trust in cfg.trust or (trust_name(run_plan.trust),):
             if (Path(cfg.out) / trust / "metrics.json").is_file():
                 raise ValueError(f"{Path(cfg.out) / trust} holds a finished run (metrics.json): choose another --out, "
                                  "or replace it with --overwrite")  # fmt: skip
     if cfg.timeout <= 0 or cfg.round_timeout <= 0:
         raise ValueError(f"--timeout and --round-timeout must be > 0 seconds, got {cfg.timeout}, {cfg.round_timeout}")
-    if "secagg" in (cfg.trust or (run_plan.trust,)):
+    if not all(cls.sees_updates for cls in asked) if asked else not run_plan.trust.sees_updates:
         check_secure_form(run_plan, cfg.method)
 
 
-def check_secure_form(run_plan, method: str) -> None:
-    """Refuse (ValueError, one line) a plan whose ``method`` has no secure form under secagg: derived and checked
-    as every node will (:func:`~hdp_planner_train.rules.cohort.planned_secure`), before any process starts."""
-    from hdp_planner_train.rules.cohort import planned_secure
-    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
+def check_secure_form(run_plan: RunPlan, method: str) -> None:
+    """Refuse (ValueError, one line) a plan whose ``method`` has no secure form: derived and checked as every node
+    will (:func:`~hdp_planner_train.rules.specs.plan_spec`), before any process starts."""
+    from hdp_planner_train.rules.specs import METHOD_NAMES, plan_spec
 
     if method not in METHOD_NAMES:
         raise ValueError(f"--method {method}: not one of {', '.join(METHOD_NAMES)}")
-    if "trust" not in run_plan.document:
+    if run_plan.trust.sees_updates:
         raise ValueError(f"{run_plan.source} was solved for a trusted server: it has no secure form to run under "
                          "secagg (solve it with --trust secagg)")  # fmt: skip
     try:
-        planned_secure(run_plan.document, run_plan.plan, method_spec(run_plan.plan, method), METHOD_NAMES[method])
+        plan_spec(run_plan.plan, method)
     except ValueError as exc:
         raise ValueError(f"{run_plan.source}: {str(exc).splitlines()[0]}") from None
 
@@ -124,6 +131,7 @@ def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -
     import shutil
     import tempfile
 
+    from hdp_planner.trust.registry import trust_name
     from hdp_planner_train.run.plan import RunPlan
 
     check_config(cfg)
@@ -140,7 +148,7 @@ def deploy_local(cfg: DeployConfig, progress: Callable[[str], object] = print) -
         started = time.monotonic()
         progress(f"{cfg.nodes} SuperNodes registered and started ({started - linked:.1f} s); node state in "
                  f"{dep.state_dir}")  # fmt: skip
-        for trust in cfg.trust or (RunPlan.read(cfg.plan).trust,):
+        for trust in cfg.trust or (trust_name(RunPlan.read(cfg.plan).trust),):
             t0 = time.monotonic()
             results[trust] = dep.run(trust=trust, out=out / trust, dataset=cfg.dataset, rounds=cfg.rounds,
                                      seed=cfg.seed, timeout=cfg.timeout, round_timeout=cfg.round_timeout,

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hdp_planner.ledger.composition import GroupRound, compose
+from hdp_planner.accounting.events import GroupRound
+from hdp_planner.ledger.composition import compose
 from hdp_planner_flower.pin import Pin, PinnedPlan, RoundRefused, file_sha256, load_pinned, pinned_digest, read_pinned
 from hdp_planner_flower.plan_cache import derived
 from hdp_planner_flower.records import HDP
@@ -181,10 +182,11 @@ def client_terms(pin: Pin, *, client: int, secure: bool) -> Terms:
     """The terms of client ``client`` in the plan ``pin`` pinned (its hash checked, the plan verified): its group
     in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
     or the plan's grouping), each round's cost to that group as the ledger charges it (``planned_costs``; under
-    ``secure`` the trust object's distributed rounds), δ, and the cap K (the plan's participations, else T); kept in
-    the node's cache."""
+    ``secure`` the plan's secure aggregation's distributed rounds), δ, and the cap on its participations under the
+    trust model the round runs (:meth:`~hdp_planner.planning.plan.Trust.cap`: K, a cohort's memberships, or T); kept
+    in the node's cache."""
     spec = pinned_plan(pin).spec if secure else None  # the law, derived once per plan
-    return kept(pin, f"terms of client {client} under {'secagg' if secure else 'server'}",
+    return kept(pin, f"terms of client {client}{' under secure aggregation' if secure else ''}",
                 lambda: derive_terms(pin, client=client, spec=spec))  # fmt: skip
 
 
@@ -192,16 +194,15 @@ def derive_terms(pin: Pin, *, client: int, spec: GroupSpec | None) -> Terms:
     """:func:`client_terms`, derived from the plan file; ``spec``: the secure form of the pinned method (None: its
     trusted rules)."""
     from hdp_planner.ledger.runs import plan_clients
-    from hdp_planner.planfile.trust import trust_from_dict
     from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
     from hdp_planner_train.run.ledger import planned_costs
 
-    _, plan, doc = read_pinned(pin)
+    _, plan = read_pinned(pin)
     row = METHOD_NAMES.get(pin.method)
     if row is None:
         raise RoundRefused(f"the node pins method {pin.method!r}, not one of {', '.join(METHOD_NAMES)}")
     try:
-        membership, budgets = plan_clients(plan, row, doc, pin.groups)
+        membership, budgets = plan_clients(plan, plan.method(row), pin.groups)
         spec = spec or method_spec(plan, pin.method)
     except ValueError as exc:
         raise RoundRefused(str(exc).splitlines()[0]) from None
@@ -209,9 +210,7 @@ def derive_terms(pin: Pin, *, client: int, spec: GroupSpec | None) -> Terms:
         raise RoundRefused(f"client {client} is not one of the plan's clients")
     m, rounds = membership[str(client)], plan.config.rounds
     costs = tuple(r[m] for r in planned_costs(plan, spec=spec, row=row, start=0, rounds=rounds))
-    cap = trust_from_dict(doc).participations or rounds
-    if spec.secagg is not None and spec.secagg.cohorts is not None:  # hidden participation: K_m cohort memberships
-        cap = spec.secagg.cohorts[m].memberships
+    cap = spec.trust.cap(plan.method(row), plan.config, m)
     return Terms(costs=costs, delta=plan.config.delta, cap=cap, budget=budgets[str(client)])
 
 

@@ -87,14 +87,15 @@ class Pin:
 
 @dataclass(frozen=True, kw_only=True)
 class PinnedPlan:
-    """A pinned plan, read and verified by the client itself."""
+    """A pinned plan, read and verified by the client itself, and the name of its trust model (which the server must
+    announce)."""
 
     sha256: str
     method: str
     spec: GroupSpec
     group_of_client: np.ndarray
     rounds: int
-    cap: int
+    trust: str
     sparse_graph: bool = False
 
     def check(self, rules, *, client: int, sampled: int, share_number: int, threshold: int, keys: int,
@@ -102,7 +103,7 @@ class PinnedPlan:
         """Refuse (:class:`RoundRefused`) a round whose announcement differs from the plan; the group."""
         if str(rules["plan-sha256"]) != self.sha256:
             raise RoundRefused("the server's plan is not the pinned one")
-        if str(rules["trust"]) != "secagg" or str(rules["method"]) != self.method:
+        if str(rules["trust"]) != self.trust or str(rules["method"]) != self.method:
             raise RoundRefused(f"the server runs {rules['method']} under {rules['trust']}; pinned: {self.method}")
         m, rnd = int(rules["group"]), int(rules["server-round"])
         if m != int(self.group_of_client[client]):
@@ -170,17 +171,19 @@ def pinned_digest(pin: Pin) -> str:
     return digest
 
 
-def read_pinned(pin: Pin) -> tuple[str, Plan, dict]:
-    """The pinned plan file's SHA-256, plan and document, once the hash is the pinned one and the plan verifies."""
-    from hdp_planner.planfile.document import load_plan, plan_problems, read_document
+def read_pinned(pin: Pin) -> tuple[str, Plan]:
+    """The pinned plan file's SHA-256 and plan, once the hash is the pinned one and the plan verifies."""
+    from hdp_planner.planfile.document import PlanFileError, load_plan, plan_problems
 
     digest = pinned_digest(pin)
-    path = Path(pin.plan)
-    plan = load_plan(path)
+    try:
+        plan = load_plan(Path(pin.plan))
+    except PlanFileError as exc:
+        raise RoundRefused(f"pinned plan fails verification: {exc}") from None
     problems = plan_problems(plan)
     if problems:
         raise RoundRefused(f"pinned plan fails verification: {problems[0]}")
-    return digest, plan, read_document(path)
+    return digest, plan
 
 
 @functools.lru_cache(maxsize=8)
@@ -188,29 +191,20 @@ def load_pinned(pin: Pin) -> PinnedPlan:
     """Read, hash-check and verify the pinned plan (once per process; a node keeps it across processes:
     :func:`~.node_state.pinned_plan`)."""
     from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
-    from hdp_planner.planfile.document import budgets_digest_of
-    from hdp_planner.planfile.trust import trust_from_dict
+    from hdp_planner.trust.registry import trust_name
     from hdp_planner_flower.membership import default_groups, groups_from_file
-    from hdp_planner_train.rules.cohort import planned_secure
-    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
+    from hdp_planner_train.rules.specs import plan_spec
 
-    digest, plan, doc = read_pinned(pin)
+    digest, plan = read_pinned(pin)
     try:
-        spec = planned_secure(doc, plan, method_spec(plan, pin.method), METHOD_NAMES[pin.method])
+        spec = plan_spec(plan, pin.method)
     except ValueError as exc:
         raise RoundRefused(str(exc)) from None
-    trust = trust_from_dict(doc)
-    budgets = budgets_digest_of(doc)
-    if budgets is not None and not pin.groups:
+    if spec.secagg is None:
+        raise RoundRefused(f"pinned plan {pin.plan} was not solved for secure aggregation (--trust secagg)")
+    if plan.budgets_sha256 is not None and not pin.groups:
         raise RoundRefused(DEFAULT_MAPPING_REFUSED)
-    groups = groups_from_file(pin.groups, spec, plan.groups.epsilon, budgets) if pin.groups else default_groups(spec)
-    t = plan.config.rounds
-    return PinnedPlan(
-        sha256=digest,
-        method=pin.method,
-        spec=spec,
-        group_of_client=groups,
-        rounds=t,
-        cap=trust.participations or t,
-        sparse_graph=pin.sparse_graph,
-    )
+    groups = (groups_from_file(pin.groups, spec, plan.groups.epsilon, plan.budgets_sha256) if pin.groups else
+              default_groups(spec))  # fmt: skip
+    return PinnedPlan(sha256=digest, method=pin.method, spec=spec, group_of_client=groups, rounds=plan.config.rounds,
+                      trust=trust_name(plan.trust), sparse_graph=pin.sparse_graph)  # fmt: skip

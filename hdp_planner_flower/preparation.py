@@ -75,30 +75,31 @@ class Prepared:
 
 def prepare(cfg: FlowerConfig) -> Prepared:
     """Validate ``cfg`` (ValueError with a one-line message for anything the user can fix) and load its data."""
-    from hdp_planner.distributed.trust import TRUST_KINDS
+    from hdp_planner.trust.registry import trust_class, trust_name
 
     version = require_flwr()
     from hdp_planner_train.run.plan import RunPlan
     from hdp_planner_train.run.settings import RunSettings
 
     run_plan = RunPlan.read(cfg.plan)  # the one read of the plan file
-    cfg = replace(cfg, trust=replace(cfg.trust, kind=cfg.trust.kind or run_plan.trust))  # the plan's unless asked
+    cfg = replace(cfg, trust=replace(cfg.trust, kind=cfg.trust.kind or trust_name(run_plan.trust)))  # the plan's
     if cfg.method not in REGISTRY or not REGISTRY[cfg.method].flower:
         names = ", ".join(key for key, m in REGISTRY.items() if m.flower)
         raise ValueError(f"--method must be one of {names} on Flower, got {cfg.method!r}")
-    if cfg.trust.kind not in TRUST_KINDS:
-        raise ValueError(f"--trust must be one of {', '.join(TRUST_KINDS)}, got {cfg.trust.kind!r}")
+    try:
+        secure = not trust_class(cfg.trust.kind).sees_updates  # the clients add the noise under secure aggregation
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
     if cfg.output != OutputOptions(out=cfg.output.out, overwrite=cfg.output.overwrite):
         raise ValueError("a Flower run writes its metrics to --out (--overwrite replaces them): no other output option")
     if cfg.cpus_per_client <= 0:
         raise ValueError(f"--cpus-per-client must be > 0, got {cfg.cpus_per_client}")
-    if not cfg.masks and (cfg.trust.kind != "secagg" or not cfg.diagnostics):
+    if not cfg.masks and (not secure or not cfg.diagnostics):
         raise ValueError("--no-masks is for simulations of --trust secagg only: it needs --diagnostics")
-    if cfg.trust.sparse_graph and (cfg.trust.kind != "secagg" or not cfg.masks):
+    if cfg.trust.sparse_graph and (not secure or not cfg.masks):
         raise ValueError("--sparse-graph is a SecAgg+ neighbour graph: it needs --trust secagg and the masks")
     offline_env()
     from hdp_planner.ledger.runs import plan_clients
-    from hdp_planner.planfile.document import budgets_digest_of
     from hdp_planner_flower.app import DataSettings
     from hdp_planner_flower.membership import groups_from_file
     from hdp_planner_train.rules.specs import METHOD_NAMES
@@ -106,13 +107,13 @@ def prepare(cfg: FlowerConfig) -> Prepared:
     tc = RunSettings(method=cfg.method, rounds=cfg.rounds, seed=cfg.seed, data=cfg.data,
                       model=ModelOptions(engine="loop"), trust=cfg.trust, audit=cfg.audit, ledger=cfg.ledger,
                       output=cfg.output)  # fmt: skip
-    if cfg.audit.enabled and cfg.trust.kind != "server":
+    if cfg.audit.enabled and secure:
         raise ValueError("--audit needs --trust server: the server inserts the canaries and adds their noise")
     bound = validate(tc, run_plan)
-    plan, doc, spec = run_plan.plan, run_plan.document, bound.spec
-    clients = plan_clients(plan, METHOD_NAMES[spec.method], doc, cfg.ledger.groups)  # refuses a default mapping
+    plan, spec = run_plan.plan, bound.spec
+    clients = plan_clients(plan, plan.method(METHOD_NAMES[spec.method]), cfg.ledger.groups)  # refuses a default mapping
     groups_file = cfg.ledger.groups
-    groups = groups_from_file(groups_file, spec, plan.groups.epsilon, budgets_digest_of(doc)) if groups_file else None
+    groups = groups_from_file(groups_file, spec, plan.groups.epsilon, plan.budgets_sha256) if groups_file else None
     settings = DataSettings(dataset=cfg.data.dataset, data_dir=cfg.data.data_dir, clients=cfg.data.clients,
                             dirichlet=cfg.data.dirichlet, seed=cfg.seed, local_steps=plan.config.local_steps,
                             batch_size=bound.batch, momentum=bound.momentum, lr=plan.config.lr,
@@ -129,15 +130,13 @@ def validate(tc: RunSettings, run_plan: RunPlan) -> BoundRun:
     from hdp_planner_train.learning.datasets import DEFAULTS
     from hdp_planner_train.learning.federated import load_federated
     from hdp_planner_train.run.bound import BoundRun
-    from hdp_planner_train.run.plan import check_clients, method_groups, trusted_groups, verified_rounds
+    from hdp_planner_train.run.plan import run_spec
 
     d = tc.data
     if d.dataset not in DEFAULTS:
         raise ValueError(f"--dataset must be one of {', '.join(DEFAULTS)}, got {d.dataset!r}")
-    rounds = verified_rounds(run_plan, tc.rounds)
     data = load_federated(d.dataset, d.data_dir, clients=d.clients, dirichlet=d.dirichlet, seed=tc.seed)
-    check_clients(tc, run_plan.plan, data.n_clients)
-    spec = trusted_groups(tc, run_plan, method_groups(tc, run_plan))
+    rounds, spec = run_spec(tc, run_plan, data.n_clients)
     defaults = DEFAULTS[d.dataset]
     return BoundRun(run_plan=run_plan, data=data, spec=spec, rounds=rounds, batch=int(defaults["batch_size"]),
                     momentum=float(defaults["momentum"]), device=torch.device("cpu"))  # fmt: skip

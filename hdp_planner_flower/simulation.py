@@ -31,14 +31,19 @@ from hdp_planner_train.run.options import (
 FLOWER_METHODS = tuple(key for key, m in REGISTRY.items() if m.flower)
 """The plan's client-level methods (rows of ``plan.json``) that run on Flower (the method registry)."""
 
-TRUST_NOTES = {
-    "server": "trusted server: clients send clipped updates, the server adds each group's full noise N(0, C²σ²); "
-    "the server sees every sampled client's clipped update",
-    "secagg": (
-        "Flower's SecAgg+ per group: clients send masked integer shares of distributed discrete Gaussian noise; the "
-        "server sees masked vectors, each group's decoded noisy sum, and who was sampled and replied"
-    ),
-}
+TRUSTED_NOTE = (
+    "trusted server: clients send clipped updates, the server adds each group's full noise N(0, C²σ²); the server "
+    "sees every sampled client's clipped update"
+)
+SECAGG_NOTE = (
+    "Flower's SecAgg+ per group: clients send masked integer shares of distributed discrete Gaussian noise; the "
+    "server sees masked vectors, each group's decoded noisy sum, and who was sampled and replied"
+)
+
+
+def trust_note(spec) -> str:
+    """What the run's trust model shows the server, on Flower."""
+    return TRUSTED_NOTE if spec.secagg is None else SECAGG_NOTE
 
 
 def open_account(p: Prepared):
@@ -69,7 +74,7 @@ def serve(p: Prepared, grid, account, progress=print):
         progress(line)
 
     progress(f"Flower {p.version}: {p.bound.spec.method} on {p.cfg.data.dataset}, {p.bound.data.n_clients} nodes, "
-             f"trust {p.cfg.trust.kind} ({TRUST_NOTES[p.cfg.trust.kind]})")  # fmt: skip
+             f"trust {p.cfg.trust.kind} ({trust_note(p.bound.spec)})")  # fmt: skip
     auditor = None
     if p.cfg.audit.enabled:
         from hdp_planner_train.audit.canaries import CanaryAuditor
@@ -78,7 +83,7 @@ def serve(p: Prepared, grid, account, progress=print):
             p.bound.spec, spec_dim(p.bound.data, p.cfg.data.dataset), p.cfg.seed, p.cfg.audit.canaries
         )
     strategy = HdpStrategy(
-        p.bound.plan, p.bound.spec, group_of_client=p.groups, trust=p.cfg.trust.kind, on_round=on_round,
+        p.bound.plan, p.bound.spec, group_of_client=p.groups, on_round=on_round,
         diagnostics=p.cfg.diagnostics, auditor=auditor, account=account, plan_sha256=p.bound.run_plan.sha256,
         masks=p.cfg.masks,
         node_clients=read_node_clients(p.cfg.nodes) if p.cfg.nodes else None, sparse_graph=p.cfg.trust.sparse_graph,
@@ -113,7 +118,7 @@ def finish(p: Prepared, strategy) -> dict[str, Any]:
             "flower_engine": "in-process" if p.cfg.in_process else "simulation (Ray)",
             "flwr_version": p.version,
             "trust": p.cfg.trust.kind,
-            "trust_note": TRUST_NOTES[p.cfg.trust.kind],
+            "trust_note": trust_note(spec),
             "noise_source": "secure",
             "noise_note": "SecureNoise and SecureRandom (the OS CSPRNG): no seed is written",
             "ledger": ledger_target(p.train, secure=True)[1],
@@ -186,7 +191,7 @@ def _serve_flower(cfg: FlowerConfig, p: Prepared, account, progress) -> dict[str
 
     with node_state(cfg) as state_dir:
         pin = None
-        if p.cfg.trust.kind == "secagg":
+        if p.bound.spec.secagg is not None:
             from hdp_planner_flower.pin import Pin
 
             pin = Pin(plan=str(Path(cfg.plan).resolve()), sha256=p.bound.run_plan.sha256, method=cfg.method,
@@ -263,25 +268,23 @@ def node_state(cfg: FlowerConfig) -> Iterator[str]:
 
 
 def flower_secagg_metrics(p: Prepared, rounds: int) -> dict[str, Any]:
-    """The trainer's secure-aggregation block (ε against third parties, and against the server with every round a
-    participation) and ε against the server at the clients' cap K (each pinned client refuses past K); with hidden
-    participation, the cohorts' block and each group's cap K_m."""
-    from hdp_planner.planfile.trust import trust_from_dict
-    from hdp_planner_train.rules.secagg import epsilon_server_spent
-    from hdp_planner_train.run.metrics import secagg_metrics
+    """The trainer's block of the run's trust model (:func:`~hdp_planner_train.run.metrics.trust_metrics`, without
+    the simulated dropout) and each group's cap on the rounds a client takes part in, which each pinned client
+    enforces: under secure aggregation K, with ε against the server at it (the block's is every round's); with
+    hidden participation its cohort memberships K_m."""
+    from hdp_planner_train.rules.specs import METHOD_NAMES
+    from hdp_planner_train.run.metrics import trust_metrics
 
-    block = {
-        k: v for k, v in secagg_metrics(p.bound.plan, p.bound.spec, rounds, None).items() if k != "dropout_simulated"
-    }
-    if p.bound.spec.secagg.cohorts is None:
-        cap = min(trust_from_dict(p.bound.run_plan.document).participations or rounds, rounds)
-        block["participation_cap"] = cap
-        block["epsilon_server"] = [
-            epsilon_server_spent(p.bound.spec, m, participations=cap, delta=p.bound.plan.config.delta)
-            for m in range(len(p.bound.spec.sizes))
-        ]
-    else:  # hidden participation: the cohort block's ε against the server, at min(rounds, K_m) memberships
-        block["participation_cap"] = [min(g.memberships, rounds) for g in p.bound.spec.secagg.cohorts]
+    plan, spec = p.bound.plan, p.bound.spec
+    block = {k: v for k, v in trust_metrics(plan, spec, rounds, None).items() if k != "dropout_simulated"}
+    row, groups = plan.method(METHOD_NAMES[spec.method]), range(len(spec.sizes))
+    caps = [min(spec.trust.cap(row, plan.config, m), rounds) for m in groups]
+    if spec.secagg is not None and spec.secagg.cohorts is not None:  # the cohort block's ε at min(rounds, K_m)
+        block["participation_cap"] = caps
+    else:
+        block["participation_cap"] = caps[0]
+        block["epsilon_server"] = [spec.trust.epsilon_server(row, plan.config, group=m, participations=caps[0])
+                                   for m in groups]  # type: ignore[attr-defined]  # fmt: skip
     graph = "sparse neighbour graph (honest-but-curious server)" if p.cfg.trust.sparse_graph else "full neighbour graph"
     block["masks"] = (
         f"Flower SecAgg+, {graph}, masks expanded with ChaCha20"

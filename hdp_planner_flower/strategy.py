@@ -12,7 +12,7 @@ the weights ω_m. Trust models:
   groups in one: each sampled client sends its integer share of the distributed discrete Gaussian (sized by the
   plan's law of its group), masked; the server learns only the sum of the survivors (at least the group's t_m of
   them, or SecAgg+ releases nothing) and who was sampled and replied; it tops the sum up to the law's N shares.
-  ``spec`` is then the plan's trust object's (:func:`hdp_planner_train.rules.secagg.planned_groups`) and each
+  ``spec`` is then the plan's trust model's (:func:`hdp_planner_train.rules.specs.trusted_spec`) and each
   client checks the round against the plan it pinned (:mod:`.pin`). A plan solved with ``--hide-sample`` names each
   group's public cohort instead of sampling (:meth:`HdpStrategy.name_cohorts`): its members train, flip private
   coins and send one masked vector each (:mod:`hdp_planner.distributed.coins`).
@@ -41,9 +41,9 @@ from flwr.serverapp.strategy import Result, Strategy
 from hdp_planner.distributed.coins import choose_cohort
 from hdp_planner.distributed.encoding import top_up
 from hdp_planner.distributed.randomness import SecureBits
-from hdp_planner.distributed.trust import TRUST_KINDS, TrustKind
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
+from hdp_planner.trust.registry import trust_name
 from hdp_planner_flower.membership import CONNECT_WAIT, FlowerRunError, default_groups, registered_members
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
@@ -68,17 +68,16 @@ class HdpStrategy(Strategy):
 
     Args:
         plan: The plan.
-        spec: The method's per-group rules from the plan (``secagg`` set exactly under ``trust="secagg"``).
+        spec: The method's per-group rules from the plan under the run's trust model (``spec.trust``; ``secagg``
+            set where the clients add the noise under secure aggregation).
         group_of_client: Each client id's group (None: the plan's groups in client-id order).
-        trust: ``server`` (trusted with the clipped updates) or ``secagg`` (secure aggregation: clients add the
-            noise).
         noise_for: Round (0-based) → the source of its noise draws (a secure source in every real run).
         uniform: The source of who joins a round (None: the OS CSPRNG, never a seed).
         on_round: Called after every round (:data:`~hdp_planner_train.rounds.loop.Report`).
         account: The run's account in the privacy ledger, released before each update (None: no ledger).
         diagnostics: Record per-round joined counts, noise and times (simulations only: they reveal who took part).
         auditor: A :class:`~hdp_planner_train.audit.canaries.CanaryAuditor` whose canaries join the rounds
-            (``trust="server"`` only).
+            (a trusted server only).
         plan_sha256: The plan file's SHA-256, announced to pinned clients under secure aggregation.
         masks: False: secure aggregation without SecAgg+'s masks (sums in the clear; simulations with
             ``diagnostics`` only).
@@ -86,7 +85,7 @@ class HdpStrategy(Strategy):
         sparse_graph: SecAgg+ over the neighbour rule's sparse graph (an honest-but-curious server).
 
     Raises:
-        FlowerRunError: An unknown trust model, a method without noise, or settings that do not go together.
+        FlowerRunError: A method without noise, or settings that do not go together.
     """
 
     def __init__(
@@ -95,7 +94,6 @@ class HdpStrategy(Strategy):
         spec: GroupSpec,
         *,
         group_of_client: np.ndarray | None = None,
-        trust: TrustKind = "server",
         noise_for: NoiseFor = secure_source,
         uniform: np.random.Generator | SecureRandom | None = None,
         on_round: Report | None = None,
@@ -107,21 +105,17 @@ class HdpStrategy(Strategy):
         node_clients: dict[int, int] | None = None,
         sparse_graph: bool = False,
     ) -> None:
-        if trust not in TRUST_KINDS:
-            raise FlowerRunError(f"--trust must be one of {', '.join(TRUST_KINDS)}, got {trust!r}")
         if not spec.private:
             raise FlowerRunError(f"{spec.method} adds no noise: run a private method of the plan on Flower")
-        if auditor is not None and trust != "server":
+        if auditor is not None and not spec.trust.sees_updates:
             raise FlowerRunError("--audit needs --trust server: the server inserts the canaries and adds their noise")
-        if (trust == "secagg") != (spec.secagg is not None):
-            raise FlowerRunError("--trust secagg runs the plan's trust object: its spec comes from planned_groups")
         self.plan_sha256 = plan_sha256  # announced to pinned clients under secagg
         if not masks and not diagnostics:
             raise FlowerRunError("--no-masks is for simulations only: it needs --diagnostics")
         self.masks = masks  # secagg without SecAgg+ (sums in the clear): simulations of long runs only
         self.sparse_graph = sparse_graph  # SecAgg+ over the neighbour rule's sparse graph: an honest-but-curious server
         self.auditor = auditor  # hdp_planner_train.audit.canaries.CanaryAuditor: canary clients through the same round
-        self.plan, self.spec, self.trust, self.noise_for = plan, spec, trust, noise_for
+        self.plan, self.spec, self.noise_for = plan, spec, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
         self.uniform = SecureRandom() if uniform is None else uniform  # who joins: OS CSPRNG, never a seed
         self.on_round = on_round
@@ -222,10 +216,10 @@ class HdpStrategy(Strategy):
             "clip": float(spec.clips[m]),
             "noise-multiplier": float(sigma[m]),  # pooled: C_mσ_m = s, the pool's std, for every m
             "joined": sum(self.joined) if spec.pooled else self.joined[m],  # pooled: the pool's c
-            "trust": self.trust,
+            "trust": trust_name(spec.trust),
             "server-round": server_round,
         }
-        if self.trust == "secagg":
+        if spec.secagg is not None:
             rules.update({"q": float(spec.q[m]), "method": spec.method, "plan-sha256": self.plan_sha256})
             rules["run-size"] = self.joined[m]
             if spec.secagg.cohorts is not None:  # hidden participation: the member's coin (its cohort is the run)
@@ -329,9 +323,9 @@ class HdpStrategy(Strategy):
             group_of_row = np.concatenate([np.full(r.shape[0], m) for m, r in enumerate(ordered)]).astype(np.int64)
             deltas, group_of_row = self.auditor.insert(torch.cat(ordered), group_of_row, rnd)
             ordered = [deltas[torch.as_tensor(group_of_row == m)] for m in range(len(rows))]
-        if self.trust == "server":  # the simulator's aggregator, on the CPU in float32
-            return noisy_sums([r.to(torch.float32) for r in ordered], spec, sigma, source)
-        raise FlowerRunError("secagg rounds run through secure_round")
+        if spec.secagg is not None:
+            raise FlowerRunError("secure aggregation's rounds run through secure_round")
+        return noisy_sums([r.to(torch.float32) for r in ordered], spec, sigma, source)  # the simulator's aggregator
 
     def start(
         self,
@@ -353,7 +347,7 @@ class HdpStrategy(Strategy):
 
         def step(r: int, lr: float) -> tuple[RoundStats, Callable[[], None]]:
             rnd = r + 1  # Flower counts rounds from 1; each client decays its own learning rate by the round
-            if self.trust == "secagg":
+            if self.spec.secagg is not None:
                 arrays, metrics = self.secure_round(grid, server_round=rnd, arrays=result.arrays, config=train_config,
                                                     timeout=timeout)  # fmt: skip
             else:

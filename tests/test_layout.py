@@ -17,10 +17,12 @@ LAYERS = (
     "hdp_planner.io",  # atomic writes, option parsers, lazy package exports
     "hdp_planner.accounting",  # the accountant: ε ↔ σ
     "hdp_planner.rules",  # one round's rules: sampling, clipping, noise shares, weights, Λ
+    "hdp_planner.distributed",  # distributed discrete noise under secure aggregation: samplers, encoding, laws
     "hdp_planner.planning",  # budgets → groups → Problem 1; the plan's types and row helpers
     "hdp_planner.methods",  # each method's rows and round rules (GDPFed's solver included); the registry
-    "hdp_planner.distributed",  # distributed discrete noise under secure aggregation: samplers, encoding, accounting
-    "hdp_planner.planfile",  # the plan file and the mechanism each row executes
+    "hdp_planner.trust",  # the trust models beside the trusted server: secure aggregation, cohorts, the registry
+    "hdp_planner.planfile",  # the plan file: JSON of every section, verification of the rows
+    "hdp_planner.solving",  # one call from budgets to a verified plan with its trust model's sections
     "hdp_planner.ledger",  # the privacy ledger (SQLAlchemy): budgets, runs, charges, composition per client
     "hdp_planner.audit_one_run",  # the one-run ε lower bound (Steinke, Nasr, Jagielski)
     "hdp_planner.audit",  # canary statistics (empirical ε)
@@ -161,8 +163,8 @@ def test_flower_imports_no_simulator_run():
 
 
 def test_the_trust_models_are_listed_once():
-    """Every layer checks a trust model against ``hdp_planner.distributed.trust.TRUST_KINDS``, never its own list."""
-    home = MODULES["hdp_planner.distributed.trust"]
+    """Every layer checks a trust model against the registry of ``hdp_planner.trust.registry``, never its own list."""
+    home = MODULES["hdp_planner.trust.registry"]
     lists = [
         name
         for name, path in MODULES.items()

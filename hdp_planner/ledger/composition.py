@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 from dp_accounting.pld import PLDAccountant
@@ -26,23 +25,9 @@ from dp_accounting.rdp import RdpAccountant
 
 from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.calibration import dp_event, epsilons_spent, quiet_dp_accounting
+from hdp_planner.accounting.events import GroupRound
 from hdp_planner.accounting.rdp import kl_certifies_zero
 from hdp_planner.distributed.accounting import ORDERS, epsilon_from_rdp, poisson_subsampled_rdp, release_rdp
-
-
-@dataclass(frozen=True, kw_only=True)
-class GroupRound:
-    """What one group's release of one round costs its members: a Poisson(q)-sampled Gaussian of multiplier σ, or,
-    with ``tau_d``, a distributed discrete Gaussian sum of multiplier z and Proposition 14's τ·d'. ``accountant``:
-    the registered accountant that planned it (its spending accountant). ``delta_cost``: the δ the round spends
-    outside any accountant, the law-breaking events of a distributed round (:attr:`~hdp_planner.distributed.law.
-    GroupLaw.event_rate`: the release is (ε, δ')-DP by the accountant and those events add their probability)."""
-
-    q: float
-    noise_multiplier: float
-    tau_d: float | None = None
-    accountant: str = "rdp"
-    delta_cost: float = 0.0
 
 
 def compose(rounds: Mapping[GroupRound, int], delta: float) -> float:

@@ -20,8 +20,10 @@ import numpy as np
 from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.calibration import closed_form_sigma2
 from hdp_planner.methods.method import Method, RoundRules, all_close
+from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import PLANNED_METHOD, MethodNoise, Plan, PlanConfig
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import PLANNED_METHOD, Plan
 from hdp_planner.planning.problem import SamplingProblem, closed_form_k_ratio, reweighting
 from hdp_planner.planning.rows import method_noise, sigma2_model
 

@@ -10,7 +10,8 @@ from hdp_planner.accounting.calibration import calibrate_q
 from hdp_planner.accounting.search import smallest_meeting
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.options import BaselineOptions
-from hdp_planner.planning.plan import MethodNoise, Plan
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import Plan
 from hdp_planner.planning.rows import calibrated_sigma, derived_row, planned_epsilon
 from hdp_planner.rules.noise import pooled_weights
 

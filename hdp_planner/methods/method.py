@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hdp_planner.methods.options import BaselineOptions
-from hdp_planner.planning.plan import MethodNoise, Plan
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import PaperWeights
 
 REL_TOL = 1e-6

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.options import BaselineOptions
-from hdp_planner.planning.plan import MethodNoise, Plan, Projection
+from hdp_planner.planning.method_noise import MethodNoise, Projection
+from hdp_planner.planning.plan import Plan
 from hdp_planner.planning.rows import derived_row
 
 

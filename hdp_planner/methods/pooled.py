@@ -33,7 +33,9 @@ from hdp_planner.accounting.calibration import Accountant
 from hdp_planner.methods.idp_fedavg import idp_fedavg_sample, idp_fedavg_scale
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.options import BaselineOptions
-from hdp_planner.planning.plan import MethodNoise, Plan, PlanConfig
+from hdp_planner.planning.config import PlanConfig
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import Plan
 from hdp_planner.planning.rows import calibrated_sigma, derived_row, planned_epsilon
 from hdp_planner.rules.noise import lambda_exact, pooled_weights
 

@@ -6,7 +6,8 @@ from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.schedule import calibrate_schedule, schedule_epsilon
 from hdp_planner.methods.method import Method, RoundRules
 from hdp_planner.methods.options import BaselineOptions
-from hdp_planner.planning.plan import MethodNoise, Phase, Plan
+from hdp_planner.planning.method_noise import MethodNoise, Phase
+from hdp_planner.planning.plan import Plan
 from hdp_planner.planning.rows import derived_row
 
 

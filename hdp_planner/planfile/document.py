@@ -20,17 +20,19 @@ from typing import Any
 
 from hdp_planner.io.files import json_text, write_text_atomic
 from hdp_planner.io.overwrite import Replacing, replacing
-from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets, row_problems
+from hdp_planner.planfile.grouping import grouping_to_dict
+from hdp_planner.planfile.mechanism import row_problems
 from hdp_planner.planfile.reading import plan_from_dict
 from hdp_planner.planfile.schema import REL_TOL, SCHEMA, PlanFileError, read_document
-from hdp_planner.planning.plan import PLANNED_METHOD, MethodNoise, Plan
+from hdp_planner.planfile.trust import trust_sections
+from hdp_planner.planning.mechanism import executed_mechanism, mechanism_epsilon
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import PLANNED_METHOD, Plan
 
 __all__ = [
     "SCHEMA",
     "PlanFileError",
     "PlanVerificationError",
-    "budgets_digest_of",
-    "check_grouping",
     "library_versions",
     "load_plan",
     "plan_from_dict",
@@ -133,21 +135,14 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "uniform_objective": plan.uniform_objective,
         "notes": list(plan.notes),
         "versions": library_versions(),
+        **grouping_to_dict(plan),
+        **trust_sections(plan),
     }
 
 
 def _recommendation_dict(plan: Plan) -> dict[str, Any]:
     r = plan.recommendation
     return {"method": r.method, "lambda": r.lam, "ratio_to_planned": r.ratio_to_planned}
-
-
-def budgets_digest_of(doc: Mapping[str, Any]) -> str | None:
-    """The digest of the per-client budgets a plan was made from (``solve --budgets``), or None."""
-    grouping = doc.get("grouping")
-    digest = grouping.get("budgets_sha256") if isinstance(grouping, dict) else None
-    if digest is not None and not (isinstance(digest, str) and len(digest) == 64):
-        raise PlanFileError("grouping: 'budgets_sha256' must be a SHA-256 hex digest")
-    return digest
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -162,28 +157,7 @@ def load_plan(path: str | Path) -> Plan:
     Raises:
         PlanFileError: The file cannot be read, or a field is missing, out of range or inconsistent.
     """
-    doc = read_document(path)
-    plan = plan_from_dict(doc)
-    check_grouping(plan, doc)
-    return plan
-
-
-def check_grouping(plan: Plan, doc: Mapping[str, Any]) -> None:
-    """A recorded ``grouping`` (what ``solve --budgets`` grouped the budgets into) must describe the plan's own
-    groups: the same sizes and ε, in the plan's order; raises PlanFileError otherwise."""
-    budgets_digest_of(doc)
-    grouping = doc.get("grouping")
-    if grouping is None:
-        return
-    sizes, eps = (grouping.get(k) if isinstance(grouping, dict) else None for k in ("sizes", "epsilons"))
-    if not isinstance(sizes, list) or not isinstance(eps, list):
-        raise PlanFileError("grouping: needs the lists 'sizes' and 'epsilons' of the groups")
-    same = len(eps) == len(plan.groups.epsilon) and all(
-        isinstance(e, (int, float)) and math.isclose(e, g, rel_tol=1e-12) for e, g in zip(eps, plan.groups.epsilon)
-    )
-    if list(sizes) != list(plan.groups.size) or not same:
-        raise PlanFileError(f"grouping: the budgets were grouped into sizes {sizes} with ε {eps}, the plan's groups "
-                            f"are {list(plan.groups.size)} with ε {list(plan.groups.epsilon)}")  # fmt: skip
+    return plan_from_dict(read_document(path))
 
 
 def save_plan(plan: Plan, path: str | Path, *, overwrite: bool = False) -> None:
@@ -268,8 +242,9 @@ def plan_problems(plan: Plan) -> list[str]:
     c = plan.config
     problems = row_problems(plan)
     for m in plan.methods:
+        budgets = plan.row_budgets(m)
         mech = executed_mechanism(m, c)
-        for i, (eps, q, spent) in enumerate(zip(row_budgets(plan, m), mech.q, m.epsilon_spent)):
+        for i, (eps, q, spent) in enumerate(zip(budgets, mech.q, m.epsilon_spent)):
             actual = mechanism_epsilon(mech, group=i, rounds=c.rounds, delta=c.delta, accountant=c.spending_accountant)
             label = f"{m.name}, group {i + 1} (ε={eps:g})"
             if actual > eps * (1 + 1e-9):
@@ -287,4 +262,4 @@ def plan_problems(plan: Plan) -> list[str]:
             f"recommendation: the file recommends {got.method} (Λ = {got.lam:.6g}), its rows give {rec.method} "
             f"(Λ = {rec.lam:.6g}, {rec.ratio_to_planned:.4g}x less than {PLANNED_METHOD})"
         )
-    return problems
+    return problems + plan.trust.problems(plan)

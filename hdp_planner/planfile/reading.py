@@ -14,18 +14,13 @@ import numpy as np
 
 from hdp_planner.methods.options import SUBSPACES
 from hdp_planner.methods.registry import row_paper_weights, rows
+from hdp_planner.planfile.grouping import grouping_from_dict
 from hdp_planner.planfile.mechanism import pooled_problem, row_problems
 from hdp_planner.planfile.schema import GROUP_KEYS, REL_TOL, PlanFileError, row_keys
-from hdp_planner.planning.plan import (
-    METHODS,
-    PLANNED_METHOD,
-    MethodNoise,
-    Phase,
-    Plan,
-    PlanConfig,
-    Projection,
-    Recommendation,
-)
+from hdp_planner.planfile.trust import trust_from_dict
+from hdp_planner.planning.config import PlanConfig
+from hdp_planner.planning.method_noise import MethodNoise, Phase, Projection
+from hdp_planner.planning.plan import METHODS, PLANNED_METHOD, Plan, Recommendation
 from hdp_planner.rules.noise import aggregation_weights, lambda_exact, lambda_for, pooled_weights
 
 __all__ = ["plan_from_dict"]
@@ -57,7 +52,8 @@ def _optional_numbers(v: Any) -> bool:
 
 
 def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
-    """Rebuild a :class:`Plan` from its JSON document, validating types, ranges and internal consistency."""
+    """Rebuild a :class:`Plan` from its JSON document, validating types, ranges and internal consistency: its rows,
+    then its grouping (:mod:`.grouping`) and its trust model's sections (:mod:`.trust`)."""
     cfg = _field(doc, "config", "plan", lambda v: isinstance(v, dict), "an object")
     try:
         config = PlanConfig(
@@ -123,11 +119,12 @@ def plan_from_dict(doc: Mapping[str, Any]) -> Plan:
         uniform_objective=float(uniform_objective),
         notes=tuple(str(x) for x in notes),
     )
-    plan = dataclasses.replace(plan, recorded=recorded)
     problems = row_problems(plan)
     if problems:  # a row that is not its method cannot be accounted as that method
         raise PlanFileError(f"noise.{problems[0]}")
-    return plan
+    grouping, digest = grouping_from_dict(doc, plan)
+    return dataclasses.replace(plan, trust=trust_from_dict(doc, plan), grouping=grouping, budgets_sha256=digest,
+                               recorded=recorded)  # fmt: skip
 
 
 def _edited_row(methods: list[MethodNoise]) -> str | None:

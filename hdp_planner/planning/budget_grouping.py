@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,10 +34,10 @@ import numpy as np
 from hdp_planner.planning.budget_counts import budget_histogram
 from hdp_planner.planning.budget_files import BudgetError
 from hdp_planner.planning.budget_scoring import budget_score, closed_form_noise_term, closed_form_objective
-from hdp_planner.planning.grouping import Groups
+from hdp_planner.planning.grouping import Grouping, Groups
 
 if TYPE_CHECKING:
-    from hdp_planner.planning.plan import PlanConfig
+    from hdp_planner.planning.config import PlanConfig
 
 GROUPINGS: tuple[str, ...] = ("unique", "quantile", "optimal")
 MAX_GROUPS = 64
@@ -51,47 +50,6 @@ EXACT_LIMIT = 4096
 """Largest number of distinct budgets the DP treats exactly; above it, candidates + refinement."""
 _DP_BLOCK = 1 << 20  # (cut, previous cut) pairs per block of the DP
 _DP_CACHE = 1 << 21  # largest number of pairs whose gains the DP keeps across group counts
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Grouping:
-    """A grouping of clients by budget.
-
-    ``boundaries`` are the M − 1 thresholds ε_2 < … < ε_M: a client with budget b joins group
-    ``#(thresholds ≤ b)`` (0-based), the group whose ε is the largest ≤ b
-    (:func:`~hdp_planner.planning.budget_assignment.assign_to_groups` applies it per client). ``unused[m]`` is
-    Σ_{i ∈ G_m} (ε_i − ε_m), the budget the group leaves on the table. ``objective`` is the closed-form
-    Problem 1 optimum used to compare groupings (:mod:`~hdp_planner.planning.budget_scoring`) and ``noise_term``
-    its grouping-dependent part μ5/(R²H). Nothing in it grows with the number of clients.
-    """
-
-    method: str
-    groups: Groups
-    boundaries: tuple[float, ...]
-    max_budget: tuple[float, ...]
-    unused: tuple[float, ...]
-    total_unused: float
-    objective: float
-    noise_term: float
-
-    @property
-    def count(self) -> int:
-        return self.groups.count
-
-    def to_dict(self) -> dict[str, object]:
-        """The ``grouping`` object recorded in plan.json."""
-        return {
-            "method": self.method,
-            "clients": self.groups.n,
-            "epsilons": list(self.groups.epsilons),
-            "sizes": list(self.groups.sizes),
-            "boundaries": list(self.boundaries),
-            "max_budget": list(self.max_budget),
-            "unused_budget": list(self.unused),
-            "total_unused_budget": self.total_unused,
-            "closed_form_objective": self.objective,
-            "closed_form_noise_term": self.noise_term,
-        }
 
 
 def _dp(

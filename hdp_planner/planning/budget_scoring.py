@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from hdp_planner.planning.config import PlanConfig
     from hdp_planner.planning.grouping import Groups
-    from hdp_planner.planning.plan import PlanConfig
 
 
 def budget_score(epsilon: np.ndarray | float, *, delta: float) -> np.ndarray:

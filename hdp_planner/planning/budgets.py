@@ -27,7 +27,6 @@ from hdp_planner.planning.budget_files import (
 from hdp_planner.planning.budget_grouping import (
     GROUPINGS,
     MAX_GROUPS,
-    Grouping,
     groups_from_budgets,
     groups_from_histogram,
     parse_group_count,
@@ -39,6 +38,7 @@ from hdp_planner.planning.budget_scoring import (
     closed_form_objective,
     closed_form_q,
 )
+from hdp_planner.planning.grouping import Grouping
 
 __all__ = [
     "GROUPINGS",

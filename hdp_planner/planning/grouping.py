@@ -1,5 +1,6 @@
 """Client groups by privacy budget (GDPFed Section 3): group m holds |G_m| clients and its ε_m is the
-minimum of its members' budgets, so no client's budget is exceeded."""
+minimum of its members' budgets, so no client's budget is exceeded (:class:`Groups`); and how per-client budgets were
+grouped into them (:class:`Grouping`, found by :mod:`.budget_grouping`)."""
 
 from __future__ import annotations
 
@@ -95,3 +96,29 @@ class Groups:
     @property
     def count(self) -> int:
         return len(self.sizes)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Grouping:
+    """A grouping of clients by budget.
+
+    ``boundaries`` are the M − 1 thresholds ε_2 < … < ε_M: a client with budget b joins group
+    ``#(thresholds ≤ b)`` (0-based), the group whose ε is the largest ≤ b
+    (:func:`~hdp_planner.planning.budget_assignment.assign_to_groups` applies it per client). ``unused[m]`` is
+    Σ_{i ∈ G_m} (ε_i − ε_m), the budget the group leaves on the table. ``objective`` is the closed-form
+    Problem 1 optimum used to compare groupings (:mod:`~hdp_planner.planning.budget_scoring`) and ``noise_term``
+    its grouping-dependent part μ5/(R²H). Nothing in it grows with the number of clients.
+    """
+
+    method: str
+    groups: Groups
+    boundaries: tuple[float, ...]
+    max_budget: tuple[float, ...]
+    unused: tuple[float, ...]
+    total_unused: float
+    objective: float
+    noise_term: float
+
+    @property
+    def count(self) -> int:
+        return self.groups.count

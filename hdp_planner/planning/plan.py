@@ -1,24 +1,25 @@
-"""A plan's types and row helpers: the configuration, one method's per-group row (q_m, σ_m, k_m, ω_m, ε spent, Λ),
-the plan and its recommendation, and the calibrations every row uses. The rows themselves are built by the
-methods (:mod:`hdp_planner.methods`): GDPFed's four by :func:`hdp_planner.methods.gdpfed.solve_plan`.
+"""A plan's types: one method's per-group row (q_m, σ_m, k_m, ω_m, ε spent, Λ), the trust model the plan was
+solved for (:class:`Trust`; the trusted server here, the others in :mod:`hdp_planner.trust`), the plan and its
+recommendation. The rows themselves are built by the methods (:mod:`hdp_planner.methods`): GDPFed's four by
+:func:`hdp_planner.methods.gdpfed.solve_plan`; :func:`hdp_planner.solving.solve` adds the baselines and the trust
+model's sections.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
-from hdp_planner.accounting.accountants import get_accountant
-from hdp_planner.accounting.calibration import Accountant
-from hdp_planner.accounting.validation import check_delta, check_ratio, check_rounds
-from hdp_planner.planning.problem import (
-    SIGMA_MODELS,
-    Coefficients,
-    SigmaModel,
-)
-from hdp_planner.rules.noise import (
-    LAMBDA_CONVENTIONS,
-    LambdaConvention,
+from hdp_planner.accounting.events import GroupRound
+from hdp_planner.planning.config import PlanConfig
+from hdp_planner.planning.grouping import Grouping
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.trust import (
+    HiddenSection,
+    SecaggParameters,
+    SecaggRow,
+    SecureRun,
+    TrustedServer,
 )
 
 METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
@@ -27,190 +28,75 @@ SHARE_TOL = 1e-6
 """Relative tolerance on weight shares against ``--min-share`` (the solvers meet it to ~1e-9)."""
 
 
-def _positive(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive number, got {value}")
+class Trust(Protocol):
+    """A trust model: who sees what, what it adds to a plan's rows, and what a run under it executes and costs.
 
-
-@dataclass(frozen=True, kw_only=True)
-class PlanConfig:
-    """Everything a plan depends on besides the groups.
-
-    Args:
-        n: The number of clients.
-        rounds: T, the training rounds.
-        q: The sampling rate every group starts from (DP-FedAvg's, and the expected clients per round: q·n).
-        delta: δ; None means δ = 1/n^1.1 (GDPFed B.2).
-        clip: The clipping threshold C.
-        lr: The learning rate (Problem 1's coefficients).
-        local_steps: Local steps per round (Problem 1's coefficients).
-        accountant: A registered accountant's name (:func:`~hdp_planner.accounting.accountants.accountant_names`).
-        sigma_model: σ_m(q_m) in Problem 1: ``bound`` (Theorem 1, as Table 1) or ``accountant`` (the RDP σ,
-            Algorithm 1's noise).
-        lambda_convention: Λ: ``exact`` (the per-coordinate noise of the applied update) or ``paper`` (Table 5's).
-        sparsity: Fixed k_m/d per group (None: Remark 3's closed form).
-        fixed_q: Per-group q_m to evaluate instead of solving Problem 1 (None: solve it).
-        min_share: F in [0, 1]: every group's weight share α_m ≥ F·|G_m|/n for HDP-Pooled and Problem 1, and the
-            recommendation considers only rows that meet it.
-        large_delta: Accept δ ≥ 1/n (see the attribute).
-
-    Raises:
-        ValueError: A value out of range, or an unregistered accountant.
+    :class:`~hdp_planner.planning.trust.TrustedServer` (every plan's until another is planned), secure aggregation
+    and secure aggregation with cohorts (:mod:`hdp_planner.trust`, whose registry names them) implement it. Its
+    sections are data (:mod:`hdp_planner.planning.trust`): ``parameters`` of secure aggregation, ``rows`` (every row
+    recalibrated for distributed noise) and the row ``recommendation`` under them (None, empty, None: none), and
+    ``hidden`` (every row with its participation hidden from the server; None: not hidden). ``sees_updates``: the
+    server sees every sampled client's clipped update; ``declined``: the model a plan was asked for and fell back
+    from, none of its rows having a secure form (None: the one asked for).
     """
 
-    n: int
-    rounds: int = 50
-    q: float = 0.02
-    delta: float | None = None
-    clip: float = 1.0
-    lr: float = 0.1
-    local_steps: int = 5
-    accountant: Accountant = "rdp"
-    sigma_model: SigmaModel = "bound"
-    lambda_convention: LambdaConvention = "exact"
-    sparsity: tuple[float, ...] | None = None
-    fixed_q: tuple[float, ...] | None = None
-    min_share: float = 0.0
-    large_delta: bool = False
-    """Accept δ ≥ 1/n (refused otherwise: such a δ allows a mechanism that publishes one client's data outright
-    with probability δ, i.e. about one client of n in the clear)."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"n must be a positive integer, got {self.n}")
-        check_rounds(self.rounds)
-        check_ratio(self.q)
-        if self.delta is None:
-            object.__setattr__(self, "delta", self.n**-1.1)
-        check_delta(self.delta)
-        if self.delta >= 1 / self.n and not self.large_delta:
-            raise ValueError(
-                f"delta={self.delta:g} is not below 1/n = {1 / self.n:g}: a δ that large allows releasing about one "
-                f"client's data in the clear; use δ < 1/n (default 1/n^1.1) or accept it with --allow-large-delta"
-            )
-        _positive("clip", self.clip)
-        _positive("lr", self.lr)
-        if isinstance(self.local_steps, bool) or not isinstance(self.local_steps, int) or self.local_steps < 1:
-            raise ValueError(f"local steps must be a positive integer, got {self.local_steps}")
-        get_accountant(self.accountant)  # a registered name
-        if self.sigma_model not in SIGMA_MODELS:
-            raise ValueError(f"sigma model must be one of {', '.join(SIGMA_MODELS)}, got {self.sigma_model!r}")
-        if self.lambda_convention not in LAMBDA_CONVENTIONS:
-            raise ValueError(
-                f"lambda convention must be one of {', '.join(LAMBDA_CONVENTIONS)}, got {self.lambda_convention!r}"
-            )
-        for k in self.sparsity or ():
-            if not (isinstance(k, (int, float)) and 0 < k <= 1):
-                raise ValueError(f"every sparsity k_m/d must lie in (0, 1], got {k}")
-        for qm in self.fixed_q or ():
-            check_ratio(qm, name="every fixed q_m")
-        f = self.min_share
-        if isinstance(f, bool) or not (isinstance(f, (int, float)) and 0 <= f <= 1):
-            raise ValueError(
-                f"min share F must lie in [0, 1] (F = 1: every group's weight share at least its population share; "
-                f"above 1 the shares cannot sum to 1), got {f}"
-            )
+    sees_updates: ClassVar[bool]
 
     @property
-    def coefficients(self) -> Coefficients:
-        return Coefficients(lr=self.lr, local_steps=self.local_steps)
+    def declined(self) -> Trust | None: ...
 
     @property
-    def spending_accountant(self) -> Accountant:
-        """The accountant that measures ε: a closed-form σ is measured exactly, with RDP."""
-        return get_accountant(self.accountant).spending  # type: ignore[return-value]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Phase:
-    """``rounds`` consecutive rounds in which group m adds noise multiplier ``noise_multiplier[m]``."""
-
-    rounds: int
-    noise_multiplier: tuple[float, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Projection:
-    """PFA's projection (Liu et al., VLDB 2021): group ``projected``'s noisy sum is replaced by its orthogonal
-    projection onto the top-``dim`` principal subspace of group ``public``'s last ``window`` noisy sums, found by
-    ``subspace`` (lanczos | randomized SVD). Groups are 0-based; ``model_dim`` is d, the number of parameters."""
-
-    public: int
-    projected: int
-    dim: int
-    window: int
-    subspace: str
-    model_dim: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class MethodNoise:
-    """One method's per-group parameters (a row of the plan) and the noise Λ they put in the global update.
-
-    Args:
-        name: The row's name (``GDPFed+``, ``DP-FedAvg``, …).
-        epsilon: ε_m per group (DP-FedAvg: one group).
-        size: |G_m| per group.
-        q: The sampling rate q_m per group.
-        noise_multiplier: σ_m per group (a schedule's last phase).
-        k_ratio: k_m/d per group (1: no Top-k).
-        weight: The aggregation weight ω_m per group.
-        epsilon_spent: ε_m the accountant measures for the row.
-        lam: Λ in the plan's convention.
-        lambda_exact: Λ, the per-coordinate noise of the applied update.
-        clip: The baselines' per-group clipping thresholds (None: the plan's C).
-        pooled: One pooled noise draw for all groups (a baseline's).
-        projection: PFA's projection (None: none).
-        schedule: A per-round σ schedule whose last phase's σ is ``noise_multiplier`` (None: ``noise_multiplier``
-            in every round).
-    """
-
-    name: str
-    epsilon: tuple[float, ...]
-    size: tuple[int, ...]
-    q: tuple[float, ...]
-    noise_multiplier: tuple[float, ...]
-    k_ratio: tuple[float, ...]
-    weight: tuple[float, ...]
-    epsilon_spent: tuple[float, ...]
-    lam: float
-    lambda_exact: float
-    clip: tuple[float, ...] | None = None
-    pooled: bool = False
-    projection: Projection | None = None
-    schedule: tuple[Phase, ...] | None = None
+    def parameters(self) -> SecaggParameters | None: ...
 
     @property
-    def expected_clients(self) -> tuple[float, ...]:
-        """r_m = q_m·|G_m|, the expected clients of each group in a round."""
-        return tuple(q * s for q, s in zip(self.q, self.size))
+    def rows(self) -> tuple[SecaggRow, ...]: ...
 
     @property
-    def sigma2(self) -> tuple[float, ...]:
-        """σ_m² per group."""
-        return tuple(s * s for s in self.noise_multiplier)
+    def recommendation(self) -> str | None: ...
 
-    def clips(self, default: float) -> tuple[float, ...]:
-        """C_m per group: the method's own thresholds, or ``default`` (the plan's C) for every group."""
-        return self.clip if self.clip is not None else tuple(default for _ in self.size)
+    @property
+    def hidden(self) -> HiddenSection | None: ...
 
-    def weight_share(self, default_clip: float) -> tuple[float, ...]:
-        """α_m = ω_m r_m C_m / Σ_j ω_j r_j C_j: group m's share of the update's weight (at clipped norm C_m).
+    def planned(self, plan: Plan) -> Trust:
+        """This trust model with its sections for the solved ``plan`` (its rows calibrated)."""
+        ...
 
-        GDPFed's weights give α_m = r_m²/Σr² (B.2), one pool with one C gives r_m/Σr, per-group clips r_mC_m/Σr_jC_j.
-        """
-        terms = [w * r * c for w, r, c in zip(self.weight, self.expected_clients, self.clips(default_clip))]
-        total = sum(terms)
-        return tuple(t / total for t in terms)
+    def problems(self, plan: Plan) -> list[str]:
+        """Its sections re-derived from ``plan``'s rows: one message per difference, or per group whose recorded noise
+        would spend more than its budget (empty: they verify)."""
+        ...
 
-    def rms_noise_multiplier(self, rounds: int) -> tuple[float, ...]:
-        """√(mean over the rounds of σ_m²) per group: what a schedule's noise costs Λ on average."""
-        if self.schedule is None:
-            return self.noise_multiplier
-        return tuple(
-            math.sqrt(sum(ph.rounds * ph.noise_multiplier[m] ** 2 for ph in self.schedule) / rounds)
-            for m in range(len(self.size))
-        )
+    def form_problem(self, row: str | None) -> str | None:
+        """Why the plan row ``row`` cannot run under this model (None: it can); ``row`` None: a method that adds no
+        noise."""
+        ...
+
+    def unplanned(self, plan: Plan) -> str | None:
+        """Why no row of ``plan`` has a form under this model that it recommends (None: one has)."""
+        ...
+
+    def secure_run(self, row: MethodNoise, config: PlanConfig) -> SecureRun | None:
+        """How ``row`` runs under secure aggregation (None: the row's executed mechanism as solved)."""
+        ...
+
+    def costs(self, row: MethodNoise, config: PlanConfig, *, start: int, rounds: int) -> list[list[GroupRound]]:
+        """What rounds ``start``..``rounds``−1 of ``row`` cost each group, as the privacy ledger charges them."""
+        ...
+
+    def epsilon_spent(self, row: MethodNoise, config: PlanConfig, *, group: int, rounds: int) -> float:
+        """ε that ``group`` of ``row`` has spent after ``rounds`` rounds, at the plan's δ."""
+        ...
+
+    def cap(self, row: MethodNoise, config: PlanConfig, group: int) -> int:
+        """The rounds a client of ``group`` takes part in at most (its participations, or cohort memberships)."""
+        ...
+
+    def metrics(
+        self, row: MethodNoise, config: PlanConfig, *, rounds: int, dropout: float, seeded: bool
+    ) -> dict[str, Any]:
+        """What a run's metrics record of this model after ``rounds`` rounds of ``row`` (a simulation's ``dropout``;
+        ``seeded``: its randomness is regenerated from the seed)."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,6 +112,10 @@ class Plan:
         objective: Problem 1's objective at the planned q_m.
         uniform_objective: Problem 1's objective at a uniform q.
         notes: Notes for the user (a starved group, a clamped sparsity, …).
+        trust: The trust model the plan was solved for, with its sections (a trusted server's adds none).
+        grouping: How per-client budgets were grouped into the plan's groups (``solve --budgets``; None: the groups
+            were given).
+        budgets_sha256: The SHA-256 of the per-client budgets the groups were made from (None: none).
         recorded: The recommendation a plan file recorded (see the attribute).
     """
 
@@ -234,6 +124,9 @@ class Plan:
     objective: float
     uniform_objective: float
     notes: tuple[str, ...] = field(default=())
+    trust: Trust = field(default_factory=TrustedServer)
+    grouping: Grouping | None = None
+    budgets_sha256: str | None = None
     recorded: Recommendation | None = field(default=None, compare=False)
     """The recommendation a plan file recorded (checked against :attr:`recommendation` by ``verify``)."""
 
@@ -271,6 +164,17 @@ class Plan:
     def groups(self) -> MethodNoise:
         """The planned per-group parameters (GDPFed+)."""
         return self.method(PLANNED_METHOD)
+
+    @property
+    def hidden(self) -> HiddenSection | None:
+        """Every row with its participation hidden from the server (``solve --hide-sample``; None: not hidden)."""
+        return self.trust.hidden
+
+    def row_budgets(self, m: MethodNoise) -> tuple[float, ...]:
+        """The budget each group of row ``m`` must meet: the plan's ε_m, or the strictest ε for one group of all n."""
+        if len(m.size) == 1 and len(self.groups.size) > 1:
+            return (min(self.groups.epsilon),)
+        return self.groups.epsilon
 
     @property
     def population_share(self) -> tuple[float, ...]:

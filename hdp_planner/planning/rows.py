@@ -11,8 +11,10 @@ import numpy as np
 
 from hdp_planner.accounting.accountants import closed_form_sigma2, get_accountant
 from hdp_planner.accounting.calibration import CALIBRATIONS, Accountant, calibrate_sigma
+from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import MethodNoise, Plan, PlanConfig
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import PaperWeights, aggregation_weights, lambda_exact, lambda_for
 
 

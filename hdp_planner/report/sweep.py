@@ -20,8 +20,9 @@ import numpy as np
 
 from hdp_planner.io.inputs import parse_floats
 from hdp_planner.methods.gdpfed import solve_plan
+from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import METHODS, Plan, PlanConfig
+from hdp_planner.planning.plan import METHODS, Plan
 
 CONFIG_PARAMETERS: tuple[str, ...] = ("rounds", "q", "clip")
 MAX_POINTS = 1000

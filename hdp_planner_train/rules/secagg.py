@@ -11,7 +11,6 @@ run's threshold max(t, ⌊c/2⌋ + 1) of the c sampled clients survive.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,19 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hdp_planner.distributed.accounting import epsilon_server, epsilon_third_parties
-from hdp_planner.distributed.cohorts import CohortGroup
 from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotation_signs, top_up
 from hdp_planner.distributed.law import GroupLaw
 from hdp_planner.distributed.randomness import Bits, SecureBits, SeededBits
-from hdp_planner.distributed.rounds import group_tau_d
-from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_from_dict, verify_trust
+from hdp_planner.planning.trust import CohortGroup, SecureRun
 from hdp_planner.rules.noise import SecureRandom
 
 
 @dataclass(frozen=True, kw_only=True)
 class SecaggSpec:
-    """The plan's trust object as the simulator executes it (each group's law), and the simulated dropout rate."""
+    """The plan's trust model as the simulator executes it (each group's law), and the simulated dropout rate."""
 
     bits: int
     survivors: float
@@ -39,8 +35,16 @@ class SecaggSpec:
     model_dim: int
     laws: tuple[GroupLaw, ...]
     dropout: float = 0.0
-    planned_lambda: float | None = None  # the row's Λ under secagg (the trust object's ``lambda_secagg``)
+    planned_lambda: float | None = None  # the row's Λ under the trust model (secure aggregation's, or its cohorts')
     cohorts: tuple[CohortGroup, ...] | None = None  # hidden participation: each group's cohort (:mod:`.cohort`)
+
+    @classmethod
+    def of(cls, run: SecureRun, dropout: float = 0.0) -> SecaggSpec:
+        """How a row runs under secure aggregation (:meth:`~hdp_planner.planning.plan.Trust.secure_run`), with a
+        simulated ``dropout`` rate."""
+        p = run.parameters
+        return cls(bits=p.bits, survivors=p.survivors, colluders=p.colluders, model_dim=p.dim, laws=run.laws,
+                   dropout=dropout, planned_lambda=run.planned_lambda, cohorts=run.cohorts)  # fmt: skip
 
 
 def public_seed(rnd: int, *, group: int) -> int:
@@ -82,28 +86,6 @@ def release(total: np.ndarray, plan: RoundPlan, survivors: int, bits: Bits) -> n
     full = top_up(total, missing=max(0, law.shares - survivors), share_sigma2=law.share_sigma2,
                   modulus=law.encoding.modulus, bits=bits)  # fmt: skip
     return decode(full, encoding=law.encoding, signs=plan.signs)
-
-
-def planned_groups(doc: dict, plan, spec, method: str, dropout: float = 0.0):
-    """``spec`` (a :class:`~hdp_planner_train.rules.specs.GroupSpec`) under the plan document's verified
-    ``secagg`` trust object: each group's z from the trust object's row of ``method``, bits, survivors, colluders.
-    Raises ValueError (one line) when the plan does not trust secure aggregation or the row has no distributed form."""
-    trust = trust_from_dict(doc)
-    if trust.kind != "secagg":
-        raise ValueError("--trust secagg needs a plan solved with --trust secagg; this plan trusts the server")
-    problems = verify_trust(plan, doc)
-    if problems:
-        raise ValueError(f"the plan fails verification: {problems[0]}")
-    entry = recorded_row(doc, method)
-    row = next((r for r in secagg_rows(plan, trust) if r.name == method), None)
-    if entry is None or row is None or row.groups is None or not spec.private:
-        why = f": {row.note}" if row is not None and row.note else ""
-        raise ValueError(f"{spec.method} has no distributed form under --trust secagg{why}")
-    laws = tuple(g.law for g in row.groups)
-    secagg = SecaggSpec(bits=trust.bits, survivors=trust.survivors, colluders=trust.colluders,
-                        model_dim=int(trust.model_dim or 0), laws=laws, dropout=dropout,
-                        planned_lambda=entry.get("lambda_secagg"))  # fmt: skip
-    return dataclasses.replace(spec, noise_multiplier=tuple(entry["noise_multiplier"]), secagg=secagg)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,25 +132,6 @@ def group_sum(
     y = torch.as_tensor(release(total, plan, survivors, bits), dtype=rows.dtype, device=rows.device)
     contributed = torch.as_tensor(coins[alive], dtype=rows.dtype, device=rows.device)
     return y, y - (rows[kept] * contributed[:, None]).sum(0)
-
-
-def epsilon_third_parties_spent(spec, group: int, *, rounds: int, delta: float) -> float:
-    """ε against third parties after ``rounds`` rounds of ``group`` (a :class:`GroupSpec` under secagg): its law's z at
-    the δ left once the law-breaking events of those rounds are paid (:meth:`~hdp_planner.distributed.law.GroupLaw.
-    delta_accounted`)."""
-    law = spec.secagg.laws[group]
-    return epsilon_third_parties(noise_multiplier=law.noise_multiplier, q=spec.q[group], rounds=rounds,
-                                 delta=law.delta_accounted(delta, rounds=rounds),
-                                 tau_d=group_tau_d(spec.sizes[group], model_dim=spec.secagg.model_dim))  # fmt: skip
-
-
-def epsilon_server_spent(spec, group: int, *, participations: int, delta: float) -> float:
-    """ε against the server after ``participations`` of a client of ``group``: ⌈(t − k)/M⌉ honest shares of the
-    smallest share of any group (:meth:`~hdp_planner.distributed.law.GroupLaw.server_multiplier`), no amplification."""
-    sa = spec.secagg
-    z = sa.laws[group].server_multiplier(min(law.share_sigma2 for law in sa.laws), groups=len(sa.laws))
-    return epsilon_server(noise_multiplier=z, participations=participations, delta=delta,
-                          tau_d=group_tau_d(spec.sizes[group], model_dim=sa.model_dim))  # fmt: skip
 
 
 def round_sources(

@@ -1,19 +1,22 @@
 """Each method's groups as the trainer applies them: :class:`GroupSpec` (sizes, q_m, σ_m or its schedule, k_m, ω_m,
-C_m, pooled noise, PFA's projection, secure aggregation), built by :func:`method_spec` from the executed mechanism
-(:func:`hdp_planner.planfile.mechanism.executed_mechanism`, the one ``verify`` accounts), and :data:`METHOD_NAMES`,
-the methods the trainer runs."""
+C_m, pooled noise, PFA's projection, the trust model and secure aggregation), built by :func:`method_spec` from the
+executed mechanism (:func:`hdp_planner.planning.mechanism.executed_mechanism`, the one ``verify`` accounts) and put
+under the run's trust model by :func:`trusted_spec`, and :data:`METHOD_NAMES`, the methods the trainer runs."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from hdp_planner.methods.registry import REGISTRY
-from hdp_planner.planfile.mechanism import ExecutedMechanism, executed_mechanism
-from hdp_planner.planning.plan import Phase, Plan, Projection
+from hdp_planner.planning.config import PlanConfig
+from hdp_planner.planning.mechanism import ExecutedMechanism, executed_mechanism
+from hdp_planner.planning.method_noise import MethodNoise, Phase, Projection
+from hdp_planner.planning.plan import Plan, Trust
+from hdp_planner.planning.trust import TrustedServer
 from hdp_planner.rules.noise import paper_aggregation_weights
 from hdp_planner_train.rules.secagg import SecaggSpec
 
@@ -54,9 +57,11 @@ class GroupSpec:
     pooled: bool = False
     projection: Projection | None = None
     schedule: tuple[Phase, ...] | None = None
+    trust: Trust = field(default_factory=TrustedServer)
+    """The trust model the run follows (the plan's, unless the run asks otherwise)."""
     secagg: SecaggSpec | None = None
     """Secure aggregation with distributed discrete noise (:mod:`.secagg`): ``noise_multiplier`` is then each
-    group's z from the plan's trust object."""
+    group's z from the plan's trust model."""
 
     @classmethod
     def executing(cls, method: str, mech: ExecutedMechanism, private: bool = True) -> GroupSpec:
@@ -103,17 +108,49 @@ class GroupSpec:
 
 
 def method_spec(plan: Plan, method: str) -> GroupSpec:
-    """The groups of ``method`` (a :data:`METHOD_NAMES` key) in ``plan``, as executed: sizes, q_m, C_m, σ_m and
-    the σ schedule come from :func:`hdp_planner.planfile.mechanism.executed_mechanism`, the mechanism ``verify``
-    accounts."""
+    """The groups of ``method`` (a :data:`METHOD_NAMES` key) in ``plan``, as executed (:func:`row_spec`)."""
     if method not in METHOD_NAMES:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")
     if METHOD_NAMES[method] not in {m.name for m in plan.methods}:
         raise ValueError(
             f"the plan has no {METHOD_NAMES[method]} noise: re-plan with hdp-plan solve --methods {method}"
         )
-    mech = executed_mechanism(plan.method(METHOD_NAMES[method]), plan.config)
-    return GroupSpec.executing(method, mech, REGISTRY[method].private)
+    return row_spec(plan.method(METHOD_NAMES[method]), plan.config, method)
+
+
+def row_spec(row: MethodNoise, config: PlanConfig, method: str) -> GroupSpec:
+    """The groups of ``method`` (a :data:`METHOD_NAMES` key) training from the plan row ``row``, as executed: sizes,
+    q_m, C_m, σ_m and the σ schedule come from :func:`hdp_planner.planning.mechanism.executed_mechanism`, the
+    mechanism ``verify`` accounts."""
+    return GroupSpec.executing(method, executed_mechanism(row, config), REGISTRY[method].private)
+
+
+def trusted_spec(
+    spec: GroupSpec, trust: Trust, row: MethodNoise, config: PlanConfig, *, dropout: float = 0.0
+) -> GroupSpec:
+    """``spec`` (of the plan row ``row``) under the trust model ``trust``: as executed where the server adds the noise,
+    else as ``trust`` runs the row (:meth:`~hdp_planner.planning.plan.Trust.secure_run`: under secure aggregation each
+    group's law and z, with cohorts their rates, weights and sparsity) with a simulated ``dropout`` rate. ValueError
+    (one line) where the method has no form under ``trust`` (a method without noise has none under secure
+    aggregation)."""
+    problem = trust.form_problem(row.name if spec.private else None)
+    if problem is not None:
+        raise ValueError(f"{spec.method} has {problem}")
+    run = trust.secure_run(row, config) if spec.private else None
+    if run is None:
+        return dataclasses.replace(spec, trust=trust)
+    if not 0 <= dropout < 1:
+        raise ValueError(f"--dropout must lie in [0, 1), got {dropout}")
+    return dataclasses.replace(spec, trust=trust, secagg=SecaggSpec.of(run, dropout),
+                               noise_multiplier=run.noise_multiplier, q=run.q or spec.q,
+                               weight=run.weight or spec.weight, k_ratio=run.k_ratio or spec.k_ratio)  # fmt: skip
+
+
+def plan_spec(plan: Plan, method: str) -> GroupSpec:
+    """The groups of ``method`` (a :data:`METHOD_NAMES` key) as ``plan`` runs them under its own trust model
+    (:func:`method_spec`, then :func:`trusted_spec`)."""
+    spec = method_spec(plan, method)
+    return trusted_spec(spec, plan.trust, plan.method(METHOD_NAMES[method]), plan.config)
 
 
 def paper_weighted(spec: GroupSpec, *, q: float, n: int) -> GroupSpec:

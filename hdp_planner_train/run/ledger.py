@@ -8,16 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hdp_planner.ledger.runs import (
-    DEFAULT_LEDGER_ENV,
-    default_ledger,
-    distributed_costs,
-    plan_clients,
-    plan_digest,
-    round_costs,
-)
+from hdp_planner.ledger.runs import DEFAULT_LEDGER_ENV, default_ledger, plan_clients, plan_digest
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
-from hdp_planner.planfile.mechanism import executed_mechanism, mechanism_epsilon, row_budgets
 from hdp_planner_train.rules.specs import METHOD_NAMES
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.interrupts import HeldInterrupt
@@ -28,31 +20,20 @@ from hdp_planner_train.run.settings import RunSettings
 
 
 def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
-    """ε spent per group after ``rounds_run`` rounds of the executed mechanism (the plan's spending accountant,
-    or RDP composition of a σ schedule; under secure aggregation the distributed accounting of the trust object's
-    z_m; δ of the plan), against the plan's budget for the group."""
-    c = plan.config
+    """ε spent per group after ``rounds_run`` rounds of the method's row as the run's trust model executes it
+    (:meth:`~hdp_planner.planning.plan.Trust.epsilon_spent`: the plan's spending accountant, RDP composition of a σ
+    schedule, or the distributed accounting of secure aggregation; δ of the plan), against the plan's budget for the
+    group."""
     m = plan.method(METHOD_NAMES[spec.method])
-    mech = executed_mechanism(m, c)
     ledger = []
-    for i, budget in enumerate(row_budgets(plan, m)):
+    for i, budget in enumerate(plan.row_budgets(m)):
         entry: dict[str, Any] = {"group": i + 1, "epsilon_budget": budget, "rounds": rounds_run}
         if not spec.private:
             entry["epsilon_spent"] = None  # no noise: ε = ∞
         elif rounds_run == 0:
             entry["epsilon_spent"] = 0.0
-        elif spec.secagg is not None and spec.secagg.cohorts is not None:
-            from hdp_planner_train.rules.cohort import epsilon_spent
-
-            entry["epsilon_spent"] = epsilon_spent(spec.secagg, i, rounds=rounds_run, delta=c.delta)
-        elif spec.secagg is not None:
-            from hdp_planner_train.rules.secagg import epsilon_third_parties_spent
-
-            entry["epsilon_spent"] = epsilon_third_parties_spent(spec, i, rounds=rounds_run, delta=c.delta)
         else:
-            entry["epsilon_spent"] = float(
-                mechanism_epsilon(mech, group=i, rounds=rounds_run, delta=c.delta, accountant=c.spending_accountant)
-            )
+            entry["epsilon_spent"] = float(spec.trust.epsilon_spent(m, plan.config, group=i, rounds=rounds_run))
         ledger.append(entry)
     return ledger
 
@@ -168,7 +149,7 @@ def ledger_run(
     row, plan = METHOD_NAMES[spec.method], run_plan.plan
     if clients is None:
         try:
-            clients = plan_clients(plan, row, run_plan.document, cfg.ledger.groups)
+            clients = plan_clients(plan, plan.method(row), cfg.ledger.groups)
         except ValueError as exc:
             raise TrainError(str(exc)) from None
     membership, budgets = clients
@@ -229,14 +210,6 @@ def check_released(book: Ledger, run_id: str, start: int, head: str | None = Non
 
 
 def planned_costs(plan, *, spec, row: str, start: int, rounds: int) -> list[list[GroupRound]]:
-    """What rounds ``start``..``rounds``−1 cost each group: the plan's sampled Gaussian rounds, or, under secure
-    aggregation, the trust object's distributed discrete Gaussian rounds (z_m, q_m, τ·d' of the group)."""
-    if spec.secagg is None:
-        return round_costs(plan, row, start=start, rounds=rounds)
-    if spec.secagg.cohorts is not None:
-        from hdp_planner_train.rules.cohort import cohort_costs
-
-        return cohort_costs(spec.secagg, start=start, rounds=rounds)
-    return distributed_costs(q=spec.q, noise_multipliers=spec.noise_multiplier, sizes=spec.sizes,
-                             delta_costs=[law.event_rate for law in spec.secagg.laws],
-                             model_dim=spec.secagg.model_dim, start=start, rounds=rounds)  # fmt: skip
+    """What rounds ``start``..``rounds``−1 cost each group, as the run's trust model executes the row
+    (:meth:`~hdp_planner.planning.plan.Trust.costs`)."""
+    return spec.trust.costs(plan.method(row), plan.config, start=start, rounds=rounds)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hdp_planner.rules.noise import lambda_exact
+from hdp_planner.trust.registry import trust_name
 from hdp_planner_train.rounds.loop import RunLog
-from hdp_planner_train.rules.cohort import epsilon_spent
 from hdp_planner_train.rules.secagg import Withheld
 from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec
 from hdp_planner_train.run.ledger import ledger_target, privacy_ledger
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def planned_lambda(plan, spec) -> float:
     """The Λ the run's noise should have: the row's exact Λ (at the weights the run applies, when they are not the
-    plan's: ``--weights paper``), or under secure aggregation the trust object's."""
+    plan's: ``--weights paper``), or under secure aggregation the trust model's."""
     if not spec.private:
         return 0.0
     if spec.secagg is not None and spec.secagg.planned_lambda is not None:
@@ -69,34 +69,19 @@ def base_metrics(
     }
 
 
-def secagg_metrics(
+def trust_metrics(
     plan, spec: GroupSpec, rounds: int, withheld: Sequence[tuple[int, Withheld]] | None
 ) -> dict[str, Any]:
-    """The run's privacy under secure aggregation, from the distributed accounting of the rounds run: ε against third
-    parties and against the server (every round a participation, the worst case), per group. ``withheld``: the
-    group-rounds (round index, :class:`~hdp_planner_train.rules.secagg.Withheld`) that released nothing, recorded
-    with how many and why (a simulation's; None for a secure run, as they depend on who took part)."""
-    from hdp_planner_train.rules.secagg import epsilon_server_spent, epsilon_third_parties_spent
-
-    sa, delta, groups = spec.secagg, plan.config.delta, range(len(spec.sizes))
-    if sa.cohorts is not None:  # hidden participation: the ε against the server bounds third parties' too
-        return {
-            "kind": "secagg", "hidden_participation": True, "bits": sa.bits, "survivors": sa.survivors,
-            "colluders": sa.colluders, "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
-            "cohort": [g.cohort for g in sa.cohorts], "coin": [g.coin for g in sa.cohorts],
-            "memberships": [g.memberships for g in sa.cohorts],
-            "epsilon_server": [epsilon_spent(sa, m, rounds=rounds, delta=delta) for m in groups],
-            "coins": "OS CSPRNG" if withheld is None else "seeded: a simulation's, regenerated from the seed",
-            **(withheld_metrics(withheld) if withheld is not None else {}),
-        }  # fmt: skip
-    doc = {
-        "kind": "secagg", "bits": sa.bits, "survivors": sa.survivors, "colluders": sa.colluders,
-        "dropout_simulated": sa.dropout, "noise_multiplier": list(spec.noise_multiplier),
-        "epsilon_third_parties": [epsilon_third_parties_spent(spec, m, rounds=rounds, delta=delta) for m in groups],
-        "epsilon_server_every_round": [epsilon_server_spent(spec, m, participations=rounds, delta=delta)
-                                       for m in groups],
-    }  # fmt: skip
-    if withheld is not None:  # which group-rounds released nothing depends on who took part: simulations only
+    """The trust model the run followed (``"kind"``, and the plan's where that differs) and what it records of the
+    rounds run (:meth:`~hdp_planner.planning.plan.Trust.metrics`). ``withheld``: under secure aggregation, the
+    group-rounds (round index, :class:`~hdp_planner_train.rules.secagg.Withheld`) that released nothing, recorded with
+    how many and why (a simulation's; None for a secure run, as they depend on who took part)."""
+    kind, planned = trust_name(spec.trust), trust_name(plan.trust)
+    doc: dict[str, Any] = {"kind": kind, **({"plan_trust": planned} if planned != kind else {})}
+    dropout = spec.secagg.dropout if spec.secagg is not None else 0.0
+    doc.update(spec.trust.metrics(plan.method(METHOD_NAMES[spec.method]), plan.config, rounds=rounds, dropout=dropout,
+                                  seeded=withheld is not None))  # fmt: skip
+    if withheld is not None and spec.secagg is not None:  # which group-rounds released nothing: simulations only
         doc.update(withheld_metrics(withheld))
     return doc
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar, TypeVar
 
-from hdp_planner.distributed.trust import TrustKind
-
 C = TypeVar("C")
 
 
@@ -142,7 +140,7 @@ class TrustOptions(_Group):
 
     FLAT: ClassVar[dict[str, str]] = {"trust": "kind", "override_trust": "override"}
 
-    kind: TrustKind | None = None
+    kind: str | None = None
     override: bool = False
     hide_sample: bool = False
     max_cohort: int | None = None

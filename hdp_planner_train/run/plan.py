@@ -1,5 +1,6 @@
-"""The plan a run follows, read once: a :class:`RunPlan` (the plan, its document, SHA-256 and trust model), verified;
-the rounds it runs, its clients, and the method's groups under the trust model the run follows."""
+"""The plan a run follows, read once: a :class:`RunPlan` (the plan with its trust model, and the SHA-256 that names
+it), and in one call (:func:`run_spec`) what a run follows of it, once it verifies: the rounds it runs and the
+method's groups under the trust model the run follows."""
 
 from __future__ import annotations
 
@@ -8,17 +9,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from hdp_planner.distributed.trust import TrustKind
 from hdp_planner.ledger.runs import plan_clients
 from hdp_planner.methods.registry import REGISTRY, planner
-from hdp_planner.planfile.document import check_grouping, plan_from_dict, plan_problems, plan_to_dict
+from hdp_planner.planfile.document import plan_from_dict, plan_problems, plan_to_dict
 from hdp_planner.planfile.schema import PlanFileError, parse_document
-from hdp_planner.planfile.trust import trust_from_dict
-from hdp_planner.planning.plan import Plan
-from hdp_planner_train.rules.cohort import planned_secure
-from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, method_spec
+from hdp_planner.planning.plan import Plan, Trust
+from hdp_planner_train.rules.specs import METHOD_NAMES, GroupSpec, row_spec, trusted_spec
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.settings import RunSettings
 from hdp_planner_train.run.trust import run_trust
@@ -29,23 +26,24 @@ IN_MEMORY = "the plan given"
 
 @dataclass(frozen=True, kw_only=True)
 class RunPlan:
-    """A plan bound for a run, read once: the plan, the document it was read from, the SHA-256 that names it (of the
-    file's bytes: what a checkpoint matches and a secure-aggregation client pins) and the trust model it was solved
-    for. Everything a run needs of its plan comes from here, never from the file again.
+    """A plan bound for a run, read once: the plan (its trust model's sections included), where it came from, and the
+    SHA-256 that names it (of the file's bytes: what a checkpoint matches and a secure-aggregation client pins).
+    Everything a run needs of its plan comes from here, never from the file again.
 
     Args:
         source: Where the plan came from: its file's path, or :data:`IN_MEMORY`.
         plan: The plan.
-        document: The plan file's JSON document (the trust object and hidden participation included).
         sha256: The SHA-256 that names the plan.
-        trust: The trust model the plan was solved for.
     """
 
     source: str
     plan: Plan
-    document: dict[str, Any]
     sha256: str
-    trust: TrustKind
+
+    @property
+    def trust(self) -> Trust:
+        """The trust model the plan was solved for."""
+        return self.plan.trust
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> RunPlan:
@@ -54,15 +52,14 @@ class RunPlan:
         if not path.is_file():
             raise PlanFileError(f"plan file {path} not found")
         raw = path.read_bytes()
-        return cls.of_document(parse_document(raw, path), source=str(path), sha256=hashlib.sha256(raw).hexdigest())
+        plan = plan_from_dict(parse_document(raw, path))
+        return cls(source=str(path), plan=plan, sha256=hashlib.sha256(raw).hexdigest())
 
     @classmethod
     def of(cls, plan: Plan) -> RunPlan:
-        """A plan given in memory (a trusted server's: a plan object holds no trust object), named by the SHA-256 of
-        its canonical JSON."""
-        doc = plan_to_dict(plan)
-        digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-        return cls.of_document(doc, source=IN_MEMORY, sha256=digest)
+        """A plan given in memory, named by the SHA-256 of its canonical JSON."""
+        digest = hashlib.sha256(json.dumps(plan_to_dict(plan), sort_keys=True).encode()).hexdigest()
+        return cls(source=IN_MEMORY, plan=plan, sha256=digest)
 
     @classmethod
     def bind(cls, plan: str | os.PathLike[str] | Plan | RunPlan) -> RunPlan:
@@ -72,66 +69,39 @@ class RunPlan:
             return plan
         return cls.of(plan) if isinstance(plan, Plan) else cls.read(plan)
 
-    @classmethod
-    def of_document(cls, doc: dict[str, Any], *, source: str, sha256: str) -> RunPlan:
-        plan = plan_from_dict(doc)
-        check_grouping(plan, doc)
-        return cls(source=source, plan=plan, document=doc, sha256=sha256, trust=trust_from_dict(doc).kind)
 
-
-def verified_rounds(run_plan: RunPlan, rounds: int | None) -> int:
-    """The rounds a run of ``run_plan`` runs (``rounds``, by default the plan's T), once the plan verifies."""
-    problems = plan_problems(run_plan.plan)
+def run_spec(cfg: RunSettings, run_plan: RunPlan, n_clients: int) -> tuple[int, GroupSpec]:
+    """What a run of ``run_plan`` follows, in one call: the rounds it runs (``cfg.rounds``, by default the plan's T)
+    once the plan verifies (its rows and its trust model's sections), and the groups of the plan's row that
+    ``cfg.method`` runs (a selection method: the row of the method that plans it) under the trust model the run
+    follows (:func:`~.trust.run_trust`), checked for ``--audit``. Refused (one line): a plan that fails verification, a
+    data partition of another size than the plan's n, and a plan made from per-client budgets whose clients
+    ``cfg.ledger.groups`` does not name."""
+    plan, source = run_plan.plan, run_plan.source
+    problems = plan_problems(plan)
     if problems:
-        raise TrainError(f"plan {run_plan.source} fails verification: {problems[0]}")
-    t = run_plan.plan.config.rounds
-    rounds = t if rounds is None else rounds
+        raise TrainError(f"plan {source} fails verification: {problems[0]}")
+    t = plan.config.rounds
+    rounds = t if cfg.rounds is None else cfg.rounds
     if not 1 <= rounds <= t:
         raise TrainError(f"--rounds must be between 1 and the plan's T = {t}, got {rounds}")
-    return rounds
-
-
-def check_clients(cfg: RunSettings, plan: Plan, n_clients: int) -> None:
-    """Refuse a data partition of another size than the plan's n."""
     if n_clients != plan.config.n:
         raise TrainError(
             f"plan has n = {plan.config.n} clients but the {cfg.data.dataset} partition gives n = {n_clients}: "
             f"re-plan with --n {n_clients} or train with --clients {plan.config.n}"
         )
-
-
-def method_groups(cfg: RunSettings, run_plan: RunPlan) -> GroupSpec:
-    """The groups of the plan's row that ``cfg.method`` runs (a selection method: the row of the method that plans
-    it), refused where the plan was made from per-client budgets and ``cfg.ledger.groups`` does not name the clients."""
-    plan = run_plan.plan
+    # a selection method: each client the ε of its group in its row, as the method planning that row executes it
+    key = cfg.method if cfg.method in METHOD_NAMES else planner(REGISTRY[cfg.method].row)
     try:
-        # a selection method: each client the ε of its group in its row, as the method planning that row executes it
-        spec = method_spec(plan, cfg.method if cfg.method in METHOD_NAMES else planner(REGISTRY[cfg.method].row))
-    except ValueError as exc:
-        raise TrainError(f"{run_plan.source}: {exc}") from None
-    try:  # a plan made from per-client budgets runs only with the clients' own groups file
-        plan_clients(plan, METHOD_NAMES[spec.method], run_plan.document, cfg.ledger.groups)
+        trust = run_trust(cfg, REGISTRY[key].private, run_plan.trust, source=source)
+        row = plan.method(METHOD_NAMES[key])
+        plan_clients(plan, row, cfg.ledger.groups)  # a plan made from per-client budgets: only with their groups file
+        spec = trusted_spec(row_spec(row, plan.config, key), trust, row, plan.config, dropout=cfg.noise.dropout)
+    except KeyError:
+        raise TrainError(f"{source}: the plan has no {METHOD_NAMES[key]} noise: re-plan with hdp-plan solve --methods "
+                         f"{key}") from None  # fmt: skip
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    return spec
-
-
-def secagg_spec(cfg: RunSettings, run_plan: RunPlan, spec: GroupSpec) -> GroupSpec:
-    """The method's groups under the plan's ``secagg`` trust object (verified, :func:`~hdp_planner_train.rules.secagg.
-    planned_groups`), or its public cohorts and private coins where it was solved with ``--hide-sample``
-    (:func:`~hdp_planner_train.rules.cohort.planned_cohorts`), and the simulated dropout rate."""
-    if not 0 <= cfg.noise.dropout < 1:
-        raise TrainError(f"--dropout must lie in [0, 1), got {cfg.noise.dropout}")
-    try:
-        return planned_secure(run_plan.document, run_plan.plan, spec, METHOD_NAMES[spec.method], cfg.noise.dropout)
-    except ValueError as exc:
-        raise TrainError(str(exc).replace("this plan", run_plan.source)) from None
-
-
-def trusted_groups(cfg: RunSettings, run_plan: RunPlan, spec: GroupSpec) -> GroupSpec:
-    """``spec`` under the trust model the run follows (:func:`~.trust.run_trust`), checked for ``--audit``."""
-    if run_trust(cfg, spec, run_plan.trust, source=run_plan.source) == "secagg":
-        spec = secagg_spec(cfg, run_plan, spec)
     if cfg.audit.enabled:
         from hdp_planner_train.audit.canaries import check_auditable
 
@@ -139,4 +109,4 @@ def trusted_groups(cfg: RunSettings, run_plan: RunPlan, spec: GroupSpec) -> Grou
             check_auditable(spec)
         except ValueError as exc:
             raise TrainError(str(exc)) from None
-    return spec
+    return rounds, spec

@@ -20,16 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.io.files import write_json_atomic
-from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines
-from hdp_planner.methods.gdpfed import solve_plan
-from hdp_planner.planfile.cohorts import KEY as HIDDEN_KEY
-from hdp_planner.planfile.cohorts import cohort_rows, hidden_to_dict, verify_hidden
-from hdp_planner.planfile.document import plan_problems, plan_to_dict
-from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_to_dict, verify_trust
+from hdp_planner.methods.baselines import BASELINES, BaselineOptions
+from hdp_planner.planfile.document import PlanVerificationError, plan_to_dict
+from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import PlanConfig
+from hdp_planner.planning.plan import Plan, Trust
+from hdp_planner.planning.trust import SecaggParameters, TrustedServer
+from hdp_planner.solving import secured, solve
+from hdp_planner.trust.registry import DEFAULT_TRUST, trust_name
 from hdp_planner_train.run import options as run_options
 
 SIMULATION = "seeded noise: a reproducible simulation grid; its models must not be released"
@@ -66,8 +65,8 @@ def paper_accuracy(dataset: str, method: str) -> float | None:
 class CompareConfig:
     """The grid: ``methods`` (trainer names) × seeds 0..``seeds``−1, each run with the shared option groups
     (:mod:`hdp_planner_train.run.options`; ``output.out`` the grid's folder, required) and its plan solved for
-    ``plan_trust``, the trust model whose kind is ``trust.kind`` (secagg: every noised method runs through the
-    integer pipeline). ``ledger.url`` None: no ledger (a simulation); otherwise every run is charged to the same
+    ``plan_trust``, the trust model named ``trust.kind`` (under secure aggregation every noised method runs through
+    the integer pipeline). ``ledger.url`` None: no ledger (a simulation); otherwise every run is charged to the same
     clients."""
 
     methods: tuple[str, ...]
@@ -75,8 +74,8 @@ class CompareConfig:
     data: run_options.DataOptions = field(default_factory=run_options.DataOptions)
     model: run_options.ModelOptions = field(default_factory=run_options.ModelOptions)
     noise: run_options.NoiseOptions = field(default_factory=run_options.NoiseOptions)
-    trust: run_options.TrustOptions = field(default_factory=lambda: run_options.TrustOptions(kind="server"))
-    plan_trust: TrustModel = field(default_factory=TrustModel)
+    trust: run_options.TrustOptions = field(default_factory=lambda: run_options.TrustOptions(kind=DEFAULT_TRUST))
+    plan_trust: Trust = field(default_factory=TrustedServer)
     audit: run_options.AuditOptions = field(default_factory=run_options.AuditOptions)
     ledger: run_options.LedgerOptions = field(default_factory=lambda: run_options.LedgerOptions(url=None))
     output: run_options.OutputOptions = field(
@@ -84,8 +83,8 @@ class CompareConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.trust.kind != self.plan_trust.kind:
-            raise ValueError(f"trust {self.trust.kind} but the plan's trust model is {self.plan_trust.kind}")
+        if self.trust.kind != trust_name(self.plan_trust):
+            raise ValueError(f"trust {self.trust.kind} but the plan's trust model is {trust_name(self.plan_trust)}")
         if not self.output.out:
             raise ValueError("a compare grid needs --out")
 
@@ -106,36 +105,29 @@ def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
 def prepare_plan(
     cfg: CompareConfig, groups: Groups, config: PlanConfig, options: BaselineOptions, num_classes: int
 ) -> Path:
-    """Solve the plan with every baseline (PFA at the model's d), verify it, write it; under ``cfg.trust.kind`` secagg
-    with the trust object of every row (:func:`~hdp_planner.planfile.trust.trust_to_dict`), and with
-    ``cfg.trust.hide_sample`` every row's cohorts (:func:`~hdp_planner.planfile.cohorts.hidden_to_dict`), verified too.
-    The plan does not depend on which methods the grid trains, so ``--resume`` can add methods to a finished grid."""
+    """Solve the plan with every baseline (PFA at the model's d) and ``cfg.plan_trust``'s sections
+    (:func:`~hdp_planner.solving.solve`, verified), and write it; every method of the grid must run under the plan's
+    trust model. The plan does not depend on which methods the grid trains, so ``--resume`` can add methods to a
+    finished grid."""
     from hdp_planner_train.learning.models import model_dim
 
     d = model_dim(cfg.data.dataset, num_classes, cfg.model.name)
-    if cfg.trust.kind == "secagg" and cfg.plan_trust.model_dim != d:
-        raise ValueError(f"the trust model was given d = {cfg.plan_trust.model_dim}, this model has d = {d}")
+    planned = cfg.plan_trust.parameters
+    if planned is not None and planned.model_dim != d:
+        raise ValueError(f"the trust model was given d = {planned.model_dim}, this model has d = {d}")
     options = dataclasses.replace(options, model_dim=d)
-    plan = add_baselines(solve_plan(groups, config), tuple(BASELINES.values()), options)
-    problems = plan_problems(plan)
+    try:
+        plan = solve(groups, config, baselines=tuple(BASELINES.values()), options=options)
+        if not cfg.plan_trust.sees_updates:
+            check_grid_folder(cfg, plan_to_dict(plan), whole=False)  # before the secure rows' slow calibration
+        plan = secured(plan, cfg.plan_trust)
+    except PlanVerificationError as exc:
+        raise ValueError(f"internal check failed, no plan written: {exc.problems[0]}") from None
+    unplanned = [m for m in cfg.methods if secure_form(plan, m) is False]
+    if unplanned:
+        hidden = " with cohorts under the caps" if plan.hidden is not None else ""
+        raise ValueError(f"{unplanned[0]} has no distributed form under --trust {cfg.trust.kind}{hidden}")
     doc = plan_to_dict(plan)
-    check_grid_folder(cfg, doc, whole=cfg.trust.kind != "secagg")  # before the secure rows' slow calibration
-    if cfg.trust.kind == "secagg" and not problems:
-        rows = secagg_rows(plan, cfg.plan_trust)
-        doc["trust"] = trust_to_dict(plan, cfg.plan_trust, rows)
-        if cfg.trust.hide_sample:
-            hidden = cohort_rows(
-                plan, cfg.plan_trust, max_cohort=cfg.trust.max_cohort, max_multiple=cfg.trust.cohort_multiple
-            )
-            doc[HIDDEN_KEY] = hidden_to_dict(plan, cfg.plan_trust, hidden, max_cohort=cfg.trust.max_cohort,
-                                             max_multiple=cfg.trust.cohort_multiple)  # fmt: skip
-        problems = verify_trust(plan, doc) + verify_hidden(plan, doc)
-        unplanned = [m for m in cfg.methods if secure_form(plan, doc, m) is False]
-        if unplanned:
-            hidden = " with cohorts under the caps" if cfg.trust.hide_sample else ""
-            raise ValueError(f"{unplanned[0]} has no distributed form under --trust secagg{hidden}")
-    if problems:
-        raise ValueError(f"internal check failed, no plan written: {problems[0]}")
     check_grid_folder(cfg, doc)
     path = Path(cfg.output.out) / "plan.json"
     write_json_atomic(path, doc)
@@ -164,18 +156,17 @@ def check_grid_folder(cfg: CompareConfig, doc: dict[str, Any], *, whole: bool = 
                          "--overwrite")  # fmt: skip
 
 
-def secure_form(plan, doc: dict[str, Any], method: str) -> bool | None:
-    """Under ``secagg``: whether ``method`` (a trainer name) runs with distributed noise (True), has no distributed
-    form (False: the personal methods, rows the trust object could not calibrate, rows without cohorts in a plan
-    that hides participation), or adds no noise and runs as the non-private reference (None)."""
+def secure_form(plan: Plan, method: str) -> bool | None:
+    """Whether ``method`` (a trainer name) runs under the plan's trust model where the server does not see the
+    updates (True), has no form under it (False: the personal methods, rows secure aggregation could not calibrate,
+    rows without cohorts in a plan that hides participation), or runs as solved (None: a method without noise, the
+    non-private reference, or a plan whose server sees the updates)."""
     from hdp_planner.methods.registry import REGISTRY
     from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
 
-    if not method_spec(plan, method).private:
+    if not method_spec(plan, method).private or plan.trust.sees_updates:
         return None
-    row = METHOD_NAMES[method]
-    entry = doc[HIDDEN_KEY]["rows"].get(row) if doc.get(HIDDEN_KEY) is not None else recorded_row(doc, row)
-    return REGISTRY[method].family == "fedavg" and entry is not None
+    return REGISTRY[method].family == "fedavg" and plan.trust.form_problem(METHOD_NAMES[method]) is None
 
 
 def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -189,7 +180,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
     from hdp_planner_train.simulator.trainer import TrainConfig, run
 
     run_plan = RunPlan.read(plan_path)  # the one read of the plan file: every run of the grid is bound to it
-    plan, doc, plan_hash = run_plan.plan, run_plan.document, run_plan.sha256
+    plan, plan_hash = run_plan.plan, run_plan.sha256
     partition = {
         "dirichlet": cfg.data.dirichlet,
         "shards": cfg.data.shards,
@@ -201,7 +192,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
         for method in cfg.methods:
             folder = Path(cfg.output.out) / method / f"seed{seed}"
             done = folder / "run.json"
-            secure = cfg.trust.kind == "secagg" and secure_form(plan, doc, method) is True
+            secure = secure_form(plan, method) is True
             audit = cfg.audit.enabled and auditable(plan, method)
             if cfg.output.resume and done.is_file():
                 row = json.loads(done.read_text())
@@ -223,7 +214,7 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
                     model=cfg.model,
                     # seeded noise: a simulation grid, whose models are not released
                     noise=run_options.NoiseOptions(kind="seeded", dropout=cfg.noise.dropout if secure else 0.0),
-                    trust=run_options.TrustOptions(kind="secagg" if secure else "server"),
+                    trust=run_options.TrustOptions(),  # the plan's, or a trusted server's for a method without noise
                     audit=dataclasses.replace(cfg.audit, enabled=audit),
                     ledger=cfg.ledger,
                     output=run_options.OutputOptions(
@@ -239,8 +230,8 @@ def run_grid(cfg: CompareConfig, plan_path: Path, report: Callable[[str], None])
             row = {
                 "method": method,
                 "seed": seed,
-                "trust": "secagg" if secure else "server",
-                "hidden_participation": secure and doc.get(HIDDEN_KEY) is not None,
+                "trust": trust_name(plan.trust) if secure else DEFAULT_TRUST,
+                "hidden_participation": secure and plan.hidden is not None,
                 "dropout_simulated": cfg.noise.dropout if secure else 0.0,
                 "plan_sha256": plan_hash,
                 "partition": partition,
@@ -276,7 +267,7 @@ def summarize(dataset: str, methods: Sequence[str], rows: Sequence[dict[str, Any
             {
                 "method": method,
                 "seeds": len(runs),
-                "trust": runs[0].get("trust", "server"),
+                "trust": runs[0].get("trust", DEFAULT_TRUST),
                 "accuracy_mean": float(acc.mean()),
                 "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
                 "paper": paper_accuracy(dataset, method),
@@ -309,6 +300,12 @@ def audit_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         }
 
 
+def trust_record(trust: Trust) -> dict[str, Any]:
+    """The trust model a grid was planned for, as results.json records it: its name and secure aggregation's
+    parameters (their defaults for a trusted server)."""
+    return {"kind": trust_name(trust), **dataclasses.asdict(trust.parameters or SecaggParameters())}
+
+
 def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]]) -> list[Path]:
     """results.json (every run and the summary), results.csv (the summary) and comparison.png."""
     out = Path(cfg.output.out)
@@ -319,7 +316,7 @@ def write_results(cfg: CompareConfig, rows: Sequence[dict[str, Any]], summary: S
             "seeds": cfg.seeds,
             "noise_source": "seeded",
             "noise_note": SIMULATION,
-            "trust": dataclasses.asdict(cfg.plan_trust),
+            "trust": trust_record(cfg.plan_trust),
             "dropout_simulated": cfg.noise.dropout,
             "summary": summary,
             "runs": rows,

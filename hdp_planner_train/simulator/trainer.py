@@ -19,6 +19,7 @@ from torch.nn.utils import vector_to_parameters
 
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom
+from hdp_planner.trust.registry import trust_name
 from hdp_planner_train.learning.datasets import DEFAULTS
 from hdp_planner_train.learning.engines import ENGINES, PRECISIONS, clients_deltas, evaluate
 from hdp_planner_train.learning.federated import load_federated
@@ -34,12 +35,11 @@ from hdp_planner_train.rules.specs import METHOD_NAMES, paper_weighted
 from hdp_planner_train.run.bound import BoundRun
 from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.ledger import ledger_checkpoint, ledger_run
-from hdp_planner_train.run.metrics import secagg_metrics
+from hdp_planner_train.run.metrics import trust_metrics
 from hdp_planner_train.run.noise import noise_kind
 from hdp_planner_train.run.output import check_finished, output_folder, write_metrics
-from hdp_planner_train.run.plan import RunPlan, check_clients, method_groups, trusted_groups, verified_rounds
+from hdp_planner_train.run.plan import RunPlan, run_spec
 from hdp_planner_train.run.progress import status
-from hdp_planner_train.run.trust import run_trust
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
 from hdp_planner_train.simulator.scaffold import (
@@ -89,9 +89,6 @@ def validate_config(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunP
         model_name(cfg.data.dataset, cfg.model.name)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    run_plan = RunPlan.bind(plan)
-    rounds = verified_rounds(run_plan, cfg.rounds)
-    plan = run_plan.plan
     if cfg.output.eval_every < 1:
         raise TrainError(f"--eval-every must be ≥ 1, got {cfg.output.eval_every}")
     if not 0 < cfg.model.lr_decay <= 1:
@@ -110,26 +107,26 @@ def validate_config(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunP
     if cfg.method in SELECTION_METHODS and cfg.ledger.url not in (None, "", "none", "auto"):
         raise TrainError(f"--ledger: {cfg.method} protects each client's examples (example-level DP), not whole "
                          "clients; the ledger composes client-level runs: use --ledger none")  # fmt: skip
+    run_plan = RunPlan.bind(plan)
     skew = None
     if cfg.data.group_classes is not None:
-        skew = (plan.groups.size, parse_group_classes(cfg.data.group_classes, len(plan.groups.size), 10))
+        sizes = run_plan.plan.groups.size
+        skew = (sizes, parse_group_classes(cfg.data.group_classes, len(sizes), 10))
     split = cfg.data
     data = load_federated(
         split.dataset, data_dir=split.data_dir, clients=split.clients, dirichlet=split.dirichlet, seed=cfg.seed,
         shards=split.shards, iid_share=split.iid_share, group_classes=skew,
     )  # fmt: skip
-    check_clients(cfg, plan, data.n_clients)
-    spec = method_groups(cfg, run_plan)
-    family = cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS
-    if family and run_trust(cfg, spec, run_plan.trust, source=run_plan.source) == "secagg":
-        raise TrainError(f"{cfg.method} has no distributed form under --trust secagg (the plan's trust model: "
-                         "--trust server --override-trust runs it with a trusted server)")  # fmt: skip
-    spec = trusted_groups(cfg, run_plan, spec)
+    rounds, spec = run_spec(cfg, run_plan, data.n_clients)
+    if spec.secagg is not None and (cfg.method in PERSONAL_METHODS or cfg.method in SELECTION_METHODS):
+        raise TrainError(f"{cfg.method} has no distributed form under --trust {trust_name(spec.trust)} (the plan's "
+                         "trust model: --trust server --override-trust runs it with a trusted server)")  # fmt: skip
     if cfg.model.weights == "paper":
         if spec.secagg is not None:
             raise TrainError("--weights paper runs under a trusted server only (--trust server)")
         try:
-            spec = paper_weighted(spec, q=plan.config.q, n=plan.config.n)
+            config = run_plan.plan.config
+            spec = paper_weighted(spec, q=config.q, n=config.n)
         except ValueError as exc:
             raise TrainError(str(exc)) from None
     return BoundRun(run_plan=run_plan, data=data, spec=spec, rounds=rounds, batch=batch, momentum=momentum,
@@ -247,11 +244,7 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
                  checkpoint=checkpoint if out else None)  # fmt: skip
 
     metrics = run_metrics(cfg, bound, d=int(theta.numel()), log=log, account=account)
-    if spec.secagg is not None:
-        metrics["trust"] = secagg_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
-    else:
-        planned = run_plan.trust
-        metrics["trust"] = {"kind": "server", **({"plan_trust": planned} if planned != "server" else {})}
+    metrics["trust"] = trust_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
     if cfg.data.group_classes is not None:  # accuracy on each privacy group's own classes (DP-FedAvg: 1 group)
         classes = parse_group_classes(cfg.data.group_classes, len(plan.groups.size), data.num_classes)
         metrics["group_classes"] = [list(c) for c in classes]

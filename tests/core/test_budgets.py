@@ -15,8 +15,8 @@ from hdp_planner.methods.gdpfed import solve_plan
 from hdp_planner.planfile.document import load_plan, plan_problems
 from hdp_planner.planning import budget_counts, budget_grouping
 from hdp_planner.planning import budgets as B
+from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import PlanConfig
 from hdp_planner_cli.app import app
 
 runner = CliRunner()

@@ -125,7 +125,7 @@ def test_random_plans_reordered_or_regrouped_are_refused_or_within_every_budget(
     listed in another order with every derived field kept consistent, or a plan solved for other group sizes given
     the original's ``grouping``. ``load_plan``/``verify`` refuses, or every client, mapped to a group by the edited
     file, spends at most its own budget, recomputed with dp-accounting from the mechanism the trainer executes."""
-    from hdp_planner.planfile.mechanism import executed_mechanism
+    from hdp_planner.planning.mechanism import executed_mechanism
 
     eps = sorted(eps)
     count, n = len(eps), per_group * len(eps)

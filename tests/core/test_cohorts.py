@@ -14,7 +14,13 @@ from scipy import stats
 
 from hdp_planner import plan
 from hdp_planner.distributed.accounting import epsilon_third_parties
-from hdp_planner.distributed.cohorts import (
+from hdp_planner.distributed.randomness import SeededBits
+from hdp_planner.distributed.rounds import group_tau_d
+from hdp_planner.distributed.sampler import discrete_gaussian
+from hdp_planner.planning.problem import closed_form_k_ratio, reweighting
+from hdp_planner.planning.trust import SecaggParameters
+from hdp_planner.rules.noise import aggregation_weights
+from hdp_planner.trust.cohort_rows import (
     candidate_cohorts,
     cohort_frontier,
     cohort_group,
@@ -22,14 +28,8 @@ from hdp_planner.distributed.cohorts import (
     cohort_row,
     trusted_least_lambda,
 )
-from hdp_planner.distributed.randomness import SeededBits
-from hdp_planner.distributed.rounds import group_tau_d
-from hdp_planner.distributed.sampler import discrete_gaussian
-from hdp_planner.distributed.trust import TrustModel
-from hdp_planner.planning.problem import closed_form_k_ratio, reweighting
-from hdp_planner.rules.noise import aggregation_weights
 
-TRUST = TrustModel(kind="secagg", bits=20, survivors=0.9, colluders=0, model_dim=1000)
+TRUST = SecaggParameters(bits=20, survivors=0.9, colluders=0, model_dim=1000)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_a_server_testing_who_contributed_does_no_better_than_the_bound():
     """The server's best test of one membership (the released sum of a 1-coordinate model: the likelihood ratio is
     monotone in it) certifies no more than the planned ε when the coin is private; told the coin, the same test
     certifies more than the budget, so it is strong enough to see a leak."""
-    trust, delta, n = TrustModel(kind="secagg", bits=16, survivors=0.9, model_dim=1), 1e-5, 100_000
+    trust, delta, n = SecaggParameters(bits=16, survivors=0.9, model_dim=1), 1e-5, 100_000
     g = cohort_group(epsilon=1.0, delta=delta, size=8, expected=0.4, cohort=4, rounds=2, clip=1.0, trust=trust)
     assert g.memberships == 1
     law = cohort_law(cohort=4, noise_multiplier=g.noise_multiplier, clip=1.0, trust=trust)
@@ -198,7 +198,7 @@ def test_optimal_contributors_on_small_random_plans(eps, n, rounds, q, multiple,
         p = plan(eps, n=n, rounds=rounds, q=q, sparsity=[0.5] * len(eps) if sparse else None, min_share=min_share)
     except ValueError:  # a min share Problem 1 cannot meet
         return
-    _check_optimal_contributors(p, TrustModel(kind="secagg", bits=20, survivors=0.9, model_dim=100), multiple)
+    _check_optimal_contributors(p, SecaggParameters(bits=20, survivors=0.9, model_dim=100), multiple)
 
 
 @pytest.mark.parametrize(("sparsity", "min_share"), [(None, 0.0), ((0.7, 0.8, 0.9), 0.0), (None, 1.0)])

@@ -17,8 +17,8 @@ from hdp_planner.distributed.law import EVENT_SHARE, MAX_FLIP_SHARE, LawError, f
 from hdp_planner.distributed.randomness import SeededBits
 from hdp_planner.distributed.rounds import group_tau_d, wrap_bound
 from hdp_planner.distributed.sampler import MAX_SIGMA2
-from hdp_planner.distributed.trust import TrustModel
-from hdp_planner.planfile.trust import recommended, secagg_rows
+from hdp_planner.planning.trust import SecaggParameters
+from hdp_planner.trust.secagg import SecureAggregation
 
 DIM = 4096  # a power of 2: the decoded release keeps every coordinate of the grid
 LAW = group_law(size=120, q=0.25, epsilon=1.5, delta=1e-4, rounds=20, dim=DIM, clip=1.0, bits=20, survivors=0.9,
@@ -111,18 +111,18 @@ def test_colluders_beyond_the_expected_clients_leave_no_plan():
         group_law(size=200, q=0.2, epsilon=1.0, delta=1e-4, rounds=20, dim=DIM, clip=1.0, bits=20, survivors=0.9,
                   colluders=40)  # fmt: skip
     p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.2, clip=1.5)
-    rows = secagg_rows(p, TrustModel(kind="secagg", model_dim=1000, colluders=130))
-    assert all(r.groups is None and "not planned under secagg" in r.note for r in rows)
-    assert recommended(rows, p) is None
+    planned = SecureAggregation(parameters=SecaggParameters(model_dim=1000, colluders=130)).planned(p)
+    assert all(r.groups is None and "not planned under secagg" in r.note for r in planned.rows)
+    assert planned.recommendation is None
 
 
 def test_participations_beyond_the_rounds_and_a_minority_of_survivors_are_refused():
     p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.2, clip=1.5)
     with pytest.raises(ValueError, match="exceed the plan's T = 20"):
-        secagg_rows(p, TrustModel(kind="secagg", model_dim=1000, participations=21))
+        SecureAggregation(parameters=SecaggParameters(model_dim=1000, participations=21)).planned(p)
     for f in (0.3, 0.5):
         with pytest.raises(ValueError, match="no consistency round"):
-            TrustModel(kind="secagg", model_dim=1000, survivors=f)
+            SecaggParameters(model_dim=1000, survivors=f)
 
 
 @pytest.mark.parametrize(

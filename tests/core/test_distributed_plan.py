@@ -4,14 +4,18 @@ refuses edited bits, survivors, colluders, participations or noise."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
 from typer.testing import CliRunner
 
 from hdp_planner import plan
-from hdp_planner.distributed.trust import TrustModel, secagg_row
-from hdp_planner.planfile.trust import recorded_row, secagg_rows, trust_to_dict, verify_trust
+from hdp_planner.planfile.document import plan_from_dict, plan_problems, plan_to_dict
+from hdp_planner.planfile.schema import PlanFileError
+from hdp_planner.planning.trust import SecaggParameters
+from hdp_planner.trust.registry import requested_trust
+from hdp_planner.trust.secagg_rows import secagg_row
 from hdp_planner_cli.app import app
 
 runner = CliRunner()
@@ -21,24 +25,32 @@ SOLVE = ["solve", "--eps", "0.5,1.5,3.0", "--n", "600", "--rounds", "20", "--q",
 @pytest.fixture(scope="module")
 def small():
     p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.2, clip=1.5)
-    trust = TrustModel(kind="secagg", bits=16, survivors=0.9, colluders=1, participations=4, model_dim=1000)
-    rows = secagg_rows(p, trust)
-    doc = {"trust": trust_to_dict(p, trust, rows)}
-    return p, trust, rows, doc
+    params = SecaggParameters(bits=16, survivors=0.9, colluders=1, participations=4, model_dim=1000)
+    p = dataclasses.replace(p, trust=requested_trust("secagg", params).planned(p))
+    return p, plan_to_dict(p)
+
+
+def refused(doc) -> bool:
+    """Whether a plan document is refused: unreadable (PlanFileError) or failing verification."""
+    try:
+        return bool(plan_problems(plan_from_dict(doc)))
+    except PlanFileError:
+        return True
 
 
 def test_secagg_rows_meet_their_budgets_and_cost_more_noise(small):
-    p, _, rows, doc = small
-    assert verify_trust(p, doc) == []
-    for r in rows:
+    p, _ = small
+    assert p.trust.problems(p) == []
+    for r in p.trust.rows:
         m = p.method(r.name)
         assert r.price > 1
-        for g, sigma, eps in zip(r.groups, m.noise_multiplier, m.epsilon):
+        laws = p.trust.laws(m, p.config)
+        least = min(law.share_sigma2 for law in laws)
+        for g, law, sigma, eps in zip(r.groups, laws, m.noise_multiplier, m.epsilon):
             assert g.epsilon_third_parties == eps
             assert g.noise_multiplier >= sigma * (1 - 1e-6)  # the generic bound is never tighter than the exact one
             assert g.effective_noise_multiplier > g.noise_multiplier  # colluders' shares, rounding, inflation
-            least = min(h.law.share_sigma2 for h in r.groups)
-            assert g.law.server_multiplier(least, groups=len(r.groups)) <= g.law.third_party_multiplier  # t ≤ N shares
+            assert law.server_multiplier(least, groups=len(r.groups)) <= law.third_party_multiplier  # t ≤ N shares
 
 
 @pytest.mark.parametrize(
@@ -58,27 +70,27 @@ def test_secagg_rows_meet_their_budgets_and_cost_more_noise(small):
     ],
 )
 def test_verify_refuses_an_edited_trust_object(small, edit):
-    p, _, _, doc = small
+    _, doc = small
+    assert not refused(doc)
     edited = copy.deepcopy(doc)
     edit(edited["trust"])
-    assert verify_trust(p, edited)
+    assert refused(edited)
 
 
 def test_a_server_plan_has_nothing_to_verify(small):
-    p = small[0]
-    assert verify_trust(p, {}) == []
-    assert secagg_row(p.groups, p, TrustModel(kind="secagg", model_dim=10)).lambda_secagg > p.groups.lambda_exact
+    p = plan((0.5, 1.5, 3.0), 600, rounds=20, q=0.2, clip=1.5)
+    assert p.trust.problems(p) == [] and "trust" not in plan_to_dict(p)
+    assert secagg_row(p.groups, p.config, SecaggParameters(model_dim=10)).lambda_secagg > p.groups.lambda_exact
 
 
-def test_the_trust_object_records_each_calibrated_row(small):
-    _, _, rows, doc = small
-    for r in rows:
-        entry = recorded_row(doc, r.name)
+def test_the_trust_object_records_each_calibrated_row_and_reads_back_typed(small):
+    p, doc = small
+    for r in p.trust.rows:
+        entry = doc["trust"]["rows"][r.name]
         assert (entry is None) == (r.groups is None)
         if entry is not None:
             assert entry["noise_multiplier"] == [g.noise_multiplier for g in r.groups]
-    assert recorded_row(doc, "no such row") is None
-    assert recorded_row({}, "GDPFed+") is None  # a trusted-server plan records no rows
+    assert plan_from_dict(json.loads(json.dumps(doc))).trust == p.trust  # the file holds the whole section
 
 
 def test_solve_secagg_writes_a_plan_verify_accepts_and_refuses_when_edited(tmp_path):

@@ -29,7 +29,7 @@ PG_BIN = max(Path("/usr/lib/postgresql").glob("*/bin"), default=Path("/usr/lib/p
 
 
 def _run_args(p, rounds=None):
-    membership, budgets = simulated_clients(p, p.groups.name)
+    membership, budgets = simulated_clients(p, p.groups)
     return dict(federation="f", membership=membership, budgets_of=budgets, delta=p.config.delta,
                 planned=round_costs(p, p.groups.name, start=0, rounds=rounds or p.config.rounds))  # fmt: skip
 
@@ -243,7 +243,7 @@ def test_runs_are_listed_in_the_order_they_started_and_by_federation(tmp_path, s
     first = _start(book, small, rounds=1, label="one")
     book.release(first, 0)
     book.finish(first)
-    membership, budgets = simulated_clients(small, small.groups.name)
+    membership, budgets = simulated_clients(small, small.groups)
     second = book.start_run(federation="g", label="two", plan_sha256="1" * 64, membership=membership,
                             budgets_of=budgets, delta=small.config.delta, start=3,
                             planned=round_costs(small, small.groups.name, start=3, rounds=5))  # fmt: skip

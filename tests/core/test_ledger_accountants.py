@@ -32,7 +32,7 @@ def _rdp(p, rounds):
 def test_a_pld_plan_spends_its_budget_through_the_ledger_api(tmp_path, pld_plan):
     p = pld_plan
     assert max(_rdp(p, 4) / p.groups.epsilon) > 1.3  # RDP alone would refuse this plan before round 1
-    membership, budgets = simulated_clients(p, p.groups.name)
+    membership, budgets = simulated_clients(p, p.groups)
     book = Ledger(str(tmp_path / "l.sqlite"))
     run_id = book.start_run(federation="f", label="pld", plan_sha256="0" * 64, membership=membership,
                             budgets_of=budgets, delta=p.config.delta,
@@ -58,7 +58,7 @@ def test_a_ddg_plan_is_charged_through_its_accountant(tmp_path):
     p = plan((1.0, 2.0, 4.0), 120, rounds=4, q=0.2, clip=1.0, accountant="ddg")
     costs = round_costs(p, p.groups.name, start=0, rounds=4)
     assert all(g.tau_d == 0.0 and g.accountant == "ddg" for r in costs for g in r)
-    membership, budgets = simulated_clients(p, p.groups.name)
+    membership, budgets = simulated_clients(p, p.groups)
     book = Ledger(str(tmp_path / "l.sqlite"))
     run_id = book.start_run(federation="f", label="ddg", plan_sha256="0" * 64, membership=membership,
                             budgets_of=budgets, delta=p.config.delta, planned=costs)  # fmt: skip

@@ -30,7 +30,7 @@ def small():
 
 def run(book, p, rounds=3):
     """One run of ``rounds`` rounds, each released, then finished: 2 + rounds events."""
-    membership, budgets = simulated_clients(p, p.groups.name)
+    membership, budgets = simulated_clients(p, p.groups)
     run_id = book.start_run(federation="f", label="run", plan_sha256="0" * 64, membership=membership,
                             budgets_of=budgets, delta=p.config.delta,
                             planned=round_costs(p, p.groups.name, start=0, rounds=rounds))  # fmt: skip

@@ -27,7 +27,7 @@ def small():
 
 
 def _start(book, p, rounds, federation="f"):
-    membership, budgets = simulated_clients(p, p.groups.name)
+    membership, budgets = simulated_clients(p, p.groups)
     return book.start_run(federation=federation, label="run", plan_sha256="0" * 64, membership=membership,
                           budgets_of=budgets, delta=p.config.delta,
                           planned=round_costs(p, p.groups.name, start=0, rounds=rounds))  # fmt: skip
@@ -180,7 +180,7 @@ def test_a_ledger_of_the_unchained_schema_is_copied_into_the_chain(tmp_path, sma
     """Two runs under two federation names (one finished after 4 rounds, one killed after 2 of 3 reserved): the
     copy keeps every charge, merges the budgets by client id, records itself, and refuses what no longer fits."""
     path = tmp_path / "old.sqlite"
-    membership, budgets = simulated_clients(small, small.groups.name)
+    membership, budgets = simulated_clients(small, small.groups)
     costs = round_costs(small, small.groups.name, start=0, rounds=4)
     with sqlite3.connect(path) as db:
         db.executescript(OLD_SCHEMA)

@@ -65,17 +65,17 @@ def test_the_rare_events_delta_is_paid_before_the_accountant_measures():
 
 def test_a_simulations_clients_are_numbered_by_group():
     p = plan([1.0, 2.0, 4.0], n=60, sizes=[10, 20, 30], rounds=3, q=0.2)
-    membership, budgets = simulated_clients(p, p.groups.name)
+    membership, budgets = simulated_clients(p, p.groups)
     assert membership == {str(i): 0 if i < 10 else 1 if i < 30 else 2 for i in range(60)}
     assert budgets == {str(i): 1.0 if i < 10 else 2.0 if i < 30 else 4.0 for i in range(60)}
-    pooled, _ = simulated_clients(p, "DP-FedAvg")
+    pooled, _ = simulated_clients(p, p.method("DP-FedAvg"))
     assert set(pooled.values()) == {0} and len(pooled) == 60
 
 
 def test_a_dry_run_writes_nothing(tmp_path):
     """``would_exceed`` reports the clients a run would take past their budget, and leaves the ledger as it was."""
     p = plan([1.0, 2.0], n=40, rounds=10, q=0.2, clip=1.0)
-    membership, budgets = simulated_clients(p, p.groups.name)
+    membership, budgets = simulated_clients(p, p.groups)
     book = Ledger(str(tmp_path / "l.sqlite"))
     args = dict(membership=membership, budgets_of=budgets, delta=p.config.delta)
     fits = round_costs(p, p.groups.name, start=0, rounds=10)

@@ -4,18 +4,17 @@ trusted-server Gaussian rows."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 
 import pytest
 from typer.testing import CliRunner
 
-from hdp_planner import plan
-from hdp_planner.distributed.trust import TrustModel
+from hdp_planner import plan, save_plan
 from hdp_planner.ledger.composition import compose
-from hdp_planner.ledger.runs import executed_costs, round_costs, simulated_clients
+from hdp_planner.ledger.runs import round_costs, simulated_clients
 from hdp_planner.ledger.store import Ledger
-from hdp_planner.planfile.document import plan_to_dict
-from hdp_planner.planfile.trust import secagg_rows, trust_to_dict
+from hdp_planner.planning.trust import SecaggParameters
+from hdp_planner.trust.secagg import SecureAggregation
 from hdp_planner_cli.app import app
 
 runner = CliRunner()
@@ -24,35 +23,33 @@ DIM = 2410  # the digits model's d
 
 @pytest.fixture(scope="module")
 def secagg_plan(tmp_path_factory):
-    p = plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.7, clip=1.0)
-    trust = TrustModel(kind="secagg", model_dim=DIM)
-    doc = plan_to_dict(p) | {"trust": trust_to_dict(p, trust, secagg_rows(p, trust))}
+    server = plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.7, clip=1.0)
+    p = dataclasses.replace(server, trust=SecureAggregation(parameters=SecaggParameters(model_dim=DIM)).planned(server))
     path = tmp_path_factory.mktemp("plans") / "secagg.json"
-    path.write_text(json.dumps(doc))
-    return p, doc, path
+    save_plan(p, path)
+    return p, server, path
 
 
 def test_a_secagg_plan_is_priced_by_its_distributed_rounds(secagg_plan):
-    p, doc, _ = secagg_plan
+    p, server, _ = secagg_plan
     row = p.groups.name
-    costs = executed_costs(p, row, doc, start=0, rounds=3)
-    z = doc["trust"]["rows"][row]["noise_multiplier"]
+    costs = round_costs(p, row, start=0, rounds=3)
+    z = [g.noise_multiplier for g in p.trust.row(row).groups]
     assert [[g.noise_multiplier for g in r] for r in costs] == [z] * 3
     assert all(g.tau_d is not None and g.tau_d > 0 for r in costs for g in r)
-    assert costs != round_costs(p, row, start=0, rounds=3)
-    server = {k: v for k, v in doc.items() if k != "trust"}
-    assert executed_costs(p, row, server, start=0, rounds=3) == round_costs(p, row, start=0, rounds=3)
+    assert costs != round_costs(server, row, start=0, rounds=3)
+    assert all(g.tau_d is None for r in round_costs(server, row, start=0, rounds=3) for g in r)
 
 
 def test_ledger_check_prices_the_rest_of_a_secagg_run_as_distributed_rounds(tmp_path, secagg_plan):
     """Two of the plan's three secagg rounds charged: a third distributed round fits the budget exactly (the plan's
     ε), so ``ledger check --rounds 1`` passes; priced as the Gaussian row (σ_m below z_m, composed with the
     distributed rounds by the same bound) the same round would exceed it (ε 1.0007 > 1)."""
-    p, doc, path = secagg_plan
+    p, server, path = secagg_plan
     row = p.groups.name
-    ddg = executed_costs(p, row, doc, start=0, rounds=2)
-    membership, budgets = simulated_clients(p, row)
-    mixed = compose({ddg[0][0]: 2, round_costs(p, row, start=0, rounds=1)[0][0]: 1}, p.config.delta)
+    ddg = round_costs(p, row, start=0, rounds=2)
+    membership, budgets = simulated_clients(p, p.method(row))
+    mixed = compose({ddg[0][0]: 2, round_costs(server, row, start=0, rounds=1)[0][0]: 1}, p.config.delta)
     assert mixed > p.groups.epsilon[0] * (1 + 1e-4)
     book = Ledger(str(tmp_path / "l.sqlite"))
     run_id = book.start_run(federation="f", label="secagg", plan_sha256="0" * 64, membership=membership,

@@ -4,28 +4,41 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import fields
 
 import pytest
 
 from hdp_planner import plan, plan_to_dict
 from hdp_planner.distributed.accounting import epsilon_third_parties
-from hdp_planner.distributed.cohorts import cohort_frontier
 from hdp_planner.distributed.rounds import group_tau_d
-from hdp_planner.distributed.trust import TrustModel
-from hdp_planner.planfile.cohorts import GROUP_FIELDS, KEY, cohort_rows, hidden_to_dict, verify_hidden
-from hdp_planner.planfile.trust import secagg_rows, trust_to_dict
+from hdp_planner.planfile.reading import plan_from_dict
+from hdp_planner.planfile.schema import PlanFileError
+from hdp_planner.planfile.trust import HIDDEN_KEY as KEY
+from hdp_planner.planfile.trust import trust_sections
+from hdp_planner.planning.trust import CohortCaps, CohortGroup, SecaggParameters
+from hdp_planner.solving import secured
+from hdp_planner.trust.cohort_rows import cohort_frontier, hidden_section
+from hdp_planner.trust.registry import requested_trust
 
 DIM = 64
+GROUP_FIELDS = tuple(f.name for f in fields(CohortGroup))
 
 
 @pytest.fixture(scope="module")
 def hidden():
     p = plan((1.0, 4.0), 80, rounds=6, q=0.25, clip=1.0)
-    trust = TrustModel(kind="secagg", model_dim=DIM)
-    rows = cohort_rows(p, trust, max_cohort=12, max_multiple=None)
-    doc = plan_to_dict(p) | {"trust": trust_to_dict(p, trust, secagg_rows(p, trust))}
-    doc[KEY] = hidden_to_dict(p, trust, rows, max_cohort=12, max_multiple=None)
-    return p, trust, dict(rows), doc
+    parameters = SecaggParameters(model_dim=DIM)
+    planned = secured(p, requested_trust("secagg", parameters, CohortCaps(max_cohort=12)))
+    return planned, planned.trust.parameters, dict(planned.hidden.rows), plan_to_dict(planned)
+
+
+def verify_doc(doc):
+    """What ``verify`` says of a plan document: the one line reading refuses, or the trust model's problems."""
+    try:
+        p = plan_from_dict(doc)
+    except PlanFileError as exc:
+        return [str(exc)]
+    return p.trust.problems(p)
 
 
 def edited(doc, edit):
@@ -38,7 +51,7 @@ def test_the_file_records_each_rows_groups_and_the_frontier_of_the_recommended_r
     p, trust, rows, doc = hidden
     obj = doc[KEY]
     assert (obj["max_cohort"], obj["max_multiple"]) == (12, None)
-    assert verify_hidden(p, doc) == []
+    assert verify_doc(doc) == []
     planned = {name: r for name, r in rows.items() if r is not None}
     assert set(planned) == {"GDPFed"} and obj["rows"] == {name: obj["rows"][name] for name in rows}
     assert all(obj["rows"][name] is None for name in rows if name not in planned)
@@ -62,33 +75,39 @@ def test_the_file_records_each_rows_groups_and_the_frontier_of_the_recommended_r
     ("edit", "problems"),
     [
         (lambda d: d.update({KEY: 1}), [f"{KEY}: must be an object"]),
-        (lambda d: d.pop("trust"), [f"{KEY}: needs a plan that trusts secure aggregation (trust kind secagg)"]),
-        (lambda d: d[KEY].update(max_cohort=1), [f"{KEY}: max_cohort must be an integer ≥ 2 or null"]),
-        (lambda d: d[KEY].update(max_cohort=True), [f"{KEY}: max_cohort must be an integer ≥ 2 or null"]),
-        (lambda d: d[KEY].update(max_cohort=12.0), [f"{KEY}: max_cohort must be an integer ≥ 2 or null"]),
-        (lambda d: d[KEY].update(max_multiple=0.5), [f"{KEY}: max_multiple must be a number ≥ 1 or null"]),
-        (lambda d: d[KEY].update(max_multiple="5"), [f"{KEY}: max_multiple must be a number ≥ 1 or null"]),
+        (lambda d: d.pop("trust"), [f"{KEY}: needs a trust object"]),
+        (lambda d: d["trust"].update(kind="server"),
+         [f"{KEY}: --hide-sample needs --trust secagg (cohorts send masked vectors through secure aggregation)"]),
+        (lambda d: d[KEY].update(max_cohort=1),
+         [f"{KEY}: the cohort cap must be at least 2 clients (secure aggregation needs two), got 1"]),
+        (lambda d: d[KEY].update(max_cohort=True),
+         [f"{KEY}: the cohort cap must be at least 2 clients (secure aggregation needs two), got True"]),
+        (lambda d: d[KEY].update(max_cohort=12.0),
+         [f"{KEY}: the cohort cap must be at least 2 clients (secure aggregation needs two), got 12.0"]),
+        (lambda d: d[KEY].update(max_multiple=0.5),
+         [f"{KEY}: the cohort multiple must be at least 1 (a cohort holds its contributors), got 0.5"]),
+        (lambda d: d[KEY].update(max_multiple="5"),
+         [f"{KEY}: the cohort multiple must be at least 1 (a cohort holds its contributors), got 5"]),
         (lambda d: d[KEY].update(rows=[]), [f"{KEY}: 'rows' must be an object"]),
         (lambda d: d[KEY].update(recommendation="GDPFed+"),
          [f"{KEY}: the file recommends 'GDPFed+', its rows give 'GDPFed'"]),
         (lambda d: d[KEY]["frontier"][1].update(vectors_per_round=1),
          [f"{KEY}: the frontier differs from the recomputed one"]),
         (lambda d: d[KEY]["frontier"].pop(), [f"{KEY}: the frontier differs from the recomputed one"]),
-        (lambda d: d[KEY]["rows"]["GDPFed"].pop("coin"),
-         [f"{KEY}, GDPFed: noise_multiplier, coin, memberships and cohort must be lists of numbers"]),
+        (lambda d: d[KEY]["rows"]["GDPFed"].pop("coin"), [f"{KEY}, GDPFed: coin must be a list of 2 numbers"]),
     ],
 )  # fmt: skip
 def test_an_edited_object_is_refused_with_its_reason(hidden, edit, problems):
-    p, _, _, doc = hidden
-    found = verify_hidden(p, edited(doc, edit))
+    doc = hidden[3]
+    found = verify_doc(edited(doc, edit))
     assert found[: len(problems)] == problems
 
 
 def test_the_caps_at_their_smallest_are_read(hidden):
     """max_cohort 2 and max_multiple 1 are valid caps: the rows are re-derived under them (and differ)."""
-    p, _, _, doc = hidden
+    doc = hidden[3]
     for caps in ({"max_cohort": 2}, {"max_multiple": 1}, {"max_multiple": 1.0}):
-        found = verify_hidden(p, edited(doc, lambda d, c=caps: d[KEY].update(c)))
+        found = verify_doc(edited(doc, lambda d, c=caps: d[KEY].update(c)))
         assert found and not any("must be" in x for x in found)
 
 
@@ -99,7 +118,7 @@ def test_less_noise_is_refused_as_over_budget_against_the_server(hidden):
                           for key in ("noise_multiplier", "coin", "cohort", "memberships"))  # fmt: skip
     spent = epsilon_third_parties(noise_multiplier=z, q=coin, rounds=k, delta=p.config.delta,
                                   tau_d=group_tau_d(cohort, model_dim=DIM))  # fmt: skip
-    found = verify_hidden(p, edited(doc, lambda d: d[KEY]["rows"]["GDPFed"]["noise_multiplier"].__setitem__(0, z)))
+    found = verify_doc(edited(doc, lambda d: d[KEY]["rows"]["GDPFed"]["noise_multiplier"].__setitem__(0, z)))
     assert found[0] == f"{KEY}, GDPFed, group 1: z={z:.6g} spends ε={spent:.6g} against the server > budget 1"
     want = [g.noise_multiplier for g in rows["GDPFed"].groups]
     got = [z, *entry["noise_multiplier"][1:]]
@@ -107,19 +126,26 @@ def test_less_noise_is_refused_as_over_budget_against_the_server(hidden):
 
 
 def test_a_row_missing_or_given_where_none_is_planned(hidden):
-    p, _, rows, doc = hidden
-    gone = verify_hidden(p, edited(doc, lambda d: d[KEY]["rows"].pop("GDPFed")))
+    _, _, rows, doc = hidden
+    gone = verify_doc(edited(doc, lambda d: d[KEY]["rows"].pop("GDPFed")))
     best = rows["GDPFed"]
-    assert gone[0] == f"{KEY}, GDPFed: cohort 'missing' differs from the recomputed {[g.cohort for g in best.groups]!r}"
-    assert len(gone) == len(GROUP_FIELDS) + 6  # every number of the row
-    extra = verify_hidden(p, edited(doc, lambda d: d[KEY]["rows"].update({"GDPFed-op": None, "GDPFed+": 1})))
-    assert extra == [f"{KEY}, GDPFed+: no cohort under these caps, but the file gives it numbers"]
-    assert verify_hidden(p, edited(doc, lambda d: d[KEY]["rows"].pop("GDPFed+"))) == extra  # every row is listed
+    assert gone[0] == f"{KEY}, GDPFed: cohort None differs from the recomputed {[g.cohort for g in best.groups]!r}"
+    assert len(gone) == len(GROUP_FIELDS) + 4  # every number of the row
+    given = {"cohort": [2, 2], "coin": [0.5, 0.5], "memberships": [1, 1], "noise_multiplier": [1.0, 1.0],
+             "expected_contributors": [1.0, 1.0], "threshold": [2, 2], "epsilon_server": [1.0, 1.0],
+             "effective_noise_multiplier": [1.0, 1.0], "weight": [0.5, 0.5], "k_ratio": [1.0, 1.0],
+             "lambda_cohort": 1.0, "lambda_server": 1.0}  # fmt: skip
+    given |= {"price": 1.0, "vectors_per_round": 4}  # what its numbers give
+    extra = verify_doc(edited(doc, lambda d: d[KEY]["rows"].update({"GDPFed+": given})))
+    assert extra[-1] == f"{KEY}, GDPFed+: no cohort under these caps, but the file gives it numbers"
 
 
 def test_a_plan_with_no_cohort_recommends_none_and_has_no_frontier(hidden):
     p, trust, _, _ = hidden
-    none = tuple((m.name, None) for m in p.methods)
-    obj = hidden_to_dict(p, trust, none, max_cohort=2, max_multiple=1.5)
+    section = hidden_section(p, trust, CohortCaps(max_cohort=2, max_multiple=1.5))
+    assert section.rows == tuple((m.name, None) for m in p.methods)
+    assert (section.recommendation, section.frontier) == (None, ())
+    plain = secured(p, requested_trust("secagg", trust, CohortCaps(max_cohort=2, max_multiple=1.5)))
+    obj = trust_sections(plain)[KEY]
     assert obj == {"max_cohort": 2, "max_multiple": 1.5, "rows": {m.name: None for m in p.methods},
                    "recommendation": None, "frontier": []}  # fmt: skip

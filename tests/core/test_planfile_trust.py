@@ -7,20 +7,16 @@ import copy
 
 import pytest
 
-from hdp_planner import plan
+from hdp_planner import plan, plan_to_dict
 from hdp_planner.distributed.accounting import epsilon_third_parties
 from hdp_planner.distributed.rounds import group_tau_d
-from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines
-from hdp_planner.planfile.trust import (
-    PARAMETERS,
-    recorded_matches,
-    recorded_row,
-    secagg_rows,
-    trust_from_dict,
-    trust_to_dict,
-    verify_trust,
-)
+from hdp_planner.planfile.reading import plan_from_dict
+from hdp_planner.planfile.schema import PlanFileError
+from hdp_planner.planfile.trust import PARAMETERS
+from hdp_planner.planning.trust import SecaggParameters, TrustedServer, matches
+from hdp_planner.solving import secured
+from hdp_planner.trust.registry import requested_trust
 
 DIM = 64
 
@@ -29,9 +25,18 @@ DIM = 64
 def secagg():
     p = add_baselines(plan((1.0, 4.0), 200, rounds=6, q=0.3, clip=1.0), ("IDP-FedAvg-Sample",),
                       BaselineOptions(model_dim=DIM))  # fmt: skip
-    trust = TrustModel(kind="secagg", model_dim=DIM, participations=4, colluders=1)
-    rows = secagg_rows(p, trust)
-    return p, trust, rows, {"trust": trust_to_dict(p, trust, rows)}
+    parameters = SecaggParameters(model_dim=DIM, participations=4, colluders=1)
+    planned = secured(p, requested_trust("secagg", parameters))
+    return planned, planned.trust, planned.trust.rows, plan_to_dict(planned)
+
+
+def verify_doc(doc):
+    """What ``verify`` says of a plan document: the one line reading refuses, or the trust model's problems."""
+    try:
+        p = plan_from_dict(doc)
+    except PlanFileError as exc:
+        return [str(exc)]
+    return p.trust.problems(p)
 
 
 def edited(doc, edit):
@@ -43,15 +48,16 @@ def edited(doc, edit):
 def test_the_trust_object_records_the_parameters_and_each_row(secagg):
     p, trust, rows, doc = secagg
     obj = doc["trust"]
-    assert {k: obj[k] for k in PARAMETERS} == {"kind": "secagg", "bits": 20, "survivors": 0.9, "colluders": 1,
-                                              "participations": 4, "model_dim": DIM, "wrap": 1e-12}  # fmt: skip
-    assert trust_from_dict(doc) == trust and verify_trust(p, doc) == []
+    assert {k: obj[k] for k in ("kind", *PARAMETERS)} == {"kind": "secagg", "bits": 20, "survivors": 0.9,
+                                                         "colluders": 1, "participations": 4, "model_dim": DIM,
+                                                         "wrap": 1e-12}  # fmt: skip
+    assert plan_from_dict(doc).trust == trust and verify_doc(doc) == []
     assert obj["rows"]["IDP-FedAvg-Sample"] is None
     for r in rows:
         if r.groups is None:
             continue
-        entry = recorded_row(doc, r.name)
-        laws = [g.law for g in r.groups]
+        entry = obj["rows"][r.name]
+        laws = trust.laws(p.method(r.name), p.config)
         assert entry == {
             "gamma": [law.encoding.gamma for law in laws],
             "share_sigma2": [law.share_sigma2 for law in laws],
@@ -69,17 +75,15 @@ def test_the_trust_object_records_the_parameters_and_each_row(secagg):
         }
     planned = [r for r in rows if r.lambda_secagg is not None]
     assert obj["recommendation"] == min(planned, key=lambda r: r.lambda_secagg).name == "GDPFed+"
-    every_round = trust_to_dict(p, TrustModel(kind="secagg", model_dim=DIM), rows)
-    assert every_round["participations"] == 6
+    every_round = secured(p, requested_trust("secagg", SecaggParameters(model_dim=DIM)))
+    assert plan_to_dict(every_round)["trust"]["participations"] == 6
 
 
 def test_a_trusted_server_has_nothing_to_verify(secagg):
     p = secagg[0]
-    assert trust_from_dict({}) == TrustModel() and verify_trust(p, {}) == []
-    server = {"trust": trust_to_dict(p, TrustModel(), ())}
-    assert server["trust"] == {"kind": "server", "bits": 20, "survivors": 0.9, "colluders": 0, "participations": 6,
-                               "model_dim": None, "wrap": 1e-12}  # fmt: skip
-    assert verify_trust(p, server) == [] and recorded_row(server, "GDPFed+") is None
+    server = {k: v for k, v in plan_to_dict(p).items() if k != "trust"}
+    assert plan_from_dict(server).trust == TrustedServer() and verify_doc(server) == []
+    assert "trust" not in plan_to_dict(plan_from_dict(server))
 
 
 @pytest.mark.parametrize(
@@ -94,62 +98,68 @@ def test_a_trusted_server_has_nothing_to_verify(secagg):
                                                    "trust, DP-FedAvg: epsilon_server ["]),
         (lambda t: t.update(participations=5), ["trust, DP-FedAvg: epsilon_server ["]),
         (lambda t: t.update(participations=7), ["trust: participations K = 7 exceed the plan's T = 6 rounds"]),
-        (lambda t: t.update(rows=[]), ["trust: 'rows' must be an object under secagg"]),
-        (lambda t: t.pop("rows"), ["trust: 'rows' must be an object under secagg"]),
+        (lambda t: t.update(rows=[]), ["trust: 'rows' must be an object"]),
+        (lambda t: t.pop("rows"), ["trust, DP-FedAvg: missing", "trust, GDPFed: missing"]),
         (lambda t: t["rows"].update({"GDPFed": None}), ["trust, GDPFed: missing"]),
         (lambda t: t["rows"].pop("GDPFed"), ["trust, GDPFed: missing"]),
-        (lambda t: t["rows"].update({"IDP-FedAvg-Sample": {}}),
-         ["trust, IDP-FedAvg-Sample: not plannable under secagg, but the file gives it numbers"]),
+        (lambda t: t["rows"].update({"IDP-FedAvg-Sample": {}}), ["trust, IDP-FedAvg-Sample: gamma must be a list of "
+                                                                 "2 numbers"]),
         (lambda t: t.update(recommendation="DP-FedAvg"),
          ["trust: the file recommends 'DP-FedAvg', its rows give 'GDPFed+'"]),
         (lambda t: t.pop("recommendation"), ["trust: the file recommends None, its rows give 'GDPFed+'"]),
     ],
 )  # fmt: skip
 def test_an_edited_trust_object_is_refused_with_its_reason(secagg, edit, problems):
-    p, _, _, doc = secagg
-    found = verify_trust(p, edited(doc, edit))
+    doc = secagg[3]
+    found = verify_doc(edited(doc, edit))
     assert len(found) >= len(problems) and all(f.startswith(x) for f, x in zip(found, problems))
-    if not problems[-1].endswith("["):
+    if not problems[-1].endswith("[") and len(problems) == 1:
         assert found == problems
 
 
 def test_an_object_that_is_not_one(secagg):
-    p = secagg[0]
-    assert verify_trust(p, {"trust": [1]}) == ["plan: 'trust' must be an object"]
+    doc = secagg[3]
+    assert verify_doc({**doc, "trust": [1]}) == ["plan: 'trust' must be an object"]
 
 
 @pytest.mark.parametrize("key", ["gamma", "share_sigma2", "threshold", "shares", "release_probability",
-                                 "epsilon_server", "effective_noise_multiplier", "price_of_distrust"])  # fmt: skip
+                                 "epsilon_server", "effective_noise_multiplier"])  # fmt: skip
 def test_every_recorded_number_is_recomputed(secagg, key):
-    p, _, _, doc = secagg
-    value = recorded_row(doc, "GDPFed")[key]
-    changed = [value[0] * 2, *value[1:]] if isinstance(value, list) else value * 2
-    assert verify_trust(p, edited(doc, lambda t: t["rows"]["GDPFed"].__setitem__(key, changed))) == [
+    doc = secagg[3]
+    value = doc["trust"]["rows"]["GDPFed"][key]
+    changed = [value[0] * 2, *value[1:]]
+    assert verify_doc(edited(doc, lambda t: t["rows"]["GDPFed"].__setitem__(key, changed))) == [
         f"trust, GDPFed: {key} {changed!r} differs from the recomputed {value!r}"
     ]
 
 
+def test_a_price_that_its_numbers_do_not_give_is_refused(secagg):
+    doc = secagg[3]
+    value = doc["trust"]["rows"]["GDPFed"]["price_of_distrust"]
+    assert verify_doc(edited(doc, lambda t: t["rows"]["GDPFed"].__setitem__("price_of_distrust", value * 2))) == [
+        f"trust, GDPFed: price_of_distrust {value * 2!r} is not what its numbers give ({value!r})"
+    ]
+
+
 def test_less_noise_is_refused_as_over_budget_against_third_parties(secagg):
-    p, _, rows, doc = secagg
-    entry = recorded_row(doc, "GDPFed")
+    p, trust, _, doc = secagg
+    entry = doc["trust"]["rows"]["GDPFed"]
     z = entry["noise_multiplier"][1] * 0.9
-    law = next(r for r in rows if r.name == "GDPFed").groups[1].law
+    law = trust.laws(p.method("GDPFed"), p.config)[1]
     left = law.delta_accounted(p.config.delta, rounds=6)
     spent = epsilon_third_parties(noise_multiplier=z, q=p.method("GDPFed").q[1], rounds=6, delta=left,
                                   tau_d=group_tau_d(100, model_dim=DIM))  # fmt: skip
-    found = verify_trust(p, edited(doc, lambda t: t["rows"]["GDPFed"]["noise_multiplier"].__setitem__(1, z)))
+    found = verify_doc(edited(doc, lambda t: t["rows"]["GDPFed"]["noise_multiplier"].__setitem__(1, z)))
     assert found[0] == f"trust, GDPFed, group 2: z={z:.6g} spends ε={spent:.6g} > budget 4"
     assert found[1].startswith("trust, GDPFed: noise_multiplier [") and len(found) == 2
-    for broken in ("z", [1.0], [1.0, "z"]):  # not a list of two numbers: only compared with the recomputed one
-        found = verify_trust(p, edited(doc, lambda t, b=broken: t["rows"]["GDPFed"].__setitem__("noise_multiplier", b)))
-        assert len(found) == 1 and found[0].startswith(f"trust, GDPFed: noise_multiplier {broken!r} differs")
+    for broken in ("z", [1.0], [1.0, "z"]):  # not a list of two numbers: refused as it is read
+        found = verify_doc(edited(doc, lambda t, b=broken: t["rows"]["GDPFed"].__setitem__("noise_multiplier", b)))
+        assert found == ["trust, GDPFed: noise_multiplier must be a list of 2 numbers"]
 
 
 def test_recorded_numbers_match_to_their_tolerance_and_booleans_are_not_numbers():
-    assert recorded_matches(1.0 + 1e-10, 1.0) and not recorded_matches(1.0 + 1e-8, 1.0)
-    assert recorded_matches([1, 2.0], [1.0, 2.0]) and not recorded_matches([1.0], [1.0, 2.0])
-    assert not recorded_matches(True, 1.0) and not recorded_matches("1", 1.0) and not recorded_matches(None, 1.0)
-    assert recorded_matches({"a": [1.0], "b": None}, {"a": [1.0], "b": None})
-    assert not recorded_matches({"a": [1.0]}, {"a": [1.0], "b": None}) and not recorded_matches([1.0], {"a": 1.0})
-    assert not recorded_matches({"a": 2.0}, {"a": 1.0}) and not recorded_matches((1.0,), [1.0])
-    assert recorded_matches(None, None) and not recorded_matches(0, None)
+    assert matches(1.0 + 1e-10, 1.0) and not matches(1.0 + 1e-8, 1.0)
+    assert matches([1, 2.0], [1.0, 2.0]) and not matches([1.0], [1.0, 2.0])
+    assert not matches(True, 1.0) and not matches("1", 1.0) and not matches(None, 1.0)
+    assert not matches((1.0,), [1.0]) and not matches([True], [1.0])
+    assert matches(None, None) and not matches(0, None)

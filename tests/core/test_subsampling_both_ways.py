@@ -176,9 +176,9 @@ def fmnist_half_share():
     Problem 1's r_m, which the cohorts' search leaves where they are at this share (every move breaks it), so the
     cohort rows are the same and come without the search."""
     from hdp_planner import plan
-    from hdp_planner.distributed.trust import TrustModel
+    from hdp_planner.planning.trust import SecaggParameters
 
-    trust = TrustModel(kind="secagg", bits=20, survivors=0.9, colluders=0, model_dim=26010)
+    trust = SecaggParameters(bits=20, survivors=0.9, colluders=0, model_dim=26010)
     setting = dict(n=6000, rounds=50, clip=1.5, sparsity=(0.7, 0.8, 0.9), min_share=0.5)
     p = plan([0.5, 1.5, 3.0], **setting)
     return p, plan([0.5, 1.5, 3.0], **setting, fixed_q=p.groups.q), trust
@@ -188,8 +188,8 @@ def check_hidden_rows(p, trust, multiple):
     """Every group of GDPFed+'s cohort row at ``multiple``: its z, coin and K recomputed by
     :func:`independent_epsilon` spend at most the group's budget against the server and agree with the planner's ε
     (which also searches fractional and larger orders, so it may only be lower). Returns the row."""
-    from hdp_planner.distributed.cohorts import cohort_row
     from hdp_planner.distributed.rounds import group_tau_d
+    from hdp_planner.trust.cohort_rows import cohort_row
 
     row = cohort_row(p.method("GDPFed+"), p, trust, max_multiple=multiple)
     for g, budget in zip(row.groups, p.method("GDPFed+").epsilon):
@@ -217,7 +217,7 @@ def test_the_searched_fmnist_hidden_rows_are_those_of_problem_1s_contributors(fm
     """The plan as solved (its cohort rows searched over expected contributors) gives the same rows as with its
     q_m fixed, and they pass the same checks."""
     p, fixed, trust = fmnist_half_share
-    from hdp_planner.distributed.cohorts import cohort_row
+    from hdp_planner.trust.cohort_rows import cohort_row
 
     row = check_hidden_rows(p, trust, multiple)
     assert row.groups == cohort_row(fixed.method("GDPFed+"), fixed, trust, max_multiple=multiple).groups

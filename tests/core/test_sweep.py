@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.grouping import Groups
-from hdp_planner.planning.plan import PlanConfig
 from hdp_planner.report.sweep import Varied, parse_range, parse_values, parse_vary, sweep_plan
 from hdp_planner_cli.app import app
 

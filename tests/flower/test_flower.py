@@ -3,6 +3,7 @@ real run of ``hdp-plan flower`` on Flower's simulation engine (Ray)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -25,6 +26,8 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.ledger.store import Ledger  # noqa: E402
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
+from hdp_planner.planning.trust import SecaggParameters  # noqa: E402
+from hdp_planner.trust.secagg import SecureAggregation  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower.app import client_app, model_arrays, train  # noqa: E402
 from hdp_planner_flower.membership import FlowerRunError, groups_from_file  # noqa: E402
@@ -177,7 +180,8 @@ def test_audited_round_equals_the_simulators_audit(flower_plan, method):
         np.testing.assert_array_equal(np.stack(z_ours), np.stack(z_theirs))
     assert ours.clients == theirs.clients and ours.unfaithful == theirs.unfaithful == [0] * len(spec.sizes)
     with pytest.raises(FlowerRunError, match="--trust server"):
-        HdpStrategy(flower_plan, spec, trust="secagg", auditor=ours)
+        distrusted = SecureAggregation(parameters=SecaggParameters(model_dim=1))
+        HdpStrategy(flower_plan, dataclasses.replace(spec, trust=distrusted), auditor=ours)
 
 
 def test_clients_send_clipped_updates_of_their_own_training(flower_plan):

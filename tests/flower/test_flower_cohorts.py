@@ -34,8 +34,7 @@ from hdp_planner_flower.pin import file_sha256  # noqa: E402
 from hdp_planner_flower.records import ARRAYS  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
-from hdp_planner_train.rules.cohort import planned_cohorts  # noqa: E402
-from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E402
+from hdp_planner_train.rules.specs import plan_spec  # noqa: E402
 
 N = 24  # three groups of 8; cohorts of at most 6, so the rotation names different members each round
 SEED = 5
@@ -51,8 +50,8 @@ def cohort_plan(tmp_path_factory):
 
 def strategy_for(path: Path) -> HdpStrategy:
     plan = load_plan(path)
-    spec = planned_cohorts(read_document(path), plan, method_spec(plan, "gdpfed+"), METHOD_NAMES["gdpfed+"])
-    return HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(path), diagnostics=True)
+    spec = plan_spec(plan, "gdpfed+")
+    return HdpStrategy(plan, spec, plan_sha256=file_sha256(path), diagnostics=True)
 
 
 def shape_of(value):

@@ -43,8 +43,8 @@ from hdp_planner_flower.records import ARRAYS, fit_config, flatten  # noqa: E402
 from hdp_planner_flower.secagg_workflow import SecAggPlus, run_secaggplus  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
-from hdp_planner_train.rules.secagg import client_message, planned_groups, release, round_plan  # noqa: E402
-from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E402
+from hdp_planner_train.rules.secagg import client_message, release, round_plan  # noqa: E402
+from hdp_planner_train.rules.specs import METHOD_NAMES, plan_spec  # noqa: E402
 
 N = 24  # virtual clients, three groups of 8, all sampled every round (q = 1): the law's t = 6 and N = 8
 SEED = 5
@@ -73,7 +73,7 @@ def step(msg: Message, context: Context) -> Message:
 
 def secagg_spec(path: Path, method: str = "gdpfed+"):
     plan = load_plan(path)
-    return plan, planned_groups(read_document(path), plan, method_spec(plan, method), METHOD_NAMES[method])
+    return plan, plan_spec(plan, method)
 
 
 class Everyone:
@@ -85,7 +85,7 @@ class Everyone:
 
 def strategy_for(path: Path, method: str = "gdpfed+", uniform=None) -> HdpStrategy:
     plan, spec = secagg_spec(path, method)
-    return HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(path), diagnostics=True, uniform=uniform)
+    return HdpStrategy(plan, spec, plan_sha256=file_sha256(path), diagnostics=True, uniform=uniform)
 
 
 def run_secure(path, app, rounds=1, fail=None, method="gdpfed+", uniform=None):
@@ -201,7 +201,7 @@ def test_group_sums_equal_the_simulators_integer_pipeline_bit_for_bit(secagg_pla
     monkeypatch.setattr(secagg_mod, "SecureBits", lambda: SeededBits(17))
     runs = capture_runs(monkeypatch)
     plan, spec = secagg_spec(secagg_plan)
-    strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
+    strategy = HdpStrategy(plan, spec, plan_sha256=file_sha256(secagg_plan), diagnostics=True,
                            uniform=Pattern(counts), masks=masks)  # fmt: skip
     grid = InProcessGrid(client_app(step, pin=pin_for(secagg_plan, tmp_path), masks=masks), N, keep=True)
     strategy.start(
@@ -350,7 +350,6 @@ def test_hdp_plan_flower_in_process_runs_a_secure_plan_and_reports_both_adversar
     and metrics.json carries ε against third parties and against the server at the clients' cap K."""
     from hdp_planner_flower.preparation import FlowerConfig
     from hdp_planner_flower.simulation import run_flower
-    from hdp_planner_train.rules.secagg import epsilon_third_parties_spent
     from hdp_planner_train.run.options import configure
 
     cfg = configure(FlowerConfig, plan=str(secagg_plan), dataset="digits", clients=N, rounds=2, trust="secagg",
@@ -359,9 +358,10 @@ def test_hdp_plan_flower_in_process_runs_a_secure_plan_and_reports_both_adversar
     assert metrics["flower_engine"] == "in-process" and metrics["trust"] == "secagg"
     sa = metrics["secagg"]
     assert sa["participation_cap"] == 2 and "dropout_simulated" not in sa  # min(K = 4, rounds run)
-    _, spec = secagg_spec(secagg_plan)
+    plan, spec = secagg_spec(secagg_plan)
+    row = plan.method(METHOD_NAMES["gdpfed+"])
     for m, entry in enumerate(metrics["epsilon_spent"]):
-        want = epsilon_third_parties_spent(spec, m, rounds=2, delta=load_plan(secagg_plan).config.delta)
+        want = spec.trust.epsilon_spent(row, plan.config, group=m, rounds=2)
         assert entry["epsilon_spent"] == pytest.approx(want, rel=1e-12) == sa["epsilon_third_parties"][m]
         assert sa["epsilon_server"][m] >= entry["epsilon_spent"] * (1 - 1e-12)  # no amplification against the server
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["secagg"] == sa
@@ -424,7 +424,7 @@ def test_the_strategy_tops_every_release_up_to_the_laws_shares(secagg_plan, tmp_
 
     monkeypatch.setattr(strategy_module, "release", capture)
     plan, spec = secagg_spec(secagg_plan)
-    strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(secagg_plan), diagnostics=True,
+    strategy = HdpStrategy(plan, spec, plan_sha256=file_sha256(secagg_plan), diagnostics=True,
                            uniform=Pattern((6, 8, 0)))  # fmt: skip
     grid = InProcessGrid(client_app(unchanged, pin=pin_for(secagg_plan, tmp_path)), N, keep=True)
     strategy.start(

@@ -28,7 +28,7 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner.distributed.encoding import padded_dimension  # noqa: E402
 from hdp_planner.distributed.neighbours import sparse_graph  # noqa: E402
 from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
-from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
+from hdp_planner.planfile.document import load_plan  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower import secagg_mod, secagg_workflow  # noqa: E402
 from hdp_planner_flower.app import client_app, model_arrays  # noqa: E402
@@ -38,8 +38,8 @@ from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256, load_pinned  
 from hdp_planner_flower.records import ARRAYS, fit_config  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
-from hdp_planner_train.rules.secagg import client_message, planned_groups, round_plan  # noqa: E402
-from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E402
+from hdp_planner_train.rules.secagg import client_message, round_plan  # noqa: E402
+from hdp_planner_train.rules.specs import plan_spec  # noqa: E402
 
 N = 80
 SEED = 5
@@ -65,7 +65,7 @@ def step(msg, context):
 
 def spec_of(path: Path):
     plan = load_plan(path)
-    return planned_groups(read_document(path), plan, method_spec(plan, "gdpfed+"), METHOD_NAMES["gdpfed+"])
+    return plan_spec(plan, "gdpfed+")
 
 
 def one_group_run(path: Path, tmp_path: Path, *, sparse_pin: bool = True, drop=None):
@@ -74,7 +74,7 @@ def one_group_run(path: Path, tmp_path: Path, *, sparse_pin: bool = True, drop=N
     pin = pin_for(path, tmp_path, sparse_graph=sparse_pin)
     grid = InProcessGrid(client_app(step, pin=pin), N, drop=drop, keep=True)
     plan = load_plan(path)
-    strategy = HdpStrategy(plan, spec, trust="secagg", plan_sha256=file_sha256(path))
+    strategy = HdpStrategy(plan, spec, plan_sha256=file_sha256(path))
     strategy.enroll(grid)
     nodes = strategy.members[0]
     strategy.joined = [len(nodes), 0]
@@ -209,7 +209,7 @@ class Everyone:
 def test_the_strategy_runs_each_group_over_the_sparse_graph_when_asked(plan_path, tmp_path):
     """``HdpStrategy(sparse_graph=True)``: both groups of 40 run SecAgg+ at degree 13 and release (topped up)."""
     grid = InProcessGrid(client_app(step, pin=pin_for(plan_path, tmp_path, sparse_graph=True)), N, keep=True)
-    strategy = HdpStrategy(load_plan(plan_path), spec_of(plan_path), trust="secagg", plan_sha256=file_sha256(plan_path),
+    strategy = HdpStrategy(load_plan(plan_path), spec_of(plan_path), plan_sha256=file_sha256(plan_path),
                            uniform=Everyone(), sparse_graph=True, diagnostics=True)  # fmt: skip
     strategy.start(
         grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=1, train_config=SETTINGS.record()

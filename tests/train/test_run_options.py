@@ -70,11 +70,11 @@ def test_configurations_take_keywords_only_and_are_frozen():
 
 
 def test_the_trust_kind_of_a_grid_is_its_plans():
-    from hdp_planner.distributed.trust import TrustModel
+    from hdp_planner.planning.trust import TrustedServer
     from hdp_planner_train.simulator.compare import CompareConfig
 
     with pytest.raises(ValueError, match="trust secagg but the plan's trust model is server"):
-        CompareConfig(methods=("gdpfed+",), seeds=1, trust=TrustOptions(kind="secagg"), plan_trust=TrustModel())
+        CompareConfig(methods=("gdpfed+",), seeds=1, trust=TrustOptions(kind="secagg"), plan_trust=TrustedServer())
 
 
 def test_a_command_receives_the_groups_built_from_its_option_blocks():

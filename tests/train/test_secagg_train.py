@@ -3,6 +3,7 @@ distributed accounting in the run's metrics."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -11,12 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+
 from hdp_planner import plan  # noqa: E402
 from hdp_planner.distributed.law import group_law  # noqa: E402
 from hdp_planner.distributed.randomness import SeededBits  # noqa: E402
-from hdp_planner.distributed.trust import TrustModel  # noqa: E402
 from hdp_planner.planfile.document import plan_to_dict  # noqa: E402
-from hdp_planner.planfile.trust import secagg_rows, trust_to_dict  # noqa: E402
+from hdp_planner.planning.trust import SecaggParameters  # noqa: E402
+from hdp_planner.trust.secagg import SecureAggregation  # noqa: E402
 from hdp_planner_train.rules.secagg import SecaggSpec, Withheld, group_sum  # noqa: E402
 from hdp_planner_train.run.options import configure  # noqa: E402
 from hdp_planner_train.simulator.checkpoint import load as load_checkpoint  # noqa: E402
@@ -57,10 +59,9 @@ def plan_files(tmp_path_factory):
     p = plan((1.0, 2.0, 4.0), 120, rounds=3, q=0.5, clip=1.0)
     paths = {}
     for name, dim in (("secagg", 2410), ("wrong-dim", 1000)):
-        trust = TrustModel(kind="secagg", model_dim=dim)
-        doc = plan_to_dict(p) | {"trust": trust_to_dict(p, trust, secagg_rows(p, trust))}
+        trust = SecureAggregation(parameters=SecaggParameters(model_dim=dim))
         paths[name] = folder / f"{name}.json"
-        paths[name].write_text(json.dumps(doc))
+        paths[name].write_text(json.dumps(plan_to_dict(dataclasses.replace(p, trust=trust.planned(p)))))
     paths["server"] = folder / "server.json"
     paths["server"].write_text(json.dumps(plan_to_dict(p)))
     return paths
@@ -106,15 +107,14 @@ def test_train_secagg_charges_the_ledger_with_the_distributed_accounting(plan_fi
     from hdp_planner.distributed.rounds import group_tau_d
     from hdp_planner.ledger.runs import simulated_clients
     from hdp_planner.ledger.store import Ledger
-    from hdp_planner.planfile.document import load_plan, read_document
-    from hdp_planner_train.rules.secagg import planned_groups
-    from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
+    from hdp_planner.planfile.document import load_plan
+    from hdp_planner_train.rules.specs import METHOD_NAMES, plan_spec
 
     ledger = tmp_path / "ledger.db"
     metrics = run(_cfg(tmp_path / "run", ledger=str(ledger), federation="digits"), plan_files["secagg"])
     plan = load_plan(plan_files["secagg"])
-    membership, _ = simulated_clients(plan, METHOD_NAMES["gdpfed+"])
-    spec = planned_groups(read_document(plan_files["secagg"]), plan, method_spec(plan, "gdpfed+"), "GDPFed+")
+    membership, _ = simulated_clients(plan, plan.method(METHOD_NAMES["gdpfed+"]))
+    spec = plan_spec(plan, "gdpfed+")
     spent = Ledger(str(ledger)).spending("digits")
     assert len(spent) == len(membership)
     for s in spent:

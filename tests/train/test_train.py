@@ -19,7 +19,8 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.accounting.schedule import schedule_epsilon  # noqa: E402
 from hdp_planner.methods.baselines import BASELINES, BaselineOptions, add_baselines  # noqa: E402
-from hdp_planner.planning.plan import Projection  # noqa: E402
+from hdp_planner.planning.method_noise import Projection  # noqa: E402
+from hdp_planner.planning.trust import TrustedServer  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.learning.engines import loop_deltas, vectorized_deltas  # noqa: E402
 from hdp_planner_train.learning.federated import load_federated  # noqa: E402
@@ -556,7 +557,7 @@ def test_train_takes_a_plan_object_or_a_bound_plan(digits_plan, plan_file):
     from_bound = train(bound, method="gdpfed+", dataset="digits", rounds=1, noise="seeded", seed=3)
     assert from_plan.history == from_file.history == from_bound.history
     assert from_plan.epsilon_spent == from_file.epsilon_spent
-    assert RunPlan.of(digits_plan).source == IN_MEMORY and RunPlan.of(digits_plan).trust == "server"
+    assert RunPlan.of(digits_plan).source == IN_MEMORY and RunPlan.of(digits_plan).trust == TrustedServer()
 
 
 def test_train_refuses_an_unknown_option(plan_file):

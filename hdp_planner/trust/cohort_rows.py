@@ -11,14 +11,14 @@ Against the server, one cohort membership of client i is then the Poisson subsam
 distributed discrete Gaussian sum of one release: the server's view is x_i + R with probability p and R otherwise,
 R being the others' contributions plus the shares of the honest survivors, and the zero-out neighbour (x_i = 0)
 gives R. So the RDP of one membership, in both directions, is at most the binomial expansion applied to Proposition
-14 of Kairouz, Liu and Steinke (the bound :func:`~.accounting.epsilon_third_parties` computes for third parties at q
-over T rounds, here at p over K memberships), and adaptive composition (Mironov 2017, Proposition 1) adds at most K of
-them, whatever cohorts the server chooses. The proof and its assumptions are on the documentation's hidden
-participation page.
+14 of Kairouz, Liu and Steinke (the bound :func:`~hdp_planner.distributed.accounting.epsilon_third_parties` computes
+for third parties at q over T rounds, here at p over K memberships), and adaptive composition (Mironov 2017,
+Proposition 1) adds at most K of them, whatever cohorts the server chooses. The proof and its assumptions are on the
+documentation's hidden participation page.
 
 The noise law depends only on public plan quantities: the share variance and the grid γ are those of a round of
-``cohort`` clients whose t − k honest guaranteed survivors carry z (:func:`~.law.grid_law`), so the release carries
-no trace of how many coins came up heads.
+``cohort`` clients whose t − k honest guaranteed survivors carry z (:func:`~hdp_planner.distributed.law.grid_law`),
+so the release carries no trace of how many coins came up heads.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import functools
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -35,69 +34,30 @@ import numpy as np
 from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_third_parties
 from hdp_planner.distributed.law import GroupLaw, LawError, grid_law
 from hdp_planner.distributed.rounds import group_tau_d
-from hdp_planner.distributed.trust import TrustModel
 from hdp_planner.methods.gdpfed import OP, PLUS
 from hdp_planner.methods.registry import row_paper_weights
-from hdp_planner.planning.plan import SHARE_TOL, MethodNoise, Plan
+from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.plan import SHARE_TOL, Plan
 from hdp_planner.planning.problem import closed_form_k_ratio, reweighting
 from hdp_planner.planning.rows import calibrated_sigma, method_noise
+from hdp_planner.planning.trust import (
+    CohortCaps,
+    CohortGroup,
+    CohortRow,
+    FrontierPoint,
+    HiddenSection,
+    SecaggParameters,
+)
 from hdp_planner.rules.noise import aggregation_weights, lambda_exact
 
 COHORT_STEPS = 2 ** (1 / 2)
 """Candidate cohorts grow by this factor from the expected contributors up to the cap (plus the cap itself)."""
+FRONTIER_MULTIPLES = (2.0, 5.0, 10.0, 20.0, 50.0)
+"""Cohort caps, in multiples of each group's expected contributors, that a plan's frontier shows (then uncapped)."""
 CONTRIBUTOR_STEPS = (8, 16, 32, 64, 128)
 """The search over expected contributors moves qn/8, then qn/16, and so on down to qn/128 of them between two groups
 at a time."""
 Row = TypeVar("Row")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CohortGroup:
-    """One group's hidden-participation round: ``cohort`` m public members, each contributing with probability
-    ``coin`` p, at most ``memberships`` K cohorts per client, reconstruction threshold ``threshold`` t, noise
-    multiplier z of the honest shares, the ε that z spends against the server, and the decoded noise's effective
-    multiplier (√(per-coordinate error variance of the sum)/C_m: every member's share, rounding, wrap-around).
-    ``expected_contributors`` is r = m·p, the expected number of heads (GDPFed's r_m)."""
-
-    cohort: int
-    coin: float
-    expected_contributors: float
-    memberships: int
-    threshold: int
-    noise_multiplier: float
-    epsilon_server: float
-    effective_noise_multiplier: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class CohortRow:
-    """A method row with participation hidden from the server: its groups, the weights ω_m and sparsity k_m/d it
-    applies to their sums, its Λ, the trusted server's Λ, and the vectors each round sends (one per cohort
-    member)."""
-
-    name: str
-    groups: tuple[CohortGroup, ...]
-    weight: tuple[float, ...]
-    k_ratio: tuple[float, ...]
-    lambda_cohort: float
-    lambda_server: float
-
-    @property
-    def weight_shares(self) -> tuple[float, ...]:
-        """Each group's share r_m²/Σr² of the update (ω_m·r_m with ω_m = r_m/Σr²): how much its clients shape the
-        model."""
-        raw = [g.expected_contributors**2 for g in self.groups]
-        return tuple(x / sum(raw) for x in raw)
-
-    @property
-    def price(self) -> float:
-        """Λ with hidden participation over Λ with a trusted server."""
-        return self.lambda_cohort / self.lambda_server
-
-    @property
-    def vectors_per_round(self) -> int:
-        """Masked vectors a round sends: every cohort member's."""
-        return sum(g.cohort for g in self.groups)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -110,7 +70,7 @@ def cohort_group(
     cohort: int,
     rounds: int,
     clip: float,
-    trust: TrustModel,
+    trust: SecaggParameters,
 ) -> CohortGroup | None:
     """The group's parameters for a cohort of ``cohort`` of its ``size`` clients and ``expected`` contributors a
     round: z calibrated so that K = ⌈T·m/|G|⌉ memberships subsampled at p = r/m spend at most ``epsilon`` against
@@ -120,7 +80,7 @@ def cohort_group(
         return None
     coin = expected / cohort
     memberships = min(rounds, math.ceil(rounds * cohort / size - 1e-9))
-    tau_d = group_tau_d(cohort, model_dim=int(trust.model_dim or 0))
+    tau_d = group_tau_d(cohort, model_dim=trust.dim)
     z = calibrate_noise_multiplier(epsilon=epsilon, delta=delta, q=coin, rounds=memberships, tau_d=tau_d)
     try:
         law = cohort_law(cohort=cohort, noise_multiplier=z, clip=clip, trust=trust)
@@ -146,15 +106,16 @@ def cohort_threshold(cohort: int, *, survivors: float, colluders: int) -> int:
     return max(math.ceil(survivors * cohort - 1e-9), cohort // 2 + 1, colluders + 1, 2)
 
 
-def cohort_law(*, cohort: int, noise_multiplier: float, clip: float, trust: TrustModel) -> GroupLaw:
+def cohort_law(*, cohort: int, noise_multiplier: float, clip: float, trust: SecaggParameters) -> GroupLaw:
     """The cohort's noise law: threshold t (:func:`cohort_threshold`), every member's share sized so that the t − k
     honest guaranteed survivors carry z, on the finest grid that holds the m shares without wrap-around. Raises
-    :class:`~.law.LawError` where no grid does, or where the colluders leave no honest survivor."""
+    :class:`~hdp_planner.distributed.law.LawError` where no grid does, or where the colluders leave no honest
+    survivor."""
     t = cohort_threshold(cohort, survivors=trust.survivors, colluders=trust.colluders)
     if t > cohort:
         raise LawError(f"a cohort of {cohort} cannot wait for {t} survivors")
     return grid_law(noise_multiplier=noise_multiplier, threshold=t, shares=cohort, colluders=trust.colluders,
-                    dim=int(trust.model_dim or 0), clip=clip, bits=trust.bits, wrap=trust.wrap,
+                    dim=trust.dim, clip=clip, bits=trust.bits, wrap=trust.wrap,
                     sized_for=t - trust.colluders)  # fmt: skip
 
 
@@ -178,7 +139,7 @@ def best_cohort(
     expected: float,
     rounds: int,
     clip: float,
-    trust: TrustModel,
+    trust: SecaggParameters,
     cap: int | None,
     exhaustive: bool = True,
 ) -> CohortGroup | None:
@@ -207,7 +168,7 @@ def moves_contributors(m: MethodNoise, plan: Plan) -> bool:
 def cohort_row(
     m: MethodNoise,
     plan: Plan,
-    trust: TrustModel,
+    trust: SecaggParameters,
     *,
     max_cohort: int | None = None,
     max_multiple: float | None = None,
@@ -352,7 +313,7 @@ def descend(
 
 
 def cohort_frontier(
-    m: MethodNoise, plan: Plan, trust: TrustModel, *, multiples: tuple[float, ...] = (2, 5, 10, 20, 50)
+    m: MethodNoise, plan: Plan, trust: SecaggParameters, *, multiples: tuple[float, ...] = (2, 5, 10, 20, 50)
 ) -> list[tuple[float | None, CohortRow]]:
     """What each factor of communication buys: the row with every group's cohort capped at ``multiple`` times its
     expected contributors, for each multiple, then uncapped (None: cohorts up to the whole group)."""
@@ -362,3 +323,21 @@ def cohort_frontier(
         if row is not None:
             out.append((multiple, row))
     return out
+
+
+def hidden_section(plan: Plan, trust: SecaggParameters, caps: CohortCaps) -> HiddenSection:
+    """Every row of ``plan`` with public cohorts under ``caps`` (:func:`cohort_row`), the recommended one (the least
+    Λ among those meeting ``--min-share``) and its frontier of cohort size against Λ at each cap of
+    :data:`FRONTIER_MULTIPLES` and uncapped (:func:`cohort_frontier`)."""
+    rows = tuple(
+        (m, cohort_row(m, plan, trust, max_cohort=caps.max_cohort, max_multiple=caps.max_multiple))
+        for m in plan.methods
+    )
+    eligible = [(m, r) for m, r in rows if r is not None and plan.meets_min_share(m)]
+    best = min(eligible, key=lambda mr: mr[1].lambda_cohort, default=None)
+    frontier = () if best is None else tuple(
+        FrontierPoint(multiple=multiple, vectors_per_round=r.vectors_per_round, lam=r.lambda_cohort, price=r.price)
+        for multiple, r in cohort_frontier(best[0], plan, trust, multiples=FRONTIER_MULTIPLES)
+    )  # fmt: skip
+    return HiddenSection(caps=caps, rows=tuple((m.name, r) for m, r in rows),
+                         recommendation=None if best is None else best[0].name, frontier=frontier)  # fmt: skip
