@@ -4,6 +4,7 @@ plan that would not release."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,7 +14,14 @@ from scipy import stats
 from hdp_planner import plan
 from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_third_parties
 from hdp_planner.distributed.encoding import Encoding, decode, encode, modular_sum, rotate, rotation_signs, top_up
-from hdp_planner.distributed.law import EVENT_SHARE, MAX_FLIP_SHARE, LawError, flip_probability, group_law
+from hdp_planner.distributed.law import (
+    EVENT_SHARE,
+    MAX_FLIP_SHARE,
+    LawError,
+    expected_variance,
+    flip_probability,
+    group_law,
+)
 from hdp_planner.distributed.randomness import SeededBits
 from hdp_planner.distributed.rounds import group_tau_d, wrap_bound
 from hdp_planner.distributed.sampler import MAX_SIGMA2
@@ -203,3 +211,16 @@ def test_the_server_keeps_its_share_of_the_honest_shares_and_a_run_a_strict_majo
         )
     assert [law.run_threshold(c) for c in (0, 2 * law.threshold - 2, 2 * law.threshold, 101)] == [
         law.threshold, law.threshold, law.threshold + 1, max(law.threshold, 51)]  # fmt: skip
+
+
+@pytest.mark.parametrize("wrap", [0.0, 1e-3])
+def test_the_expected_variance_is_the_binomial_mean_of_shares_and_roundings_plus_the_wrap_term(wrap):
+    """E_c[max(N, c)·σ²_s + c/4]·γ² + wrap·(2^b·γ)², c ~ Bin(|G|, q), summed here over the whole support."""
+    law = dataclasses.replace(LAW, wrap_bound=wrap)
+    size, q = 120, 0.25
+    counts = np.arange(size + 1)
+    per_count = np.maximum(law.shares, counts) * law.share_sigma2 + counts / 4
+    mean = float(np.sum(stats.binom.pmf(counts, size, q) * per_count))
+    enc = law.encoding
+    want = enc.gamma**2 * mean + wrap * (enc.modulus * enc.gamma) ** 2
+    assert expected_variance(law, size=size, q=q) == pytest.approx(want, rel=1e-9)

@@ -326,3 +326,9 @@ def test_a_run_charges_the_clients_of_its_groups_file_at_their_own_budgets(tmp_p
     )
     done = runner.invoke(app, ["ledger", "check", str(even), "--ledger", str(ledger), "--groups", str(groups)])
     assert done.exit_code == 0, done.output
+
+
+def test_the_canonical_encoding_sorts_keys_at_every_depth():
+    """Two writers that build the same event in different key orders chain to the same digest."""
+    assert canonical({"b": 1, "a": {"d": 2, "c": [3, {"f": 4, "e": 5}]}}) == '{"a":{"c":[3,{"e":5,"f":4}],"d":2},"b":1}'
+    assert canonical({"b": 1, "a": 2}) == canonical({"a": 2, "b": 1})

@@ -19,7 +19,7 @@ from hdp_planner import (
     verify,
 )
 from hdp_planner.accounting.pld import never_sampled_bound
-from hdp_planner.planfile.document import SCHEMA
+from hdp_planner.planfile.document import SCHEMA, same_plan
 
 
 @pytest.fixture
@@ -179,3 +179,17 @@ def test_verify_accepts_every_solved_plan_and_rejects_any_lowered_sigma(
     path.write_text(json.dumps(doc))
     problems = plan_problems(load_plan(path))
     assert problems and f"group {group + 1}" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "same"),
+    [
+        (b'{"a": 1, "versions": {"numpy": "1"}}', b'{"a": 1, "versions": {"numpy": "2"}}', True),
+        (b'{"a": 1}', b'{"a": 2}', False),
+        (b"not json", b'{"a": 1}', False),
+        (b"[1]", b"[1]", False),
+    ],
+)
+def test_same_plan_ignores_only_the_library_versions(old, new, same):
+    """An earlier file is the same plan only if both are plan documents equal but for the versions that wrote them."""
+    assert same_plan(old, new) is same
