@@ -37,7 +37,14 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hdp_planner import plan
 from hdp_planner.report.results import Result, Table, write_result
-from hdp_planner_train.learning.engines import batch_indices, clients_deltas, evaluate, in_workers
+from hdp_planner_train.learning.engines import (
+    ClientData,
+    LocalTraining,
+    batch_indices,
+    clients_deltas,
+    evaluate,
+    in_workers,
+)
 from hdp_planner_train.learning.models import make_model
 from hdp_planner_train.rules.aggregate import GroupAggregator
 from hdp_planner_train.rules.noise_sources import noise_source
@@ -96,14 +103,15 @@ def main() -> None:
     clients = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(n)]
     x_test, y_test = torch.randn(10_000, 1, 28, 28), torch.randint(0, 10, (10_000,))
 
+    data = ClientData(x_train, y_train, clients)
+    training = LocalTraining(steps=STEPS, batch=BATCH, lr=LR, momentum=0.0)
+
     def ours(method: str) -> Callable[[int], torch.Tensor]:
         spec = specs[method]
 
         def round_(rnd: int) -> torch.Tensor:
             ids, group_of_row = round_rows(sample_round(spec, seed=0, rnd=rnd))
-            deltas = clients_deltas("vectorized", model, theta=theta, clients=clients, ids=ids, x_train=x_train,
-                                    y_train=y_train, steps=STEPS, batch=BATCH, seed=0, rnd=rnd, lr=LR, momentum=0.0,
-                                    chunk=None, precision="fp32")  # fmt: skip
+            deltas = clients_deltas(model, training, theta=theta, data=data, ids=ids, seed=0, rnd=rnd)
             source = noise_source("seeded", seed=0, rnd=rnd) if spec.private else None
             update, _ = GroupAggregator(spec).round(deltas, group_of_row, source=source, rnd=rnd)
             return theta + update

@@ -28,7 +28,7 @@ from torch.nn.utils import parameters_to_vector
 
 from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.report.results import Result, Table, write_result
-from hdp_planner_train.learning.engines import PRECISIONS, loop_deltas, vectorized_deltas
+from hdp_planner_train.learning.engines import PRECISIONS, LocalTraining, loop_deltas, vectorized_deltas
 from hdp_planner_train.learning.models import make_model
 from hdp_planner_train.simulator.personal_local import client_update, client_updates_vectorized, head_mask
 
@@ -76,8 +76,9 @@ def main() -> None:
     if args.method in PERSONAL:
         mask = head_mask(model)
         heads = theta[mask].unsqueeze(0).repeat(args.clients, 1) if head else None
-        rule = dict(head_steps=head_steps, lr=0.1, momentum=momentum, mask=mask, precision=precision)
-        rule["rho"] = 0.1 if traits.sam else 0.0
+        training = LocalTraining(steps=args.steps, batch=batch, lr=0.1, momentum=momentum,
+                                 rho=0.1 if traits.sam else 0.0, precision=precision)  # fmt: skip
+        rule = dict(head_steps=head_steps, training=training, mask=mask)
 
         def loop() -> torch.Tensor:
             return torch.stack([

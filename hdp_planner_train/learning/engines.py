@@ -20,6 +20,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -38,6 +39,39 @@ PRECISIONS = ("fp32", "bf16")
 clipped and noised stays float32"). ``bf16`` runs the forward's products under ``torch.autocast`` in bfloat16;
 parameters, gradients, momentum, the update Δ and everything after it (clipping, noise, Top-k, aggregation, the
 audit) stay float32."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalTraining:
+    """How each sampled client trains: ``steps`` τ of SGD on batches of ``batch`` of its examples at learning rate
+    ``lr`` with ``momentum`` (torch.optim.SGD's arithmetic), sharpness-aware with radius ``rho`` > 0 where a personal
+    method asks for it (0: plain SGD), on ``engine`` (:data:`ENGINES`), ``chunk`` clients at once (None: sized to the
+    cache), the forward pass in ``precision`` (:data:`PRECISIONS`)."""
+
+    steps: int
+    batch: int
+    lr: float
+    momentum: float
+    rho: float = 0.0
+    engine: str = "vectorized"
+    chunk: int | None = None
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """The clients' training examples on the device: inputs ``x``, labels ``y``, and each client's indices into them
+    (``clients``)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    clients: list[np.ndarray]
+
+    def batches(self, ids: np.ndarray, *, steps: int, batch: int, seed: int, rnd: int) -> tuple[torch.Tensor, ...]:
+        """(K, τ, B, ...) inputs and labels of the clients ``ids`` for round ``rnd`` (:func:`batch_indices`)."""
+        idx = batch_indices(self.clients, ids, steps=steps, batch=batch, seed=seed, rnd=rnd)
+        idx_t = torch.as_tensor(idx, device=self.x.device)
+        return self.x[idx_t], self.y[idx_t]
 
 
 def autocast(precision: str, device: torch.device) -> torch.autocast:
@@ -194,19 +228,17 @@ def vectorized_train(
     starts: torch.Tensor,
     xs: torch.Tensor,
     ys: torch.Tensor,
+    training: LocalTraining,
     *,
-    lr: float,
-    momentum: float,
-    rho: float = 0.0,
     wrt: Sequence[str] | None = None,
-    chunk: int | None = None,
-    precision: str = "fp32",
     workers: int | None = None,
 ) -> torch.Tensor:
     """Clients' flat parameters (K, d) after τ = xs.shape[1] local steps from their own ``starts`` (K, d), all at
     once: per step the batch gradient g of the parameters named in ``wrt`` (default all; the rest frozen), with
-    SAM of radius ``rho`` > 0 (Foret et al. 2021; DP²-FedSAM eqs. 11-12: g is re-taken at θ + ρ·g/‖g‖, ‖·‖ over the
-    trained parameters) and SGD with momentum as torch.optim.SGD (a fresh momentum buffer per call)."""
+    SAM of radius ρ > 0 (Foret et al. 2021; DP²-FedSAM eqs. 11-12: g is re-taken at θ + ρ·g/‖g‖, ‖·‖ over the
+    trained parameters) and SGD with momentum as torch.optim.SGD (a fresh momentum buffer per call); ρ, the learning
+    rate, momentum, chunk and precision are ``training``'s."""
+    lr, momentum, rho, precision = training.lr, training.momentum, training.rho, training.precision
     k_total, d = starts.shape
     if k_total == 0:
         return starts.new_zeros((0, d))
@@ -221,7 +253,7 @@ def vectorized_train(
             own.fn = client_grads(model if shared else copy.deepcopy(model), precision, None if wrt is None else train)
         return own.fn(params, x, y)
 
-    chunk = chunk or default_chunk(model, d, starts.device)
+    chunk = training.chunk or default_chunk(model, d, starts.device)
     workers = workers or cpu_workers(starts.device)
     if workers > 1:  # cache-sized pieces, about two per worker, each worker taking the next piece when free
         chunk = min(chunk, max(1, math.ceil(k_total / (2 * workers))))
@@ -262,7 +294,9 @@ def vectorized_deltas(
 ) -> torch.Tensor:
     """All clients at once from the global θ: Δ_i = θ_i − θ by :func:`vectorized_train` (plain SGD)."""
     starts = theta.unsqueeze(0).expand(xs.shape[0], -1)
-    return vectorized_train(model, starts, xs, ys, lr=lr, momentum=momentum, chunk=chunk, precision=precision) - theta
+    training = LocalTraining(steps=xs.shape[1], batch=xs.shape[2], lr=lr, momentum=momentum, chunk=chunk,
+                             precision=precision)  # fmt: skip
+    return vectorized_train(model, starts, xs, ys, training) - theta
 
 
 def local_deltas(engine: str, *args, **kwargs) -> torch.Tensor:
@@ -275,31 +309,20 @@ def local_deltas(engine: str, *args, **kwargs) -> torch.Tensor:
 
 
 def clients_deltas(
-    engine: str,
     model: nn.Module,
+    training: LocalTraining,
     *,
     theta: torch.Tensor,
-    clients: list[np.ndarray],
+    data: ClientData,
     ids: np.ndarray,
-    x_train: torch.Tensor,
-    y_train: torch.Tensor,
-    steps: int,
-    batch: int,
     seed: int,
     rnd: int,
-    lr: float,
-    momentum: float,
-    chunk: int | None,
-    precision: str,
 ) -> torch.Tensor:
-    """(K, d) updates Δ_i of the sampled clients ``ids`` after ``steps`` local SGD steps from θ, each on batches of
-    its own data drawn for round ``rnd`` (GDPFed Algorithm 2, lines 4-8)."""
-    idx = torch.as_tensor(
-        batch_indices(clients, ids, steps=steps, batch=batch, seed=seed, rnd=rnd), device=theta.device
-    )
-    return local_deltas(
-        engine, model, theta, x_train[idx], y_train[idx], lr=lr, momentum=momentum, chunk=chunk, precision=precision
-    )
+    """(K, d) updates Δ_i of the sampled clients ``ids`` after ``training.steps`` local SGD steps from θ (plain SGD on
+    ``training.engine``), each on batches of its own data drawn for round ``rnd`` (GDPFed Algorithm 2, lines 4-8)."""
+    xs, ys = data.batches(ids, steps=training.steps, batch=training.batch, seed=seed, rnd=rnd)
+    return local_deltas(training.engine, model, theta, xs, ys, lr=training.lr, momentum=training.momentum,
+                        chunk=training.chunk, precision=training.precision)  # fmt: skip
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ accuracies stay local (accuracies are reported by the simulation only).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,6 @@ from torch.nn.utils import vector_to_parameters
 
 from hdp_planner.methods.registry import REGISTRY, keys
 from hdp_planner_train.learning.engines import (
-    batch_indices,
     clients_deltas,
     evaluate,
 )
@@ -111,7 +111,7 @@ def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
 
     start = scaffold.start_run(cfg, bound)
     out, kind, model, theta = start.out, start.kind, start.model, start.theta
-    x_train, y_train, x_test, y_test = start.x_train, start.y_train, start.x_test, start.y_test
+    train, x_test, y_test = start.train, start.x_test, start.y_test
     mask = head_mask(model)
     heads = theta[mask].unsqueeze(0).repeat(data.n_clients, 1) if personal else None
     dist = label_distribution(data.clients, data.y_train, data.num_classes)
@@ -132,33 +132,24 @@ def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
     def step(r: int, lr: float):
         sampled = sample_round(spec, seed=cfg.seed, rnd=r, secure=kind == "secure")
         ids, group_of_row = round_rows(sampled)
+        training = scaffold.local_training(cfg, bound, lr=lr, rho=rho)
         if traits.fine_tune:  # plain DP-FedAvg training, on the configured engine
             vector_to_parameters(theta.clone(), model.parameters())
-            rows = clients_deltas(
-                engine, model, theta=theta, clients=data.clients, ids=ids, x_train=x_train, y_train=y_train,
-                steps=c.local_steps, batch=batch, seed=cfg.seed, rnd=r, lr=lr, momentum=bound.momentum,
-                chunk=cfg.model.chunk, precision=cfg.model.precision,
-            )  # fmt: skip
+            rows = clients_deltas(model, training, theta=theta, data=train, ids=ids, seed=cfg.seed, rnd=r)
         else:
             steps = c.local_steps + (head_steps if personal else 0)
-            idx = batch_indices(data.clients, ids, steps=steps, batch=batch, seed=cfg.seed, rnd=r)
-            idx = torch.as_tensor(idx, device=device)
-            local = dict(head_steps=head_steps, lr=lr, momentum=bound.momentum, rho=rho, mask=mask)
-            local["precision"] = cfg.model.precision
+            xs, ys = train.batches(ids, steps=steps, batch=batch, seed=cfg.seed, rnd=r)
+            local = dict(training=training, head_steps=head_steps, mask=mask)
             if engine == "vectorized":
                 mine = None if heads is None else heads[torch.as_tensor(ids, device=device)]
-                rows, new_heads = client_updates_vectorized(
-                    model, theta, mine, x_train[idx], y_train[idx], chunk=cfg.model.chunk, **local
-                )
+                rows, new_heads = client_updates_vectorized(model, theta, mine, xs, ys, **local)
                 if heads is not None:
                     heads[torch.as_tensor(ids, device=device)] = new_heads  # they stay on the clients
             else:
                 updates = []
                 for row, cid in enumerate(ids):
-                    delta, new_head = client_update(
-                        scratch, theta, None if heads is None else heads[cid], x_train[idx[row]],
-                        y_train[idx[row]], **local,
-                    )  # fmt: skip
+                    head = None if heads is None else heads[cid]
+                    delta, new_head = client_update(scratch, theta, head, xs[row], ys[row], **local)
                     if heads is not None:
                         heads[cid] = new_head  # stays on the client
                     updates.append(delta)
@@ -182,11 +173,9 @@ def run_personal(cfg, bound: BoundRun) -> dict[str, Any]:
         if personal:
             client_scores, losses = evaluate_heads(model, theta, heads=heads, x_test=x_test, y_test=y_test, dist=dist)
         elif traits.fine_tune:
-            client_scores, losses = evaluate_finetuned(
-                model, theta, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, clients=data.clients,
-                dist=dist, steps=head_steps, batch=batch, lr=lr, momentum=bound.momentum, seed=cfg.seed, rnd=r,
-                engine=engine, chunk=cfg.model.chunk, precision=cfg.model.precision,
-            )  # fmt: skip
+            tune = dataclasses.replace(scaffold.local_training(cfg, bound, lr=lr), steps=head_steps)
+            client_scores, losses = evaluate_finetuned(model, theta, training=tune, data=train, test=(x_test, y_test),
+                                                       dist=dist, seed=cfg.seed, rnd=r)  # fmt: skip
         if traits.per_client_evaluation:
             entry["accuracy"], entry["loss"] = float(np.mean(client_scores)), float(np.mean(losses))
         else:

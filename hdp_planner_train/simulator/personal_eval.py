@@ -4,6 +4,7 @@ distribution, with its personal head or with a fine-tuned copy of the global mod
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -13,10 +14,7 @@ from torch.func import functional_call, vmap
 from torch.nn import functional as F
 from torch.nn.utils import vector_to_parameters
 
-from hdp_planner_train.learning.engines import (
-    batch_indices,
-    vectorized_train,
-)
+from hdp_planner_train.learning.engines import ClientData, LocalTraining, batch_indices, vectorized_train
 from hdp_planner_train.learning.models import head_module_name
 from hdp_planner_train.simulator.personal_local import sgd_phase
 
@@ -110,31 +108,27 @@ def evaluate_finetuned(
     model: nn.Module,
     theta: torch.Tensor,
     *,
-    x_train: torch.Tensor,
-    y_train: torch.Tensor,
-    x_test: torch.Tensor,
-    y_test: torch.Tensor,
-    clients: list[np.ndarray],
+    training: LocalTraining,
+    data: ClientData,
+    test: tuple[torch.Tensor, torch.Tensor],
     dist: np.ndarray,
-    steps: int,
-    batch: int,
-    lr: float,
-    momentum: float,
     seed: int,
     rnd: int,
-    engine: str = "loop",
-    chunk: int | None = None,
-    precision: str = "fp32",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-client (accuracy %, loss) after each client fine-tunes a copy of θ for ``steps`` SGD steps on its data;
-    ``engine`` vectorized fine-tunes clients in chunks at once (:func:`vectorized_train`), each then evaluated."""
-    n, num_classes = len(clients), dist.shape[1]
+    """Per-client (accuracy %, loss) on the ``test`` set (inputs, labels) after each client fine-tunes a copy of θ
+    for ``training.steps`` SGD steps on its data (plain SGD, whatever ``training.rho``); the vectorized engine
+    fine-tunes clients in chunks at once (:func:`vectorized_train`), each then evaluated."""
+    x_train, y_train, (x_test, y_test) = data.x, data.y, test
+    steps, engine = training.steps, training.engine
+    plain = dataclasses.replace(training, rho=0.0)
+    n, num_classes = len(data.clients), dist.shape[1]
     labels = y_test.cpu().numpy()
     by_class = [torch.as_tensor(np.flatnonzero(labels == c), device=x_test.device) for c in range(num_classes)]
     idx = torch.as_tensor(
-        batch_indices(clients, np.arange(n), steps=steps, batch=batch, seed=seed, rnd=rnd, stream=FINETUNE_STREAM),
+        batch_indices(data.clients, np.arange(n), steps=steps, batch=training.batch, seed=seed, rnd=rnd,
+                      stream=FINETUNE_STREAM),
         device=x_train.device,
-    )
+    )  # fmt: skip
     local = copy.deepcopy(model)
     acc_c, loss_c = np.zeros((n, num_classes)), np.zeros((n, num_classes))
     tuned: torch.Tensor | None = None
@@ -144,14 +138,14 @@ def evaluate_finetuned(
             rows = slice(i, min(i + block, n))
             starts = theta.unsqueeze(0).repeat(rows.stop - i, 1)
             xs, ys = x_train[idx[rows]], y_train[idx[rows]]
-            tuned = vectorized_train(local, starts, xs, ys, lr=lr, momentum=momentum, chunk=chunk, precision=precision)
+            tuned = vectorized_train(local, starts, xs, ys, plain)
         if tuned is not None:
             vector_to_parameters(tuned[i % block].clone(), local.parameters())
         else:
             vector_to_parameters(theta.clone(), local.parameters())
             if steps:
-                sgd_phase(local, list(local.parameters()), x_train[idx[i]], y_train[idx[i]], lr=lr, momentum=momentum,
-                          precision=precision)  # fmt: skip
+                sgd_phase(local, list(local.parameters()), x_train[idx[i]], y_train[idx[i]], lr=training.lr,
+                          momentum=training.momentum, precision=training.precision)  # fmt: skip
         acc_c[i], loss_c[i] = _class_scores(local, x_test, y_test, classes=np.flatnonzero(dist[i] > 0),
                                             by_class=by_class, num_classes=num_classes)  # fmt: skip
     present = np.array([len(b) > 0 for b in by_class])

@@ -3,16 +3,14 @@ Algorithm 1, lines 8-13), a client's head then body phases, and the same for all
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from hdp_planner_train.learning.engines import (
-    autocast,
-    vectorized_train,
-    widen,
-)
+from hdp_planner_train.learning.engines import LocalTraining, autocast, vectorized_train, widen
 from hdp_planner_train.learning.models import split_head
 
 
@@ -90,33 +88,31 @@ def client_update(
     xs: torch.Tensor,
     ys: torch.Tensor,
     *,
+    training: LocalTraining,
     head_steps: int,
-    lr: float,
-    momentum: float,
-    rho: float,
     mask: torch.Tensor | None,
-    precision: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One client's local training from the global θ; ``model`` is a scratch module (overwritten).
 
     With a personal ``head`` (its flat values, ``mask`` its coordinates in θ): ``head_steps`` SGD steps on the head
     (body frozen) on the first batches, then SAM(ρ) steps on the body (head frozen) on the rest; returns (the body's
     update Δ_i = φ_i − φ, of dimension d_φ only, the new head). Without a head (``head`` None): SAM(ρ) on every
-    parameter over all batches; returns (Δ_i of dimension d, None)."""
+    parameter over all batches; returns (Δ_i of dimension d, None). ρ, the learning rate, momentum and precision are
+    ``training``'s."""
+    sgd = dict(lr=training.lr, momentum=training.momentum, precision=training.precision)
     start = theta.clone()
     if head is not None:
         assert mask is not None
         start[mask] = head
     vector_to_parameters(start.clone(), model.parameters())
     if head is None:
-        sgd_phase(model, list(model.parameters()), xs, ys, lr=lr, momentum=momentum, rho=rho, precision=precision)
+        sgd_phase(model, list(model.parameters()), xs, ys, rho=training.rho, **sgd)
         return parameters_to_vector(model.parameters()).detach() - start, None
     names = set(split_head(model))
     head_params = [p for n, p in model.named_parameters() if n in names]
     body_params = [p for n, p in model.named_parameters() if n not in names]
-    sgd_phase(model, head_params, xs[:head_steps], ys[:head_steps], lr=lr, momentum=momentum, precision=precision)
-    sgd_phase(model, body_params, xs[head_steps:], ys[head_steps:], lr=lr, momentum=momentum, rho=rho,
-              precision=precision)  # fmt: skip
+    sgd_phase(model, head_params, xs[:head_steps], ys[:head_steps], **sgd)
+    sgd_phase(model, body_params, xs[head_steps:], ys[head_steps:], rho=training.rho, **sgd)
     end = parameters_to_vector(model.parameters()).detach()
     return (end - start)[~mask], end[mask].clone()
 
@@ -128,28 +124,24 @@ def client_updates_vectorized(
     xs: torch.Tensor,
     ys: torch.Tensor,
     *,
+    training: LocalTraining,
     head_steps: int,
-    lr: float,
-    momentum: float,
-    rho: float,
     mask: torch.Tensor | None,
-    chunk: int | None = None,
-    precision: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`client_update` for all K sampled clients at once (``heads``: their (K, d_h) heads, xs: (K, τ, B, ...))
     by :func:`hdp_planner_train.learning.engines.vectorized_train`: the head phase (SGD, body frozen), then the body
     phase (SAM(ρ), head frozen), each with a fresh momentum buffer as the loop's optimizer per phase; returns (K rows of
     Δ_i, the K new heads or None)."""
     starts = theta.unsqueeze(0).repeat(xs.shape[0], 1)
-    kw = dict(lr=lr, momentum=momentum, chunk=chunk, precision=precision)
     if heads is None:
-        return vectorized_train(model, starts, xs, ys, rho=rho, **kw) - starts, None
+        return vectorized_train(model, starts, xs, ys, training) - starts, None
     assert mask is not None
     starts[:, mask] = heads
     head = split_head(model)
     body = [n for n, _ in model.named_parameters() if n not in set(head)]
-    mid = vectorized_train(model, starts, xs[:, :head_steps], ys[:, :head_steps], wrt=head, **kw)
-    end = vectorized_train(model, mid, xs[:, head_steps:], ys[:, head_steps:], rho=rho, wrt=body, **kw)
+    plain = dataclasses.replace(training, rho=0.0)
+    mid = vectorized_train(model, starts, xs[:, :head_steps], ys[:, :head_steps], plain, wrt=head)
+    end = vectorized_train(model, mid, xs[:, head_steps:], ys[:, head_steps:], training, wrt=body)
     return (end - starts)[:, ~mask], end[:, mask]
 
 

@@ -14,10 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
+from hdp_planner_train.learning.engines import ClientData, LocalTraining
 from hdp_planner_train.learning.models import make_model, model_name
 from hdp_planner_train.rounds.loop import Evaluate, RunLog, Schedule, Step, run_rounds
 from hdp_planner_train.run import options as run_options
@@ -137,6 +139,7 @@ class RunStart:
         y_train: The training labels.
         x_test: The test inputs.
         y_test: The test labels.
+        clients: Each client's indices into the training set.
     """
 
     out: Path | None
@@ -147,6 +150,12 @@ class RunStart:
     y_train: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
+    clients: list[np.ndarray]
+
+    @property
+    def train(self) -> ClientData:
+        """The clients' training examples on the device."""
+        return ClientData(self.x_train, self.y_train, self.clients)
 
 
 def start_run(cfg: TrainConfig, bound: BoundRun) -> RunStart:
@@ -168,8 +177,16 @@ def start_run(cfg: TrainConfig, bound: BoundRun) -> RunStart:
     return RunStart(
         out=Path(cfg.output.out) if cfg.output.out else None, kind=noise_kind(cfg), model=model,
         theta=parameters_to_vector(model.parameters()).detach(), x_train=x_train, y_train=y_train, x_test=x_test,
-        y_test=y_test,
+        y_test=y_test, clients=data.clients,
     )  # fmt: skip
+
+
+def local_training(cfg: TrainConfig, bound: BoundRun, *, lr: float, rho: float = 0.0) -> LocalTraining:
+    """How the run's sampled clients train at learning rate ``lr`` (this round's): the plan's local steps τ, the bound
+    batch and momentum, SAM radius ``rho``, and the ``--engine``, ``--chunk`` and ``--precision`` asked for."""
+    m = cfg.model
+    return LocalTraining(steps=bound.plan.config.local_steps, batch=bound.batch, lr=lr, momentum=bound.momentum,
+                         rho=rho, engine=m.engine, chunk=m.chunk, precision=m.precision)  # fmt: skip
 
 
 def run_metrics(cfg: TrainConfig, bound: BoundRun, *, d: int, log: RunLog, account=None) -> dict[str, Any]:

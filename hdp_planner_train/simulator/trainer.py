@@ -46,6 +46,7 @@ from hdp_planner_train.simulator.scaffold import (
     CHECKPOINT,
     TrainConfig,
     global_evaluation,
+    local_training,
     resume_state,
     run_identity,
     run_metrics,
@@ -157,7 +158,7 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
 
     start = start_run(cfg, bound)
     out, kind, model, theta = start.out, start.kind, start.model, start.theta
-    x_train, y_train, x_test, y_test = start.x_train, start.y_train, start.x_test, start.y_test
+    x_test, y_test = start.x_test, start.y_test
     if spec.secagg is not None and spec.secagg.model_dim != theta.numel():
         d = theta.numel()
         raise TrainError(f"{run_plan.source}'s trust object was planned for d = {spec.secagg.model_dim}, this model "
@@ -206,11 +207,8 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
         if auditor is not None:
             sampled = auditor.take(sampled, spec.offsets, spec.sizes)
         ids, group_of_row = round_rows(sampled)
-        deltas = clients_deltas(
-            cfg.model.engine, model, theta=theta, clients=data.clients, ids=ids, x_train=x_train, y_train=y_train,
-            steps=c.local_steps, batch=bound.batch, seed=cfg.seed, rnd=r, lr=lr, momentum=bound.momentum,
-            chunk=cfg.model.chunk, precision=cfg.model.precision,
-        )  # fmt: skip
+        training = local_training(cfg, bound, lr=lr)
+        deltas = clients_deltas(model, training, theta=theta, data=start.train, ids=ids, seed=cfg.seed, rnd=r)
         if auditor is not None:
             deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
         gen = noise_source(kind, seed=cfg.seed, rnd=r) if spec.private else None

@@ -17,6 +17,7 @@ from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.learning.engines import (  # noqa: E402
+    LocalTraining,
     client_grads,
     default_chunk,
     loop_deltas,
@@ -223,8 +224,9 @@ def test_worker_threads_give_the_same_updates(model_cls):
         model, xs = model_cls().double(), torch.randn(7, 2, 3, 1, side, side, dtype=torch.float64)
     starts = _flat(model).unsqueeze(0).repeat(7, 1) + 0.01 * torch.randn(7, _flat(model).numel(), dtype=torch.float64)
     threads = torch.get_num_threads()
-    one = vectorized_train(model, starts, xs, ys, lr=0.3, momentum=0.9, rho=0.05, workers=1)
-    three = vectorized_train(model, starts, xs, ys, lr=0.3, momentum=0.9, rho=0.05, workers=3)
+    training = LocalTraining(steps=2, batch=3, lr=0.3, momentum=0.9, rho=0.05)
+    one = vectorized_train(model, starts, xs, ys, training, workers=1)
+    three = vectorized_train(model, starts, xs, ys, training, workers=3)
     torch.testing.assert_close(three, one, rtol=1e-12, atol=1e-13)
     assert torch.get_num_threads() == threads
 

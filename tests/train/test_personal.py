@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -16,6 +17,7 @@ from hdp_planner import load_plan, plan, save_plan  # noqa: E402
 from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.api import train_config  # noqa: E402
 from hdp_planner_train.learning.datasets import DataError  # noqa: E402
+from hdp_planner_train.learning.engines import ClientData, LocalTraining  # noqa: E402
 from hdp_planner_train.learning.federated import load_federated  # noqa: E402
 from hdp_planner_train.learning.models import make_model, split_head  # noqa: E402
 from hdp_planner_train.learning.partitions import pathological_partition  # noqa: E402
@@ -137,7 +139,7 @@ def test_client_update_sends_only_the_body_and_keeps_its_head():
     theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     head = theta[mask] + 0.01
     xs, ys = torch.randn(7, 10, 1, 8, 8), torch.randint(0, 10, (7, 10))
-    kw = dict(lr=0.1, momentum=0.5, rho=0.1, mask=mask)
+    kw = dict(training=LocalTraining(steps=7, batch=10, lr=0.1, momentum=0.5, rho=0.1), mask=mask)
     delta, new_head = client_update(model, theta, head, xs, ys, head_steps=2, **kw)
     assert delta.numel() == int((~mask).sum()) and float(delta.norm()) > 0  # d_φ only: no head coordinate
     assert not torch.equal(new_head, head)
@@ -160,8 +162,9 @@ def test_vectorized_client_updates_equal_the_loop(dataset, shape, personal_head)
     theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     heads = theta[mask] + 0.05 * torch.randn(3, int(mask.sum()), dtype=torch.float64) if personal_head else None
     xs, ys = torch.randn(3, 4, 5, *shape, dtype=torch.float64), torch.randint(0, 10, (3, 4, 5))
-    kw = dict(head_steps=2 if personal_head else 0, lr=0.1, momentum=0.5, rho=0.1, mask=mask)
-    rows, new_heads = client_updates_vectorized(model, theta, heads, xs, ys, chunk=2, **kw)
+    training = LocalTraining(steps=4, batch=5, lr=0.1, momentum=0.5, rho=0.1, chunk=2)
+    kw = dict(head_steps=2 if personal_head else 0, training=training, mask=mask)
+    rows, new_heads = client_updates_vectorized(model, theta, heads, xs, ys, **kw)
     for k in range(3):
         delta, head = client_update(model, theta, None if heads is None else heads[k], xs[k], ys[k], **kw)
         torch.testing.assert_close(rows[k], delta, rtol=1e-9, atol=1e-12)
@@ -179,10 +182,11 @@ def test_vectorized_fine_tuning_equals_the_loop():
     theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     dist = label_distribution(data.clients, data.y_train, 10)
     x, y, xt, yt = (torch.as_tensor(a) for a in (data.x_train, data.y_train, data.x_test, data.y_test))
-    kw = dict(steps=3, batch=5, lr=0.1, momentum=0.5, seed=0, rnd=1)
-    sets = dict(x_train=x, y_train=y, x_test=xt, y_test=yt, clients=data.clients, dist=dist)
-    loop = evaluate_finetuned(model, theta, engine="loop", **sets, **kw)
-    vec = evaluate_finetuned(model, theta, engine="vectorized", chunk=50, **sets, **kw)
+    training = LocalTraining(steps=3, batch=5, lr=0.1, momentum=0.5, engine="loop")
+    sets = dict(data=ClientData(x, y, data.clients), test=(xt, yt), dist=dist, seed=0, rnd=1)
+    loop = evaluate_finetuned(model, theta, training=training, **sets)
+    vectorized = dataclasses.replace(training, engine="vectorized", chunk=50)
+    vec = evaluate_finetuned(model, theta, training=vectorized, **sets)
     np.testing.assert_allclose(vec[1], loop[1], rtol=1e-4, atol=1e-5)  # losses
     assert np.mean(np.abs(vec[0] - loop[0])) < 0.5  # accuracies: float32 rounding may flip a rare prediction
 
