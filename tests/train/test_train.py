@@ -302,8 +302,18 @@ def test_p_fedavg_reports_no_privacy(plan_file, tmp_path):
     assert m["noise_lambda_measured"] == 0.0
 
 
+@pytest.fixture
+def one_thread():
+    """Torch on one intra-op thread, hence one worker (the clients' pieces summed in one order whatever the load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("method", ["gdpfed+", "pfa"])  # PFA: the public history is checkpointed
-def test_resume_equals_uninterrupted_run(plan_file, tmp_path, method):
+def test_resume_equals_uninterrupted_run(plan_file, tmp_path, method, one_thread):
+    """A run stopped after round 2 and resumed ends bit for bit where the uninterrupted run ends."""
     full = run(_cfg(tmp_path / "full", rounds=4, method=method), plan_file)
     run(_cfg(tmp_path / "part", rounds=2, method=method), plan_file)
     resumed = run(_cfg(tmp_path / "part", rounds=4, resume=True, method=method), plan_file)
