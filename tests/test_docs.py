@@ -91,7 +91,7 @@ def test_python_examples_run(page: Path, workdir: Path) -> None:
         exec(compile(code, f"{page_id(page)} python block {number}", "exec"), namespace)
 
 
-@pytest.mark.docs  # the whole documentation, twice: tens of minutes on 2 cores (python -m pytest -m docs)
+@pytest.mark.docs  # the whole documentation, twice: about 11 minutes on 2 cores; CI runs it (python -m pytest -m docs)
 def test_the_documentation_typed_in_order_twice_in_one_folder_on_a_fresh_home(tmp_path: Path) -> None:
     """README, getting started, the tutorials in the README's order, then the other pages: every ```bash line and
     every page's ```python blocks, in one folder, on a fresh home, all of it twice (:mod:`docs_pages`). No refusal
