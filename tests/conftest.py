@@ -15,6 +15,8 @@ import pytest
 from hypothesis import settings
 
 from hdp_planner import plan
+from hdp_planner.planfile.reading import plan_from_dict
+from hdp_planner.planfile.schema import PlanFileError
 
 # pytest-xdist's workers inherit a terminal's COLUMNS=80 and LINES=24 that no log has: the commands' output is
 # checked as a log or CI prints it (tables whole); tests of the 80-column layout set COLUMNS themselves.
@@ -72,6 +74,15 @@ def digits_settings(*, clients: int, seed: int, local_steps: int = 1, lr_decay: 
 
     return DataSettings(dataset="digits", data_dir=None, clients=clients, dirichlet=None, seed=seed,
                         local_steps=local_steps, batch_size=10, momentum=0.0, lr=0.1, lr_decay=lr_decay)  # fmt: skip
+
+
+def verify_doc(doc):
+    """What ``verify`` says of a plan document: the one line reading refuses, or the trust model's problems."""
+    try:
+        p = plan_from_dict(doc)
+    except PlanFileError as exc:
+        return [str(exc)]
+    return p.trust.problems(p)
 
 
 def pin_for(path: Path, state: Path, *, method: str = "gdpfed+", sparse_graph: bool = False):

@@ -7,12 +7,11 @@ import copy
 from dataclasses import fields
 
 import pytest
+from conftest import verify_doc
 
 from hdp_planner import plan, plan_to_dict
 from hdp_planner.distributed.accounting import epsilon_third_parties
 from hdp_planner.distributed.rounds import group_tau_d
-from hdp_planner.planfile.reading import plan_from_dict
-from hdp_planner.planfile.schema import PlanFileError
 from hdp_planner.planfile.trust import HIDDEN_KEY as KEY
 from hdp_planner.planfile.trust import trust_sections
 from hdp_planner.planning.trust import CohortCaps, CohortGroup, SecaggParameters
@@ -30,15 +29,6 @@ def hidden():
     parameters = SecaggParameters(model_dim=DIM)
     planned = secured(p, requested_trust("secagg", parameters, CohortCaps(max_cohort=12)))
     return planned, planned.trust.parameters, dict(planned.hidden.rows), plan_to_dict(planned)
-
-
-def verify_doc(doc):
-    """What ``verify`` says of a plan document: the one line reading refuses, or the trust model's problems."""
-    try:
-        p = plan_from_dict(doc)
-    except PlanFileError as exc:
-        return [str(exc)]
-    return p.trust.problems(p)
 
 
 def edited(doc, edit):

@@ -6,13 +6,13 @@ from __future__ import annotations
 import copy
 
 import pytest
+from conftest import verify_doc
 
 from hdp_planner import plan, plan_to_dict
 from hdp_planner.distributed.accounting import epsilon_third_parties
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.methods.baselines import BaselineOptions, add_baselines
 from hdp_planner.planfile.reading import plan_from_dict
-from hdp_planner.planfile.schema import PlanFileError
 from hdp_planner.planfile.trust import PARAMETERS
 from hdp_planner.planning.trust import SecaggParameters, TrustedServer, matches
 from hdp_planner.solving import secured
@@ -28,15 +28,6 @@ def secagg():
     parameters = SecaggParameters(model_dim=DIM, participations=4, colluders=1)
     planned = secured(p, requested_trust("secagg", parameters))
     return planned, planned.trust, planned.trust.rows, plan_to_dict(planned)
-
-
-def verify_doc(doc):
-    """What ``verify`` says of a plan document: the one line reading refuses, or the trust model's problems."""
-    try:
-        p = plan_from_dict(doc)
-    except PlanFileError as exc:
-        return [str(exc)]
-    return p.trust.problems(p)
 
 
 def edited(doc, edit):
