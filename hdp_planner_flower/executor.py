@@ -45,7 +45,6 @@ WARM = (
     "hdp_planner_flower.secagg_mod",
     "hdp_planner_flower.node_state",
     "hdp_planner_train.rules.clipping",
-    "sklearn.datasets",  # the digits
 )
 """What the parent imports before it forks: every stage of the node's ClientApp."""
 

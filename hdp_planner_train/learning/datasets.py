@@ -2,7 +2,8 @@
 
 - ``fmnist``: the four Fashion-MNIST IDX files (``.gz`` or not), default ``/usr/share/datasets/fashion-mnist/``
   (Debian package ``dataset-fashion-mnist``);
-- ``digits``: scikit-learn's ``load_digits`` (1,797 real 8×8 digits; a fixed 80/20 train/test split);
+- ``digits``: scikit-learn's 8×8 digits (1,797 real digits, the file ``load_digits`` reads, read here without importing
+  scikit-learn; a fixed 80/20 train/test split);
 - ``cifar10``: torchvision's on-disk format, ``cifar-10-batches-py/`` (``data_batch_1..5``, ``test_batch``);
 - ``svhn``: torchvision's ``train_32x32.mat`` and ``test_32x32.mat``;
 - ``shakespeare``: :mod:`.shakespeare` (one client per speaking role).
@@ -11,6 +12,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import pickle
 from pathlib import Path
 
@@ -74,10 +76,20 @@ def load_fmnist(data_dir: str | None) -> tuple[np.ndarray, ...]:
     return norm(xtr), ytr.astype(np.int64), norm(xte), yte.astype(np.int64)
 
 
-def load_digits_split() -> tuple[np.ndarray, ...]:
-    from sklearn.datasets import load_digits
+def digits_file() -> Path:
+    """scikit-learn's copy of the digits, ``sklearn/datasets/data/digits.csv.gz`` (one row per image: 64 pixels in
+    0..16, then its label), found without importing scikit-learn (which a node's training process would pay for)."""
+    spec = importlib.util.find_spec("sklearn")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz" if spec else None
+    if path is None or not path.is_file():
+        raise DataError("the digits dataset comes with scikit-learn: pip install scikit-learn")
+    return path
 
-    x, y = load_digits(return_X_y=True)
+
+def load_digits_split() -> tuple[np.ndarray, ...]:
+    with gzip.open(digits_file(), "rt") as fh:
+        data = np.loadtxt(fh, delimiter=",")
+    x, y = data[:, :-1], data[:, -1].astype(int)
     rng = np.random.default_rng(0)
     perm = rng.permutation(len(y))
     x = ((x / 16.0 - 0.3) / 0.4).astype(np.float32)[perm][:, None, :].reshape(-1, 1, 8, 8)

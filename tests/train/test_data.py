@@ -1,13 +1,17 @@
-"""Data: Shakespeare's 714-role natural split (LEAF-style, built from the plays' texts)."""
+"""Data: the digits, read without importing scikit-learn; Shakespeare's 714-role natural split (LEAF-style, built from
+the plays' texts)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 
-from hdp_planner_train.learning.datasets import DataError
+from hdp_planner_train.learning.datasets import DataError, load_digits_split
 from hdp_planner_train.learning.federated import load_federated
 from hdp_planner_train.learning.shakespeare import (
     SEQ_LEN,
@@ -17,6 +21,23 @@ from hdp_planner_train.learning.shakespeare import (
     parse_roles,
     select_roles,
 )
+
+# ------------------------------------------------------------------ the digits
+
+
+def test_the_digits_are_scikit_learns_read_without_importing_it():
+    sklearn_datasets = pytest.importorskip("sklearn.datasets")
+    x, y = sklearn_datasets.load_digits(return_X_y=True)
+    xtr, ytr, xte, yte = load_digits_split()
+    perm = np.random.default_rng(0).permutation(len(y))
+    assert np.array_equal(np.concatenate([ytr, yte]), y[perm])
+    assert np.array_equal(
+        np.concatenate([xtr, xte]).reshape(len(y), 64), ((x / 16.0 - 0.3) / 0.4)[perm].astype(np.float32)
+    )
+    code = "import sys; from hdp_planner_train.learning.datasets import load_digits_split; load_digits_split(); " \
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))"  # fmt: skip
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
 
 # ------------------------------------------------------------------ Shakespeare's 714 roles
 
