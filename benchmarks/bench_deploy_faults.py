@@ -97,112 +97,93 @@ def start(dep: LocalDeployment, n: int, timeout: float) -> float:
     raise SystemExit(f"not all {n} nodes online after {timeout:.0f} s")
 
 
-def kill_scenario(args, folder: Path) -> list[list[str]]:
-    plan = solve(folder, args.nodes, "secagg", args.q)
-    ledger = os.environ["HDP_PLANNER_LEDGER"]
-    with LocalDeployment(folder / "dep", plan=str(plan), nodes=args.nodes, state_dir=folder / "state", wait=300,
-                         retries=(1000, args.timeout), warm=args.warm) as dep:  # fmt: skip
-        online = start(dep, args.nodes, args.timeout)
-        killed: list[int] = []
-        lines: list[str] = []
+def kill_nodes(dep: LocalDeployment, args, lines: list[str], stop: threading.Event, done: list) -> None:
+    """Once round 1 is done, kill ``--kill`` SuperNodes (each with its children) that have received their second
+    SecAgg+ message of round 2; ``done``: their clients."""
+    while not stop.is_set():
+        if any(ROUND.search(line) for line in lines):  # round 1 done: watch round 2
+            ready = sorted(c for c, k in received(dep.folder / "logs", 2).items() if k >= 2)
+            if len(ready) >= args.kill:
+                for c in ready[: args.kill]:
+                    proc = dep.procs[f"node-{c}"]
+                    stop_processes([proc.pid, *descendants(proc.pid)], grace=0.0)
+                done.extend(ready[: args.kill])
+                print(f"killed the SuperNodes of clients {done} in round 2", flush=True)
+                return
+        stop.wait(0.5)
 
-        def killer() -> None:
-            while not killed and not stop.is_set():
-                if any(ROUND.search(line) for line in lines):  # round 1 done: watch round 2
-                    seen = received(dep.folder / "logs", 2)
-                    ready = sorted(c for c, k in seen.items() if k >= 2)
-                    if len(ready) >= args.kill:
-                        for c in ready[: args.kill]:
-                            proc = dep.procs[f"node-{c}"]
-                            stop_processes([proc.pid, *descendants(proc.pid)], grace=0.0)
-                        killed.extend(ready[: args.kill])
-                        print(f"killed the SuperNodes of clients {killed} in round 2", flush=True)
+
+def restart_superlink(dep: LocalDeployment, args, lines: list[str], stop: threading.Event, done: list) -> None:
+    """Once round 1 is done, kill the SuperLink and start it again; ``done``: the seconds until every SuperNode was
+    back online (nothing if not all were within ``--timeout``)."""
+    while not stop.is_set():
+        if any(ROUND.search(line) for line in lines):
+            dep.restart_superlink()
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < args.timeout:  # measured to the end, even once the run has ended
+                try:
+                    if dep.online() >= args.nodes:
+                        done.append(time.monotonic() - t0)
                         return
-                stop.wait(0.5)
-
-        stop = threading.Event()
-        watcher = threading.Thread(target=killer, daemon=True)
-        watcher.start()
-        why = ""
-        try:
-            dep.run(trust="secagg", out=folder / "out", rounds=args.rounds, timeout=args.timeout,
-                    round_timeout=args.round_timeout, progress=lines.append, ledger=ledger)  # fmt: skip
-        except DeployError as exc:
-            why = str(exc).split(" (see ")[0]
-        stop.set()
-        watcher.join()
-        done = sum(1 for line in lines if ROUND.search(line))
-        outcomes = secagg_outcomes(dep.folder / "logs" / "run-secagg.log")
-        counts = [NodeState(folder / "state", c).participations(file_sha256(plan)) for c in killed]
-        pids = dep.pids()
-    left = [pid for pid in pids if alive(pid)]
-    rows = [["kill", str(args.nodes), f"{online:.0f} s", f"clients {killed} in round 2 (after 2 of its messages)",
-             f"{done}/{args.rounds}" + (f" ({why})" if why else ""),
-             "; ".join(f"round {r}: {o['completed']} completed ({o['results']} results, {o['failures']} failures), "
-                       f"{o['halted']} halted" for r, o in sorted(outcomes.items())),
-             ledger_rounds(ledger), f"killed nodes' participations {counts}", str(len(left))]]  # fmt: skip
-    return rows
+                except DeployError:
+                    pass
+                time.sleep(2.0)
+            return
+        stop.wait(0.5)
 
 
-def restart_scenario(args, folder: Path) -> list[list[str]]:
+FAULTS = {"kill": kill_nodes, "restart": restart_superlink}
+
+
+def run(dep: LocalDeployment, args, out: Path, *, rounds: int, name: str, progress) -> tuple[str, dict | None]:
+    """One run of ``rounds`` rounds: how it ended ("completed", or the deployment's one-line reason) and its
+    metrics."""
+    try:
+        metrics = dep.run(trust="secagg", out=out, rounds=rounds, timeout=args.timeout, progress=progress, name=name,
+                          round_timeout=args.round_timeout, ledger=os.environ["HDP_PLANNER_LEDGER"])  # fmt: skip
+    except DeployError as exc:
+        return str(exc).split(" (see ")[0], None
+    return "completed", metrics
+
+
+def scenario(args, folder: Path, fault: str) -> list[str]:
+    """A run of ``--rounds`` rounds on N fresh SuperNodes with ``fault`` done to it from a thread; then what happened
+    (one row of the table)."""
     plan = solve(folder, args.nodes, "secagg", args.q)
     ledger = os.environ["HDP_PLANNER_LEDGER"]
     with LocalDeployment(folder / "dep", plan=str(plan), nodes=args.nodes, state_dir=folder / "state", wait=300,
-                         retries=(1000, args.timeout), warm=args.warm, database=True) as dep:  # fmt: skip
+                         retries=(1000, args.timeout), warm=args.warm, database=fault == "restart") as dep:  # fmt: skip
         online = start(dep, args.nodes, args.timeout)
         lines: list[str] = []
-        restarted: list[float] = []
-
-        def restarter() -> None:
-            while not stop.is_set():
-                if any(ROUND.search(line) for line in lines):
-                    dep.restart_superlink()
-                    t0 = time.monotonic()
-                    while time.monotonic() - t0 < args.timeout and not stop.is_set():
-                        try:
-                            if dep.online() >= args.nodes:
-                                restarted.append(time.monotonic() - t0)
-                                return
-                        except DeployError:
-                            pass
-                        time.sleep(2.0)
-                    return
-                stop.wait(0.5)
-
+        seen: list = []
         stop = threading.Event()
-        watcher = threading.Thread(target=restarter, daemon=True)
+        watcher = threading.Thread(target=FAULTS[fault], args=(dep, args, lines, stop, seen), daemon=True)
         watcher.start()
-        first = ""
-        try:
-            dep.run(trust="secagg", out=folder / "out1", rounds=args.rounds, timeout=args.timeout,
-                    round_timeout=args.round_timeout, progress=lines.append, name="run-first",
-                    ledger=ledger)  # fmt: skip
-            first = "completed"
-        except DeployError as exc:
-            first = str(exc).split(" (see ")[0]
-        watcher.join()
+        ended, _ = run(dep, args, folder / "out1", rounds=args.rounds, name="run-first", progress=lines.append)
         stop.set()
+        watcher.join()
         done = sum(1 for line in lines if ROUND.search(line))
-        after = ledger_rounds(ledger)
-        second, again = "", []
-        try:
-            m = dep.run(trust="secagg", out=folder / "out2", rounds=2, timeout=args.timeout,
-                        round_timeout=args.round_timeout, progress=again.append, name="run-second",
-                        ledger=ledger)  # fmt: skip
-            second = f"completed, {m['rounds']} rounds"
-        except DeployError as exc:
-            second = str(exc).split(" (see ")[0]
+        if fault == "kill":
+            what = f"clients {seen} in round 2 (after 2 of its messages)"
+            outcomes = secagg_outcomes(dep.folder / "logs" / "run-first.log")
+            released = "; ".join(f"round {r}: {o['completed']} completed ({o['results']} results, {o['failures']} "
+                                 f"failures), {o['halted']} halted" for r, o in sorted(outcomes.items()))  # fmt: skip
+            charged = ledger_rounds(ledger)
+            counts = [NodeState(folder / "state", c).participations(file_sha256(plan)) for c in seen]
+            own = f"killed nodes' participations {counts}"
+        else:
+            what = f"SuperLink after round 1; all nodes back online: {f'{seen[0]:.0f} s' if seen else 'not all'}"
+            after = ledger_rounds(ledger)
+            second, metrics = run(dep, args, folder / "out2", rounds=2, name="run-second", progress=[].append)
+            released = f"a new run of 2 rounds: {second}" + (f", {metrics['rounds']} rounds" if metrics else "")
+            charged, own = f"after the lost run: {after}; after the new one: {ledger_rounds(ledger)}", "-"
         pids = dep.pids()
     left = [pid for pid in pids if alive(pid)]
-    back = f"{restarted[0]:.0f} s" if restarted else "not all"
-    charged = f"after the lost run: {after}; after the new one: {ledger_rounds(ledger)}"
-    return [["restart", str(args.nodes), f"{online:.0f} s", f"SuperLink after round 1; all nodes back online: {back}",
-             f"{done}/{args.rounds} ({first})", f"a new run of 2 rounds: {second}", charged, "-",
-             str(len(left))]]  # fmt: skip
+    return [fault, str(args.nodes), f"{online:.0f} s", what, str(done), ended, released, charged, own, str(len(left))]
 
 
-COLUMNS = ("scenario", "nodes", "nodes online after", "fault", "rounds done", "what the server released",
-           "ledger", "nodes' own counts", "processes left")  # fmt: skip
+COLUMNS = ("scenario", "nodes", "nodes online after", "fault", "rounds done", "how the run ended",
+           "what the server released", "ledger", "nodes' own counts", "processes left")  # fmt: skip
 
 
 def main() -> None:
@@ -218,12 +199,11 @@ def main() -> None:
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
     rows: list[list[str]] = []
-    for scenario in args.scenarios.split(","):
+    for name in args.scenarios.split(","):
         with tempfile.TemporaryDirectory(prefix="bench-deploy-faults-") as tmp:
             os.environ["HDP_PLANNER_LEDGER"] = str(Path(tmp) / "ledger.sqlite")
             load = os.getloadavg()[0]
-            found = (kill_scenario if scenario == "kill" else restart_scenario)(args, Path(tmp))
-            rows += [[*r, f"{load:.1f}"] for r in found]
+            rows.append([*scenario(args, Path(tmp), name), f"{load:.1f}"])
             print(" | ".join(rows[-1]), flush=True)
     if args.record:
         table = Table(caption=f"GDPFed+ under SecAgg+ on {args.nodes} SuperNodes, {args.rounds} rounds per run",

@@ -30,6 +30,7 @@ from hdp_planner_flower.credentials import NodeKey, Tls, make_node_key, make_tls
 from hdp_planner_flower.node_state import default_state_dir
 from hdp_planner_flower.pin import file_sha256
 from hdp_planner_flower.processes import descendants, free_ports, stop_processes
+from hdp_planner_flower.run_log import last_error, stamped
 
 CONNECTION = "hdp-deployment"
 """The name of the SuperLink connection in the deployment's ``FLWR_HOME/config.toml``."""
@@ -369,7 +370,7 @@ class LocalDeployment:
         try:
             with open(log, "a", buffering=1) as fh:  # line by line: a run in progress can be followed
                 for line in proc.stdout:
-                    fh.write(f"{time.monotonic() - start:8.2f} {line}")
+                    fh.write(stamped(time.monotonic() - start, line))
                     if line.startswith(SERVER_LINES):
                         progress(f"[{time.monotonic() - start:6.1f} s] {line.rstrip()}")
             proc.wait()
@@ -388,10 +389,3 @@ class LocalDeployment:
 
 SERVER_LINES = ("Flower ", "round ", "accuracy ")
 """The ServerApp's own lines in ``flwr run --stream``'s output (:func:`~.simulation.serve`'s progress)."""
-
-
-def last_error(log: Path) -> str:
-    """The last line of ``log`` that names an error, else its last line."""
-    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line or "error" in line]
-    return (errors or lines or ["no output"])[-1][:300]

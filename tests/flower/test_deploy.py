@@ -35,6 +35,7 @@ from hdp_planner_flower.node_state import NodeState  # noqa: E402
 from hdp_planner_flower.pin import file_sha256  # noqa: E402
 from hdp_planner_flower.processes import alive, descendants, stop_processes  # noqa: E402
 from hdp_planner_flower.records import ARRAYS, ENROLL  # noqa: E402
+from hdp_planner_flower.run_log import last_error  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.rules.specs import method_spec  # noqa: E402
 
@@ -128,6 +129,16 @@ def test_node_config_quotes_paths():
     spec = type("Spec", (), {"client": 3, "state_dir": "/a b/state"})()
     text = node_config(spec, "/p q/plan.json", "ab" * 32, "gdpfed+", None)
     assert text.startswith("client-id=3 ") and 'plan="/p q/plan.json"' in text and 'state-dir="/a b/state"' in text
+
+
+def test_a_failed_runs_reason_is_the_text_of_flowers_error_box(tmp_path):
+    log = tmp_path / "run.log"
+    box = ["   94.62 ╭─ Error ────────────────╮", "   94.62 │ The run was stopped: │",
+           "   94.63 │ connection lost.     │", "   94.63 ╰──────────────────────╯", "   94.70 bye"]  # fmt: skip
+    log.write_text("\n".join(["    1.00 round 1/3", *box]) + "\n")
+    assert last_error(log) == "The run was stopped: connection lost."
+    log.write_text("    1.00 round 1/3\n    2.00 ValueError: no such run\n    3.00 bye\n")
+    assert last_error(log) == "ValueError: no such run"
 
 
 @pytest.mark.parametrize(
