@@ -113,7 +113,7 @@ def capture(folder: Path) -> dict[str, Path]:
     from hdp_planner_flower.app import DataSettings, model_arrays
     from hdp_planner_flower.local import InProcessGrid
     from hdp_planner_flower.node import client
-    from hdp_planner_flower.node_state import client_terms
+    from hdp_planner_flower.node_state import client_terms, pinned_plan
     from hdp_planner_flower.pin import Pin, file_sha256
     from hdp_planner_flower.records import ENROLL
     from hdp_planner_flower.stages import stage_of
@@ -162,6 +162,8 @@ def capture(folder: Path) -> dict[str, Path]:
         spec = plan_spec(plan, "gdpfed+")
         state.mkdir(mode=0o700)
         pin = Pin.from_node_config(grid.contexts[grid.node_ids[0]].node_config)
+        if secure:
+            pinned_plan(pin)
         client_terms(pin, client=0, secure=secure)  # node 0's derivations in its cache, as after round 1
         strategy = HdpStrategy(plan, spec, plan_sha256=sha, uniform=Everyone())
         strategy.start(grid, model_arrays("digits", num_classes=10, seed=0), num_rounds=1,

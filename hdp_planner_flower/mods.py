@@ -13,7 +13,7 @@ from __future__ import annotations
 from flwr.app import Context, Message, MetricRecord
 from flwr.clientapp.typing import ClientAppCallable
 
-from hdp_planner.trust.registry import trust_class
+from hdp_planner.trust.names import sees_updates
 from hdp_planner_flower.records import ARRAYS, HDP, flatten, unflatten
 from hdp_planner_flower.stages import client_id
 from hdp_planner_train.rules.clipping import clip_rows
@@ -50,11 +50,3 @@ def hdp_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Messag
     reply.content[ARRAYS] = unflatten(sent, update)
     reply.content[HDP] = MetricRecord({"group": int(rules["group"]), "client-id": client_id(ctxt)})
     return reply
-
-
-def sees_updates(name: str) -> bool:
-    """Whether the trust model the server names lets it see the clipped updates (an unknown name: no)."""
-    try:
-        return trust_class(name).sees_updates
-    except ValueError:
-        return False

@@ -9,17 +9,21 @@ and the cap holds across processes, restarts and runs.
 The mirror is what the privacy ledger charges the client, as far as the node can see it: each round of a run, up
 to the last one the node was sampled in (the ledger also charges the rounds after it, which the node never sees, so
 the mirror never exceeds the ledger's charge), at its group's cost (the ledger's
-:class:`~hdp_planner.ledger.store.GroupRound`, from the trainer's ``planned_costs``: the plan's sampled Gaussian,
+:class:`~hdp_planner.rules.costs.GroupRound`, from the trainer's ``planned_costs``: the plan's sampled Gaussian,
 or the trust object's distributed discrete Gaussian), composed over every run with the ledger's own
 :func:`~hdp_planner.ledger.store.compose`. A run is Flower's run id; a round at or
 below the last one the node saw under that id counts as a new run, so a server that reuses a run id cannot make
 the node under-count. A participation is refused (:class:`~hdp_planner_flower.pin.RoundRefused`, before the client
 sends anything) when the client has already taken part in K rounds of the plan (its cap, per plan SHA-256 over every
-run), or when the rounds it would be charged would take its spent ε past its own budget.
+run), or when the rounds it would be charged would take its spent ε past its own budget. That check needs no
+accountant while every round charged to the client is of this plan and they are, kind by kind, at most one run's
+(:func:`within_run`): a part of a run spends no more than the whole run, whose ε the node composed once per plan
+(:attr:`Terms.run_epsilon`); otherwise the node composes what it has charged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -30,17 +34,21 @@ from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from hdp_planner.accounting.events import GroupRound
-from hdp_planner.ledger.composition import compose
-from hdp_planner_flower.pin import Pin, PinnedPlan, RoundRefused, file_sha256, load_pinned, pinned_digest, read_pinned
+from hdp_planner.rules.costs import GroupRound
+from hdp_planner_flower.pin import (
+    Pin,
+    PinnedPlan,
+    RoundRefused,
+    file_sha256,
+    load_pinned,
+    pinned_digest,
+    pinned_spec,
+    read_pinned,
+)
 from hdp_planner_flower.plan_cache import derived
 from hdp_planner_flower.records import HDP
 from hdp_planner_flower.stages import client_id
-
-if TYPE_CHECKING:
-    from hdp_planner_train.rules.specs import GroupSpec
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
     plan_sha256 TEXT NOT NULL, run_id TEXT NOT NULL, server_round INTEGER NOT NULL, participated INTEGER NOT NULL,
@@ -68,21 +76,23 @@ def private_folder(path: str | Path) -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class Terms:
-    """What the client accepted in a plan: each round's cost to its group (rounds 1..T), δ, its cap K and its
-    lifetime budget ε."""
+    """What the client accepted in a plan: each round's cost to its group (rounds 1..T), δ, its cap K, its lifetime
+    budget ε, and ε at δ of one whole run (the ledger's composition of the T rounds' costs; infinite: not known)."""
 
     costs: tuple[GroupRound, ...]
     delta: float
     cap: int
     budget: float
+    run_epsilon: float = math.inf
 
 
 @dataclass(frozen=True, kw_only=True)
 class Admission:
-    """What the node counted for one participation: the plan's count after it, and the client's ε spent."""
+    """What the node counted for one participation: the plan's count after it, and the client's ε spent (the
+    composition of every round charged to it; None where :func:`within_run` admitted the round without composing)."""
 
     participations: int
-    spent: float
+    spent: float | None
 
 
 class NodeState:
@@ -118,8 +128,11 @@ class NodeState:
                                 "DESC LIMIT 1", (plan_sha256, str(run_id))).fetchone()  # fmt: skip
             first = 1 if last is None or server_round <= int(last[0]) else int(last[0]) + 1
             new = [(r, terms.costs[r - 1]) for r in range(first, server_round + 1)]
-            spent = _composed(conn, [g for _, g in new], terms.delta)
-            if spent > terms.budget * (1 + 1e-9):
+            charged = conn.execute("SELECT plan_sha256, q, noise_multiplier, tau_d, COUNT(*) FROM rounds GROUP BY "
+                                   "plan_sha256, q, noise_multiplier, tau_d").fetchall()  # fmt: skip
+            fits = within_run(charged, [g for _, g in new], plan_sha256=plan_sha256, terms=terms)
+            spent = None if fits else _composed(conn, [g for _, g in new], terms.delta)
+            if spent is not None and spent > terms.budget * (1 + 1e-9):
                 raise RoundRefused(f"round {server_round} would bring this client's spent ε to {spent:.4g}, past its "
                                    f"budget {terms.budget:.4g}")  # fmt: skip
             now = time.time()
@@ -152,8 +165,23 @@ class NodeState:
             return _composed(conn, [], delta)
 
 
+def within_run(charged, new: Sequence[GroupRound], *, plan_sha256: str, terms: Terms) -> bool:
+    """Whether the client's budget pays for ``new`` without composing: every round ``charged`` to it (rows of
+    ``plan_sha256, q, noise_multiplier, tau_d, count``) is of this plan, those and ``new`` are, kind by kind, at most
+    the rounds of one run of it (``terms.costs``), and that run's ε is within the client's budget. A part of a run
+    spends no more than the whole run (post-processing), so the check :meth:`NodeState.admit` would compose holds."""
+    if not terms.run_epsilon <= terms.budget * (1 + 1e-9) or any(row[0] != plan_sha256 for row in charged):
+        return False
+    counts = Counter({(q, z, tau): int(c) for _, q, z, tau, c in charged})
+    counts.update((g.q, g.noise_multiplier, g.tau_d) for g in new)
+    run = Counter((g.q, g.noise_multiplier, g.tau_d) for g in terms.costs)
+    return all(run[kind] >= c for kind, c in counts.items())
+
+
 def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: float) -> float:
     """ε at ``delta`` of the rounds charged so far plus ``extra`` (the ledger's composition)."""
+    from hdp_planner.ledger.composition import compose  # the accountants: only where no plan's verdict decides
+
     rows = conn.execute("SELECT q, noise_multiplier, tau_d, COUNT(*) FROM rounds GROUP BY q, noise_multiplier, tau_d")
     counts = Counter({GroupRound(q=q, noise_multiplier=z, tau_d=tau): int(c) for q, z, tau, c in rows})
     counts.update(extra)
@@ -182,17 +210,17 @@ def client_terms(pin: Pin, *, client: int, secure: bool) -> Terms:
     """The terms of client ``client`` in the plan ``pin`` pinned (its hash checked, the plan verified): its group
     in the pinned method's row and its budget as the ledger has them (``plan_clients``: ``hdp-plan assign``'s file,
     or the plan's grouping), each round's cost to that group as the ledger charges it (``planned_costs``; under
-    ``secure`` the plan's secure aggregation's distributed rounds), δ, and the cap on its participations under the
-    trust model the round runs (:meth:`~hdp_planner.planning.plan.Trust.cap`: K, a cohort's memberships, or T); kept
-    in the node's cache."""
-    spec = pinned_plan(pin).spec if secure else None  # the law, derived once per plan
+    ``secure`` the plan's secure aggregation's distributed rounds), δ, the cap on its participations under the
+    trust model the round runs (:meth:`~hdp_planner.planning.plan.Trust.cap`: K, a cohort's memberships, or T), and
+    one run's ε; kept in the node's cache."""
     return kept(pin, f"terms of client {client}{' under secure aggregation' if secure else ''}",
-                lambda: derive_terms(pin, client=client, spec=spec))  # fmt: skip
+                lambda: derive_terms(pin, client=client, secure=secure))  # fmt: skip
 
 
-def derive_terms(pin: Pin, *, client: int, spec: GroupSpec | None) -> Terms:
-    """:func:`client_terms`, derived from the plan file; ``spec``: the secure form of the pinned method (None: its
-    trusted rules)."""
+def derive_terms(pin: Pin, *, client: int, secure: bool) -> Terms:
+    """:func:`client_terms`, derived from the plan file; under ``secure`` from the pinned method's secure form
+    (:func:`~.pin.pinned_spec`, the law derived once per process for the pinned plan too), else from its trusted
+    rules."""
     from hdp_planner.ledger.runs import plan_clients
     from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec
     from hdp_planner_train.run.ledger import planned_costs
@@ -203,7 +231,7 @@ def derive_terms(pin: Pin, *, client: int, spec: GroupSpec | None) -> Terms:
         raise RoundRefused(f"the node pins method {pin.method!r}, not one of {', '.join(METHOD_NAMES)}")
     try:
         membership, budgets = plan_clients(plan, plan.method(row), pin.groups)
-        spec = spec or method_spec(plan, pin.method)
+        spec = pinned_spec(pin)[2] if secure else method_spec(plan, pin.method)
     except ValueError as exc:
         raise RoundRefused(str(exc).splitlines()[0]) from None
     if str(client) not in membership:
@@ -211,7 +239,17 @@ def derive_terms(pin: Pin, *, client: int, spec: GroupSpec | None) -> Terms:
     m, rounds = membership[str(client)], plan.config.rounds
     costs = tuple(r[m] for r in planned_costs(plan, spec=spec, row=row, start=0, rounds=rounds))
     cap = spec.trust.cap(plan.method(row), plan.config, m)
-    return Terms(costs=costs, delta=plan.config.delta, cap=cap, budget=budgets[str(client)])
+    return Terms(costs=costs, delta=plan.config.delta, cap=cap, budget=budgets[str(client)],
+                 run_epsilon=run_epsilon(costs, plan.config.delta))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)  # a group's clients share their costs
+def run_epsilon(costs: tuple[GroupRound, ...], delta: float) -> float:
+    """ε at ``delta`` of one run whose rounds cost ``costs`` (the ledger's composition), derived with a client's
+    terms."""
+    from hdp_planner.ledger.composition import compose
+
+    return compose(Counter(costs), delta)
 
 
 def node_budget(config, terms: Terms) -> Terms:
@@ -225,7 +263,7 @@ def node_budget(config, terms: Terms) -> Terms:
         value = math.nan
     if not value > 0:
         raise RoundRefused(f"node config budget must be a positive ε, got {config['budget']!r}")
-    return Terms(costs=terms.costs, delta=terms.delta, cap=terms.cap, budget=min(value, terms.budget))
+    return dataclasses.replace(terms, budget=min(value, terms.budget))
 
 
 def admit_round(pin: Pin, ctxt, *, server_round: int, secure: bool) -> Admission:

@@ -32,8 +32,9 @@ from hdp_planner.distributed.neighbours import sparse_graph
 from hdp_planner_flower.masks import MASK_MODULUS
 
 if TYPE_CHECKING:
-    from hdp_planner.distributed.law import GroupLaw
+    from hdp_planner.distributed.group_law import GroupLaw
     from hdp_planner.planning.plan import Plan
+    from hdp_planner_train.rules.secagg import SecaggSpec
     from hdp_planner_train.rules.specs import GroupSpec
 
 
@@ -87,15 +88,20 @@ class Pin:
 
 @dataclass(frozen=True, kw_only=True)
 class PinnedPlan:
-    """A pinned plan, read and verified by the client itself, and the name of its trust model (which the server must
-    announce)."""
+    """A pinned plan, read and verified by the client itself: the name of its trust model (which the server must
+    announce), each client's group, and what the pinned method runs under it: each group's C_m, q_m and σ_m (z_m) in
+    each round 1..T, and secure aggregation's laws (:class:`~hdp_planner_train.rules.secagg.SecaggSpec`). Plain
+    records only: a node reads it back from its cache without loading the planner."""
 
     sha256: str
     method: str
-    spec: GroupSpec
-    group_of_client: np.ndarray
-    rounds: int
     trust: str
+    rounds: int
+    group_of_client: np.ndarray
+    clips: tuple[float, ...]
+    q: tuple[float, ...]
+    noise: tuple[tuple[float, ...], ...]
+    secagg: SecaggSpec
     sparse_graph: bool = False
 
     def check(self, rules, *, client: int, sampled: int, share_number: int, threshold: int, keys: int,
@@ -111,25 +117,25 @@ class PinnedPlan:
                                f"{int(self.group_of_client[client]) + 1}")  # fmt: skip
         if not 1 <= rnd <= self.rounds:
             raise RoundRefused(f"round {rnd} is outside the plan's 1..{self.rounds}")
-        spec = self.spec
-        announced = {"clip": spec.clips[m], "noise-multiplier": spec.noise_at(rnd - 1)[m], "q": spec.q[m]}
+        announced = {"clip": self.clips[m], "noise-multiplier": self.noise[rnd - 1][m], "q": self.q[m]}
         for key, want in announced.items():
             if not math.isclose(float(rules[key]), want, rel_tol=1e-12):
                 raise RoundRefused(f"the server announces {key} {float(rules[key])!r}, the plan has {want!r}")
         size = int(rules["run-size"])
-        cohort = spec.secagg.cohorts[m] if spec.secagg.cohorts is not None else None
+        secagg = self.secagg
+        cohort = secagg.cohorts[m] if secagg.cohorts is not None else None
         if cohort is not None and not (size == cohort.cohort and math.isclose(float(rules["coin"]), cohort.coin,
                                                                               rel_tol=1e-12)):  # fmt: skip
             raise RoundRefused(f"the server announces a cohort of {size} with coin {float(rules['coin'])!r}; the plan "
                                f"has {cohort.cohort} and {cohort.coin!r}")  # fmt: skip
         if sampled != size:
             raise RoundRefused(f"the server announces a run of {size} clients; SecAgg+ shows {sampled} sampled")
-        if not spec.secagg.survivors > 0.5:
-            raise RoundRefused(f"the plan's survivors F = {spec.secagg.survivors} are not a strict majority")
-        b = spec.secagg.bits
+        if not secagg.survivors > 0.5:
+            raise RoundRefused(f"the plan's survivors F = {secagg.survivors} are not a strict majority")
+        b = secagg.bits
         if quantization != (float(1 << (b - 1)), 1 << b, MASK_MODULUS, 1.0):
             raise RoundRefused(f"SecAgg+ quantization {quantization} is not the exact {b}-bit path")
-        law = spec.secagg.laws[m]
+        law = secagg.laws[m]
         if share_number != size:
             self.check_graph(law, size=size, share_number=share_number, threshold=threshold, keys=keys)
             return m
@@ -187,24 +193,36 @@ def read_pinned(pin: Pin) -> tuple[str, Plan]:
 
 
 @functools.lru_cache(maxsize=8)
+def pinned_spec(pin: Pin) -> tuple[str, Plan, GroupSpec]:
+    """The pinned plan's SHA-256 and plan (:func:`read_pinned`), and the pinned method as the plan's own trust model
+    runs it (:func:`~hdp_planner_train.rules.specs.plan_spec`: under secure aggregation each group's law, re-derived
+    and checked against the plan's trust section), derived once per process."""
+    from hdp_planner_train.rules.specs import plan_spec
+
+    digest, plan = read_pinned(pin)
+    try:
+        return digest, plan, plan_spec(plan, pin.method)
+    except ValueError as exc:
+        raise RoundRefused(str(exc)) from None
+
+
+@functools.lru_cache(maxsize=8)
 def load_pinned(pin: Pin) -> PinnedPlan:
     """Read, hash-check and verify the pinned plan (once per process; a node keeps it across processes:
     :func:`~.node_state.pinned_plan`)."""
     from hdp_planner.ledger.runs import DEFAULT_MAPPING_REFUSED
     from hdp_planner.trust.registry import trust_name
     from hdp_planner_flower.membership import default_groups, groups_from_file
-    from hdp_planner_train.rules.specs import plan_spec
 
-    digest, plan = read_pinned(pin)
-    try:
-        spec = plan_spec(plan, pin.method)
-    except ValueError as exc:
-        raise RoundRefused(str(exc)) from None
+    digest, plan, spec = pinned_spec(pin)
     if spec.secagg is None:
         raise RoundRefused(f"pinned plan {pin.plan} was not solved for secure aggregation (--trust secagg)")
     if plan.budgets_sha256 is not None and not pin.groups:
         raise RoundRefused(DEFAULT_MAPPING_REFUSED)
     groups = (groups_from_file(pin.groups, spec, plan.groups.epsilon, plan.budgets_sha256) if pin.groups else
               default_groups(spec))  # fmt: skip
-    return PinnedPlan(sha256=digest, method=pin.method, spec=spec, group_of_client=groups, rounds=plan.config.rounds,
-                      trust=trust_name(plan.trust), sparse_graph=pin.sparse_graph)  # fmt: skip
+    rounds = plan.config.rounds
+    return PinnedPlan(sha256=digest, method=pin.method, trust=trust_name(plan.trust), rounds=rounds,
+                      group_of_client=groups, clips=spec.clips, q=spec.q,
+                      noise=tuple(spec.noise_at(r) for r in range(rounds)), secagg=spec.secagg,
+                      sparse_graph=pin.sparse_graph)  # fmt: skip

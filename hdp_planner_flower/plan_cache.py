@@ -30,7 +30,7 @@ from hdp_planner import __version__
 
 T = TypeVar("T")
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 """Bumped when what is derived, or how, changes: together with the package's version it is part of every key."""
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS derived (

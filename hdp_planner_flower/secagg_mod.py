@@ -56,8 +56,8 @@ def share_mod(pin: Pin | None = None, masked: bool = True) -> Callable[[Message,
         m = pinned.check(rules, client=cid, **(secaggplus_view(ctxt) if masked else announced_view(rules, pinned)))
         admit_round(chosen, ctxt, server_round=int(rules["server-round"]), secure=True)
         sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
-        spec, rnd = pinned.spec, int(rules["server-round"]) - 1
-        cohorts = spec.secagg.cohorts
+        secagg, rnd = pinned.secagg, int(rules["server-round"]) - 1
+        cohorts = secagg.cohorts
         try:
             reply = call_next(Message(RecordDict({ARRAYS: sent, HDP: rules, TRAIN_SETTINGS: settings}), reply_to=msg),
                               ctxt)  # fmt: skip
@@ -68,15 +68,15 @@ def share_mod(pin: Pin | None = None, masked: bool = True) -> Callable[[Message,
         if cohorts is None and reply.has_error():
             return reply
         if reply is None or reply.has_error():  # a cohort member that failed to train sends its share alone
-            delta, coin = np.zeros(spec.secagg.model_dim), 0
+            delta, coin = np.zeros(secagg.model_dim), 0
         else:
             delta = (flatten(reply.content[ARRAYS]) - flatten(sent)).double().numpy()
             coin = 1 if cohorts is None else int(flip(cohorts[m].coin, SecureBits()))  # the member's private coin
-        if delta.shape != (spec.secagg.model_dim,):
+        if delta.shape != (secagg.model_dim,):
             raise ValueError(f"no share to send: the update has {delta.size} values, the plan's d is "
-                             f"{spec.secagg.model_dim}")  # fmt: skip
-        y = client_message(delta, round_plan(spec.secagg, rnd=rnd, group=m), SecureBits(), coin)  # the plan's share
-        shifted = y - float(1 << (spec.secagg.bits - 1))
+                             f"{secagg.model_dim}")  # fmt: skip
+        y = client_message(delta, round_plan(secagg, rnd=rnd, group=m), SecureBits(), coin)  # the plan's share
+        shifted = y - float(1 << (secagg.bits - 1))
         res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([shifted]), num_examples=1, metrics={})
         return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
 
@@ -94,7 +94,7 @@ def secaggplus_view(ctxt: Context) -> dict:
 
 def announced_view(rules, pinned) -> dict:
     """Without SecAgg+ (masks off): the announced run size stands for what SecAgg+ would show."""
-    size, sa = int(rules["run-size"]), pinned.spec.secagg
+    size, sa = int(rules["run-size"]), pinned.secagg
     exact = (float(1 << (sa.bits - 1)), 1 << sa.bits, MASK_MODULUS, 1.0)
     law = sa.laws[int(rules["group"])]
     return dict(sampled=size, share_number=size, threshold=law.run_threshold(size), keys=size, quantization=exact)

@@ -25,9 +25,9 @@ from dp_accounting.rdp import RdpAccountant
 
 from hdp_planner.accounting.accountants import get_accountant
 from hdp_planner.accounting.calibration import dp_event, epsilons_spent, quiet_dp_accounting
-from hdp_planner.accounting.events import GroupRound
 from hdp_planner.accounting.rdp import kl_certifies_zero
 from hdp_planner.distributed.accounting import ORDERS, epsilon_from_rdp, poisson_subsampled_rdp, release_rdp
+from hdp_planner.rules.costs import GroupRound
 
 
 def compose(rounds: Mapping[GroupRound, int], delta: float) -> float:

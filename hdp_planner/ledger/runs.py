@@ -9,12 +9,12 @@ import os
 
 import numpy as np
 
-from hdp_planner.accounting.events import GroupRound
 from hdp_planner.io.folders import user_data_folder
 from hdp_planner.planfile.document import plan_to_dict
 from hdp_planner.planning.budgets import read_assignment
 from hdp_planner.planning.method_noise import MethodNoise
 from hdp_planner.planning.plan import Plan
+from hdp_planner.rules.costs import GroupRound
 
 DEFAULT_LEDGER_ENV = "HDP_PLANNER_LEDGER"
 

@@ -10,11 +10,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hdp_planner.distributed.cohort_group import CohortGroup
 from hdp_planner.planfile.schema import PlanFileError
 from hdp_planner.planning.plan import Plan, Trust
 from hdp_planner.planning.trust import (
     CohortCaps,
-    CohortGroup,
     CohortRow,
     FrontierPoint,
     HiddenSection,

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from hdp_planner.accounting.events import GroupRound
 from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.grouping import Grouping
 from hdp_planner.planning.method_noise import MethodNoise
@@ -21,6 +20,7 @@ from hdp_planner.planning.trust import (
     SecureRun,
     TrustedServer,
 )
+from hdp_planner.rules.costs import GroupRound
 
 METHODS: tuple[str, ...] = ("DP-FedAvg", "GDPFed", "GDPFed-op", "GDPFed+")
 PLANNED_METHOD = "GDPFed+"

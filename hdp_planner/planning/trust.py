@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from hdp_planner.accounting.accountants import get_accountant
-from hdp_planner.accounting.events import GroupRound
-from hdp_planner.distributed.law import GroupLaw
+from hdp_planner.distributed.cohort_group import CohortGroup
+from hdp_planner.distributed.group_law import GroupLaw
 from hdp_planner.distributed.rounds import WRAP_PROBABILITY
 from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.mechanism import executed_mechanism, mechanism_epsilon
 from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.rules.costs import GroupRound
 
 REL_TOL = 1e-9
 """How close a recorded number of a trust model's section must be to the recomputed one."""
@@ -121,24 +122,6 @@ class CohortCaps:
             raise ValueError(f"the cohort cap must be at least 2 clients (secure aggregation needs two), got {c}")
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not x >= 1):
             raise ValueError(f"the cohort multiple must be at least 1 (a cohort holds its contributors), got {x}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CohortGroup:
-    """One group's hidden-participation round: ``cohort`` m public members, each contributing with probability
-    ``coin`` p, at most ``memberships`` K cohorts per client, reconstruction threshold ``threshold`` t, noise
-    multiplier z of the honest shares, the ε that z spends against the server, and the decoded noise's effective
-    multiplier (√(per-coordinate error variance of the sum)/C_m: every member's share, rounding, wrap-around).
-    ``expected_contributors`` is r = m·p, the expected number of heads (GDPFed's r_m)."""
-
-    cohort: int
-    coin: float
-    expected_contributors: float
-    memberships: int
-    threshold: int
-    noise_multiplier: float
-    epsilon_server: float
-    effective_noise_multiplier: float
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,9 @@ from typing import TypeVar
 import numpy as np
 
 from hdp_planner.distributed.accounting import calibrate_noise_multiplier, epsilon_third_parties
-from hdp_planner.distributed.law import GroupLaw, LawError, grid_law
+from hdp_planner.distributed.cohort_group import CohortGroup
+from hdp_planner.distributed.group_law import GroupLaw
+from hdp_planner.distributed.law import LawError, grid_law
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.methods.gdpfed import OP, PLUS
 from hdp_planner.methods.registry import row_paper_weights
@@ -42,7 +44,6 @@ from hdp_planner.planning.problem import closed_form_k_ratio, reweighting
 from hdp_planner.planning.rows import calibrated_sigma, method_noise
 from hdp_planner.planning.trust import (
     CohortCaps,
-    CohortGroup,
     CohortRow,
     FrontierPoint,
     HiddenSection,

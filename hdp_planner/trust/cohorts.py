@@ -12,9 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from hdp_planner.accounting.events import GroupRound
 from hdp_planner.distributed.accounting import epsilon_third_parties
-from hdp_planner.distributed.law import GroupLaw
+from hdp_planner.distributed.cohort_group import CohortGroup
+from hdp_planner.distributed.group_law import GroupLaw
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.method_noise import MethodNoise
@@ -22,7 +22,6 @@ from hdp_planner.planning.plan import Plan
 from hdp_planner.planning.trust import (
     REL_TOL,
     CohortCaps,
-    CohortGroup,
     CohortRow,
     HiddenSection,
     SecureRun,
@@ -30,6 +29,7 @@ from hdp_planner.planning.trust import (
     numbers,
     points,
 )
+from hdp_planner.rules.costs import GroupRound
 from hdp_planner.trust.cohort_rows import cohort_law, hidden_section
 from hdp_planner.trust.secagg import SecureAggregation
 

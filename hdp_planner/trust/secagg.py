@@ -11,9 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hdp_planner.accounting.events import GroupRound
 from hdp_planner.distributed.accounting import epsilon_server, epsilon_third_parties
-from hdp_planner.distributed.law import GroupLaw
+from hdp_planner.distributed.group_law import GroupLaw
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.method_noise import MethodNoise
@@ -27,6 +26,7 @@ from hdp_planner.planning.trust import (
     matches,
     numbers,
 )
+from hdp_planner.rules.costs import GroupRound
 from hdp_planner.trust.secagg_rows import row_laws, secagg_row
 
 
@@ -160,7 +160,7 @@ class SecureAggregation:
     def costs(self, row: MethodNoise, config: PlanConfig, *, start: int, rounds: int) -> list[list[GroupRound]]:
         """Rounds ``start``..``rounds``−1 of distributed discrete Gaussian noise: each group's q_m, z_m, Proposition
         14's τ·d' (:func:`~hdp_planner.distributed.rounds.group_tau_d`) and the δ its law's rare events cost a round
-        (:attr:`~hdp_planner.distributed.law.GroupLaw.event_rate`)."""
+        (:attr:`~hdp_planner.distributed.group_law.GroupLaw.event_rate`)."""
         run = self.secure_run(row, config)
         dim = self.parameters.dim
         groups = [GroupRound(q=float(q), noise_multiplier=float(z), tau_d=group_tau_d(int(size), model_dim=dim),
@@ -170,7 +170,8 @@ class SecureAggregation:
 
     def epsilon_spent(self, row: MethodNoise, config: PlanConfig, *, group: int, rounds: int) -> float:
         """ε against third parties after ``rounds`` rounds of ``group``: its law's z at the δ left once the
-        law-breaking events of those rounds are paid (:meth:`~hdp_planner.distributed.law.GroupLaw.delta_accounted`)."""
+        law-breaking events of those rounds are paid
+        (:meth:`~hdp_planner.distributed.group_law.GroupLaw.delta_accounted`)."""
         law = self.laws(row, config)[group]
         return epsilon_third_parties(noise_multiplier=law.noise_multiplier, q=row.q[group], rounds=rounds,
                                      delta=law.delta_accounted(config.delta, rounds=rounds),
@@ -178,7 +179,7 @@ class SecureAggregation:
 
     def epsilon_server(self, row: MethodNoise, config: PlanConfig, *, group: int, participations: int) -> float:
         """ε against the server after ``participations`` of a client of ``group``: ⌈(t − k)/M⌉ honest shares of the
-        smallest share of any group (:meth:`~hdp_planner.distributed.law.GroupLaw.server_multiplier`), no
+        smallest share of any group (:meth:`~hdp_planner.distributed.group_law.GroupLaw.server_multiplier`), no
         amplification."""
         laws = self.laws(row, config)
         z = laws[group].server_multiplier(min(law.share_sigma2 for law in laws), groups=len(laws))

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 
 from hdp_planner.distributed.accounting import epsilon_server
-from hdp_planner.distributed.law import GroupLaw, LawError, expected_variance, group_law
+from hdp_planner.distributed.group_law import GroupLaw
+from hdp_planner.distributed.law import LawError, expected_variance, group_law
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.method_noise import MethodNoise

@@ -5,11 +5,14 @@ CSPRNG; and the round's seeds (:func:`round_seed`: one stream each for sampling,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
-from hdp_planner_train.rules.specs import GroupSpec
+
+if TYPE_CHECKING:
+    from hdp_planner_train.rules.specs import GroupSpec
 
 
 def round_seed(seed: int, *, rnd: int, stream: int) -> int:

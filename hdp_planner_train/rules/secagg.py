@@ -14,15 +14,19 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from hdp_planner.distributed.cohort_group import CohortGroup
 from hdp_planner.distributed.encoding import decode, encode, modular_sum, rotation_signs, top_up
-from hdp_planner.distributed.law import GroupLaw
+from hdp_planner.distributed.group_law import GroupLaw
 from hdp_planner.distributed.randomness import Bits, SecureBits, SeededBits
-from hdp_planner.planning.trust import CohortGroup, SecureRun
 from hdp_planner.rules.noise import SecureRandom
+
+if TYPE_CHECKING:
+    from hdp_planner.planning.trust import SecureRun
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,10 +11,11 @@ from conftest import verify_doc
 
 from hdp_planner import plan, plan_to_dict
 from hdp_planner.distributed.accounting import epsilon_third_parties
+from hdp_planner.distributed.cohort_group import CohortGroup
 from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.planfile.trust import HIDDEN_KEY as KEY
 from hdp_planner.planfile.trust import trust_sections
-from hdp_planner.planning.trust import CohortCaps, CohortGroup, SecaggParameters
+from hdp_planner.planning.trust import CohortCaps, SecaggParameters
 from hdp_planner.solving import secured
 from hdp_planner.trust.cohort_rows import cohort_frontier, hidden_section
 from hdp_planner.trust.registry import requested_trust

@@ -16,7 +16,8 @@ from hdp_planner.planfile.reading import plan_from_dict
 from hdp_planner.planfile.trust import PARAMETERS
 from hdp_planner.planning.trust import SecaggParameters, TrustedServer, matches
 from hdp_planner.solving import secured
-from hdp_planner.trust.registry import requested_trust
+from hdp_planner.trust.names import SEES_UPDATES, sees_updates
+from hdp_planner.trust.registry import requested_trust, trust_class, trust_names
 
 DIM = 64
 
@@ -28,6 +29,12 @@ def secagg():
     parameters = SecaggParameters(model_dim=DIM, participations=4, colluders=1)
     planned = secured(p, requested_trust("secagg", parameters))
     return planned, planned.trust, planned.trust.rows, plan_to_dict(planned)
+
+
+def test_the_names_a_node_reads_without_the_registry_are_the_registrys():
+    assert tuple(SEES_UPDATES) == trust_names()
+    assert all(trust_class(name).sees_updates is sees_updates(name) for name in trust_names())
+    assert not sees_updates("cloud")
 
 
 def edited(doc, edit):

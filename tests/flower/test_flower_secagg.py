@@ -274,12 +274,11 @@ def test_flowers_workflow_loses_the_round_when_a_node_drops_before_sharing_its_k
 
 def test_a_client_refuses_a_round_that_differs_from_its_pin(secagg_plan, tmp_path):
     pinned = load_pinned(pin_for(secagg_plan, tmp_path))
-    spec = pinned.spec
     rules = {"plan-sha256": pinned.sha256, "trust": "secagg", "method": "gdpfed+", "group": 0, "server-round": 1,
-             "clip": spec.clips[0], "noise-multiplier": spec.noise_at(0)[0], "q": spec.q[0], "joined": 8,
+             "clip": pinned.clips[0], "noise-multiplier": pinned.noise[0][0], "q": pinned.q[0], "joined": 8,
              "run-size": 8}  # fmt: skip
-    b = spec.secagg.bits
-    assert spec.secagg.laws[0].threshold == 6
+    b = pinned.secagg.bits
+    assert pinned.secagg.laws[0].threshold == 6
     ok = dict(client=0, sampled=8, share_number=8, threshold=6, keys=8, quantization=(float(1 << (b - 1)), 1 << b,
               MASK_MODULUS, 1.0))  # fmt: skip
     large = dict(ok, sampled=14, share_number=14, keys=14)  # 14 clients (Sybils): a majority, 8, is required
@@ -288,7 +287,7 @@ def test_a_client_refuses_a_round_that_differs_from_its_pin(secagg_plan, tmp_pat
         ({**rules, "plan-sha256": "0" * 64}, ok, "not the pinned one"),
         ({**rules, "trust": "server"}, ok, "under server"),
         ({**rules, "group": 1}, ok, "the plan in group 1"),
-        ({**rules, "noise-multiplier": spec.noise_at(0)[0] / 2}, ok, "noise-multiplier"),
+        ({**rules, "noise-multiplier": pinned.noise[0][0] / 2}, ok, "noise-multiplier"),
         ({**rules, "clip": 2.0}, ok, "clip"),
         ({**rules, "q": 0.9}, ok, "q"),
         ({**rules, "run-size": 10**6, "joined": 10**6}, ok, "SecAgg\\+ shows 8 sampled"),

@@ -16,7 +16,7 @@ from flwr.app import Context, RecordDict
 
 from hdp_planner import plan, save_plan
 from hdp_planner.ledger.store import GroupRound, compose
-from hdp_planner_flower.node_state import NodeState, Terms, admit_round, default_state_dir
+from hdp_planner_flower.node_state import NodeState, Terms, admit_round, client_terms, default_state_dir
 from hdp_planner_flower.pin import Pin, RoundRefused, file_sha256
 from hdp_planner_flower.preparation import FlowerConfig
 from hdp_planner_flower.simulation import node_state
@@ -111,6 +111,25 @@ def test_the_default_folder_is_the_users_data_folder_and_outlives_a_run(tmp_path
         assert chosen == str(tmp_path / "mine")
 
 
+def test_rounds_within_one_run_of_the_plan_are_admitted_on_its_verdict_and_any_others_composed(tmp_path):
+    cost = GroupRound(q=0.5, noise_multiplier=1.0)
+    whole = compose({cost: 4}, DELTA)
+    run = Terms(costs=(cost,) * 4, delta=DELTA, cap=10, budget=whole, run_epsilon=whole)
+    state = NodeState(tmp_path, 0)
+    assert state.admit(plan_sha256=SHA, run_id=1, server_round=2, terms=run).spent is None  # rounds 1..2 of 4
+    assert state.admit(plan_sha256=SHA, run_id=1, server_round=4, terms=run).spent is None  # the whole run
+    assert state.spent(DELTA) == pytest.approx(whole)  # what the verdict stood for
+    with pytest.raises(RoundRefused, match="budget"):  # a second run is more than one run: composed, and refused
+        state.admit(plan_sha256=SHA, run_id=2, server_round=1, terms=run)
+    lower = Terms(costs=run.costs, delta=DELTA, cap=10, budget=whole / 2, run_epsilon=whole)
+    with pytest.raises(RoundRefused, match="budget"):  # a budget below the run's ε: composed
+        NodeState(tmp_path, 1).admit(plan_sha256=SHA, run_id=1, server_round=4, terms=lower)
+    mixed = NodeState(tmp_path, 2)
+    mixed.admit(plan_sha256="b" * 64, run_id=1, server_round=1, terms=terms())  # a round of another plan first
+    spent = mixed.admit(plan_sha256=SHA, run_id=1, server_round=1, terms=run).spent
+    assert spent == pytest.approx(compose({CHEAP: 1, cost: 1}, DELTA))
+
+
 @pytest.fixture(scope="module")
 def small_plan(tmp_path_factory):
     path = tmp_path_factory.mktemp("node") / "plan.json"
@@ -127,8 +146,9 @@ def test_a_node_refuses_rounds_its_budget_cannot_pay_whatever_the_server_asks(sm
     def context(run: int, config: dict | None = None) -> Context:
         return Context(run, 11, {"client-id": 0, **(config or {})}, RecordDict(), {})
 
-    full = admit_round(pin, context(1), server_round=6, secure=False)
-    assert full.spent == pytest.approx(1.0, rel=0.05) and full.spent <= 1.0
+    whole = client_terms(pin, client=0, secure=False).run_epsilon  # the plan's whole run, composed once
+    assert whole == pytest.approx(1.0, rel=0.05) and whole <= 1.0
+    assert admit_round(pin, context(1), server_round=6, secure=False).spent is None  # on that verdict: not composed
     with pytest.raises(RoundRefused, match="budget"):  # a second run of the plan
         admit_round(pin, context(2), server_round=1, secure=False)
     fresh = Pin(plan=pin.plan, sha256=pin.sha256, method="gdpfed+", groups=None, state_dir=str(tmp_path / "b"))

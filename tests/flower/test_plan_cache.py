@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 from conftest import pin_for, solve_secure
 
 from hdp_planner_flower import node_state
-from hdp_planner_flower.pin import RoundRefused, file_sha256, load_pinned
+from hdp_planner_flower.pin import RoundRefused, file_sha256, load_pinned, pinned_spec
 from hdp_planner_flower.plan_cache import decode, encode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def secure_plan(tmp_path_factory):
 
 
 def clear() -> None:
-    for fn in (node_state.pinned_plan, node_state.client_terms, load_pinned):
+    for fn in (node_state.pinned_plan, node_state.client_terms, load_pinned, pinned_spec, node_state.run_epsilon):
         fn.cache_clear()
 
 
@@ -52,8 +52,8 @@ def test_what_a_node_keeps_is_what_it_derives(secure_plan, tmp_path):
     pin = pin_for(secure_plan, tmp_path)
     fresh = load_pinned(pin)
     kept = decode(json.loads(json.dumps(encode(fresh))))
-    assert same(fresh, kept) and kept.spec.secagg.laws[0].encoding == fresh.spec.secagg.laws[0].encoding
-    terms = node_state.derive_terms(pin, client=3, spec=fresh.spec)
+    assert same(fresh, kept) and kept.secagg.laws[0].encoding == fresh.secagg.laws[0].encoding
+    terms = node_state.derive_terms(pin, client=3, secure=True)
     assert decode(json.loads(json.dumps(encode(terms)))) == terms
 
 
