@@ -104,9 +104,7 @@ def train(
         accs = ", ".join(f"{a:.2f}%" for a in metrics["group_accuracy"])
         _out.print(f"accuracy on each group's classes: {accs}", highlight=False)
     if "client_privacy" in metrics:  # the selection paper's selection methods: both noise rules, ε spent per group
-        from hdp_planner_train.simulator.private_selection import summary_lines
-
-        for line in summary_lines(metrics):
+        for line in selection_lines(metrics):
             _out.print(line, highlight=False)
     if "audit" in metrics:
         from hdp_planner.audit import audit_lines
@@ -286,6 +284,20 @@ def compare(
     console.print(render_summary(dataset, seeds, summary))
     for path in paths:
         console.print(f"written: {path}", highlight=False)
+
+
+def selection_lines(metrics: dict[str, Any]) -> list[str]:
+    """What ``train`` prints for a selection method: per group, the selection mass, both noise multipliers (median
+    over the clients that trained) and the ε spent range."""
+    lines = [f"privacy model: {metrics['privacy_model']}; noise rule {metrics['noise_rule']}"]
+    for g in metrics["epsilon_spent"]:
+        lines.append(
+            f"group {g['group']} (ε = {g['epsilon_budget']:g}, {g['clients_trained']}/{g['clients']} clients trained): "
+            f"Σp = {g['p_sum']:.3f} (unbiased {g['p_unbiased_sum']:.3f}); "
+            f"z paper {g['noise_multiplier_paper_median']:.3g}, exact {g['noise_multiplier_exact_median']:.3g}; "
+            f"ε spent {g['epsilon_spent_min']:.3g} to {g['epsilon_spent_max']:.3g}"
+        )
+    return lines
 
 
 def render_summary(dataset: str, seeds: int, summary: list[dict]):

@@ -51,8 +51,7 @@ def open_account(p: Prepared):
     round 1 if a client would exceed its budget."""
     from hdp_planner_train.run.ledger import NO_LEDGER_HINT, ledger_run
 
-    return ledger_run(p.train, p.bound.run_plan, spec=p.bound.spec, start=0, rounds=p.bound.rounds, clients=p.clients,
-                      secure=True, refusal_hint=NO_LEDGER_HINT)  # fmt: skip
+    return ledger_run(p.train, p.bound, start=0, clients=p.clients, secure=True, refusal_hint=NO_LEDGER_HINT)
 
 
 def serve(p: Prepared, grid, account, progress=print):

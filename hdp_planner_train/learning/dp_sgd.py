@@ -7,6 +7,8 @@ mechanism :func:`hdp_planner.methods.selection.record_noise_multiplier` accounts
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import nn
@@ -64,6 +66,25 @@ def noisy_mean_gradient(
     return (total + noise) / expected_batch, noise / expected_batch
 
 
+@dataclass(frozen=True, kw_only=True)
+class ClientSGD:
+    """One client's local DP-SGD: its record-level Gaussian step (:func:`noisy_mean_gradient`) and its optimizer.
+
+    Args:
+        clip: C.
+        multiplier: z.
+        expected_batch: r|M|.
+        lr: The learning rate.
+        momentum: SGD momentum μ.
+    """
+
+    clip: float
+    multiplier: float
+    expected_batch: float
+    lr: float
+    momentum: float
+
+
 def dp_sgd_client(
     grad_fn,
     theta: torch.Tensor,
@@ -71,11 +92,7 @@ def dp_sgd_client(
     y: torch.Tensor,
     batches: list[np.ndarray],
     *,
-    clip: float,
-    multiplier: float,
-    expected_batch: float,
-    lr: float,
-    momentum: float,
+    sgd: ClientSGD,
     source: NoiseSource,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One client's τ local DP-SGD steps from θ on its examples, each a :func:`noisy_mean_gradient`.
@@ -86,16 +103,13 @@ def dp_sgd_client(
         x: the client's inputs.
         y: the client's labels.
         batches: the Poisson-sampled positions of every step (:func:`poisson_batches`).
-        clip: C.
-        multiplier: z.
-        expected_batch: r|M|.
-        lr: the learning rate.
-        momentum: SGD momentum μ.
+        sgd: its clipping, noise multiplier, expected batch, learning rate and momentum.
         source: the noise source.
 
     Returns:
         (Δ = θ_τ − θ, its noise part, by the same momentum recursion on the noise).
     """
+    clip, multiplier, expected_batch, lr, momentum = sgd.clip, sgd.multiplier, sgd.expected_batch, sgd.lr, sgd.momentum
     local = theta.clone()
     buf = noise_buf = None
     noise_part = torch.zeros_like(theta)

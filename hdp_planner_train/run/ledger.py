@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hdp_planner.ledger.runs import DEFAULT_LEDGER_ENV, default_ledger, plan_clients, plan_digest
 from hdp_planner.ledger.store import GroupRound, Ledger, LedgerError
@@ -15,8 +15,10 @@ from hdp_planner_train.run.errors import TrainError
 from hdp_planner_train.run.interrupts import HeldInterrupt
 from hdp_planner_train.run.noise import noise_kind
 from hdp_planner_train.run.options import RunConfig
-from hdp_planner_train.run.plan import RunPlan
 from hdp_planner_train.run.settings import RunSettings
+
+if TYPE_CHECKING:
+    from hdp_planner_train.run.bound import BoundRun
 
 
 def privacy_ledger(plan, spec, rounds_run: int) -> list[dict[str, Any]]:
@@ -132,16 +134,16 @@ TRAIN_REFUSAL_HINT = " (a simulation: --seeded-noise; no ledger: --ledger none)"
 
 
 def ledger_run(
-    cfg: RunSettings, run_plan: RunPlan, *, spec, start: int, rounds: int, clients=None, secure: bool | None = None,
+    cfg: RunSettings, bound: BoundRun, *, start: int, clients=None, secure: bool | None = None,
     resumed: Mapping[str, Any] | None = None, refusal_hint: str = TRAIN_REFUSAL_HINT,
 ) -> LedgerRun | None:  # fmt: skip
-    """Open the run's account in the ledger (:func:`ledger_target`), refusing the run before round 1 if a client
-    would exceed its lifetime budget. ``run_plan``: the run's plan (:class:`~.plan.RunPlan`). ``clients``:
-    (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
-    ``cfg.ledger.groups``.
-    ``resumed``: the checkpoint a resumed run continues, whose :func:`ledger_checkpoint` names the ledger run it
-    supersedes and the chain's head it recorded (:func:`check_released`). ``refusal_hint``: the command's own ways
-    around a refusal, appended to it."""
+    """Open the account of the ``bound`` run (its plan, rules and rounds) in the ledger (:func:`ledger_target`) for
+    its rounds from ``start``, refusing the run before round 1 if a client would exceed its lifetime budget.
+    ``clients``: (membership, budgets) by client id; by default :func:`~hdp_planner.ledger.runs.plan_clients` of
+    ``cfg.ledger.groups``. ``resumed``: the checkpoint a resumed run continues, whose :func:`ledger_checkpoint` names
+    the ledger run it supersedes and the chain's head it recorded (:func:`check_released`). ``refusal_hint``: the
+    command's own ways around a refusal, appended to it."""
+    run_plan, spec, rounds = bound.run_plan, bound.spec, bound.rounds
     secure = noise_kind(cfg) == "secure" if secure is None else secure
     target = ledger_target(cfg, secure)[0]
     if not spec.private or target is None:

@@ -26,7 +26,8 @@ line 8): with selection ∝ p this is unbiased for Σ_k p_k f_k (eq. 5).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,16 +36,30 @@ from torch.nn import functional as F
 from torch.nn.utils import vector_to_parameters
 
 from hdp_planner.methods.registry import REGISTRY
-from hdp_planner.methods.selection import PRIVACY_MODEL
+from hdp_planner.methods.selection import PRIVACY_MODEL, SelectionProblem
 from hdp_planner.rules.noise import SecureRandom
-from hdp_planner_train.learning.dp_sgd import dp_sgd_client, noise_coefficients, per_example_grads, poisson_batches
+from hdp_planner_train.learning.dp_sgd import (
+    ClientSGD,
+    dp_sgd_client,
+    noise_coefficients,
+    per_example_grads,
+    poisson_batches,
+)
+from hdp_planner_train.learning.models import model_name
+from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import RoundStats
 from hdp_planner_train.rules.noise_sources import noise_source
 from hdp_planner_train.rules.sampling import round_seed
+from hdp_planner_train.run.bound import BoundRun
+from hdp_planner_train.run.errors import TrainError
+from hdp_planner_train.run.ledger import LedgerRun
+from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE
+from hdp_planner_train.simulator.scaffold import RunStart, TrainConfig
 from hdp_planner_train.simulator.selection_setup import (
     ACCOUNTANT,
     DEFAULT_ETA,
     SELECTION_METHODS,
+    ClientPrivacy,
     calibrate_clients,
     candidate_sets,
     check_budgets,
@@ -54,12 +69,10 @@ from hdp_planner_train.simulator.selection_setup import (
     selection_probabilities,
     selection_problem,
 )
+from hdp_planner_train.simulator.template import FamilyRun
 
-if TYPE_CHECKING:
-    from hdp_planner_train.run.bound import BoundRun
-
-__all__ = ["SELECTION_METHODS", "check_selection_options", "client_losses", "power_of_choice", "run_selection",
-           "selection_metrics", "summary_lines"]  # fmt: skip
+__all__ = ["SELECTION_METHODS", "Selection", "SelectionRun", "check_selection_options", "client_losses",
+           "power_of_choice", "selection_metrics"]  # fmt: skip
 
 
 @torch.no_grad()
@@ -102,161 +115,178 @@ def power_of_choice(losses: np.ndarray, candidates: np.ndarray, *, per_round: in
     return np.asarray(candidates)[order]
 
 
-def run_selection(cfg, bound: BoundRun) -> dict[str, Any]:
-    """:func:`hdp_planner_train.simulator.trainer.run` for :data:`SELECTION_METHODS`.
+class SelectionRun(FamilyRun):
+    """The hooks of :data:`SELECTION_METHODS` for :func:`~.template.run_family`: every client's noise calibrated and
+    checked against its budget before training (a setting that would exceed one is refused: TrainError), K clients
+    drawn each round with replacement, each running its record-level DP-SGD. Not charged to the privacy ledger
+    (example-level DP) and never checkpointed (its noise is calibrated for the whole run). Its metrics: the privacy
+    model, the selection probabilities and every client's noise and ε spent besides the accuracy.
 
     Args:
-        cfg: the run's configuration.
-        bound: the run bound to its plan (each client takes its group's ε): its data, rounds, B (the expected local
+        cfg: The run's configuration.
+        bound: The run bound to its plan (each client takes its group's ε): its data, rounds, B (the expected local
             batch), local SGD momentum and device.
-
-    Returns:
-        The metrics (also written to ``cfg.output.out``): the privacy model, the selection probabilities and every
-        client's noise and ε spent besides the accuracy.
-
-    Raises:
-        TrainError: bad options, or noise that would exceed a client's budget (refused before training).
     """
-    from hdp_planner_train.learning.models import model_name
-    from hdp_planner_train.rounds.loop import RunLog
-    from hdp_planner_train.run.errors import TrainError
-    from hdp_planner_train.run.noise import SECURE_NOTE, SEEDED_NOTE
-    from hdp_planner_train.run.output import write_metrics
-    from hdp_planner_train.simulator.scaffold import global_evaluation, start_run, train_rounds
 
-    plan, data, rounds, batch, momentum = bound.plan, bound.data, bound.rounds, bound.batch, bound.momentum
-    c, n, traits = plan.config, data.n_clients, REGISTRY[cfg.method].selection
-    opts = cfg.selection
-    rule = opts.noise_rule or "paper"
-    per_round = int(opts.per_round or max(1, round(c.q * n)))
-    d_cand = int(opts.candidates or min(n, 2 * per_round)) if traits.candidates else None
-    if d_cand is not None and not per_round <= d_cand <= n:
-        raise TrainError(f"--candidates d must lie between K = {per_round} clients per round and n = {n}, got {d_cand}")
-    eta = float(opts.eta if opts.eta is not None else DEFAULT_ETA)
-    try:
-        problem = selection_problem(plan, data.clients, rounds=rounds, per_round=per_round, batch=batch, eta=eta)
-        p, solution = selection_probabilities(problem, traits)
-    except ValueError as exc:
-        raise TrainError(str(exc)) from None
-    group, _ = client_groups(plan, n)
-    if traits.candidates:
-        cand = candidate_sets(p, rounds=rounds, candidates=d_cand, seed=cfg.seed)
-        counts = np.bincount(cand.ravel(), minlength=n)
-        chosen = None
-    else:
-        chosen = preselect(p, rounds=rounds, per_round=per_round, seed=cfg.seed)
-        counts = np.bincount(chosen.ravel(), minlength=n)
-    privacy = calibrate_clients(problem, counts, rule, group)
-    check_budgets(privacy, counts * c.local_steps, delta=float(c.delta), rule=rule)  # before training: refuse early
+    ledger = False
+    checkpoints = False
 
-    start = start_run(cfg, bound)
-    out, kind, model, theta = start.out, start.kind, start.model, start.theta  # secure: noise, batches from the CSPRNG
-    x_train, y_train, x_test, y_test = start.x_train, start.y_train, start.x_test, start.y_test
-    grad_fn = per_example_grads(model)
-    sigma = privacy.sigma(c.clip)
-    coef2 = float(np.sum(noise_coefficients(steps=c.local_steps, momentum=momentum) ** 2))
-    participations = np.zeros(n, dtype=np.int64)
-    lam_planned, selected_log = [], []
-    log = RunLog(diagnostics=kind == "seeded")  # per-round noise and times: simulations only
-
-    def step(r: int, lr: float):
-        if chosen is None:
-            losses = client_losses(model, theta, x=x_train, y=y_train, clients=data.clients, ids=cand[r])
-            ids = power_of_choice(losses, cand[r], per_round=per_round)
+    def __init__(self, cfg: TrainConfig, bound: BoundRun) -> None:
+        super().__init__(cfg, bound)
+        plan, data, rounds = bound.plan, bound.data, bound.rounds
+        c, n, traits = plan.config, data.n_clients, REGISTRY[cfg.method].selection
+        opts = cfg.selection
+        rule = opts.noise_rule or "paper"
+        per_round = int(opts.per_round or max(1, round(c.q * n)))
+        self.per_round = per_round
+        self.d_cand = int(opts.candidates or min(n, 2 * per_round)) if traits.candidates else None
+        if self.d_cand is not None and not per_round <= self.d_cand <= n:
+            raise TrainError(f"--candidates d must lie between K = {per_round} clients per round and n = {n}, got "
+                             f"{self.d_cand}")  # fmt: skip
+        eta = float(opts.eta if opts.eta is not None else DEFAULT_ETA)
+        try:
+            problem = selection_problem(plan, data.clients, rounds=rounds, per_round=per_round, batch=bound.batch,
+                                        eta=eta)  # fmt: skip
+            p, solution = selection_probabilities(problem, traits)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
+        group, _ = client_groups(plan, n)
+        if traits.candidates:
+            self.cand = candidate_sets(p, rounds=rounds, candidates=self.d_cand, seed=cfg.seed)
+            counts = np.bincount(self.cand.ravel(), minlength=n)
+            self.chosen = None
         else:
-            ids = chosen[r]
-        rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, rnd=r, stream=1))
-        gen = noise_source(kind, seed=cfg.seed, rnd=r)
+            self.chosen = preselect(p, rounds=rounds, per_round=per_round, seed=cfg.seed)
+            counts = np.bincount(self.chosen.ravel(), minlength=n)
+        privacy = calibrate_clients(problem, counts, rule, group)
+        check_budgets(privacy, counts * c.local_steps, delta=float(c.delta), rule=rule)  # before training: refuse
+        self.selection = Selection(problem=problem, solution=solution, p=p, privacy=privacy,
+                                   participations=np.zeros(n, dtype=np.int64))  # fmt: skip
+        self.lam_planned: list[float] = []
+        self.selected: list[list[int]] = []
+
+    def begin(self, start: RunStart) -> tuple[()]:
+        """Per-example gradients of the model, and Σ_s c_s² of its local steps' noise."""
+        super().begin(start)  # secure: noise and batches from the CSPRNG
+        c = self.bound.plan.config
+        self.grad_fn = per_example_grads(start.model)
+        self.sigma = self.selection.privacy.sigma(c.clip)
+        self.coef2 = float(np.sum(noise_coefficients(steps=c.local_steps, momentum=self.bound.momentum) ** 2))
+        return ()
+
+    def step(self, r: int, lr: float):
+        cfg, bound, start, theta = self.cfg, self.bound, self.start, self.theta
+        c, data, privacy = bound.plan.config, bound.data, self.selection.privacy
+        if self.chosen is None:
+            losses = client_losses(start.model, theta, x=start.x_train, y=start.y_train, clients=data.clients,
+                                   ids=self.cand[r])  # fmt: skip
+            ids = power_of_choice(losses, self.cand[r], per_round=self.per_round)
+        else:
+            ids = self.chosen[r]
+        rng = SecureRandom() if start.kind == "secure" else np.random.default_rng(round_seed(cfg.seed, rnd=r, stream=1))
+        gen = noise_source(start.kind, seed=cfg.seed, rnd=r)
         total = torch.zeros_like(theta)
         noise_total = torch.zeros_like(theta)
         for k in ids:
             k = int(k)
             own = torch.as_tensor(data.clients[k], device=bound.device)
             batches = poisson_batches(rng, size=len(own), rate=float(privacy.rates[k]), steps=c.local_steps)
-            delta, noise = dp_sgd_client(
-                grad_fn, theta, x_train[own], y_train[own], batches, clip=c.clip,
-                multiplier=float(privacy.multiplier[k]), expected_batch=float(privacy.rates[k] * privacy.sizes[k]),
-                lr=lr, momentum=momentum, source=gen,
-            )  # fmt: skip
+            sgd = ClientSGD(clip=c.clip, multiplier=float(privacy.multiplier[k]), lr=lr, momentum=bound.momentum,
+                            expected_batch=float(privacy.rates[k] * privacy.sizes[k]))  # fmt: skip
+            delta, noise = dp_sgd_client(self.grad_fn, theta, start.x_train[own], start.y_train[own], batches, sgd=sgd,
+                                         source=gen)  # fmt: skip
             total += delta
             noise_total += noise
-        participations[:] += np.bincount(ids, minlength=n)
+        self.selection.participations[:] += np.bincount(ids, minlength=data.n_clients)
         measured = float(torch.sum((noise_total / len(ids)).double() ** 2)) / theta.numel()
-        lam_planned.append(lr**2 * coef2 * float(np.sum(sigma[ids] ** 2)) / len(ids) ** 2)
-        selected_log.append(ids.tolist())
+        self.lam_planned.append(lr**2 * self.coef2 * float(np.sum(self.sigma[ids] ** 2)) / len(ids) ** 2)
+        self.selected.append(ids.tolist())
 
         def apply_update() -> None:
-            nonlocal theta
-            theta = theta + total / len(ids)
-            vector_to_parameters(theta.clone(), model.parameters())
+            self.theta = self.theta + total / len(ids)
+            vector_to_parameters(self.theta.clone(), start.model.parameters())
 
         return RoundStats(joined=[len(ids)], clipped=0, lambda_measured=measured, lambda_applied=measured), apply_update
 
-    def describe(done: int, entry: dict[str, Any]) -> str:
-        return f"round {done}/{rounds} acc {entry['accuracy']:.2f}% loss {entry['loss']:.3f}"
+    def describe(self, done: int, entry: dict[str, Any]) -> str:
+        return f"round {done}/{self.bound.rounds} acc {entry['accuracy']:.2f}% loss {entry['loss']:.3f}"
 
-    train_rounds(cfg, bound, log=log, account=None, step=step, evaluate=global_evaluation(model, x_test, y_test),
-                 describe=describe)  # fmt: skip
-    history = log.history
-
-    spent = check_budgets(privacy, participations * c.local_steps, delta=float(c.delta), rule=rule)
-    metrics = selection_metrics(cfg, plan, data=data, problem=problem, solution=solution, p=p, privacy=privacy,
-                                participations=participations, spent=spent)  # fmt: skip
-    metrics.update(
-        {
-            "device": str(bound.device),
-            "rounds": rounds,
-            "model": model_name(cfg.data.dataset, cfg.model.name),
-            "d": int(theta.numel()),
-            "batch_size": batch,
-            "momentum": momentum,
-            "candidates": d_cand,
-            "final_accuracy": history[-1]["accuracy"] if history else None,
-            "final_loss": history[-1]["loss"] if history else None,
-            "history": history,
-            "noise_source": kind,
-            "noise_note": SEEDED_NOTE if kind == "seeded" else SECURE_NOTE,
-            "ledger": "not charged: example-level DP (the privacy ledger composes client-level runs)",
-            "noise_lambda_planned": float(np.mean(lam_planned)),
-            "noise_lambda_note": (
-                "per coordinate, mean over rounds: measured = ‖(1/K)Σ_j noise part of Δ_j‖²/d (local DP-SGD noise "
-                "carried by the applied update); planned = its expectation lr²Σ_s c_s²Σ_j σ_j²/K² at the selections"
-            ),
-            "selected": selected_log,
-            "plan_sha256": bound.run_plan.sha256,
-        }
-    )
-    if kind == "seeded":  # simulation diagnostics: the noise actually drawn and the round times
+    def metrics(self, log: RunLog, account: LedgerRun | None) -> dict[str, Any]:
+        cfg, bound, kind, history = self.cfg, self.bound, self.start.kind, log.history
+        c, chosen = bound.plan.config, self.selection
+        spent = check_budgets(chosen.privacy, chosen.participations * c.local_steps, delta=float(c.delta),
+                              rule=chosen.privacy.rule)  # fmt: skip
+        metrics = selection_metrics(cfg, bound, chosen, spent=spent)
         metrics.update(
             {
-                "noise_lambda_measured": float(np.mean(log.lambda_measured)),
-                "round_seconds": log.round_seconds,
-                "round_seconds_median": float(np.median(log.round_seconds)),
+                "device": str(bound.device),
+                "rounds": bound.rounds,
+                "model": model_name(cfg.data.dataset, cfg.model.name),
+                "d": int(self.theta.numel()),
+                "batch_size": bound.batch,
+                "momentum": bound.momentum,
+                "candidates": self.d_cand,
+                "final_accuracy": history[-1]["accuracy"] if history else None,
+                "final_loss": history[-1]["loss"] if history else None,
+                "history": history,
+                "noise_source": kind,
+                "noise_note": SEEDED_NOTE if kind == "seeded" else SECURE_NOTE,
+                "ledger": "not charged: example-level DP (the privacy ledger composes client-level runs)",
+                "noise_lambda_planned": float(np.mean(self.lam_planned)),
+                "noise_lambda_note": (
+                    "per coordinate, mean over rounds: measured = ‖(1/K)Σ_j noise part of Δ_j‖²/d (local DP-SGD noise "
+                    "carried by the applied update); planned = its expectation lr²Σ_s c_s²Σ_j σ_j²/K² at the "
+                    "selections"
+                ),
+                "selected": self.selected,
+                "plan_sha256": bound.run_plan.sha256,
             }
         )
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
-        write_metrics(metrics, out, cfg.output.plot)
-    return metrics
+        if kind == "seeded":  # simulation diagnostics: the noise actually drawn and the round times
+            metrics.update(
+                {
+                    "noise_lambda_measured": float(np.mean(log.lambda_measured)),
+                    "round_seconds": log.round_seconds,
+                    "round_seconds_median": float(np.median(log.round_seconds)),
+                }
+            )
+        return metrics
 
 
-def selection_metrics(cfg, plan, *, data, problem, solution, p, privacy, participations, spent) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """How a selection run picks and noises its clients, and how often each took part.
+
+    Args:
+        problem: Problem 1.
+        solution: Its solution, or None (the baselines).
+        p: The selection probabilities.
+        privacy: Every client's noise.
+        participations: Every client's selections so far (counted in place by the rounds).
+    """
+
+    problem: SelectionProblem
+    solution: Any
+    p: np.ndarray
+    privacy: ClientPrivacy
+    participations: np.ndarray
+
+
+def selection_metrics(cfg: TrainConfig, bound: BoundRun, selection: Selection, *, spent: np.ndarray) -> dict[str, Any]:
     """The method's settings, every client's noise and ε spent, and the per-group summary (min/max over clients).
 
     Args:
-        cfg: the run's configuration.
-        plan: the plan.
-        data: the federated data.
-        problem: Problem 1.
-        solution: its solution, or None (the baselines).
-        p: the selection probabilities.
-        privacy: every client's noise.
-        participations: every client's selections.
-        spent: every client's ε spent.
+        cfg: The run's configuration.
+        bound: The run bound to its plan.
+        selection: Its selection and participations.
+        spent: Every client's ε spent.
 
     Returns:
         The selection part of metrics.json.
     """
+    plan, data = bound.plan, bound.data
+    problem, solution, p = selection.problem, selection.solution, selection.p
+    privacy, participations = selection.privacy, selection.participations
     c, traits = plan.config, REGISTRY[cfg.method].selection
     z_ratio = np.divide(privacy.multiplier_paper, privacy.multiplier_exact, out=np.zeros(len(p)),
                         where=privacy.multiplier_exact > 0)  # fmt: skip
@@ -341,17 +371,3 @@ def selection_metrics(cfg, plan, *, data, problem, solution, p, privacy, partici
         "client_privacy": clients,
         "iid_share": cfg.data.iid_share,
     }
-
-
-def summary_lines(metrics: dict[str, Any]) -> list[str]:
-    """What ``hdp-plan train`` prints for a selection method: per group, the selection mass, both noise
-    multipliers (median over the clients that trained) and the ε spent range."""
-    lines = [f"privacy model: {metrics['privacy_model']}; noise rule {metrics['noise_rule']}"]
-    for g in metrics["epsilon_spent"]:
-        lines.append(
-            f"group {g['group']} (ε = {g['epsilon_budget']:g}, {g['clients_trained']}/{g['clients']} clients trained): "
-            f"Σp = {g['p_sum']:.3f} (unbiased {g['p_unbiased_sum']:.3f}); "
-            f"z paper {g['noise_multiplier_paper_median']:.3g}, exact {g['noise_multiplier_exact_median']:.3g}; "
-            f"ε spent {g['epsilon_spent_min']:.3g} to {g['epsilon_spent_max']:.3g}"
-        )
-    return lines

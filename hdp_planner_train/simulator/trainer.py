@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.nn.utils import vector_to_parameters
 
+from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom
 from hdp_planner.trust.registry import trust_name
@@ -40,8 +41,8 @@ from hdp_planner_train.run.noise import noise_kind
 from hdp_planner_train.run.output import check_finished, output_folder, write_metrics
 from hdp_planner_train.run.plan import RunPlan, run_spec
 from hdp_planner_train.run.progress import status
-from hdp_planner_train.simulator.personal import PERSONAL_METHODS, check_options, run_personal
-from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, check_selection_options, run_selection
+from hdp_planner_train.simulator.personal import PERSONAL_METHODS, PersonalRun, check_options
+from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, SelectionRun, check_selection_options
 from hdp_planner_train.simulator.scaffold import (
     CHECKPOINT,
     TrainConfig,
@@ -54,6 +55,7 @@ from hdp_planner_train.simulator.scaffold import (
     start_run,
     train_rounds,
 )
+from hdp_planner_train.simulator.template import FamilyRun, run_family
 
 
 def _device(name: str) -> torch.device:
@@ -142,11 +144,17 @@ def run(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunPlan) -> dict
     check_finished(cfg.output, checkpoint=CHECKPOINT)  # before anything slow: the plan's laws, the data
     bound = validate_config(cfg, plan)
     with output_folder(cfg.output.out):
-        if cfg.method in PERSONAL_METHODS:  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
-            return run_personal(cfg, bound)
-        if cfg.method in SELECTION_METHODS:  # the selection paper: record-level DP-SGD, with replacement
-            return run_selection(cfg, bound)
-        return run_fedavg(cfg, bound)
+        family = REGISTRY[cfg.method].family
+        if family == "fedavg":
+            return run_fedavg(cfg, bound)
+        return run_family(FAMILIES[family](cfg, bound))
+
+
+FAMILIES: dict[str, type[FamilyRun]] = {
+    "personal": PersonalRun,  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
+    "selection": SelectionRun,  # the selection paper: record-level DP-SGD, with replacement
+}
+"""Each trainer family of the method registry (:attr:`~hdp_planner.methods.method.Method.family`): its hooks."""
 
 
 def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
@@ -188,8 +196,7 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
     vector_to_parameters(theta.clone(), model.parameters())
 
     c = plan.config
-    account = ledger_run(cfg, run_plan, spec=spec, start=log.next_round, rounds=rounds,
-                         resumed=state)  # fmt: skip
+    account = ledger_run(cfg, bound, start=log.next_round, resumed=state)
     withheld: list[tuple[int, Withheld]] = []  # secure aggregation: the group sums not released this run, by round
     cohorts = spec.secagg.cohorts if spec.secagg is not None else None
     canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients

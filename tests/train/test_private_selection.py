@@ -21,6 +21,7 @@ from hdp_planner_cli.app import app  # noqa: E402
 from hdp_planner_train.api import train_config  # noqa: E402
 from hdp_planner_train.learning.datasets import DataError  # noqa: E402
 from hdp_planner_train.learning.dp_sgd import (  # noqa: E402
+    ClientSGD,
     clip_per_example,
     dp_sgd_client,
     noisy_mean_gradient,
@@ -167,8 +168,8 @@ def test_noise_std_is_z_c_over_expected_batch_and_doubles_with_c():
     for clip in (0.5, 1.0):
         gen = SeededNoise(2, 0)
         deltas = [
-            dp_sgd_client(per_example_grads(model), theta, None, None, [np.zeros(0, int)], clip=clip, multiplier=z,
-                          expected_batch=batch, lr=1.0, momentum=0.0, source=gen)[0]
+            dp_sgd_client(per_example_grads(model), theta, None, None, [np.zeros(0, int)], source=gen,
+                          sgd=ClientSGD(clip=clip, multiplier=z, expected_batch=batch, lr=1.0, momentum=0.0))[0]
             for _ in range(40)
         ]  # fmt: skip
         measured.append(float(torch.cat(deltas).std()))
