@@ -32,9 +32,10 @@ from hdp_planner_train.simulator.compare import paper_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
 FMNIST_PLAN = ("--eps", "0.5,1.5,3.0", "--n", "6000", "--rounds", "50", "--q", "0.02", "--clip", "1.5",
-               "--local-steps", "5", "--sparsity", "0.7,0.8,0.9", "--methods", "all")  # fmt: skip
+               "--local-steps", "5", "--sparsity", "0.7,0.8,0.9", "--min-share", "0", "--methods", "all")  # fmt: skip
 SKEW_PLAN = ("--eps", "0.5,1.5,3.0", "--n", "3000", "--rounds", "30", "--q", "0.02", "--clip", "1.5", "--local-steps",
-             "5", "--sparsity", "0.7,0.8,0.9", "--methods", "all", "--model-dim", "26010")  # fmt: skip
+             "5", "--sparsity", "0.7,0.8,0.9", "--min-share", "0", "--methods", "all",
+             "--model-dim", "26010")  # fmt: skip
 SKEW = ("--dataset", "fmnist", "--clients", "3000", "--group-classes", "0,1,2,3/4,5,6/7,8,9")
 SECAGG_PLAN = (*FMNIST_PLAN[:-2], "--methods", "gdpfed+", "--trust", "secagg", "--bits", "20", "--model-dim", "26010")
 SECAGG = ("--method", "gdpfed+", "--dataset", "fmnist", "--trust", "secagg")

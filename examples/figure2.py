@@ -1,12 +1,14 @@
-"""GDPFed Figure 2: the optimal sampling ratios q_m against ε_1, with ε_2 and ε_3 fixed (FMNIST, CIFAR-10).
+r"""GDPFed Figure 2: the optimal sampling ratios q_m against ε_1, with ε_2 and ε_3 fixed (FMNIST, CIFAR-10).
 
     python examples/figure2.py                 # writes figure2.png
     python examples/figure2.py --out fig.pdf   # or .svg / .pdf
 
 The same sweeps from the command line:
 
-    hdp-plan sweep --eps 0.5,1.5,3.0 --n 6000 --rounds 50 --q 0.02 --vary 1 --range 0.25:3.5:14 --plot fmnist.png
-    hdp-plan sweep --eps 2,6,12 --n 600 --rounds 100 --q 0.1 --clip 1.5 --vary 1 --range 1:14:14 --plot cifar.png
+    hdp-plan sweep --eps 0.5,1.5,3.0 --n 6000 --rounds 50 --q 0.02 --min-share 0 --vary 1 --range 0.25:3.5:14 \
+        --plot fmnist.png
+    hdp-plan sweep --eps 2,6,12 --n 600 --rounds 100 --q 0.1 --clip 1.5 --min-share 0 --vary 1 --range 1:14:14 \
+        --plot cifar.png
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def main() -> None:
     fig, axes = plt.subplots(1, len(PANELS), figsize=(11, 4.2))
     for ax, (name, (eps, n, rounds, q, clip, values)) in zip(axes, PANELS.items()):
         groups = Groups.from_budgets(eps, n)
-        config = PlanConfig(n=n, rounds=rounds, q=q, clip=clip)
+        config = PlanConfig(n=n, rounds=rounds, q=q, clip=clip, min_share=0.0)  # the paper's Problem 1: no share rule
         result = sweep_plan(groups, config, vary=1, values=values)
         fixed = ", ".join(rf"$\varepsilon_{{{m + 1}}}$ = {e:g}" for m, e in enumerate(eps) if m)
         draw_sweep(ax, result, title=f"{name} ($n$ = {n}, $T$ = {rounds}, $q$ = {q:g}; {fixed})")

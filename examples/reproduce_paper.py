@@ -67,6 +67,7 @@ def run(name: str, fixed: bool):
         sparsity=(0.7, 0.8, 0.9),
         fixed_q=fixed_q,
         lambda_convention="paper",
+        min_share=0.0,  # the paper's Problem 1 has no share rule
     )
 
 

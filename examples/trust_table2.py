@@ -65,7 +65,7 @@ def main() -> None:
         tables=(
             Table(
                 caption=f"b = {args.bits} bits, survivors F = {args.survivors:g}, colluders k = {args.colluders}, "
-                f"d = {trust['model_dim']:,}, δ = {delta:.3g}",
+                f"d = {trust['model_dim']:,}, δ = {delta:.3g}, min share {doc['config']['min_share']:g} (the default)",
                 columns=columns,
                 rows=tuple(rows),
             ),

@@ -117,7 +117,8 @@ MinShare = Annotated[
     typer.Option(
         "--min-share",
         help="F in [0, 1]: every group's weight share α_m ≥ F·|G_m|/n (1 = proportional) for HDP-Pooled and "
-        "Problem 1 (GDPFed-op/+); the recommendation only considers rows that meet it.",
+        "Problem 1 (GDPFed-op/+, and the cohorts' search); the recommendation only considers rows that meet it "
+        "(0: the paper's Problem 1).",
     ),
 ]
 

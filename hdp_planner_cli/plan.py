@@ -25,7 +25,7 @@ from hdp_planner.solving import solve as solve_plan
 from hdp_planner_cli.budgets import group_budgets, render_grouping
 from hdp_planner_cli.console import err, labelled, one_line_errors, out, whole
 from hdp_planner_cli.option_blocks import Opt, option, with_groups
-from hdp_planner_cli.options import N_HELP, OVERWRITE_HINT, CliError, MinShare, Overwrite, PlanFile, WholeNumber
+from hdp_planner_cli.options import N_HELP, OVERWRITE_HINT, CliError, Overwrite, PlanFile, WholeNumber
 from hdp_planner_cli.plan_options import BASELINES, PLAN, TRUST, check_group_count
 from hdp_planner_cli.plan_render import (
     pld_saving_line,
@@ -57,7 +57,6 @@ def solve(
     grouping: Annotated[
         str, typer.Option("--grouping", help="How --budgets are grouped: unique | quantile | optimal (exact DP).")
     ] = "optimal",
-    min_share: MinShare = 0.0,
     large_delta: Annotated[
         bool,
         typer.Option(
@@ -79,7 +78,7 @@ def solve(
     """Solve a GDPFed+ plan: per-group q_m (Problem 1), σ_m (exact accountant), k_m, and the Λ table."""
     baselines = groups["baselines"]
     trust = groups["trust"].requested(baselines.model_dim)
-    request = replace(groups["plan"], min_share=min_share, large_delta=large_delta)
+    request = replace(groups["plan"], large_delta=large_delta)
     names, options = baselines.build()
     grouped = None
     if budgets is not None:

@@ -34,6 +34,7 @@ from hdp_planner_cli.options import (
     LocalSteps,
     Lr,
     MaxCohort,
+    MinShare,
     ModelDim,
     N,
     Participations,
@@ -140,7 +141,7 @@ PLAN = OptionBlock(group=PlanRequest, options={"eps": Opt(Eps, REQUIRED), "n": O
     name: Opt(declared, _DEFAULTS[name]) for name, declared in {
         "sizes": Sizes, "rounds": Rounds, "q": Q, "delta": Delta, "clip": Clip, "lr": Lr, "local_steps": LocalSteps,
         "sparsity": Sparsity, "fixed_q": FixedQ, "accountant": AccountantOpt, "sigma_model": SigmaModelOpt,
-        "lambda_convention": LambdaOpt,
+        "lambda_convention": LambdaOpt, "min_share": MinShare,
     }.items()
 })  # fmt: skip
 """The planning options (:class:`PlanRequest`), as ``sweep`` takes them: ``solve`` makes ``--eps`` and ``--n``

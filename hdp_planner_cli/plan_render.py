@@ -14,6 +14,7 @@ from hdp_planner.planning.method_noise import MethodNoise
 from hdp_planner.planning.plan import METHODS, Plan
 from hdp_planner.planning.rows import rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
+from hdp_planner.trust.cohort_rows import keeps_every_group
 from hdp_planner_cli.console import fit_table, labelled, optional_columns, pct
 
 STARVED_SHARE = 0.01
@@ -103,7 +104,7 @@ def render_plan(p: Plan, console: Console) -> None:
             sigma2,
         )
     console.print(noise)
-    if c.min_share > 0:
+    if not all(p.meets_min_share(m) for m in p.methods):
         console.print(f"✗: some group's weight share is below {c.min_share:g}·|G_m|/n (--min-share)", highlight=False)
     for m in p.methods[len(METHODS) :]:
         console.print(labelled(f"{m.name}:", "cyan", describe_baseline(m, c)))
@@ -148,16 +149,17 @@ def render_trust(p: Plan, console: Console) -> None:
         title=f"under secure aggregation: b={params.bits} bits, survivors F={params.survivors:g}, colluders "
         f"k={params.colluders}, participations K={k}, d={params.model_dim}",
     )
-    for col in ("method", "group", "ε\nbudget", "σ trusted\nserver", "z\nsecagg", "effective\nσ",
+    for col in ("method", "group", "ε\nbudget", "share\nα_m", "σ trusted\nserver", "z\nsecagg", "effective\nσ",
                 "ε third\nparties", f"ε server\n(K={k})", "Λ\nsecagg", "price of\ndistrust"):  # fmt: skip
         table.add_column(col, justify="right")
     optional_columns(table, "σ trusted\nserver", "effective\nσ")  # both in plan.json's trust object
     for r in trust.rows:
         m = p.method(r.name)
+        share = m.weight_share(p.config.clip)
         for i, g in enumerate(r.groups or ()):
             first = i == 0
             table.add_row(
-                r.name if first else "", str(i + 1), _fmt(m.epsilon[i]), _fmt(m.noise_multiplier[i]),
+                r.name if first else "", str(i + 1), _fmt(m.epsilon[i]), f"{share[i]:.1%}", _fmt(m.noise_multiplier[i]),
                 _fmt(g.noise_multiplier), _fmt(g.effective_noise_multiplier), _fmt(g.epsilon_third_parties),
                 _fmt(g.epsilon_server), _fmt(r.lambda_secagg) if first else "", f"{r.price:.2f}x" if first else "",
             )  # fmt: skip
@@ -187,18 +189,19 @@ def render_hidden(p: Plan, console: Console) -> None:
     if hidden is None:
         return
     table = Table(box=box.SIMPLE_HEAD, title="hiding who contributes: public cohorts, private coins")
-    for col in ("method", "group", "ε\nbudget", "cohort\nm", "coin\np", "contri-\nbutors r", "member-\nships K",
-                "thresh-\nold t", "z", "ε\nserver", "Λ", "price"):  # fmt: skip
+    for col in ("method", "group", "ε\nbudget", "share\nα_m", "cohort\nm", "coin\np", "contri-\nbutors r",
+                "member-\nships K", "thresh-\nold t", "z", "ε\nserver", "Λ", "price"):  # fmt: skip
         table.add_column(col, justify="right")
     optional_columns(table, "coin\np", "thresh-\nold t", "z")  # each in plan.json's cohort section
     for name, r in hidden.rows:
         if r is None:
             continue
-        m = p.method(name)
+        m, kept = p.method(name), keeps_every_group(r, p)
         for i, g in enumerate(r.groups):
             first = i == 0
+            share = f"{r.weight_shares[i]:.1%}" + ("" if kept else " ✗")
             table.add_row(
-                name if first else "", str(i + 1), _fmt(m.epsilon[i]), str(g.cohort), f"{g.coin:.3g}",
+                name if first else "", str(i + 1), _fmt(m.epsilon[i]), share, str(g.cohort), f"{g.coin:.3g}",
                 f"{g.expected_contributors:.3g}", str(g.memberships), str(g.threshold), _fmt(g.noise_multiplier),
                 _fmt(g.epsilon_server),
                 _fmt(r.lambda_cohort) if first else "", f"{r.price:.2f}x" if first else "",
@@ -212,6 +215,9 @@ def render_hidden(p: Plan, console: Console) -> None:
             cap = "the group" if f.multiple is None else f"{f.multiple:g}x contributors"
             frontier.add_row(cap, str(f.vectors_per_round), _fmt(f.lam), f"{f.price:.2f}x")
         console.print(*fit_table(console, frontier))
+    if any(r is not None and not keeps_every_group(r, p) for _, r in hidden.rows):
+        console.print(f"✗: some group's share α_m is below {p.config.min_share:g}·|G_m|/n (--min-share): not "
+                      "recommended", highlight=False)  # fmt: skip
     for name, r in hidden.rows:
         if r is None:
             console.print(labelled(f"{name}:", "cyan", "no cohort under these caps (or no distributed form)"))

@@ -131,7 +131,7 @@ COMPARE_OUTPUT = OUTPUT.pick(
 
 COMPARE_PLAN = PLAN.pick(
     "eps", "n", "sizes", "rounds", "q", "delta", "clip", "lr", "local_steps", "sparsity", "fixed_q", "accountant",
-    "sigma_model",
+    "sigma_model", "min_share",
     eps=Opt(option("--eps", str | None, "ε per group [the paper's for the dataset].")),
     n=Opt(option("--n", int | None, "Clients n [the partition's].")),
     sizes=Opt(option("--sizes", str | None, "Clients per group [even split].")),

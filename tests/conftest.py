@@ -162,7 +162,7 @@ def paper_plan(name: str, fixed: bool, **extra):
         local_steps=s["local_steps"],
         sparsity=(0.7, 0.8, 0.9),
         fixed_q=fixed_q,
-        **extra,
+        **{"min_share": 0.0, **extra},  # the paper's Problem 1 has no share rule
     )
 
 

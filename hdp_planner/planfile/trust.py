@@ -188,8 +188,8 @@ def _cohort_row(name: str, entry: Any, plan: Plan) -> CohortRow | None:
         return None
     if not isinstance(entry, dict):
         raise PlanFileError(f"{where}: must be an object or null")
-    lists = {}
-    for key in ("weight", "k_ratio"):
+    lists = {"clips": tuple(plan.method(name).clips(plan.config.clip))}  # recorded since plans kept every group
+    for key in ("weight", "k_ratio", "clips") if "clips" in entry else ("weight", "k_ratio"):
         values = entry.get(key)
         if not isinstance(values, list) or len(values) != count or not all(_is_number(v) for v in values):
             raise PlanFileError(f"{where}: {key} must be a list of {count} numbers")

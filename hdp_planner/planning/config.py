@@ -17,6 +17,12 @@ def _positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a positive number, got {value}")
 
 
+DEFAULT_MIN_SHARE = 0.5
+"""``--min-share`` unless asked otherwise: every group's share of the update at least half its population's share,
+so that no plan drops a group's clients from the model (the documentation's "Keeping every group" says why half;
+0, the paper's Problem 1, only when asked)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlanConfig:
     """Everything a plan depends on besides the groups.
@@ -36,7 +42,7 @@ class PlanConfig:
         sparsity: Fixed k_m/d per group (None: Remark 3's closed form).
         fixed_q: Per-group q_m to evaluate instead of solving Problem 1 (None: solve it).
         min_share: F in [0, 1]: every group's weight share α_m ≥ F·|G_m|/n for HDP-Pooled and Problem 1, and the
-            recommendation considers only rows that meet it.
+            recommendation considers only rows that meet it (:data:`DEFAULT_MIN_SHARE`; 0: the paper's Problem 1).
         large_delta: Accept δ ≥ 1/n (see the attribute).
 
     Raises:
@@ -55,7 +61,7 @@ class PlanConfig:
     lambda_convention: LambdaConvention = "exact"
     sparsity: tuple[float, ...] | None = None
     fixed_q: tuple[float, ...] | None = None
-    min_share: float = 0.0
+    min_share: float = DEFAULT_MIN_SHARE
     large_delta: bool = False
     """Accept δ ≥ 1/n (refused otherwise: such a δ allows a mechanism that publishes one client's data outright
     with probability δ, i.e. about one client of n in the clear)."""

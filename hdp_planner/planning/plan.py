@@ -7,6 +7,7 @@ model's sections.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -192,7 +193,10 @@ class Plan:
 
     def meets_min_share(self, m: MethodNoise) -> bool:
         """Whether every group's weight share under ``m`` is at least F·|G_m|/n (F = ``config.min_share``)."""
-        share = self.representation(m)[1]
+        return self.keeps_shares(self.representation(m)[1])
+
+    def keeps_shares(self, share: Sequence[float]) -> bool:
+        """Whether every group's weight share ``share[m]`` is at least F·|G_m|/n (F = ``config.min_share``)."""
         return all(a >= self.config.min_share * p * (1 - SHARE_TOL) for a, p in zip(share, self.population_share))
 
     @property

@@ -126,21 +126,24 @@ class CohortCaps:
 
 @dataclass(frozen=True, kw_only=True)
 class CohortRow:
-    """A plan row with participation hidden from the server: its groups, the weights ω_m and sparsity k_m/d it
-    applies to their sums, its Λ, the trusted server's Λ, and the vectors each round sends (one per cohort member)."""
+    """A plan row with participation hidden from the server: its groups, the weights ω_m, clipping thresholds C_m and
+    sparsity k_m/d it applies to their sums, its Λ, the trusted server's Λ, and the vectors each round sends (one per
+    cohort member)."""
 
     name: str
     groups: tuple[CohortGroup, ...]
     weight: tuple[float, ...]
+    clips: tuple[float, ...]
     k_ratio: tuple[float, ...]
     lambda_cohort: float
     lambda_server: float
 
     @property
     def weight_shares(self) -> tuple[float, ...]:
-        """Each group's share r_m²/Σr² of the update (ω_m·r_m with ω_m = r_m/Σr²): how much its clients shape the
-        model."""
-        raw = [g.expected_contributors**2 for g in self.groups]
+        """Each group's share α_m = ω_m r_m C_m/Σ_j ω_j r_j C_j of the update (as a trusted row's,
+        :meth:`~hdp_planner.planning.method_noise.MethodNoise.weight_share`; r_m²/Σr² with GDPFed's ω_m = r_m/Σr²):
+        how much its clients shape the model."""
+        raw = [w * g.expected_contributors * c for w, g, c in zip(self.weight, self.groups, self.clips)]
         return tuple(x / sum(raw) for x in raw)
 
     @property

@@ -39,7 +39,7 @@ from hdp_planner.distributed.rounds import group_tau_d
 from hdp_planner.methods.gdpfed import OP, PLUS
 from hdp_planner.methods.registry import row_paper_weights
 from hdp_planner.planning.method_noise import MethodNoise
-from hdp_planner.planning.plan import SHARE_TOL, Plan
+from hdp_planner.planning.plan import Plan
 from hdp_planner.planning.problem import closed_form_k_ratio, reweighting
 from hdp_planner.planning.rows import calibrated_sigma, method_noise
 from hdp_planner.planning.trust import (
@@ -217,7 +217,7 @@ def cohort_row(
         rv = np.asarray(r, dtype=float)
         k = contributors_k_ratio(m, plan, expected=rv, sigma=sigma)
         weight = aggregation_weights(rv) if moving else np.asarray(m.weight)
-        return CohortRow(name=m.name, groups=groups, weight=tuple(float(w) for w in weight),
+        return CohortRow(name=m.name, groups=groups, weight=tuple(float(w) for w in weight), clips=tuple(clips),
                          k_ratio=tuple(float(x) for x in k), lambda_cohort=lambda_exact(weight, sigma, k, clips),
                          lambda_server=m.lambda_exact)  # fmt: skip
 
@@ -270,11 +270,10 @@ def contributors_k_ratio(m: MethodNoise, plan: Plan, *, expected: np.ndarray, si
 def contributors_feasible(m: MethodNoise, plan: Plan) -> Callable[[tuple[float, ...]], bool]:
     """Problem 1's constraints on row ``m``'s expected contributors, bar the total that :func:`descend` keeps: every
     0 < r_m ≤ |G_m|, every weight share r_m²/Σr² at least ``--min-share`` times the population share."""
-    shares = np.asarray(plan.population_share) * plan.config.min_share * (1 - SHARE_TOL)
 
     def feasible(r: tuple[float, ...]) -> bool:
         rv = np.asarray(r)
-        return bool(np.all(rv > 0) and np.all(rv <= np.asarray(m.size)) and np.all(rv**2 / np.sum(rv**2) >= shares))
+        return bool(np.all(rv > 0) and np.all(rv <= np.asarray(m.size)) and plan.keeps_shares(rv**2 / np.sum(rv**2)))
 
     return feasible
 
@@ -326,6 +325,15 @@ def cohort_frontier(
     return out
 
 
+def keeps_every_group(row: CohortRow, plan: Plan) -> bool:
+    """Whether every group of the plan keeps at least --min-share times its population's share of the update under
+    the cohort row: by the row's own shares where its groups are the plan's (its expected contributors may have
+    moved), by the trusted row's where it pools them."""
+    if len(row.groups) != len(plan.population_share):
+        return plan.meets_min_share(plan.method(row.name))
+    return plan.keeps_shares(row.weight_shares)
+
+
 def hidden_section(plan: Plan, trust: SecaggParameters, caps: CohortCaps) -> HiddenSection:
     """Every row of ``plan`` with public cohorts under ``caps`` (:func:`cohort_row`), the recommended one (the least
     Λ among those meeting ``--min-share``) and its frontier of cohort size against Λ at each cap of
@@ -334,7 +342,7 @@ def hidden_section(plan: Plan, trust: SecaggParameters, caps: CohortCaps) -> Hid
         (m, cohort_row(m, plan, trust, max_cohort=caps.max_cohort, max_multiple=caps.max_multiple))
         for m in plan.methods
     )
-    eligible = [(m, r) for m, r in rows if r is not None and plan.meets_min_share(m)]
+    eligible = [(m, r) for m, r in rows if r is not None and keeps_every_group(r, plan)]
     best = min(eligible, key=lambda mr: mr[1].lambda_cohort, default=None)
     frontier = () if best is None else tuple(
         FrontierPoint(multiple=multiple, vectors_per_round=r.vectors_per_round, lam=r.lambda_cohort, price=r.price)

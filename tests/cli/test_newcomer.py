@@ -89,10 +89,11 @@ def test_solve_explains_problem_1_in_words():
 
 
 def test_starved_group_advice_fits_the_sigma_model():
-    bound = plan([0.5, 10.0], n=200, q=0.02, sigma_model="bound")
+    """Without the share rule (min_share 0: a group can starve), the advice names the σ model the plan lacks."""
+    bound = plan([0.5, 10.0], n=200, q=0.02, sigma_model="bound", min_share=0)
     for note in bound.notes:
         assert "--sigma-model bound" not in note
-    exact = plan([0.5, 1.5, 3.0], n=6000, sigma_model="accountant")
+    exact = plan([0.5, 1.5, 3.0], n=6000, sigma_model="accountant", min_share=0)
     assert any("starved" in n and "--sigma-model bound" in n for n in exact.notes)
 
 

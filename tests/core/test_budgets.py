@@ -23,8 +23,9 @@ runner = CliRunner()
 
 
 def config(n: int, **kw) -> PlanConfig:
-    """A plan config; tiny test populations get δ = 1e-5 (the default 1/n^1.1 needs n ≥ 2)."""
-    return PlanConfig(n=n, **({"delta": 1e-5} if n < 100 else {}), **kw)
+    """A plan config of Problem 1 as the grouping scores it, without a share rule (``min_share`` 0); tiny test
+    populations get δ = 1e-5 (the default 1/n^1.1 needs n ≥ 2)."""
+    return PlanConfig(n=n, **({"delta": 1e-5} if n < 100 else {}), **{"min_share": 0.0, **kw})
 
 
 def write_csv(path, rows, header="client_id,epsilon"):

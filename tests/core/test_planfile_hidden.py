@@ -121,7 +121,7 @@ def test_a_row_missing_or_given_where_none_is_planned(hidden):
     gone = verify_doc(edited(doc, lambda d: d[KEY]["rows"].pop("GDPFed")))
     best = rows["GDPFed"]
     assert gone[0] == f"{KEY}, GDPFed: cohort None differs from the recomputed {[g.cohort for g in best.groups]!r}"
-    assert len(gone) == len(GROUP_FIELDS) + 4  # every number of the row
+    assert len(gone) == len(GROUP_FIELDS) + 5  # every number of the row: weight, clips, k_ratio and the two Λ
     given = {"cohort": [2, 2], "coin": [0.5, 0.5], "memberships": [1, 1], "noise_multiplier": [1.0, 1.0],
              "expected_contributors": [1.0, 1.0], "threshold": [2, 2], "epsilon_server": [1.0, 1.0],
              "effective_noise_multiplier": [1.0, 1.0], "weight": [0.5, 0.5], "k_ratio": [1.0, 1.0],

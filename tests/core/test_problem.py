@@ -73,8 +73,8 @@ def test_bound_model_optimum_is_the_cauchy_schwarz_closed_form():
 def test_accountant_model_minimizes_the_true_noise_and_says_when_it_starves_a_group():
     from hdp_planner import plan
 
-    p = plan((0.5, 1.5, 3.0), 6000, sigma_model="accountant")
-    bound = plan((0.5, 1.5, 3.0), 6000)
+    p = plan((0.5, 1.5, 3.0), 6000, sigma_model="accountant", min_share=0)  # the paper's Problem 1: no share rule
+    bound = plan((0.5, 1.5, 3.0), 6000, min_share=0)
     assert sum(p.groups.expected_clients) == pytest.approx(0.02 * 6000)
     assert p.objective <= p.uniform_objective
     # the noise term is the exact Λ of the applied update: optimizing it with the real σ beats Theorem 1's q
@@ -83,6 +83,8 @@ def test_accountant_model_minimizes_the_true_noise_and_says_when_it_starves_a_gr
     # ... by starving the strictest group, which the plan says
     assert p.groups.q[0] * 2000 < 0.5 and any("ε=0.5 is starved" in n for n in p.notes)
     assert not any("starved" in n for n in bound.notes)
+    kept = plan((0.5, 1.5, 3.0), 6000, sigma_model="accountant")  # the default share rule keeps every group
+    assert kept.groups.q[0] * 2000 > 10 and not any("starved" in n for n in kept.notes)
 
 
 @settings(max_examples=80, deadline=None)

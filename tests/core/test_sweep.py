@@ -15,8 +15,9 @@ from hdp_planner.report.sweep import Varied, parse_range, parse_values, parse_va
 from hdp_planner_cli.app import app
 
 runner = CliRunner()
-FMNIST = (Groups.from_budgets((0.5, 1.5, 3.0), 6000), PlanConfig(n=6000, rounds=50, q=0.02))
-CIFAR = (Groups.from_budgets((2.0, 6.0, 12.0), 600), PlanConfig(n=600, rounds=100, q=0.1, clip=1.5))
+FMNIST = (Groups.from_budgets((0.5, 1.5, 3.0), 6000), PlanConfig(n=6000, rounds=50, q=0.02, min_share=0.0))
+CIFAR = (Groups.from_budgets((2.0, 6.0, 12.0), 600), PlanConfig(n=600, rounds=100, q=0.1, clip=1.5, min_share=0.0))
+"""Figure 2's settings: the paper's Problem 1, without a share rule."""
 
 
 @pytest.fixture(scope="module")
