@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hdp_planner.accounting.accountants import get_accountant
+from hdp_planner.distributed.cohort_rule import tolerated_group_colluders
 from hdp_planner.methods.pooled import recalibrated_lambda
 from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.method_noise import MethodNoise
@@ -15,7 +16,7 @@ from hdp_planner.planning.plan import METHODS, Plan
 from hdp_planner.planning.rows import rdp_sigmas
 from hdp_planner.rules.noise import compare_noise
 from hdp_planner.trust.cohort_rows import keeps_every_group
-from hdp_planner_cli.console import fit_table, labelled, optional_columns, pct
+from hdp_planner_cli.console import fit_table, labelled, optional_columns, pct, whole
 
 STARVED_SHARE = 0.01
 """A cohort row whose smallest group's share of the update is below this gets a note: its clients barely count."""
@@ -184,7 +185,9 @@ def recommendation_line(p: Plan) -> str:
 def render_hidden(p: Plan, console: Console) -> None:
     """Public cohorts, private coins: per row and group the cohort m, coin p, expected contributors r = m·p,
     memberships K, threshold t, z and ε against the server; then the recommended row's frontier of cohort size
-    against Λ (nothing where participation is not hidden)."""
+    against Λ, and the colluders each of its groups may hold for the law's k colluders per cohort to hold
+    (:func:`~hdp_planner.distributed.cohort_rule.tolerated_group_colluders`); nothing where participation is not
+    hidden."""
     hidden = p.hidden
     if hidden is None:
         return
@@ -215,6 +218,20 @@ def render_hidden(p: Plan, console: Console) -> None:
             cap = "the group" if f.multiple is None else f"{f.multiple:g}x contributors"
             frontier.add_row(cap, str(f.vectors_per_round), _fmt(f.lam), f"{f.price:.2f}x")
         console.print(*fit_table(console, frontier))
+    best = dict(hidden.rows).get(hidden.recommendation) if hidden.recommendation is not None else None
+    sizes = p.method(hidden.recommendation).size if best is not None else ()
+    if best is not None and len(best.groups) == len(sizes):
+        colluders = p.trust.parameters.colluders
+        allowed = [
+            tolerated_group_colluders(
+                size=size, cohort=g.cohort, tolerated=colluders, memberships=g.memberships, delta=p.config.delta
+            )
+            for g, size in zip(best.groups, sizes)
+        ]
+        console.print(f"colluders: with cohorts drawn by the public rule, each of a client's K cohorts holds at most "
+                      f"k = {colluders} of them except with probability at most δ = {p.config.delta:.3g} while its "
+                      f"group holds at most {' / '.join(map(str, allowed))} (the hypergeometric tail)",
+                      highlight=False, soft_wrap=whole(console))  # fmt: skip
     if any(r is not None and not keeps_every_group(r, p) for _, r in hidden.rows):
         console.print(f"✗: some group's share α_m is below {p.config.min_share:g}·|G_m|/n (--min-share): not "
                       "recommended", highlight=False)  # fmt: skip

@@ -10,7 +10,7 @@ measurements and the privacy ledger (rounds run per group); it also stores torch
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,6 @@ from torch.nn.utils import vector_to_parameters
 
 from hdp_planner.methods.registry import REGISTRY
 from hdp_planner.planning.plan import Plan
-from hdp_planner.rules.noise import SecureRandom
 from hdp_planner.trust.registry import trust_name
 from hdp_planner_train.learning.datasets import DEFAULTS
 from hdp_planner_train.learning.engines import ENGINES, PRECISIONS, clients_deltas, evaluate
@@ -28,9 +27,9 @@ from hdp_planner_train.learning.models import MODELS, model_dim, model_name
 from hdp_planner_train.learning.partitions import parse_group_classes
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import GroupAggregator
-from hdp_planner_train.rules.cohort import cohort_round
+from hdp_planner_train.rules.cohort import cohort_round, simulated_rule
 from hdp_planner_train.rules.noise_sources import noise_source
-from hdp_planner_train.rules.sampling import round_rows, round_seed, sample_round
+from hdp_planner_train.rules.sampling import round_rows, sample_round
 from hdp_planner_train.rules.secagg import Withheld
 from hdp_planner_train.rules.specs import METHOD_NAMES, paper_weighted
 from hdp_planner_train.run.bound import BoundRun
@@ -193,6 +192,9 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
             if "clients" not in state["audit"]:
                 raise TrainError(f"{out}: the checkpoint holds an earlier audit's state; rerun with --overwrite")
             auditor.load_state(state["audit"])
+        if spec.secagg is not None and spec.secagg.cohorts is not None and "cohort_seed" not in state:
+            raise TrainError(f"{out}: the checkpoint holds no cohort rule's seed (an earlier version's); rerun with "
+                             "--overwrite")  # fmt: skip
     vector_to_parameters(theta.clone(), model.parameters())
 
     c = plan.config
@@ -201,14 +203,15 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
     cohorts = spec.secagg.cohorts if spec.secagg is not None else None
     canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients
     used = [np.zeros(s + e, np.int64) for s, e in zip(spec.sizes, canaries)]  # hidden participation: memberships
+    rule = None if cohorts is None else simulated_rule(spec.secagg, [len(u) for u in used], kind, seed=cfg.seed)
     if state is not None and cohorts is not None:
         used = [np.asarray(u, dtype=np.int64) for u in state["cohort_memberships"]]
+        rule = replace(rule, seed=bytes.fromhex(state["cohort_seed"]))  # the rule the run began with
 
     def step(r: int, lr: float):
         extra = auditor.extra if auditor is not None else None
         if cohorts is not None:
-            rng = SecureRandom() if kind == "secure" else np.random.default_rng(round_seed(cfg.seed, rnd=r, stream=0))
-            sampled = cohort_round(spec.secagg, spec.offsets, used, rng)
+            sampled = cohort_round(spec.secagg, spec.offsets, used, rule, r)
         else:
             sampled = sample_round(spec, seed=cfg.seed, rnd=r, secure=kind == "secure", extra=extra)
         if auditor is not None:
@@ -242,7 +245,8 @@ def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
             numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
             audit=auditor.state() if auditor is not None else None,
             **ledger_checkpoint(account),
-            **({"cohort_memberships": [u.copy() for u in used]} if cohorts is not None else {}),
+            **({"cohort_memberships": [u.copy() for u in used], "cohort_seed": rule.seed.hex()}
+               if cohorts is not None else {}),
         )  # fmt: skip
 
     train_rounds(cfg, bound, log=log, account=account, step=step, evaluate=global_evaluation(model, x_test, y_test),

@@ -8,6 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from hdp_planner.distributed.cohort_rule import tolerated_group_colluders
 from hdp_planner_cli.app import app
 
 runner = CliRunner()
@@ -25,7 +26,12 @@ def solved(tmp_path, *extra: str) -> tuple[str, dict]:
 
 
 def test_every_group_is_within_budget_against_the_server_and_verify_agrees(tmp_path):
-    path, doc = solved(tmp_path, "--cohort-multiple", "5")
+    """With --colluders k, solve also states per group of the recommended row the most colluders the group may hold
+    for a client's K cohorts to hold more than k with probability at most δ (the hypergeometric tail)."""
+    path = str(tmp_path / "plan.json")
+    result = runner.invoke(app, [*SOLVE, "--colluders", "2", "--hide-sample", "--cohort-multiple", "5", "-o", path])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "plan.json").read_text())
     hidden = doc["hidden_participation"]
     best = hidden["rows"][hidden["recommendation"]]
     budgets = doc["noise"][hidden["recommendation"]]["epsilon"]
@@ -35,6 +41,11 @@ def test_every_group_is_within_budget_against_the_server_and_verify_agrees(tmp_p
     assert all(m <= 5 * r + 1e-9 for m, r in zip(best["cohort"], expected))
     assert best["coin"] == pytest.approx([r / m for r, m in zip(expected, best["cohort"])])
     assert [f["multiple"] for f in hidden["frontier"]] == [2, 5, 10, 20, 50, None]
+    allowed = [tolerated_group_colluders(size=60, cohort=m, tolerated=2, memberships=k, delta=doc["config"]["delta"])
+               for m, k in zip(best["cohort"], best["memberships"])]  # fmt: skip
+    line = next(x for x in result.output.splitlines() if x.startswith("colluders:"))
+    assert "k = 2" in line and f"at most {' / '.join(map(str, allowed))} (the hypergeometric tail)" in line
+    assert all(a >= 2 for a in allowed)  # k colluders in the whole group never put more than k in a cohort
     result = runner.invoke(app, ["verify", path])
     assert result.exit_code == 0, result.output
 

@@ -146,9 +146,10 @@ def test_a_member_named_but_not_aggregated_is_flagged(cohort_plan, monkeypatch):
         return ids[1:], groups[1:]
 
     monkeypatch.setattr(trainer, "round_rows", drop_first)
-    first = _audit(cohort_plan)["audit"]["groups"][0]
-    assert first["rounds_aggregating_fewer_than_sampled"] == ROUNDS
-    assert first["verdict"].startswith("NOT AS PLANNED"), first["verdict"]
+    groups = _audit(cohort_plan)["audit"]["groups"]  # the first real member of each round: of the first group with one
+    assert sum(g["rounds_aggregating_fewer_than_sampled"] for g in groups) == ROUNDS
+    flagged = [g["verdict"] for g in groups if g["rounds_aggregating_fewer_than_sampled"]]
+    assert flagged and all(v.startswith("NOT AS PLANNED") for v in flagged), flagged
 
 
 def test_a_cohort_audit_without_the_referees_coins_stops(cohort_plan, monkeypatch):

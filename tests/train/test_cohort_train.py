@@ -3,6 +3,7 @@ client enforces, dropouts, and the ledger charging the plan's ε against the ser
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -144,14 +145,64 @@ def test_dropouts_release_only_with_the_threshold(cohort_plan):
     assert metrics["trust"]["group_rounds_withheld"] > 0  # 30% dropouts leave some cohorts below t = ⌈0.9·m⌉
 
 
-def test_a_server_naming_the_same_clients_every_round_gets_them_at_most_k_times(cohort_plan, monkeypatch):
+def test_the_rules_cohorts_give_each_client_at_most_k_and_a_repeated_cohort_is_refused(cohort_plan):
+    """An honest server names the rule's cohorts (here each the whole group of 40, K = 4): every cohort joins whole
+    until its members' K, nobody after. A server that names its own choice every round (the same first m clients, of
+    cohorts of 10 here) gets nobody, unless the rule drew it."""
     spec = validate_config(_cfg(None, noise="seeded"), cohort_plan).spec
-    monkeypatch.setattr(cohort_rules, "choose_cohort", lambda used, cohort, rng: np.arange(cohort))
+    rule = cohort_rules.simulated_rule(spec.secagg, spec.sizes, "seeded", seed=0)
     used = [np.zeros(s, np.int64) for s in spec.sizes]
-    joined = [cohort_rules.cohort_round(spec.secagg, spec.offsets, used, np.random.default_rng(0)) for _ in range(6)]
+    joined = [cohort_rules.cohort_round(spec.secagg, spec.offsets, used, rule, r) for r in range(6)]
     for m, g in enumerate(spec.secagg.cohorts):
-        assert used[m].max() == g.memberships
-        assert sum(len(r[m]) for r in joined) == g.memberships * g.cohort  # the rest refused
+        assert g.cohort == spec.sizes[m] and used[m].max() == g.memberships == 4
+        assert [len(r[m]) for r in joined] == [g.cohort] * 4 + [0, 0]
+    spec = smaller_cohorts(spec, 10)
+    rule = cohort_rules.simulated_rule(spec.secagg, spec.sizes, "seeded", seed=0)
+    used = [np.zeros(s, np.int64) for s in spec.sizes]
+    chosen = [np.arange(g.cohort) for g in spec.secagg.cohorts]
+    for r in range(6):
+        got = cohort_rules.cohort_round(spec.secagg, spec.offsets, used, rule, r, named=chosen)
+        drawn = cohort_rules.named_cohorts(rule, r)
+        assert [len(j) for j in got] == [g.cohort if np.array_equal(c, d) else 0
+                                         for g, c, d in zip(spec.secagg.cohorts, chosen, drawn)]  # fmt: skip
+
+
+def test_a_stacked_cohort_is_refused_by_its_members_and_releases_nothing(cohort_plan):
+    """The server keeps a target in its cohort and fills the rest with clients of its choosing (its Sybils): the
+    target and every other member see a run that is not the rule's cohort and refuse; the other groups go ahead
+    (cohorts of 10 of each group's 40)."""
+    spec = smaller_cohorts(validate_config(_cfg(None, noise="seeded"), cohort_plan).spec, 10)
+    rule = cohort_rules.simulated_rule(spec.secagg, spec.sizes, "seeded", seed=1)
+    honest = cohort_rules.named_cohorts(rule, 0)
+    target, m = int(honest[0][0]), spec.secagg.cohorts[0].cohort
+    sybils = [i for i in range(spec.sizes[0]) if i not in honest[0]][: m - 1]
+    used = [np.zeros(s, np.int64) for s in spec.sizes]
+    got = cohort_rules.cohort_round(spec.secagg, spec.offsets, used, rule, 0,
+                                    named=[np.array([target, *sybils]), *honest[1:]])  # fmt: skip
+    assert got[0].size == 0 and used[0].sum() == 0
+    assert [len(j) for j in got[1:]] == [g.cohort for g in spec.secagg.cohorts[1:]]
+    named = cohort_rules.client_ids(0, [target, *sybils])
+    assert "whom the rule did not draw" in rule.refusal(client=named[0], group=0, rnd=1, members=named)
+
+
+def smaller_cohorts(spec, cohort: int):
+    """``spec`` with every group's cohort ``cohort`` (the members' checks only: not a plan's noise law)."""
+    groups = tuple(dataclasses.replace(g, cohort=cohort) for g in spec.secagg.cohorts)
+    return dataclasses.replace(spec, secagg=dataclasses.replace(spec.secagg, cohorts=groups))
+
+
+def test_a_run_that_mixes_in_another_groups_clients_is_refused(cohort_plan):
+    """A run of group 3's cohort with one member swapped for a client of group 1: the members refuse it."""
+    spec = validate_config(_cfg(None, noise="seeded"), cohort_plan).spec
+    rule = cohort_rules.simulated_rule(spec.secagg, spec.sizes, "seeded", seed=2)
+    cohort = rule.cohort(group=2, rnd=1)
+    mixed = [*cohort[1:], "0/0"]
+    assert rule.run_refusal(group=2, rnd=1, members=cohort) is None
+    assert rule.refusal(client=cohort[1], group=2, rnd=1, members=mixed) == (
+        f"the run of group 3 in round 1 holds {len(cohort)} clients with client 0/0, whom the rule did not draw (the "
+        f"cohort rule's has {len(cohort)})"
+    )
+    assert "not registered in group 3" in rule.refusal(client="0/0", group=2, rnd=1, members=mixed)
 
 
 @pytest.mark.parametrize(
