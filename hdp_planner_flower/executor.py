@@ -45,8 +45,16 @@ WARM = (
     "hdp_planner_flower.secagg_mod",
     "hdp_planner_flower.node_state",
     "hdp_planner_train.rules.clipping",
+    "hdp_planner_flower.membership",  # a node's first round: it derives what it keeps of the pinned plan
+    "hdp_planner.planfile.document",
+    "hdp_planner.ledger.composition",
+    "hdp_planner.ledger.runs",
+    "hdp_planner.trust.registry",
+    "hdp_planner_train.rules.specs",
+    "hdp_planner_train.run.ledger",
 )
-"""What the parent imports before it forks: every stage of the node's ClientApp."""
+"""What the parent imports before it forks: every stage of the node's ClientApp, and the planner its first round
+derives the pinned plan with (a later round reads the derivation back without it)."""
 
 
 def warm(modules: Sequence[str] = WARM) -> None:
