@@ -24,7 +24,7 @@ from hdp_planner.report.results import Result, Table, write_result
 from hdp_planner_train.audit.canaries import CanaryAuditor
 from hdp_planner_train.learning.engines import vectorized_deltas
 from hdp_planner_train.learning.models import make_model
-from hdp_planner_train.rules.aggregate import aggregate
+from hdp_planner_train.rules.aggregate import Observers, aggregate
 from hdp_planner_train.rules.noise_sources import SeededNoise
 from hdp_planner_train.rules.sampling import round_rows, sample_round
 from hdp_planner_train.rules.specs import GroupSpec
@@ -57,11 +57,11 @@ def main() -> None:
         _, group_of_row = round_rows(sampled)
         deltas = vectorized_deltas(model, theta, xs, ys, lr=0.1, momentum=0.0)
         t1 = time.perf_counter()
-        observe = None
+        observers = Observers()
         if audited:
             deltas, group_of_row = auditor.insert(deltas, group_of_row, rnd)
-            observe = auditor.observe
-        aggregate(deltas, group_of_row, SPEC, SeededNoise(0, rnd), rnd=rnd, observe=observe)
+            observers = Observers(observe=auditor.observe)
+        aggregate(deltas, group_of_row, SPEC, SeededNoise(0, rnd), rnd=rnd, observers=observers)
         t2 = time.perf_counter()
         return {"round": t2 - t0, "server": t2 - t1}
 

@@ -55,6 +55,31 @@ Survivors = Callable[[int, np.ndarray], None]
 masked vector), told to the audit before the group is observed."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Observers:
+    """What the privacy audit (:mod:`hdp_planner_train.audit.canaries`) is told of a round; None: nothing.
+
+    Args:
+        observe: Sees what :func:`noisy_update` releases of each group (:data:`~.release.Observer`).
+        referee: Learns each cohort round's coins (:data:`Referee`).
+        survivors: Learns which rows survived to each secure sum (:data:`Survivors`).
+    """
+
+    observe: Observer | None = None
+    referee: Referee | None = None
+    survivors: Survivors | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tally:
+    """What a round's noisy sums hold: the clients ``joined`` per group, how many updates were ``clipped``, and the
+    groups ``withheld`` (secure aggregation: not released, and why)."""
+
+    joined: list[int]
+    clipped: int
+    withheld: tuple[Withheld, ...] = ()
+
+
 def aggregate(
     deltas: torch.Tensor,
     group_of_row: Sequence[int],
@@ -63,19 +88,17 @@ def aggregate(
     *,
     rnd: int = 0,
     public_history: list[torch.Tensor] | None = None,
-    observe: Observer | None = None,
-    referee: Referee | None = None,
-    survivors: Survivors | None = None,
+    observers: Observers = Observers(),
 ) -> tuple[torch.Tensor, RoundStats]:
     """The server update Σ_m ω_m·Top_k(Σ_{i∈m} clip(Δ_i) + noise_m) from flat client updates ``deltas`` (K, d).
 
     ``rnd`` picks σ_m from a schedule; PFA appends the public group's noisy sum to ``public_history`` (the
     caller keeps it between rounds) and projects onto the principal subspace of its latest ``window`` entries.
-    ``observe`` (the privacy audit, :mod:`hdp_planner_train.audit.canaries`) sees what :func:`noisy_update` releases;
-    under secure aggregation a group that releases nothing is observed as ``observe(m, None, None)``. ``referee``
-    (the audit's, :data:`Referee`) learns each cohort round's coins, ``survivors`` (:data:`Survivors`) which rows
-    survived to each secure sum.
+    ``observers``: the privacy audit's (:class:`Observers`); its ``observe`` sees what :func:`noisy_update` releases,
+    and under secure aggregation a group that releases nothing is observed as ``observe(m, None, None)``; its
+    ``referee`` learns each cohort round's coins, its ``survivors`` which rows survived to each secure sum.
     """
+    observe, referee, survivors = observers.observe, observers.referee, observers.survivors
     d = deltas.shape[1]
     groups = torch.as_tensor(np.asarray(group_of_row, dtype=np.int64), device=deltas.device)
     count = len(spec.sizes)
@@ -113,8 +136,8 @@ def aggregate(
     else:
         ys, noises, clipped = noisy_sums(rows, spec, sigma, source)
         withheld = ()
-    return released_update(ys, noises, spec=spec, source=source, public_history=public_history, joined=joined,
-                           clipped=clipped, withheld=withheld, observe=observe)  # fmt: skip
+    return released_update(ys, noises, spec=spec, source=source, public_history=public_history,
+                           tally=Tally(joined=joined, clipped=clipped, withheld=withheld), observe=observe)  # fmt: skip
 
 
 def released_update(
@@ -124,17 +147,15 @@ def released_update(
     spec: GroupSpec,
     source: NoiseSource,
     public_history: list[torch.Tensor] | None,
-    joined: list[int],
-    clipped: int,
-    withheld: tuple[Withheld, ...],
+    tally: Tally,
     observe: Observer | None,
 ) -> tuple[torch.Tensor, RoundStats]:
     """:func:`noisy_update` of the groups' noisy sums ``ys``, with the round's statistics: the server update, and the
-    clients ``joined``, how many were ``clipped``, Λ measured and applied, and the groups ``withheld``."""
+    round's ``tally`` (clients joined, clipped, groups withheld) with Λ measured and applied."""
     update, measured, applied = noisy_update(ys, noises=noises, spec=spec, source=source, public_history=public_history,
                                              observe=observe)  # fmt: skip
-    return update, RoundStats(joined=joined, clipped=clipped, lambda_measured=measured, lambda_applied=applied,
-                              withheld=withheld)  # fmt: skip
+    return update, RoundStats(joined=tally.joined, clipped=tally.clipped, lambda_measured=measured,
+                              lambda_applied=applied, withheld=tally.withheld)  # fmt: skip
 
 
 class GroupAggregator:
@@ -158,9 +179,7 @@ class GroupAggregator:
         *,
         source: NoiseSource | None,
         rnd: int,
-        observe: Observer | None = None,
-        referee: Referee | None = None,
-        survivors: Survivors | None = None,
+        observers: Observers = Observers(),
     ) -> tuple[torch.Tensor, RoundStats]:
         """:func:`aggregate` of one round's client updates.
 
@@ -169,15 +188,13 @@ class GroupAggregator:
             group_of_row: Each row's group.
             source: Where the noise is drawn (None: a method that adds none).
             rnd: The round (0-based), which picks σ_m from a schedule.
-            observe: The privacy audit's observer of what the round releases.
-            referee: The audit's referee, told each cohort round's coins.
-            survivors: The audit's, told which rows of each group survived to its secure sum.
+            observers: What the privacy audit is told of the round (:class:`Observers`).
 
         Returns:
             The server update, and the round's statistics.
         """
         return aggregate(deltas, group_of_row, self.spec, source, rnd=rnd, public_history=self.public_history,
-                         observe=observe, referee=referee, survivors=survivors)  # fmt: skip
+                         observers=observers)  # fmt: skip
 
     def release(
         self,
@@ -206,7 +223,8 @@ class GroupAggregator:
             know the noise).
         """
         return released_update(ys, noises, spec=self.spec, source=source, public_history=self.public_history,
-                               joined=joined, clipped=clipped, withheld=withheld, observe=observe)  # fmt: skip
+                               tally=Tally(joined=joined, clipped=clipped, withheld=withheld),
+                               observe=observe)  # fmt: skip
 
 
 def noisy_sums(

@@ -29,7 +29,7 @@ from hdp_planner_train.run.interrupts import HeldInterrupt
 from hdp_planner_train.run.ledger import privacy_ledger
 from hdp_planner_train.run.metrics import base_metrics
 from hdp_planner_train.run.noise import noise_kind
-from hdp_planner_train.run.progress import progress_bar, round_description
+from hdp_planner_train.run.progress import progress_bar
 from hdp_planner_train.run.settings import RunSettings
 from hdp_planner_train.simulator import checkpoint
 from hdp_planner_train.simulator.checkpoint import CHECKPOINT
@@ -228,20 +228,17 @@ def train_rounds(
     account,
     step: Step,
     evaluate: Evaluate,
-    checkpoint: Callable[[], None] | None = None,
-    describe: Callable[[int, dict[str, Any]], str] | None = None,
+    checkpoint: Callable[[], None] | None,
+    describe: Callable[[int, dict[str, Any]], str],
 ) -> None:
     """A simulator run's rounds: :func:`~hdp_planner_train.rounds.loop.run_rounds` on the schedule of ``cfg``
-    (lr·decay^r, ``--eval-every``) with a progress bar whose line is ``describe(done, entry)``, by default the ε each
-    group has spent (:func:`round_description`)."""
-    plan, spec, rounds = bound.plan, bound.spec, bound.rounds
-    schedule = Schedule(rounds=rounds, lr=plan.config.lr, lr_decay=cfg.model.lr_decay, eval_every=cfg.output.eval_every)
+    (lr·decay^r, ``--eval-every``) with a progress bar whose line is ``describe(done, entry)``; a round released in
+    the ledger holds Ctrl-C until its ``checkpoint`` is written (:class:`CheckpointedRelease`)."""
+    rounds = bound.rounds
+    schedule = Schedule(rounds=rounds, lr=bound.plan.config.lr, lr_decay=cfg.model.lr_decay,
+                        eval_every=cfg.output.eval_every)  # fmt: skip
     progress = progress_bar(cfg.output.progress)
     task = progress.add_task("training", total=rounds, completed=log.next_round)
-    if describe is None:
-
-        def describe(done: int, entry: dict[str, Any]) -> str:
-            return round_description(plan, spec, done=done, rounds=rounds, acc=entry["accuracy"], loss=entry["loss"])
 
     def report(done: int, entry: dict[str, Any] | None, stats, seconds: float) -> None:
         if entry is not None:

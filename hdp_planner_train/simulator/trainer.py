@@ -1,5 +1,9 @@
 """Federated training of a plan (GDPFed Algorithm 2): rounds of sampling, local SGD, DP aggregation.
 
+:func:`run` checks the configuration, binds the plan and runs the method's family (:data:`FAMILIES`, by the method
+registry's family) on the one run skeleton, :func:`~.template.run_family`; the FedAvg family's hooks are here
+(:class:`FedAvgRun`), its callbacks (who joins a round, the privacy audit) in :mod:`.callbacks`.
+
 Randomness is derived per round from ``SeedSequence([seed, round, stream])`` (streams: 0 client sampling,
 1 local batches, 2 noise; 3 and 4 the privacy audit's canaries, :mod:`hdp_planner_train.audit.canaries`), so the
 loop and vectorized engines sample and noise identically, and a resumed
@@ -10,10 +14,10 @@ measurements and the privacy ledger (rounds run per group); it also stores torch
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, replace
+from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 import torch
 from torch.nn.utils import vector_to_parameters
 
@@ -27,34 +31,22 @@ from hdp_planner_train.learning.models import MODELS, model_dim, model_name
 from hdp_planner_train.learning.partitions import parse_group_classes
 from hdp_planner_train.rounds.loop import RunLog
 from hdp_planner_train.rules.aggregate import GroupAggregator
-from hdp_planner_train.rules.cohort import cohort_round, simulated_rule
 from hdp_planner_train.rules.noise_sources import noise_source
-from hdp_planner_train.rules.sampling import round_rows, sample_round
+from hdp_planner_train.rules.sampling import round_rows
 from hdp_planner_train.rules.secagg import Withheld
 from hdp_planner_train.rules.specs import METHOD_NAMES, paper_weighted
 from hdp_planner_train.run.bound import BoundRun
 from hdp_planner_train.run.errors import TrainError
-from hdp_planner_train.run.ledger import ledger_checkpoint, ledger_run
+from hdp_planner_train.run.ledger import LedgerRun
 from hdp_planner_train.run.metrics import trust_metrics
 from hdp_planner_train.run.noise import noise_kind
-from hdp_planner_train.run.output import check_finished, output_folder, write_metrics
+from hdp_planner_train.run.output import check_finished, output_folder
 from hdp_planner_train.run.plan import RunPlan, run_spec
-from hdp_planner_train.run.progress import status
+from hdp_planner_train.simulator.callbacks import round_sampling, run_audit
 from hdp_planner_train.simulator.personal import PERSONAL_METHODS, PersonalRun, check_options
 from hdp_planner_train.simulator.private_selection import SELECTION_METHODS, SelectionRun, check_selection_options
-from hdp_planner_train.simulator.scaffold import (
-    CHECKPOINT,
-    TrainConfig,
-    global_evaluation,
-    local_training,
-    resume_state,
-    run_identity,
-    run_metrics,
-    save_checkpoint,
-    start_run,
-    train_rounds,
-)
-from hdp_planner_train.simulator.template import FamilyRun, run_family
+from hdp_planner_train.simulator.scaffold import CHECKPOINT, RunStart, TrainConfig, local_training, run_metrics
+from hdp_planner_train.simulator.template import Callback, FamilyRun, run_family
 
 
 def _device(name: str) -> torch.device:
@@ -143,153 +135,105 @@ def run(cfg: TrainConfig, plan: str | os.PathLike[str] | Plan | RunPlan) -> dict
     check_finished(cfg.output, checkpoint=CHECKPOINT)  # before anything slow: the plan's laws, the data
     bound = validate_config(cfg, plan)
     with output_folder(cfg.output.out):
-        family = REGISTRY[cfg.method].family
-        if family == "fedavg":
-            return run_fedavg(cfg, bound)
-        return run_family(FAMILIES[family](cfg, bound))
+        return run_family(FAMILIES[REGISTRY[cfg.method].family](cfg, bound))
 
 
-FAMILIES: dict[str, type[FamilyRun]] = {
-    "personal": PersonalRun,  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
-    "selection": SelectionRun,  # the selection paper: record-level DP-SGD, with replacement
-}
-"""Each trainer family of the method registry (:attr:`~hdp_planner.methods.method.Method.family`): its hooks."""
+class FedAvgRun(FamilyRun):
+    """The FedAvg family's hooks (GDPFed Algorithm 2) for :func:`~.template.run_family`: each round the clients the
+    run's sampling draws (:func:`~.callbacks.round_sampling`) train locally, the audit's canaries join them
+    (:func:`~.callbacks.run_audit`), and the group aggregation releases the update; PFA's public history and torch's
+    RNG state are checkpointed beside θ."""
 
+    def __init__(self, cfg: TrainConfig, bound: BoundRun) -> None:
+        super().__init__(cfg, bound)
+        self.identity = {"audit": (cfg.audit.canaries or "default") if cfg.audit.enabled else None}
+        self.withheld: list[tuple[int, Withheld]] = []  # secure aggregation: group sums not released, by round
 
-def run_fedavg(cfg: TrainConfig, bound: BoundRun) -> dict[str, Any]:
-    """The FedAvg family's run (GDPFed Algorithm 2): :func:`run` once the configuration is checked and bound."""
-    run_plan, plan, data, spec, rounds = bound.run_plan, bound.plan, bound.data, bound.spec, bound.rounds
-    audit = (cfg.audit.canaries or "default") if cfg.audit.enabled else None
-    identity = run_identity(cfg, bound, audit=audit)
-    state = resume_state(cfg, identity, rounds)
+    def begin(self, start: RunStart) -> tuple[Callback, ...]:
+        """The model's dimension checked against the plan's trust model and PFA; the aggregator, the audit and the
+        round's sampling."""
+        super().begin(start)
+        cfg, bound, d = self.cfg, self.bound, int(start.theta.numel())
+        spec = bound.spec
+        if spec.secagg is not None and spec.secagg.model_dim != d:
+            raise TrainError(f"{bound.run_plan.source}'s trust object was planned for d = {spec.secagg.model_dim}, "
+                             f"this model has d = {d}: re-plan with --trust secagg --model-dim {d}")  # fmt: skip
+        if spec.projection is not None and spec.projection.model_dim != d:
+            raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, d, bound.data.num_classes))
+        self.audit = run_audit(cfg, spec, d=d, delta=bound.plan.config.delta)
+        self.aggregator = GroupAggregator(spec)
+        self.sampling = round_sampling(spec, start.kind, seed=cfg.seed, extra=self.audit.extra)
+        return self.audit, self.sampling
 
-    start = start_run(cfg, bound)
-    out, kind, model, theta = start.out, start.kind, start.model, start.theta
-    x_test, y_test = start.x_test, start.y_test
-    if spec.secagg is not None and spec.secagg.model_dim != theta.numel():
-        d = theta.numel()
-        raise TrainError(f"{run_plan.source}'s trust object was planned for d = {spec.secagg.model_dim}, this model "
-                         f"has d = {d}: re-plan with --trust secagg --model-dim {d}")  # fmt: skip
-    if spec.projection is not None and spec.projection.model_dim != theta.numel():
-        raise TrainError(pfa_dim_mismatch(cfg, spec.projection.model_dim, theta.numel(), data.num_classes))
-    auditor = None
-    if cfg.audit.enabled:
-        from hdp_planner_train.audit.canaries import CanaryAuditor
+    def state(self) -> dict[str, Any]:
+        return {
+            "public_history": [t.cpu() for t in self.aggregator.public_history],
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": "per-round SeedSequence([seed, round, stream])" if self.start.kind == "seeded" else "secure",
+        }
 
-        try:
-            auditor = CanaryAuditor(spec, int(theta.numel()), cfg.seed, cfg.audit.canaries)
-        except ValueError as exc:
-            raise TrainError(str(exc)) from None
-
-    log = RunLog(diagnostics=kind == "seeded")
-    aggregator = GroupAggregator(spec)
-    if state is not None:
-        theta = state["theta"].to(bound.device)
-        log = RunLog.from_state(state)
-        aggregator = GroupAggregator(spec, [t.to(bound.device) for t in state["public_history"]])
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        super().load_state(state)
+        self.aggregator = GroupAggregator(self.bound.spec, [t.to(self.bound.device) for t in state["public_history"]])
         torch.set_rng_state(state["torch_rng"])
-        if auditor is not None:
-            if "clients" not in state["audit"]:
-                raise TrainError(f"{out}: the checkpoint holds an earlier audit's state; rerun with --overwrite")
-            auditor.load_state(state["audit"])
-        if spec.secagg is not None and spec.secagg.cohorts is not None and "cohort_seed" not in state:
-            raise TrainError(f"{out}: the checkpoint holds no cohort rule's seed (an earlier version's); rerun with "
-                             "--overwrite")  # fmt: skip
-    vector_to_parameters(theta.clone(), model.parameters())
+        vector_to_parameters(self.theta.clone(), self.start.model.parameters())
 
-    c = plan.config
-    account = ledger_run(cfg, bound, start=log.next_round, resumed=state)
-    withheld: list[tuple[int, Withheld]] = []  # secure aggregation: the group sums not released this run, by round
-    cohorts = spec.secagg.cohorts if spec.secagg is not None else None
-    canaries = auditor.extra if auditor is not None else (0,) * len(spec.sizes)  # members too: named like clients
-    used = [np.zeros(s + e, np.int64) for s, e in zip(spec.sizes, canaries)]  # hidden participation: memberships
-    rule = None if cohorts is None else simulated_rule(spec.secagg, [len(u) for u in used], kind, seed=cfg.seed)
-    if state is not None and cohorts is not None:
-        used = [np.asarray(u, dtype=np.int64) for u in state["cohort_memberships"]]
-        rule = replace(rule, seed=bytes.fromhex(state["cohort_seed"]))  # the rule the run began with
-
-    def step(r: int, lr: float):
-        extra = auditor.extra if auditor is not None else None
-        if cohorts is not None:
-            sampled = cohort_round(spec.secagg, spec.offsets, used, rule, r)
-        else:
-            sampled = sample_round(spec, seed=cfg.seed, rnd=r, secure=kind == "secure", extra=extra)
-        if auditor is not None:
-            sampled = auditor.take(sampled, spec.offsets, spec.sizes)
+    def step(self, r: int, lr: float):
+        cfg, bound, start, audit = self.cfg, self.bound, self.start, self.audit
+        spec = bound.spec
+        sampled = audit.take(self.sampling.draw(r), spec.offsets, spec.sizes)
         ids, group_of_row = round_rows(sampled)
         training = local_training(cfg, bound, lr=lr)
-        deltas = clients_deltas(model, training, theta=theta, data=start.train, ids=ids, seed=cfg.seed, rnd=r)
-        if auditor is not None:
-            deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-        gen = noise_source(kind, seed=cfg.seed, rnd=r) if spec.private else None
-        observe = auditor.observe if auditor is not None else None
-        referee = auditor.referee if auditor is not None else None
-        survivors = auditor.survivors if auditor is not None else None
-        update, stats = aggregator.round(deltas, group_of_row, source=gen, rnd=r, observe=observe, referee=referee,
-                                         survivors=survivors)  # fmt: skip
-        if auditor is not None:
-            stats = auditor.real_stats(stats)
-        withheld.extend((r, w) for w in stats.withheld)
+        deltas = clients_deltas(start.model, training, theta=self.theta, data=start.train, ids=ids, seed=cfg.seed,
+                                rnd=r)  # fmt: skip
+        deltas, group_of_row = audit.insert(deltas, group_of_row, r)
+        gen = noise_source(start.kind, seed=cfg.seed, rnd=r) if spec.private else None
+        update, stats = self.aggregator.round(deltas, group_of_row, source=gen, rnd=r, observers=audit.observers)
+        stats = audit.real_stats(stats)
+        self.withheld.extend((r, w) for w in stats.withheld)
 
         def apply_update() -> None:
-            nonlocal theta
-            theta = theta + update
-            vector_to_parameters(theta.clone(), model.parameters())
+            self.theta = self.theta + update
+            vector_to_parameters(self.theta.clone(), start.model.parameters())
 
         return stats, apply_update
 
-    def checkpoint() -> None:
-        save_checkpoint(
-            out, identity, theta=theta, log=log, plan=plan, spec=spec,
-            public_history=[t.cpu() for t in aggregator.public_history], torch_rng=torch.get_rng_state(),
-            numpy_rng="per-round SeedSequence([seed, round, stream])" if kind == "seeded" else "secure",
-            audit=auditor.state() if auditor is not None else None,
-            **ledger_checkpoint(account),
-            **({"cohort_memberships": [u.copy() for u in used], "cohort_seed": rule.seed.hex()}
-               if cohorts is not None else {}),
-        )  # fmt: skip
-
-    train_rounds(cfg, bound, log=log, account=account, step=step, evaluate=global_evaluation(model, x_test, y_test),
-                 checkpoint=checkpoint if out else None)  # fmt: skip
-
-    metrics = run_metrics(cfg, bound, d=int(theta.numel()), log=log, account=account)
-    metrics["trust"] = trust_metrics(plan, spec, rounds, withheld if kind == "seeded" else None)
-    if cfg.data.group_classes is not None:  # accuracy on each privacy group's own classes (DP-FedAvg: 1 group)
-        classes = parse_group_classes(cfg.data.group_classes, len(plan.groups.size), data.num_classes)
-        metrics["group_classes"] = [list(c) for c in classes]
-        metrics["group_accuracy"] = [
-            evaluate(model, x_test[mask], y_test[mask])[0]
-            for mask in (torch.isin(y_test, torch.as_tensor(c, device=y_test.device)) for c in classes)
-        ]
-    metrics.update(
-        {
-            "engine": cfg.model.engine,
-            "clip": spec.clip if spec.private else None,  # C, or C_m per group
-            "privacy": (
-                f"(ε, δ={c.delta:.3g})-DP per group, {c.spending_accountant} accountant, for the {rounds} rounds run"
-                if spec.private
-                else "none: p-fedavg adds no noise and does not clip (ε = ∞)"
-            ),
-            "noise_lambda_note": None
-            if kind == "secure"
-            else (
-                "simulation diagnostics: measured = mean over rounds of Σ_m ω_m²(k_m/d)‖n_m‖²/d (noise of each "
-                "group sum, Top-k mask independent of the noise; expectation = planned lambda_exact); applied = "
-                "‖Σ_m ω_m mask_m⊙n_m‖²/d with the Top-k mask chosen on the noisy sum (biased up by Top-k's "
-                "preference for large noise)"
-            ),
-            "groups": {k: list(v) for k, v in asdict(spec).items() if isinstance(v, tuple)},
-        }
-    )
-    if auditor is not None:
-        planned = [e["epsilon_spent"] for e in metrics["epsilon_spent"]]
-        with status(
-            cfg.output.progress, "audit: estimating each group's ε from its canaries (PLD, bootstrap interval)…"
-        ):
-            metrics["audit"] = auditor.report(planned, c.delta)
-    if out:
-        write_metrics(metrics, out, cfg.output.plot)
-    return metrics
+    def metrics(self, log: RunLog, account: LedgerRun | None) -> dict[str, Any]:
+        cfg, bound, kind = self.cfg, self.bound, self.start.kind
+        plan, spec, rounds = bound.plan, bound.spec, bound.rounds
+        model, x_test, y_test = self.start.model, self.start.x_test, self.start.y_test
+        c = plan.config
+        metrics = run_metrics(cfg, bound, d=int(self.theta.numel()), log=log, account=account)
+        metrics["trust"] = trust_metrics(plan, spec, rounds, self.withheld if kind == "seeded" else None)
+        if cfg.data.group_classes is not None:  # accuracy on each privacy group's own classes (DP-FedAvg: 1 group)
+            classes = parse_group_classes(cfg.data.group_classes, len(plan.groups.size), bound.data.num_classes)
+            metrics["group_classes"] = [list(c) for c in classes]
+            metrics["group_accuracy"] = [
+                evaluate(model, x_test[mask], y_test[mask])[0]
+                for mask in (torch.isin(y_test, torch.as_tensor(c, device=y_test.device)) for c in classes)
+            ]
+        metrics.update(
+            {
+                "engine": cfg.model.engine,
+                "clip": spec.clip if spec.private else None,  # C, or C_m per group
+                "privacy": (
+                    f"(ε, δ={c.delta:.3g})-DP per group, {c.spending_accountant} accountant, for the {rounds} rounds "
+                    "run"
+                    if spec.private
+                    else "none: p-fedavg adds no noise and does not clip (ε = ∞)"
+                ),
+                "noise_lambda_note": None
+                if kind == "secure"
+                else (
+                    "simulation diagnostics: measured = mean over rounds of Σ_m ω_m²(k_m/d)‖n_m‖²/d (noise of each "
+                    "group sum, Top-k mask independent of the noise; expectation = planned lambda_exact); applied = "
+                    "‖Σ_m ω_m mask_m⊙n_m‖²/d with the Top-k mask chosen on the noisy sum (biased up by Top-k's "
+                    "preference for large noise)"
+                ),
+                "groups": {k: list(v) for k, v in asdict(spec).items() if isinstance(v, tuple)},
+            }
+        )
+        return metrics
 
 
 def pfa_dim_mismatch(cfg: TrainConfig, planned: int, d: int, num_classes: int) -> str:
@@ -302,3 +246,11 @@ def pfa_dim_mismatch(cfg: TrainConfig, planned: int, d: int, num_classes: int) -
     ]
     hint = f"train with --model {fits[0]}" if fits else f"re-plan with --model-dim {d}"
     return f"the plan's PFA was planned for d = {planned} parameters but --model {name} has d = {d}: {hint}"
+
+
+FAMILIES: dict[str, type[FamilyRun]] = {
+    "fedavg": FedAvgRun,  # GDPFed Algorithm 2 and its baselines: the plan's groups, global evaluation
+    "personal": PersonalRun,  # DP²-FedSAM family: personal heads / SAM, per-client evaluation
+    "selection": SelectionRun,  # the selection paper: record-level DP-SGD, with replacement
+}
+"""Each trainer family of the method registry (:attr:`~hdp_planner.methods.method.Method.family`): its hooks."""

@@ -127,10 +127,10 @@ def _grid_args(out: Path, *extra: str) -> list[str]:
 def test_compare_interrupted_says_how_to_go_on_and_resume_continues(tmp_path, monkeypatch):
     """Ctrl-C in the second run of a grid: one line, status 130; ``--resume`` reuses the first run and continues the
     second from its checkpoint; a plain rerun is refused naming both flags, a resume under other settings too."""
-    from hdp_planner_train.simulator import trainer
+    from hdp_planner_train.simulator import template
 
     out = tmp_path / "grid"
-    saved = trainer.save_checkpoint
+    saved = template.save_checkpoint
     calls = []
 
     def interrupt_in_second_run(*args, **kwargs):
@@ -139,13 +139,13 @@ def test_compare_interrupted_says_how_to_go_on_and_resume_continues(tmp_path, mo
         if len(calls) == 4:  # the first run saved 3 rounds; the second has saved its round 1
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer, "save_checkpoint", interrupt_in_second_run)
+    monkeypatch.setattr(template, "save_checkpoint", interrupt_in_second_run)
     stopped = runner.invoke(app, _grid_args(out))
     assert stopped.exit_code == 130
     assert stopped.output.strip().splitlines()[-1] == (
         "interrupted after 1 of 2 runs; run the same command with --resume to continue"
     )
-    monkeypatch.setattr(trainer, "save_checkpoint", saved)
+    monkeypatch.setattr(template, "save_checkpoint", saved)
 
     again = runner.invoke(app, _grid_args(out))
     _one_line_error(again, "a compare grid of this plan: continue it with --resume")

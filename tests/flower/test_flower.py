@@ -35,7 +35,7 @@ from hdp_planner_flower.records import ARRAYS, HDP, flatten  # noqa: E402
 from hdp_planner_flower.simulation import FLOWER_METHODS  # noqa: E402
 from hdp_planner_flower.strategy import HdpStrategy  # noqa: E402
 from hdp_planner_train.learning.models import make_model  # noqa: E402
-from hdp_planner_train.rules.aggregate import aggregate  # noqa: E402
+from hdp_planner_train.rules.aggregate import Observers, aggregate  # noqa: E402
 from hdp_planner_train.rules.noise_sources import SeededNoise  # noqa: E402
 from hdp_planner_train.rules.sampling import round_seed, sample_round  # noqa: E402
 from hdp_planner_train.rules.specs import METHOD_NAMES, method_spec  # noqa: E402
@@ -174,7 +174,7 @@ def test_audited_round_equals_the_simulators_audit(flower_plan, method):
     deltas, group_of_row = theirs.insert(deltas, group_of_row, 0)
     assert len(group_of_row) > clients  # canaries joined this round
     update, _ = aggregate(deltas, group_of_row, spec, SeededNoise(SEED, 0), rnd=0, public_history=[],
-                          observe=theirs.observe)  # fmt: skip
+                          observers=Observers(observe=theirs.observe))  # fmt: skip
     assert torch.equal(flatten(result.arrays), flatten(arrays) + update)
     for z_ours, z_theirs in zip(ours.z, theirs.z):
         np.testing.assert_array_equal(np.stack(z_ours), np.stack(z_theirs))

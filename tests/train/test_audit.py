@@ -65,8 +65,8 @@ def simulate(
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
         source = SecureNoise() if secure else SeededNoise(seed, r)
-        agg.aggregate(deltas, group_of_row, spec, source, rnd=r, observe=auditor.observe,
-                      survivors=auditor.survivors if survivors else None)  # fmt: skip
+        watch = agg.Observers(observe=auditor.observe, survivors=auditor.survivors if survivors else None)
+        agg.aggregate(deltas, group_of_row, spec, source, rnd=r, observers=watch)
     planned = [
         rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA) for s, q in zip(spec.noise_multiplier, spec.q)
     ]
@@ -472,7 +472,8 @@ def _mismatched_run(factor: float, rounds: int = 10) -> dict[str, Any]:
         group_of_row = np.concatenate([np.full(len(s), m) for m, s in enumerate(other)]).astype(np.int64)
         deltas = torch.as_tensor(data.normal(0, 3 / math.sqrt(d), (len(group_of_row), d)), dtype=torch.float32)
         deltas, group_of_row = auditor.insert(deltas, group_of_row, r)
-        agg.aggregate(deltas, group_of_row, spec, SeededNoise(seed, r), rnd=r, observe=auditor.observe)
+        agg.aggregate(deltas, group_of_row, spec, SeededNoise(seed, r), rnd=r,
+                      observers=agg.Observers(observe=auditor.observe))  # fmt: skip
     planned = [rdp_epsilon(noise_multiplier=s, q=q, rounds=rounds, delta=DELTA)
                for s, q in zip(spec.noise_multiplier, spec.q)]  # fmt: skip
     return auditor.report(planned, DELTA)

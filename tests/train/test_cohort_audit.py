@@ -155,7 +155,11 @@ def test_a_member_named_but_not_aggregated_is_flagged(cohort_plan, monkeypatch):
 def test_a_cohort_audit_without_the_referees_coins_stops(cohort_plan, monkeypatch):
     """No coins, no ground truth: the audit does not fall back to counting memberships as contributions."""
     real = agg.GroupAggregator.round
-    monkeypatch.setattr(agg.GroupAggregator, "round", lambda self, *a, **kw: real(self, *a, **{**kw, "referee": None}))
+
+    def without_referee(self, *a, observers, **kw):
+        return real(self, *a, observers=dataclasses.replace(observers, referee=None), **kw)
+
+    monkeypatch.setattr(agg.GroupAggregator, "round", without_referee)
     with pytest.raises(ValueError, match="referee"):
         _audit(cohort_plan)
 

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from hdp_planner import plan, save_plan  # noqa: E402
 from hdp_planner.ledger.store import Ledger  # noqa: E402
 from hdp_planner_train.run.options import configure  # noqa: E402
-from hdp_planner_train.simulator import checkpoint, scaffold  # noqa: E402
+from hdp_planner_train.simulator import checkpoint, template  # noqa: E402
 from hdp_planner_train.simulator.trainer import TrainConfig, run  # noqa: E402
 
 ROUNDS = 6
@@ -40,21 +40,21 @@ def test_ctrl_c_between_a_release_and_its_checkpoint_is_held_and_resume_continue
     checkpoint holds round 3, the ledger released exactly 3 rounds and gave back the rest, and ``--resume``
     finishes the plan within the budget."""
     out, ledger = tmp_path / "run", tmp_path / "l.sqlite"
-    describe = scaffold.round_description
+    describe = template.round_description
 
     def interrupting(plan_, spec, *, done, rounds, acc, loss):
         if done == 3:
             os.kill(os.getpid(), signal.SIGINT)
         return describe(plan_, spec, done=done, rounds=rounds, acc=acc, loss=loss)
 
-    monkeypatch.setattr(scaffold, "round_description", interrupting)
+    monkeypatch.setattr(template, "round_description", interrupting)
     cfg = configure(TrainConfig, dataset="digits", out=str(out), ledger=str(ledger), progress=False)
     with pytest.raises(KeyboardInterrupt):
         run(cfg, tight_plan)
     assert checkpoint.load(out)["next_round"] == 3
     assert _charged(ledger) == {(3, 0)}
     assert [r.status for r in Ledger(str(ledger)).runs()] == ["finished"]
-    monkeypatch.setattr(scaffold, "round_description", describe)
+    monkeypatch.setattr(template, "round_description", describe)
     resumed = run(configure(TrainConfig, dataset="digits", out=str(out), ledger=str(ledger),
                               progress=False, resume=True), str(tight_plan))  # fmt: skip
     assert resumed["rounds"] == ROUNDS and _charged(ledger) == {(ROUNDS, 0)}
@@ -63,7 +63,7 @@ def test_ctrl_c_between_a_release_and_its_checkpoint_is_held_and_resume_continue
 def test_ctrl_c_during_a_round_gives_back_the_rounds_never_released(tight_plan, tmp_path, monkeypatch):
     """Ctrl-C while a round trains, without --out: nothing is left reserved, and a full rerun fits the budget."""
     ledger = tmp_path / "l.sqlite"
-    evaluate = scaffold.global_evaluation
+    evaluate = template.global_evaluation
 
     def interrupting(model, x, y):
         entry = evaluate(model, x, y)
@@ -75,7 +75,7 @@ def test_ctrl_c_during_a_round_gives_back_the_rounds_never_released(tight_plan, 
 
         return at
 
-    monkeypatch.setattr("hdp_planner_train.simulator.trainer.global_evaluation", interrupting)
+    monkeypatch.setattr("hdp_planner_train.simulator.template.global_evaluation", interrupting)
     cfg = configure(TrainConfig, dataset="digits", noise="secure", ledger=str(ledger), progress=False)
     with pytest.raises(KeyboardInterrupt):
         run(cfg, tight_plan)
