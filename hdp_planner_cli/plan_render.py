@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hdp_planner.accounting.accountants import get_accountant
-from hdp_planner.distributed.cohort_rule import tolerated_group_colluders
+from hdp_planner.distributed.cohort_colluders import tolerated_group_colluders
 from hdp_planner.methods.pooled import recalibrated_lambda
 from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.method_noise import MethodNoise
@@ -186,7 +186,7 @@ def render_hidden(p: Plan, console: Console) -> None:
     """Public cohorts, private coins: per row and group the cohort m, coin p, expected contributors r = m·p,
     memberships K, threshold t, z and ε against the server; then the recommended row's frontier of cohort size
     against Λ, and the colluders each of its groups may hold for the law's k colluders per cohort to hold
-    (:func:`~hdp_planner.distributed.cohort_rule.tolerated_group_colluders`); nothing where participation is not
+    (:func:`~hdp_planner.distributed.cohort_colluders.tolerated_group_colluders`); nothing where participation is not
     hidden."""
     hidden = p.hidden
     if hidden is None:

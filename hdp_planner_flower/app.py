@@ -122,12 +122,14 @@ def client_app(
     Returns:
         The ClientApp.
     """
+    from hdp_planner_flower.cohort_seed import cohort_query
     from hdp_planner_flower.secagg_mod import secagg_mods
 
     secure = pin is not None if secagg is None else secagg
     app = ClientApp()
     app.train(mods=[*(mods or []), *(secagg_mods(pin, masks) if secure else [hdp_mod])])(train_fn)
     app.query("hdp_enroll")(enroll)
+    app.query("hdp_cohort")(cohort_query(pin))
     return app
 
 

@@ -4,6 +4,7 @@ A SuperNode of flwr 1.41 starts one ClientApp process per message, so what a mes
 what it costs. :data:`client` answers
 
 - the enrolment query (:func:`enroll`) with the node's client id from its node config;
+- the cohort seed's commitment round (:func:`seed_query`, :mod:`.cohort_seed`) for plans with hidden participation;
 - SecAgg+'s setup, share-keys and unmask stages with Flower's ``secaggplus_mod`` and the masks of :mod:`.masks`
   (key pairs, Shamir shares, a dropped neighbour's key share): Flower, numpy and ``cryptography``; no torch, no
   model, none of the planner's accounting;
@@ -39,6 +40,14 @@ def untrained(msg: Message, context: Context) -> Message:
     raise RuntimeError("only SecAgg+'s masked-vector stage trains")
 
 
+def seed_query(msg: Message, context: Context) -> Message:
+    """The cohort seed's commitment round (:func:`~.cohort_seed.cohort_query`), the plan pinned in the node config."""
+    from hdp_planner_flower.cohort_seed import cohort_query
+
+    return cohort_query()(msg, context)
+
+
 client = ClientApp()
 client.train()(handle)
 client.query("hdp_enroll")(enroll)
+client.query("hdp_cohort")(seed_query)

@@ -95,19 +95,28 @@ class Admission:
     spent: float | None
 
 
+def state_file(folder: str | Path, client: int) -> Path:
+    """Client ``client``'s SQLite file in ``folder``: ``client-I.sqlite``."""
+    return Path(folder).expanduser() / f"client-{client}.sqlite"
+
+
+def private_connection(path: Path) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path``, created 0600 (before SQLite opens it) in a folder of mode 0700."""
+    private_folder(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+    return sqlite3.connect(path, timeout=120.0, isolation_level=None)
+
+
 class NodeState:
     """Client ``client``'s participations and charged rounds in ``folder`` (see the module's docstring)."""
 
     def __init__(self, folder: str | Path, client: int) -> None:
-        self.folder = Path(folder).expanduser()
-        self.path = self.folder / f"client-{client}.sqlite"
+        self.path = state_file(folder, client)
 
     def _connect(self) -> sqlite3.Connection:
-        private_folder(self.folder)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # the mode before SQLite opens it
-        os.fchmod(fd, 0o600)
-        os.close(fd)
-        conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
+        conn = private_connection(self.path)
         conn.execute(SCHEMA)
         return conn
 

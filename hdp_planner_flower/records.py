@@ -15,6 +15,7 @@ ARRAYS = "arrays"  # the model (server → client) or the private update (client
 HDP = "hdp"  # ConfigRecord server → client: group, clip, noise-multiplier, joined, trust; MetricRecord back
 TRAIN_SETTINGS = "train"  # ConfigRecord server → client: lr, local steps, data settings for the user's train
 ENROLL = "query.hdp_enroll"  # message type of the enrolment query: each node reports its client id
+COHORT = "query.hdp_cohort"  # message type of the cohort seed's commitment round (hdp_planner_flower.cohort_seed)
 
 
 def flatten(record: ArrayRecord) -> torch.Tensor:

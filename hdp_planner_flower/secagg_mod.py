@@ -11,7 +11,8 @@ for the integer message y mod 2^b, its share sized by the plan's law of its grou
 exactly, so the server's unmasked sum is Σy modulo 2^b bit for bit. Nothing else travels: no metrics, a constant example
 count. In a cohort round (a plan solved with ``--hide-sample``) the member's private coin, from the OS's CSPRNG,
 multiplies its rounded update before its share is added (:mod:`hdp_planner.distributed.coins`): heads and tails send
-the same message; a member whose training fails sends its share alone.
+the same message; a member whose training fails sends its share alone. Before that the member refuses a run that is not
+exactly the cohort rule's (:func:`~hdp_planner_flower.cohort_seed.check_run`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from flwr.compat.common import recorddict_compat as compat
 
 from hdp_planner.distributed.coins import flip
 from hdp_planner.distributed.randomness import SecureBits
+from hdp_planner_flower.cohort_seed import check_run
 from hdp_planner_flower.masks import MASK_MODULUS, masked_secaggplus_mod
 from hdp_planner_flower.node_state import admit_round, pinned_plan
 from hdp_planner_flower.pin import Pin
@@ -54,6 +56,9 @@ def share_mod(pin: Pin | None = None, masked: bool = True) -> Callable[[Message,
         rules, settings = split_config(ins.config)
         cid = client_id(ctxt)
         m = pinned.check(rules, client=cid, **(secaggplus_view(ctxt) if masked else announced_view(rules, pinned)))
+        if pinned.spec.secagg.cohorts is not None:  # the run must be the cohort rule's, under the nodes' seed
+            check_run(chosen, pinned, rules, client=cid, node=int(ctxt.node_id),
+                      shown=run_nodes(ctxt) if masked else None)  # fmt: skip
         admit_round(chosen, ctxt, server_round=int(rules["server-round"]), secure=True)
         sent = ArrayRecord(parameters_to_ndarrays(ins.parameters))
         secagg, rnd = pinned.secagg, int(rules["server-round"]) - 1
@@ -90,6 +95,11 @@ def secaggplus_view(ctxt: Context) -> dict:
                 threshold=int(state["threshold"]), keys=len(state.get("public_keys_dict:K", [])),
                 quantization=(float(state["clipping_range"]), int(state["target_range"]), int(state["mod_range"]),
                               float(state["max_weight"])))  # fmt: skip
+
+
+def run_nodes(ctxt: Context) -> list[int]:
+    """The node ids whose public keys SecAgg+ shows this node in its run (its state after the share-keys stage)."""
+    return [int(k) for k in ctxt.state.config_records[RECORD_KEY_STATE].get("public_keys_dict:K", [])]
 
 
 def announced_view(rules, pinned) -> dict:

@@ -14,8 +14,9 @@ the weights ω_m. Trust models:
   them, or SecAgg+ releases nothing) and who was sampled and replied; it tops the sum up to the law's N shares.
   ``spec`` is then the plan's trust model's (:func:`hdp_planner_train.rules.specs.trusted_spec`) and each
   client checks the round against the plan it pinned (:mod:`.pin`). A plan solved with ``--hide-sample`` names each
-  group's public cohort instead of sampling (:meth:`HdpStrategy.name_cohorts`): its members train, flip private
-  coins and send one masked vector each (:mod:`hdp_planner.distributed.coins`).
+  group's public cohort instead of sampling (:meth:`HdpStrategy.name_cohorts`), the cohort rule's under the seed the
+  nodes fixed by commitments before the first round (:mod:`.cohort_seed`): its members check the run against the
+  rule, train, flip private coins and send one masked vector each (:mod:`hdp_planner.distributed.coins`).
 
 Nodes are mapped to groups by the server alone: an enrolment query asks every node for its client id (node config
 ``client-id``, or the simulation's ``partition-id``) and the plan's groups (or ``hdp-plan assign``'s file) give the
@@ -38,12 +39,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from hdp_planner.distributed.coins import choose_cohort
+from hdp_planner.distributed.cohort_rule import CohortRule
 from hdp_planner.distributed.encoding import top_up
 from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
 from hdp_planner.trust.registry import trust_name
+from hdp_planner_flower.cohort_seed import draw_seed
 from hdp_planner_flower.membership import CONNECT_WAIT, FlowerRunError, default_groups, registered_members
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
@@ -123,8 +125,9 @@ class HdpStrategy(Strategy):
         self.client_of_node: dict[int, int] = {}
         self.node_clients = node_clients  # node id → client id from the deployment's registry: no enrolment round
         self.members: list[list[int]] = []  # node ids of each group, in client-id order
-        self.used: list[np.ndarray] = []  # hidden participation: each client's cohorts named so far, per group
+        self.rule: CohortRule | None = None  # hidden participation: the cohort rule under the nodes' seed
         self.sent: dict[int, int] = {}  # node id → group, this round
+        self.picked: list[list[int]] = []  # node ids of each group's run, this round
         self.joined: list[int] = []
         self.arrays = ArrayRecord()
         self.stats = RoundStats(joined=[], clipped=0, lambda_measured=math.nan, lambda_applied=math.nan)
@@ -185,7 +188,7 @@ class HdpStrategy(Strategy):
         group's canaries are drawn with its nodes (:meth:`~hdp_planner_train.audit.canaries.CanaryAuditor.take`)."""
         sizes = [len(nodes) for nodes in self.members]
         if self.spec.secagg is not None and self.spec.secagg.cohorts is not None:
-            drawn = self.name_cohorts()
+            drawn = self.name_cohorts(server_round)
         else:
             extra = self.auditor.extra if self.auditor is not None else (0,) * len(sizes)
             drawn = [poisson_sample(self.uniform, size=size + e, q=q) for size, e, q in zip(sizes, extra, self.spec.q)]
@@ -193,18 +196,26 @@ class HdpStrategy(Strategy):
                 drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
         picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
         self.joined = [len(p) for p in picked]
+        self.picked = picked
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
         return picked
 
-    def name_cohorts(self) -> list[np.ndarray]:
-        """Hidden participation: each group's public cohort, m_g of its nodes by the random rotation
-        (:func:`~hdp_planner.distributed.coins.choose_cohort`, OS entropy), counted in ``used``."""
-        if not self.used:
-            self.used = [np.zeros(len(nodes), np.int64) for nodes in self.members]
-        named = [choose_cohort(u, g.cohort, self.uniform) for u, g in zip(self.used, self.spec.secagg.cohorts)]
-        for u, idx in zip(self.used, named):
-            u[idx] += 1
-        return named
+    def name_cohorts(self, server_round: int) -> list[np.ndarray]:
+        """Hidden participation: each group's public cohort of the round, the cohort rule's (:attr:`rule`), as
+        positions in the group's nodes."""
+        position = [{str(self.client_of_node[nd]): i for i, nd in enumerate(nodes)} for nodes in self.members]
+        return [np.array([position[m][c] for c in self.rule.cohort(group=m, rnd=server_round)], dtype=np.int64)
+                for m in range(len(self.members))]  # fmt: skip
+
+    def draw_rule(self, grid: Grid, *, timeout: float | None = None) -> None:
+        """Hidden participation: the commitment round with every node (:func:`~.cohort_seed.draw_seed`), then the
+        cohort rule of the plan's groups under its seed."""
+        try:
+            seed = draw_seed(grid, {str(c): nd for nd, c in self.client_of_node.items()}, timeout=timeout)
+        except ValueError as exc:
+            raise FlowerRunError(str(exc)) from None
+        groups = tuple(tuple(str(self.client_of_node[nd]) for nd in nodes) for nodes in self.members)
+        self.rule = CohortRule(seed=seed, groups=groups, cohorts=tuple(g.cohort for g in self.spec.secagg.cohorts))
 
     def rules(self, server_round: int, *, m: int) -> ConfigRecord:
         """What group m's sampled nodes are told this round (under secagg a pinned client checks every field; the
@@ -222,8 +233,10 @@ class HdpStrategy(Strategy):
         if spec.secagg is not None:
             rules.update({"q": float(spec.q[m]), "method": spec.method, "plan-sha256": self.plan_sha256})
             rules["run-size"] = self.joined[m]
-            if spec.secagg.cohorts is not None:  # hidden participation: the member's coin (its cohort is the run)
+            if spec.secagg.cohorts is not None:  # hidden participation: the member's coin, the run's clients and nodes
                 rules["coin"] = float(spec.secagg.cohorts[m].coin)
+                rules["cohort-nodes"] = ",".join(str(nd) for nd in self.picked[m])  # scalars: FitIns' config
+                rules["cohort-clients"] = ",".join(str(self.client_of_node[nd]) for nd in self.picked[m])
         return ConfigRecord(rules)
 
     def configure_train(
@@ -372,6 +385,8 @@ class HdpStrategy(Strategy):
 
         try:
             self.enroll(grid, timeout=timeout)
+            if self.spec.secagg is not None and self.spec.secagg.cohorts is not None:
+                self.draw_rule(grid, timeout=timeout)
             self.stopped = run_rounds(Schedule(rounds=num_rounds), self.log, step=step, evaluate=evaluate,
                                       account=self.account, report=self.on_round, stop=stop)  # fmt: skip
         finally:

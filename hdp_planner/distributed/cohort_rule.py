@@ -14,7 +14,8 @@ group's clients in order of HMAC-SHA256(seed, group ‖ client id) (:func:`cohor
 m positions from (r − 1)·m on, wrapping around (:func:`rule_cohort`). Every client can recompute it, so the server
 names no one; each client is in at most ⌈T·m/|G|⌉ cohorts of T rounds (the cap K it also enforces). Given a uniform
 seed, the cohorts a client is in hold, besides it, a uniformly random set of m − 1 of its group's other clients, so
-the colluders among them follow the hypergeometric law of the group's colluders (:func:`colluder_tail`).
+the colluders among them follow the hypergeometric law of the group's colluders
+(:func:`~hdp_planner.distributed.cohort_colluders.colluder_tail`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import hmac
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-
-from scipy import stats
 
 REVEAL_BYTES = 32
 """The length of a client's secret contribution r_i."""
@@ -77,26 +76,6 @@ def rule_cohort(order: Sequence[str], *, cohort: int, rnd: int) -> list[str]:
         raise ValueError(f"a cohort of {cohort} of {len(order)} clients in round {rnd}")
     start = (rnd - 1) * cohort
     return sorted(order[(start + j) % len(order)] for j in range(cohort))
-
-
-def colluder_tail(*, size: int, colluders: int, cohort: int, tolerated: int) -> float:
-    """P(more than ``tolerated`` colluders among the m − 1 other members of an honest client's cohort), the group of
-    ``size`` holding ``colluders`` colluders: the hypergeometric law of m − 1 draws from the size − 1 others."""
-    if not 0 <= colluders <= size - 1 or not 1 <= cohort <= size:
-        raise ValueError(f"{colluders} colluders and a cohort of {cohort} in a group of {size}")
-    return float(stats.hypergeom(size - 1, colluders, cohort - 1).sf(tolerated))
-
-
-def tolerated_group_colluders(*, size: int, cohort: int, tolerated: int, memberships: int, delta: float) -> int:
-    """The most colluders a group of ``size`` may hold for the chance that any of an honest client's ``memberships``
-    cohorts of ``cohort`` holds more than ``tolerated`` of them to stay at most ``delta`` (a union bound over its K
-    cohorts of :func:`colluder_tail`): what a per-cohort bound k means as a bound on the group."""
-    best = 0
-    for colluders in range(size):
-        if memberships * colluder_tail(size=size, colluders=colluders, cohort=cohort, tolerated=tolerated) > delta:
-            break
-        best = colluders
-    return best
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from hdp_planner.distributed.cohort_rule import tolerated_group_colluders
+from hdp_planner.distributed.cohort_colluders import tolerated_group_colluders
 from hdp_planner_cli.app import app
 
 runner = CliRunner()

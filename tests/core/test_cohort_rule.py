@@ -13,15 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from hdp_planner.distributed.cohort_colluders import colluder_tail, tolerated_group_colluders
 from hdp_planner.distributed.cohort_rule import (
     CohortRule,
     cohort_order,
     cohort_seed,
-    colluder_tail,
     commitment,
     fresh_reveal,
     rule_cohort,
-    tolerated_group_colluders,
 )
 
 CLIENTS = [str(i) for i in range(30)]

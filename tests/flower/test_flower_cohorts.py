@@ -1,5 +1,6 @@
-"""Hidden participation on Flower (``--trust secagg`` on a plan solved with ``--hide-sample``): the server names
-public cohorts, every member trains, flips its private coin and sends one masked vector through its group's SecAgg+.
+"""Hidden participation on Flower (``--trust secagg`` on a plan solved with ``--hide-sample``): the nodes fix the cohort
+rule's seed by commitments, the server names the rule's cohorts, every member checks its run against the rule, trains,
+flips its private coin and sends one masked vector through its group's SecAgg+; a stacked or mixed run is refused.
 
 The federation runs in this process (:class:`~hdp_planner_flower.local.InProcessGrid`), so every message the
 ServerApp receives is recorded: heads and tails members are compared field by field.
@@ -27,7 +28,6 @@ from typer.testing import CliRunner  # noqa: E402
 from hdp_planner.planfile.document import load_plan, read_document  # noqa: E402
 from hdp_planner_cli.app import app as cli_app  # noqa: E402
 from hdp_planner_flower import secagg_mod  # noqa: E402
-from hdp_planner_flower import strategy as strategy_module  # noqa: E402
 from hdp_planner_flower.app import client_app, model_arrays  # noqa: E402
 from hdp_planner_flower.local import InProcessGrid  # noqa: E402
 from hdp_planner_flower.pin import file_sha256  # noqa: E402
@@ -98,8 +98,8 @@ def test_heads_and_tails_send_the_same_fields_sizes_and_stages(cohort_plan, tmp_
 
     monkeypatch.setattr(secagg_mod, "flip", recorded_flip)
     named = []
-    real_choose = strategy_module.choose_cohort
-    monkeypatch.setattr(strategy_module, "choose_cohort", lambda *a: named.append(real_choose(*a)) or named[-1])
+    real_name = HdpStrategy.name_cohorts
+    monkeypatch.setattr(HdpStrategy, "name_cohorts", lambda self, r: named.extend(real_name(self, r)) or named[-3:])
     grid = InProcessGrid(client_app(step, pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
     strategy.start(
@@ -135,7 +135,8 @@ def test_heads_and_tails_send_the_same_fields_sizes_and_stages(cohort_plan, tmp_
 
 def test_a_cohort_of_another_size_than_the_plans_is_refused(cohort_plan, tmp_path, monkeypatch):
     """A server that names one member fewer than the plan's cohort (fewer honest shares): every member refuses."""
-    monkeypatch.setattr(strategy_module, "choose_cohort", lambda used, cohort, rng: np.arange(cohort - 1))
+    monkeypatch.setattr(HdpStrategy, "name_cohorts",
+                        lambda self, r: [np.arange(g.cohort - 1) for g in self.spec.secagg.cohorts])  # fmt: skip
     grid = InProcessGrid(client_app(pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
     strategy = strategy_for(cohort_plan)
     arrays = model_arrays("digits", num_classes=10, seed=SEED)
@@ -197,3 +198,80 @@ def test_members_past_their_groups_k_memberships_refuse(cohort_plan, tmp_path):
     )
     assert len(strategy.stats.withheld) == 3
     assert any(r.has_error() and f"cap K = {k}" in r.error.reason for r in grid.received)
+
+
+HONEST = HdpStrategy.name_cohorts
+"""What an honest server names: the rule's cohorts."""
+
+
+def rule_positions(strategy: HdpStrategy, rnd: int) -> list[list[int]]:
+    """Each group's cohort of round ``rnd`` by the rule, as positions in the group's nodes."""
+    return [list(p) for p in HONEST(strategy, rnd)]
+
+
+def run_named(cohort_plan, tmp_path, monkeypatch, name) -> tuple[HdpStrategy, InProcessGrid]:
+    """One round in which the server names ``name(strategy, honest positions)`` instead of the rule's cohorts."""
+
+    def named(self, rnd):
+        return [np.array(p) for p in name(self, rule_positions(self, rnd))]
+
+    monkeypatch.setattr(HdpStrategy, "name_cohorts", named)
+    grid = InProcessGrid(client_app(pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
+    strategy = strategy_for(cohort_plan)
+    strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=1, train_config=SETTINGS.record()
+    )
+    return strategy, grid
+
+
+def refusals(grid: InProcessGrid) -> list[str]:
+    return [r.error.reason for r in grid.received if r.has_error()]
+
+
+def test_a_stacked_cohort_is_refused_by_its_members_and_releases_nothing(cohort_plan, tmp_path, monkeypatch):
+    """The server keeps the rule's cohort of group 1 but swaps one member for a client of the group the rule did not
+    draw (its Sybil, say): every member of that run refuses before sending anything; the other groups release."""
+
+    def stacked(strategy, honest):
+        others = [i for i in range(len(strategy.members[0])) if i not in honest[0]]
+        return [[*honest[0][:-1], others[0]], *honest[1:]]
+
+    strategy, grid = run_named(cohort_plan, tmp_path, monkeypatch, stacked)
+    assert [w.group for w in strategy.stats.withheld] == [0]
+    reasons = refusals(grid)
+    assert reasons and all("whom the rule did not draw" in r or "does not draw client" in r for r in reasons)
+
+
+def test_a_run_that_mixes_in_another_groups_client_is_refused(cohort_plan, tmp_path, monkeypatch):
+    """Group 3's run with one member swapped for a client of group 1 (named among group 3's nodes): refused."""
+
+    def mixed(strategy, honest):
+        strategy.members[2] = [*strategy.members[2], strategy.members[0][0]]  # a group-1 node the server slips in
+        return [*honest[:2], [*honest[2][:-1], len(strategy.members[2]) - 1]]
+
+    strategy, grid = run_named(cohort_plan, tmp_path, monkeypatch, mixed)
+    assert [w.group for w in strategy.stats.withheld] == [2]
+    reasons = refusals(grid)
+    assert any(
+        "the run of group 3 in round 1 holds 6 clients with client 0, whom the rule did not draw" in r for r in reasons
+    )  # the honest members of group 3
+    assert any("puts client 0 in group 3, the plan in group 1" in r for r in reasons)  # the slipped-in client itself
+
+
+def test_without_a_commitment_round_every_member_refuses(cohort_plan, tmp_path, monkeypatch):
+    """A server that skips the commitment round (and names cohorts of its own seed) gets nothing."""
+    from hdp_planner.distributed.cohort_rule import CohortRule
+
+    def own_seed(self, grid, timeout=None):
+        groups = tuple(tuple(str(self.client_of_node[nd]) for nd in nodes) for nodes in self.members)
+        self.rule = CohortRule(seed=b"server" * 6, groups=groups, cohorts=tuple(g.cohort for g in
+                                                                               self.spec.secagg.cohorts))  # fmt: skip
+
+    monkeypatch.setattr(HdpStrategy, "draw_rule", own_seed)
+    grid = InProcessGrid(client_app(pin=pin_for(cohort_plan, tmp_path)), N, keep=True)
+    strategy = strategy_for(cohort_plan)
+    strategy.start(
+        grid, model_arrays("digits", num_classes=10, seed=SEED), num_rounds=1, train_config=SETTINGS.record()
+    )
+    assert len(strategy.stats.withheld) == 3
+    assert any("no cohort seed" in r for r in refusals(grid))
