@@ -329,7 +329,9 @@ def test_hdp_plan_deploy_runs_a_hidden_participation_plan(tmp_path):
     block = m["secagg"]
     assert m["trust"] == "secagg" and block["hidden_participation"] and block["cohort"] == [N]
     assert block["coin"] == [pytest.approx(0.6)] and block["participation_cap"] == [1]
-    assert 0 < block["epsilon_server"][0] <= 1.0 and "; 0 left" in res.output
+    p = load_plan(path)  # one membership at this plan's δ ≈ 0.17 spends ε 0; the record must say what the plan says
+    spent = p.trust.epsilon_spent(p.method("DP-FedAvg"), p.config, group=0, rounds=1)
+    assert block["epsilon_server"] == [pytest.approx(spent)] and spent <= 1.0 and "; 0 left" in res.output
 
 
 @pytest.mark.slow
