@@ -16,13 +16,15 @@ server asks every node, in three queries (message type :data:`~hdp_planner_flowe
 In each round the server names, per group, the run's clients and their node ids (``cohort-clients`` and
 ``cohort-nodes`` of the round's rules, comma-separated). Before it sends anything a member refuses the round
 (:func:`check_run`) unless the clients are exactly the cohort the rule draws for its group and round, with itself
-among them under its own node id, and the node ids are exactly those whose keys SecAgg+ shows in the run. A node
-maps the other members' node ids to client ids on the server's word: binding them needs identities in SecAgg+'s keys
-(the trust model says what that leaves).
+among them under its own node id, and the node ids are exactly those whose keys SecAgg+ shows in the run. Which
+client each node id stands for comes from the deployment's registry where the node was given one (node config
+``registry``: the node ids the SuperLink gave the registered keys of node authentication, and their client ids; each
+node finds its own entry in it), else from the server's word (a simulation).
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -116,15 +118,15 @@ class SeedState:
         return None if row is None else row[2]
 
 
-def registry(pinned: PinnedPlan) -> tuple[tuple[str, ...], ...]:
+def enrolled(pinned: PinnedPlan) -> tuple[tuple[str, ...], ...]:
     """Each group's registered clients as the rule names them (client ids, as text), from the pinned plan."""
     group = [int(g) for g in pinned.group_of_client]
-    return tuple(tuple(str(c) for c, g in enumerate(group) if g == m) for m in range(len(pinned.spec.sizes)))
+    return tuple(tuple(str(c) for c, g in enumerate(group) if g == m) for m in range(len(pinned.clips)))
 
 
 def pinned_rule(pinned: PinnedPlan, seed: bytes) -> CohortRule:
     """The cohort rule of the pinned plan under ``seed``."""
-    return CohortRule(seed=seed, groups=registry(pinned), cohorts=tuple(g.cohort for g in pinned.spec.secagg.cohorts))
+    return CohortRule(seed=seed, groups=enrolled(pinned), cohorts=tuple(g.cohort for g in pinned.secagg.cohorts))
 
 
 def cohort_query(pin: Pin | None = None):
@@ -133,7 +135,7 @@ def cohort_query(pin: Pin | None = None):
     def query(msg: Message, ctxt: Context) -> Message:
         chosen = Pin.from_node_config(ctxt.node_config, pin)
         pinned = pinned_plan(chosen)
-        if pinned.spec.secagg is None or pinned.spec.secagg.cohorts is None:
+        if pinned.secagg is None or pinned.secagg.cohorts is None:
             raise RoundRefused("the pinned plan has no cohorts: there is no cohort seed to draw")
         cid = client_id(ctxt)
         state = SeedState(chosen.state_dir or default_state_dir(), cid)
@@ -143,7 +145,7 @@ def cohort_query(pin: Pin | None = None):
         if step == "commit":
             value = state.commit(chosen.sha256)
         elif step == "reveal":
-            clients = {c for group in registry(pinned) for c in group}
+            clients = {c for group in enrolled(pinned) for c in group}
             value = state.reveal(chosen.sha256, listed, client=str(cid), clients=clients).hex()
         elif step == "seed":
             value = hashlib.sha256(state.fix_seed(chosen.sha256, {c: bytes.fromhex(v) for c, v in listed.items()}))
@@ -170,8 +172,36 @@ def check_run(pin: Pin, pinned: PinnedPlan, rules, *, client: int, node: int, sh
         raise RoundRefused(why)
     if len(nodes) != len(members) or len(set(nodes)) != len(nodes) or dict(zip(members, nodes))[str(client)] != node:
         raise RoundRefused(f"the server names client {client} under another node id than its own ({node})")
+    if pin.registry is not None:
+        why = registry_refusal(read_registry(pin.registry), members=members, nodes=nodes, client=str(client), node=node)
+        if why is not None:
+            raise RoundRefused(why)
     if shown is not None and set(shown) != set(nodes):
         raise RoundRefused("SecAgg+'s run holds other nodes than the cohort's")
+
+
+def read_registry(path: str | Path) -> dict[int, str]:
+    """A deployment's registry (CSV ``node_id,client_id``): node id → client id (as text)."""
+    try:
+        with open(path, newline="") as fh:
+            return {int(row["node_id"]): str(int(row["client_id"])) for row in csv.DictReader(fh)}
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise RoundRefused(f"the deployment's registry {path} cannot be read: {exc}") from None
+
+
+def registry_refusal(
+    registry: Mapping[int, str], *, members: Sequence[str], nodes: Sequence[int], client: str, node: int
+) -> str | None:
+    """Why a member refuses a run whose clients ``members`` the server names as the nodes ``nodes``, by the
+    deployment's ``registry``: it does not hold this node as this client, or it names one of those nodes another
+    client (a node presented under a drawn client's id); None: every pair is the registry's."""
+    if registry.get(node) != client:
+        return f"the deployment's registry does not hold node {node} as client {client}"
+    for member, nd in zip(members, nodes):
+        if registry.get(nd) != member:
+            held = "no client" if nd not in registry else f"client {registry[nd]}"
+            return f"the server names node {nd} client {member}; the deployment's registry holds it as {held}"
+    return None
 
 
 def draw_seed(grid, node_of_client: Mapping[str, int], *, timeout: float | None = None) -> bytes:

@@ -105,10 +105,11 @@ class NodeSpec:
     port: int
 
 
-def node_config(spec: NodeSpec, plan: str, sha256: str, method: str, groups: str | None) -> str:
-    """The ``--node-config`` string of a SuperNode: its client id and the plan it pins."""
+def node_config(spec: NodeSpec, plan: str, sha256: str, method: str, groups: str | None, registry: Path) -> str:
+    """The ``--node-config`` string of a SuperNode: its client id, the plan it pins and the deployment's registry."""
     items = {"client-id": spec.client, "plan": plan, "plan-sha256": sha256, "method": method,
-             "state-dir": str(spec.state_dir), **({"groups": groups} if groups else {})}  # fmt: skip
+             "state-dir": str(spec.state_dir), **({"groups": groups} if groups else {}),
+             "registry": str(registry)}  # fmt: skip
     return " ".join(f"{k}={json.dumps(v)}" for k, v in items.items())
 
 
@@ -271,7 +272,7 @@ class LocalDeployment:
 
     def start_node(self, spec: NodeSpec, key: NodeKey | None = None, ca: Path | None = None) -> subprocess.Popen:
         """``flower-supernode`` for ``spec`` (``key``, ``ca``: another key or CA certificate than its own)."""
-        config = node_config(spec, self.plan, self.sha256, self.method, self.groups)
+        config = node_config(spec, self.plan, self.sha256, self.method, self.groups, self.folder / "nodes.csv")
         return self.spawn(f"node-{spec.client}", [
             "flower-supernode", "--superlink", f"127.0.0.1:{self.port}", "--root-certificates", str(ca or self.tls.ca),
             "--auth-supernode-private-key", str((key or spec.key).private), "--node-config", config,

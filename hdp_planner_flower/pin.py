@@ -49,8 +49,10 @@ def file_sha256(path: str | Path) -> str:
 @dataclass(frozen=True, kw_only=True)
 class Pin:
     """The plan a node accepted (``plan`` with SHA-256 ``sha256``), the method it trains, the groups file that
-    maps client ids to groups (None: the plan's group order), where it keeps its participation counts, and whether
-    it accepts a sparse neighbour graph (``sparse_graph``: it trusts the server to draw the graph at random)."""
+    maps client ids to groups (None: the plan's group order), where it keeps its participation counts, whether it
+    accepts a sparse neighbour graph (``sparse_graph``: it trusts the server to draw the graph at random), and the
+    deployment's registry of node ids and client ids (``registry``, a CSV ``node_id,client_id`` written when the
+    nodes' keys were registered; None: the server's word, as in a simulation)."""
 
     plan: str
     sha256: str
@@ -58,6 +60,7 @@ class Pin:
     groups: str | None = None
     state_dir: str | None = None
     sparse_graph: bool = False
+    registry: str | None = None
 
     @classmethod
     def from_environment(cls) -> Pin | None:
@@ -74,13 +77,14 @@ class Pin:
     @classmethod
     def from_node_config(cls, config, fallback: Pin | None = None) -> Pin:
         """The node config's pin (keys ``plan``, ``plan-sha256``, ``method``, ``groups``, ``state-dir``,
-        ``sparse-graph``), else ``fallback``; a node with neither cannot contribute."""
+        ``sparse-graph``, ``registry``), else ``fallback``; a node with neither cannot contribute."""
         if "plan" in config:
             return cls(plan=str(config["plan"]), sha256=str(config.get("plan-sha256", "")),
                        method=str(config.get("method", "gdpfed+")),
                        groups=str(config["groups"]) if config.get("groups") else None,
                        state_dir=str(config["state-dir"]) if config.get("state-dir") else None,
-                       sparse_graph=str(config.get("sparse-graph", "")).lower() in ("1", "true"))  # fmt: skip
+                       sparse_graph=str(config.get("sparse-graph", "")).lower() in ("1", "true"),
+                       registry=str(config["registry"]) if config.get("registry") else None)  # fmt: skip
         if fallback is None:
             raise RoundRefused("no pinned plan: start the node with --node-config 'plan=PATH plan-sha256=HEX'")
         return fallback

@@ -56,7 +56,7 @@ def share_mod(pin: Pin | None = None, masked: bool = True) -> Callable[[Message,
         rules, settings = split_config(ins.config)
         cid = client_id(ctxt)
         m = pinned.check(rules, client=cid, **(secaggplus_view(ctxt) if masked else announced_view(rules, pinned)))
-        if pinned.spec.secagg.cohorts is not None:  # the run must be the cohort rule's, under the nodes' seed
+        if pinned.secagg.cohorts is not None:  # the run must be the cohort rule's, under the nodes' seed
             check_run(chosen, pinned, rules, client=cid, node=int(ctxt.node_id),
                       shown=run_nodes(ctxt) if masked else None)  # fmt: skip
         admit_round(chosen, ctxt, server_round=int(rules["server-round"]), secure=True)

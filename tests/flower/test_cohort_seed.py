@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from hdp_planner.distributed.cohort_rule import cohort_seed, commitment, fresh_reveal
-from hdp_planner_flower.cohort_seed import SeedState, list_digest
+from hdp_planner_flower.cohort_seed import SeedState, list_digest, read_registry, registry_refusal
 from hdp_planner_flower.pin import RoundRefused
 
 PLAN = "ab" * 32
@@ -72,3 +72,26 @@ def test_the_list_digest_depends_on_every_entry_not_on_their_order():
     assert list_digest(listed) == list_digest(dict(reversed(listed.items())))
     assert list_digest(listed) != list_digest(listed | {"1": "c" * 64})
     assert list_digest({"0": "a", "1": "b"}) != list_digest({"0": "a\x001", "": "b"})
+
+
+def test_a_member_checks_the_servers_names_against_the_deployments_registry(tmp_path):
+    """The registry (node ids of the registered keys, and their clients): a node presented under a drawn client's id,
+    or a registry that does not hold this node as this client, is refused; the registry's own pairs pass."""
+    path = tmp_path / "nodes.csv"
+    path.write_text("node_id,client_id\n101,0\n102,1\n103,2\n")
+    registry = read_registry(path)
+    assert registry == {101: "0", 102: "1", 103: "2"}
+    run = dict(members=["0", "1", "2"], client="0", node=101)
+    assert registry_refusal(registry, nodes=[101, 102, 103], **run) is None
+    assert registry_refusal(registry, nodes=[101, 102, 999], **run) == (
+        "the server names node 999 client 2; the deployment's registry holds it as no client"
+    )  # a Sybil as client 2
+    assert registry_refusal(registry, nodes=[101, 103, 102], **run) == (
+        "the server names node 103 client 1; the deployment's registry holds it as client 2"
+    )
+    assert registry_refusal(registry, members=["0"], nodes=[102], client="0", node=102) == (
+        "the deployment's registry does not hold node 102 as client 0"
+    )
+    path.write_text("node,client\n1,2\n")
+    with pytest.raises(RoundRefused, match=r"registry .* cannot be read"):
+        read_registry(path)

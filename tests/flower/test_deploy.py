@@ -127,8 +127,9 @@ def test_a_deployed_node_counts_a_trusted_servers_rounds_in_its_own_state(deploy
 
 def test_node_config_quotes_paths():
     spec = type("Spec", (), {"client": 3, "state_dir": "/a b/state"})()
-    text = node_config(spec, "/p q/plan.json", "ab" * 32, "gdpfed+", None)
+    text = node_config(spec, "/p q/plan.json", "ab" * 32, "gdpfed+", None, Path("/d e/nodes.csv"))
     assert text.startswith("client-id=3 ") and 'plan="/p q/plan.json"' in text and 'state-dir="/a b/state"' in text
+    assert text.endswith('registry="/d e/nodes.csv"')
 
 
 def test_a_failed_runs_reason_is_the_text_of_flowers_error_box(tmp_path):
