@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
 
+import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from hdp_planner.distributed.cohort_rule import CohortRule, cohort_seed, commitment, fresh_reveal
@@ -231,3 +232,22 @@ def draw_seed(grid, node_of_client: Mapping[str, int], *, timeout: float | None 
     if set(computed.values()) != {hashlib.sha256(seed).hexdigest()}:
         raise ValueError("the nodes computed another cohort seed than the server's")
     return seed
+
+
+def server_rule(grid, members: Sequence[Sequence[int]], client_of_node: Mapping[int, int], cohorts, *,
+                timeout: float | None = None) -> CohortRule:  # fmt: skip
+    """The server's cohort rule: the commitment round with every node (:func:`draw_seed`), then each group's nodes
+    ``members`` (node ids) as their clients ``client_of_node`` under its seed, with the plan's ``cohorts``."""
+    seed = draw_seed(grid, {str(c): nd for nd, c in client_of_node.items()}, timeout=timeout)
+    groups = tuple(tuple(str(client_of_node[nd]) for nd in nodes) for nodes in members)
+    return CohortRule(seed=seed, groups=groups, cohorts=tuple(g.cohort for g in cohorts))
+
+
+def positions(rule: CohortRule, members: Sequence[Sequence[int]], client_of_node: Mapping[int, int], *,
+              rnd: int) -> list[np.ndarray]:  # fmt: skip
+    """Each group's cohort of round ``rnd`` by ``rule``, as positions in the group's nodes ``members``."""
+    out = []
+    for m, nodes in enumerate(members):
+        position = {str(client_of_node[nd]): i for i, nd in enumerate(nodes)}
+        out.append(np.array([position[c] for c in rule.cohort(group=m, rnd=rnd)], dtype=np.int64))
+    return out

@@ -45,7 +45,7 @@ from hdp_planner.distributed.randomness import SecureBits
 from hdp_planner.planning.plan import Plan
 from hdp_planner.rules.noise import SecureRandom, poisson_sample
 from hdp_planner.trust.registry import trust_name
-from hdp_planner_flower.cohort_seed import draw_seed
+from hdp_planner_flower.cohort_seed import positions, server_rule
 from hdp_planner_flower.membership import CONNECT_WAIT, FlowerRunError, default_groups, registered_members
 from hdp_planner_flower.records import ARRAYS, ENROLL, HDP, TRAIN_SETTINGS, fit_config, flatten, unflatten
 from hdp_planner_flower.secagg_workflow import modular_sums
@@ -194,28 +194,21 @@ class HdpStrategy(Strategy):
             drawn = [poisson_sample(self.uniform, size=size + e, q=q) for size, e, q in zip(sizes, extra, self.spec.q)]
             if self.auditor is not None:
                 drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
-        picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
+        self.picked = picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
         self.joined = [len(p) for p in picked]
-        self.picked = picked
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
         return picked
 
     def name_cohorts(self, server_round: int) -> list[np.ndarray]:
-        """Hidden participation: each group's public cohort of the round, the cohort rule's (:attr:`rule`), as
-        positions in the group's nodes."""
-        position = [{str(self.client_of_node[nd]): i for i, nd in enumerate(nodes)} for nodes in self.members]
-        return [np.array([position[m][c] for c in self.rule.cohort(group=m, rnd=server_round)], dtype=np.int64)
-                for m in range(len(self.members))]  # fmt: skip
+        """Hidden participation: each group's cohort of the round by the rule (:func:`~.cohort_seed.positions`)."""
+        return positions(self.rule, self.members, self.client_of_node, rnd=server_round)
 
     def draw_rule(self, grid: Grid, *, timeout: float | None = None) -> None:
-        """Hidden participation: the commitment round with every node (:func:`~.cohort_seed.draw_seed`), then the
-        cohort rule of the plan's groups under its seed."""
+        """Hidden participation: the cohort rule, its seed from every node (:func:`~.cohort_seed.server_rule`)."""
         try:
-            seed = draw_seed(grid, {str(c): nd for nd, c in self.client_of_node.items()}, timeout=timeout)
+            self.rule = server_rule(grid, self.members, self.client_of_node, self.spec.secagg.cohorts, timeout=timeout)
         except ValueError as exc:
             raise FlowerRunError(str(exc)) from None
-        groups = tuple(tuple(str(self.client_of_node[nd]) for nd in nodes) for nodes in self.members)
-        self.rule = CohortRule(seed=seed, groups=groups, cohorts=tuple(g.cohort for g in self.spec.secagg.cohorts))
 
     def rules(self, server_round: int, *, m: int) -> ConfigRecord:
         """What group m's sampled nodes are told this round (under secagg a pinned client checks every field; the
