@@ -52,9 +52,13 @@ from hdp_planner_flower.stages import client_id
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS rounds (
     plan_sha256 TEXT NOT NULL, run_id TEXT NOT NULL, server_round INTEGER NOT NULL, participated INTEGER NOT NULL,
-    q REAL NOT NULL, noise_multiplier REAL NOT NULL, tau_d REAL, delta REAL NOT NULL, at REAL NOT NULL)"""
-"""One row per round charged to the client (``participated`` 1 where it contributed), with that round's cost; the
-run id is text (Flower's ids are unsigned 64-bit, beyond SQLite's signed INTEGER)."""
+    q REAL NOT NULL, noise_multiplier REAL NOT NULL, tau_d REAL, delta REAL NOT NULL, at REAL NOT NULL,
+    accountant TEXT NOT NULL DEFAULT 'rdp', delta_cost REAL NOT NULL DEFAULT 0)"""
+"""One row per round charged to the client (``participated`` 1 where it contributed), with that round's whole cost
+(:class:`~hdp_planner.rules.costs.GroupRound`: its accountant and the δ its law's events spend too); the run id is
+text (Flower's ids are unsigned 64-bit, beyond SQLite's signed INTEGER)."""
+COST_COLUMNS = "q, noise_multiplier, tau_d, accountant, delta_cost"
+"""A charged round's cost, as :class:`~hdp_planner.rules.costs.GroupRound` holds it."""
 
 
 def default_state_dir() -> Path:
@@ -118,6 +122,10 @@ class NodeState:
     def _connect(self) -> sqlite3.Connection:
         conn = private_connection(self.path)
         conn.execute(SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(rounds)")}
+        for column, kind in (("accountant", "TEXT NOT NULL DEFAULT 'rdp'"), ("delta_cost", "REAL NOT NULL DEFAULT 0")):
+            if column not in columns:  # a state file of an earlier version, whose rounds cost no δ of their own
+                conn.execute(f"ALTER TABLE rounds ADD COLUMN {column} {kind}")
         return conn
 
     def admit(self, *, plan_sha256: str, run_id: int, server_round: int, terms: Terms) -> Admission:
@@ -137,17 +145,18 @@ class NodeState:
                                 "DESC LIMIT 1", (plan_sha256, str(run_id))).fetchone()  # fmt: skip
             first = 1 if last is None or server_round <= int(last[0]) else int(last[0]) + 1
             new = [(r, terms.costs[r - 1]) for r in range(first, server_round + 1)]
-            charged = conn.execute("SELECT plan_sha256, q, noise_multiplier, tau_d, COUNT(*) FROM rounds GROUP BY "
-                                   "plan_sha256, q, noise_multiplier, tau_d").fetchall()  # fmt: skip
+            charged = conn.execute(f"SELECT plan_sha256, {COST_COLUMNS}, COUNT(*) FROM rounds GROUP BY plan_sha256, "
+                                   f"{COST_COLUMNS}").fetchall()  # fmt: skip
             fits = within_run(charged, [g for _, g in new], plan_sha256=plan_sha256, terms=terms)
             spent = None if fits else _composed(conn, [g for _, g in new], terms.delta)
             if spent is not None and spent > terms.budget * (1 + 1e-9):
                 raise RoundRefused(f"round {server_round} would bring this client's spent ε to {spent:.4g}, past its "
                                    f"budget {terms.budget:.4g}")  # fmt: skip
             now = time.time()
-            conn.executemany("INSERT INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             [(plan_sha256, str(run_id), r, int(r == server_round), g.q, g.noise_multiplier, g.tau_d,
-                               terms.delta, now) for r, g in new])  # fmt: skip
+            conn.executemany(f"INSERT INTO rounds (plan_sha256, run_id, server_round, participated, delta, at, "
+                             f"{COST_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             [(plan_sha256, str(run_id), r, int(r == server_round), terms.delta, now, g.q,
+                               g.noise_multiplier, g.tau_d, g.accountant, g.delta_cost) for r, g in new])  # fmt: skip
             conn.execute("COMMIT")
             return Admission(participations=used + 1, spent=spent)
         except BaseException:
@@ -176,14 +185,15 @@ class NodeState:
 
 def within_run(charged, new: Sequence[GroupRound], *, plan_sha256: str, terms: Terms) -> bool:
     """Whether the client's budget pays for ``new`` without composing: every round ``charged`` to it (rows of
-    ``plan_sha256, q, noise_multiplier, tau_d, count``) is of this plan, those and ``new`` are, kind by kind, at most
+    ``plan_sha256``, the :data:`COST_COLUMNS`, ``count``) is of this plan, those and ``new`` are, kind by kind, at most
     the rounds of one run of it (``terms.costs``), and that run's ε is within the client's budget. A part of a run
     spends no more than the whole run (post-processing), so the check :meth:`NodeState.admit` would compose holds."""
     if not terms.run_epsilon <= terms.budget * (1 + 1e-9) or any(row[0] != plan_sha256 for row in charged):
         return False
-    counts = Counter({(q, z, tau): int(c) for _, q, z, tau, c in charged})
-    counts.update((g.q, g.noise_multiplier, g.tau_d) for g in new)
-    run = Counter((g.q, g.noise_multiplier, g.tau_d) for g in terms.costs)
+    counts = Counter({GroupRound(q=q, noise_multiplier=z, tau_d=tau, accountant=a, delta_cost=dc): int(c)
+                      for _, q, z, tau, a, dc, c in charged})  # fmt: skip
+    counts.update(new)
+    run = Counter(terms.costs)
     return all(run[kind] >= c for kind, c in counts.items())
 
 
@@ -191,8 +201,9 @@ def _composed(conn: sqlite3.Connection, extra: Sequence[GroupRound], delta: floa
     """ε at ``delta`` of the rounds charged so far plus ``extra`` (the ledger's composition)."""
     from hdp_planner.ledger.composition import compose  # the accountants: only where no plan's verdict decides
 
-    rows = conn.execute("SELECT q, noise_multiplier, tau_d, COUNT(*) FROM rounds GROUP BY q, noise_multiplier, tau_d")
-    counts = Counter({GroupRound(q=q, noise_multiplier=z, tau_d=tau): int(c) for q, z, tau, c in rows})
+    rows = conn.execute(f"SELECT {COST_COLUMNS}, COUNT(*) FROM rounds GROUP BY {COST_COLUMNS}")
+    counts = Counter({GroupRound(q=q, noise_multiplier=z, tau_d=tau, accountant=a, delta_cost=dc): int(c)
+                      for q, z, tau, a, dc, c in rows})  # fmt: skip
     counts.update(extra)
     return compose(counts, delta)
 

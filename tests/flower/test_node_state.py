@@ -90,6 +90,28 @@ def test_every_round_up_to_the_last_participation_is_charged_as_the_ledger_compo
         admit(state, run=2, rnd=11)
 
 
+def test_a_distributed_rounds_accountant_and_event_delta_are_charged_as_the_ledger_charges_them(tmp_path):
+    """A secure-aggregation round costs a δ of its own (its law's events) beside its accountant's ε: the mirror keeps
+    both, so what it composes is the ledger's, and an older state file without them is read as costing none."""
+    import sqlite3
+
+    cost = GroupRound(q=0.2, noise_multiplier=1.0, tau_d=0.5, accountant="rdp", delta_cost=2e-6)
+    state = NodeState(tmp_path, 0)
+    admit(state, run=1, rnd=4, cost=cost, cap=10, budget=1e9)
+    assert state.spent(DELTA) == pytest.approx(compose({cost: 4}, DELTA), rel=1e-12)
+    assert state.spent(DELTA) > compose({GroupRound(q=0.2, noise_multiplier=1.0, tau_d=0.5): 4}, DELTA)
+    old = tmp_path / "old"
+    old.mkdir(mode=0o700)
+    with sqlite3.connect(old / "client-0.sqlite") as conn:
+        conn.execute("CREATE TABLE rounds (plan_sha256 TEXT NOT NULL, run_id TEXT NOT NULL, server_round INTEGER NOT "
+                     "NULL, participated INTEGER NOT NULL, q REAL NOT NULL, noise_multiplier REAL NOT NULL, tau_d "
+                     "REAL, delta REAL NOT NULL, at REAL NOT NULL)")  # fmt: skip
+        conn.execute("INSERT INTO rounds VALUES (?, '1', 1, 1, 0.2, 1.0, NULL, ?, 0)", (SHA, DELTA))
+    legacy = NodeState(old, 0)
+    assert legacy.participations(SHA) == 1
+    assert legacy.spent(DELTA) == pytest.approx(compose({GroupRound(q=0.2, noise_multiplier=1.0): 1}, DELTA))
+
+
 def test_state_is_readable_by_its_owner_only(tmp_path):
     folder = tmp_path / "nodes" / "n0"
     admit(NodeState(folder, 0))
