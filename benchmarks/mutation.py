@@ -88,6 +88,7 @@ CAMPAIGNS: tuple[Campaign, ...] = (
             "tests/core/test_cohorts.py",
             "tests/core/test_planfile_trust.py",
             "tests/core/test_planfile_hidden.py",
+            "tests/core/test_coins.py",
         ),
     ),
     Campaign(
@@ -98,6 +99,8 @@ CAMPAIGNS: tuple[Campaign, ...] = (
             "tests/core/test_ledger_chain.py",
             "tests/core/test_ledger_pricing.py",
             "tests/core/test_ledger_costs.py",
+            "tests/core/test_ledger_anchor.py",
+            "tests/core/test_ledger_state.py",
         ),
         deselect=(
             "tests/core/test_ledger.py::test_postgresql_ledger",

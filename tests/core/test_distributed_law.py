@@ -224,3 +224,10 @@ def test_the_expected_variance_is_the_binomial_mean_of_shares_and_roundings_plus
     enc = law.encoding
     want = enc.gamma**2 * mean + wrap * (enc.modulus * enc.gamma) ** 2
     assert expected_variance(law, size=size, q=q) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [dict(gamma=0.0), dict(gamma=-1e-3), dict(clip=0.0), dict(beta=1.0), dict(beta=0.0)])
+def test_an_encoding_refuses_a_grid_clip_or_beta_out_of_range(bad):
+    """γ = 0 would divide every update by zero; C = 0 clips everything away; β outside (0, 1) is no probability."""
+    with pytest.raises(ValueError, match="clip and gamma must be > 0 and beta in"):
+        Encoding(**({"dim": 100, "clip": 1.0, "bits": 16, "gamma": 1e-3} | bad))

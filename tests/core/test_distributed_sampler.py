@@ -160,6 +160,22 @@ def test_below_is_uniform(bound):  # a bound of 2^8, 2^16 or 2^32 once looped fo
     assert stats.chisquare(counts, sizes / sizes.sum() * x.size).pvalue > ALPHA
 
 
+def test_below_with_a_bound_per_draw_is_uniform_below_each_and_exact():
+    """One bound per draw (the rejection loop redraws only the refused ones): int64, each below its own bound, and
+    uniform: bounds 3 and 5 (acceptance 3/4 and 5/8) give each value its share."""
+    bounds = np.tile([3, 5, 1, 2**40 + 3], 20_000)
+    x = below(SeededBits(7), bounds)
+    assert x.dtype == np.int64 and x.shape == bounds.shape
+    assert np.all((x >= 0) & (x < bounds)) and not x[bounds == 1].any()
+    for b in (3, 5):
+        counts = np.bincount(x[bounds == b], minlength=b)
+        assert stats.chisquare(counts).pvalue > ALPHA
+    big = x[bounds == 2**40 + 3]
+    assert big.max() > 2**39 and big.min() < 2**39  # both halves of the range are reached
+    with pytest.raises(ValueError, match="3 bounds for 2 draws"):
+        below(SeededBits(0), np.array([2, 3, 4]), 2)
+
+
 def test_secure_source_draws_differ_and_refuses_bad_parameters():
     a, b = (discrete_gaussian(SecureBits(), sigma2=100, size=1000) for _ in range(2))
     assert not np.array_equal(a, b)
