@@ -89,6 +89,7 @@ CAMPAIGNS: tuple[Campaign, ...] = (
             "tests/core/test_planfile_trust.py",
             "tests/core/test_planfile_hidden.py",
             "tests/core/test_coins.py",
+            "tests/core/test_cohort_rule.py",
         ),
     ),
     Campaign(
