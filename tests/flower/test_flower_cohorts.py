@@ -243,18 +243,23 @@ def test_a_stacked_cohort_is_refused_by_its_members_and_releases_nothing(cohort_
 
 
 def test_a_run_that_mixes_in_another_groups_client_is_refused(cohort_plan, tmp_path, monkeypatch):
-    """Group 3's run with one member swapped for a client of group 1 (named among group 3's nodes): refused."""
+    """Group 3's run with one member swapped for a client of group 1 that group 1's cohort does not hold this round
+    (named among group 3's nodes): group 3's members refuse it, group 1's run goes ahead."""
+    slipped = []
 
     def mixed(strategy, honest):
-        strategy.members[2] = [*strategy.members[2], strategy.members[0][0]]  # a group-1 node the server slips in
+        spare = next(i for i in range(len(strategy.members[0])) if i not in honest[0])
+        node = strategy.members[0][spare]
+        slipped.append(strategy.client_of_node[node])
+        strategy.members[2] = [*strategy.members[2], node]  # a group-1 node the server slips in
         return [*honest[:2], [*honest[2][:-1], len(strategy.members[2]) - 1]]
 
     strategy, grid = run_named(cohort_plan, tmp_path, monkeypatch, mixed)
     assert [w.group for w in strategy.stats.withheld] == [2]
+    drawn = f"the run of group 3 in round 1 holds 6 clients with client {slipped[0]}, whom the rule did not draw"
     reasons = refusals(grid)
-    drawn = "the run of group 3 in round 1 holds 6 clients with client 0, whom the rule did not draw"
     assert any(drawn in r for r in reasons)  # the honest members of group 3
-    assert all(drawn in r or "puts client 0 in group 3, the plan in group 1" in r for r in reasons)  # or client 0
+    assert all(drawn in r or f"puts client {slipped[0]} in group 3, the plan in group 1" in r for r in reasons)
 
 
 def test_without_a_commitment_round_every_member_refuses(cohort_plan, tmp_path, monkeypatch):
