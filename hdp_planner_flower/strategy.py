@@ -56,6 +56,7 @@ from hdp_planner_train.rules.noise_sources import NoiseSource, SecureNoise
 from hdp_planner_train.rules.secagg import Withheld, release, round_plan, too_few_sampled
 from hdp_planner_train.rules.specs import GroupSpec
 from hdp_planner_train.run.ledger import privacy_ledger
+from hdp_planner_train.simulator.callbacks import CanaryAudit, NoAudit
 
 NoiseFor = Callable[[int], NoiseSource]
 """Round (0-based) → the NoiseSource of its draws: :class:`SecureNoise` in every real run."""
@@ -117,6 +118,8 @@ class HdpStrategy(Strategy):
         self.masks = masks  # secagg without SecAgg+ (sums in the clear): simulations of long runs only
         self.sparse_graph = sparse_graph  # SecAgg+ over the neighbour rule's sparse graph: an honest-but-curious server
         self.auditor = auditor  # hdp_planner_train.audit.canaries.CanaryAuditor: canary clients through the same round
+        self.audit = NoAudit(len(spec.sizes)) if auditor is None else CanaryAudit(auditor, delta=plan.config.delta,
+                                                                                  progress=False)  # fmt: skip
         self.plan, self.spec, self.noise_for = plan, spec, noise_for
         self.group_of_client = default_groups(spec) if group_of_client is None else np.asarray(group_of_client)
         self.uniform = SecureRandom() if uniform is None else uniform  # who joins: OS CSPRNG, never a seed
@@ -190,10 +193,9 @@ class HdpStrategy(Strategy):
         if self.spec.secagg is not None and self.spec.secagg.cohorts is not None:
             drawn = self.name_cohorts(server_round)
         else:
-            extra = self.auditor.extra if self.auditor is not None else (0,) * len(sizes)
-            drawn = [poisson_sample(self.uniform, size=size + e, q=q) for size, e, q in zip(sizes, extra, self.spec.q)]
-            if self.auditor is not None:
-                drawn = self.auditor.take(drawn, [0] * len(sizes), sizes)
+            drawn = [poisson_sample(self.uniform, size=size + e, q=q) for size, e, q in zip(sizes, self.audit.extra,
+                                                                                           self.spec.q)]  # fmt: skip
+            drawn = self.audit.take(drawn, [0] * len(sizes), sizes)
         self.picked = picked = [[nodes[i] for i in idx] for nodes, idx in zip(self.members, drawn)]
         self.joined = [len(p) for p in picked]
         self.sent = {node: m for m, p in enumerate(picked) for node in p}
@@ -293,9 +295,8 @@ class HdpStrategy(Strategy):
         theta = flatten(self.arrays)
         source = self.noise_for(server_round - 1)
         ys, noises, clipped = self.noisy_sums(rows, d=theta.numel(), rnd=server_round - 1, source=source)
-        observe = self.auditor.observe if self.auditor is not None else None
         update, self.stats = self.aggregator.release(ys, noises, source, joined=list(self.joined), clipped=clipped,
-                                                     observe=observe)  # fmt: skip
+                                                     observe=self.audit.observers.observe)  # fmt: skip
         return unflatten(self.arrays, theta + update), MetricRecord({"joined": sum(self.joined), "failed": failed})
 
     def group_rows(self, replies: Iterable[Message]) -> tuple[list[dict[int, torch.Tensor]], int]:
@@ -325,10 +326,9 @@ class HdpStrategy(Strategy):
         spec = self.spec
         sigma = spec.noise_at(rnd)
         ordered = [torch.stack([r[c] for c in sorted(r)]) if r else torch.zeros(0, d) for r in rows]
-        if self.auditor is not None:  # canary clients join like real ones and go through the same clipping and noise
-            group_of_row = np.concatenate([np.full(r.shape[0], m) for m, r in enumerate(ordered)]).astype(np.int64)
-            deltas, group_of_row = self.auditor.insert(torch.cat(ordered), group_of_row, rnd)
-            ordered = [deltas[torch.as_tensor(group_of_row == m)] for m in range(len(rows))]
+        group_of_row = np.concatenate([np.full(r.shape[0], m) for m, r in enumerate(ordered)]).astype(np.int64)
+        deltas, group_of_row = self.audit.insert(torch.cat(ordered), group_of_row, rnd)  # canaries go through it too
+        ordered = [deltas[torch.as_tensor(group_of_row == m)] for m in range(len(rows))]
         if spec.secagg is not None:
             raise FlowerRunError("secure aggregation's rounds run through secure_round")
         return noisy_sums([r.to(torch.float32) for r in ordered], spec, sigma, source)  # the simulator's aggregator
