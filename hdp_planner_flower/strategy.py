@@ -326,9 +326,7 @@ class HdpStrategy(Strategy):
         spec = self.spec
         sigma = spec.noise_at(rnd)
         ordered = [torch.stack([r[c] for c in sorted(r)]) if r else torch.zeros(0, d) for r in rows]
-        group_of_row = np.concatenate([np.full(r.shape[0], m) for m, r in enumerate(ordered)]).astype(np.int64)
-        deltas, group_of_row = self.audit.insert(torch.cat(ordered), group_of_row, rnd)  # canaries go through it too
-        ordered = [deltas[torch.as_tensor(group_of_row == m)] for m in range(len(rows))]
+        ordered = self.audit.insert_grouped(ordered, rnd)  # canaries go through the same clipping and noise
         if spec.secagg is not None:
             raise FlowerRunError("secure aggregation's rounds run through secure_round")
         return noisy_sums([r.to(torch.float32) for r in ordered], spec, sigma, source)  # the simulator's aggregator

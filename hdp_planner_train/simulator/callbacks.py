@@ -47,6 +47,9 @@ class NoAudit:
     def insert(self, deltas: torch.Tensor, group_of_row: np.ndarray, rnd: int) -> tuple[torch.Tensor, np.ndarray]:
         return deltas, group_of_row
 
+    def insert_grouped(self, groups: list[torch.Tensor], rnd: int) -> list[torch.Tensor]:
+        return groups
+
     def real_stats(self, stats: RoundStats) -> RoundStats:
         return stats
 
@@ -85,6 +88,12 @@ class CanaryAudit:
     def insert(self, deltas: torch.Tensor, group_of_row: np.ndarray, rnd: int) -> tuple[torch.Tensor, np.ndarray]:
         """The round's updates with the joining canaries' rows among them (:meth:`CanaryAuditor.insert`)."""
         return self.auditor.insert(deltas, group_of_row, rnd)
+
+    def insert_grouped(self, groups: list[torch.Tensor], rnd: int) -> list[torch.Tensor]:
+        """:meth:`insert` on each group's update rows, the canaries going into their groups."""
+        group_of_row = np.concatenate([np.full(r.shape[0], m) for m, r in enumerate(groups)]).astype(np.int64)
+        deltas, group_of_row = self.insert(torch.cat(groups), group_of_row, rnd)
+        return [deltas[torch.as_tensor(group_of_row == m)] for m in range(len(groups))]
 
     def real_stats(self, stats: RoundStats) -> RoundStats:
         """The round's statistics without the canaries (:meth:`CanaryAuditor.real_stats`)."""
