@@ -4,7 +4,18 @@ global update, and its rules beyond GDPFed's (per-group clips, one pooled draw, 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+def weight_shares(
+    weight: Sequence[float], expected_clients: Sequence[float], clips: Sequence[float]
+) -> tuple[float, ...]:
+    """α_m = ω_m r_m C_m / Σ_j ω_j r_j C_j: each group's share of an update that weighs its sum by ω_m, with r_m
+    expected contributors clipped at C_m."""
+    terms = [w * r * c for w, r, c in zip(weight, expected_clients, clips)]
+    total = sum(terms)
+    return tuple(t / total for t in terms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,9 +96,7 @@ class MethodNoise:
 
         GDPFed's weights give α_m = r_m²/Σr² (B.2), one pool with one C gives r_m/Σr, per-group clips r_mC_m/Σr_jC_j.
         """
-        terms = [w * r * c for w, r, c in zip(self.weight, self.expected_clients, self.clips(default_clip))]
-        total = sum(terms)
-        return tuple(t / total for t in terms)
+        return weight_shares(self.weight, self.expected_clients, self.clips(default_clip))
 
     def rms_noise_multiplier(self, rounds: int) -> tuple[float, ...]:
         """√(mean over the rounds of σ_m²) per group: what a schedule's noise costs Λ on average."""

@@ -20,7 +20,7 @@ from hdp_planner.distributed.group_law import GroupLaw
 from hdp_planner.distributed.rounds import WRAP_PROBABILITY
 from hdp_planner.planning.config import PlanConfig
 from hdp_planner.planning.mechanism import executed_mechanism, mechanism_epsilon
-from hdp_planner.planning.method_noise import MethodNoise
+from hdp_planner.planning.method_noise import MethodNoise, weight_shares
 from hdp_planner.rules.costs import GroupRound
 
 REL_TOL = 1e-9
@@ -143,8 +143,7 @@ class CohortRow:
         """Each group's share α_m = ω_m r_m C_m/Σ_j ω_j r_j C_j of the update (as a trusted row's,
         :meth:`~hdp_planner.planning.method_noise.MethodNoise.weight_share`; r_m²/Σr² with GDPFed's ω_m = r_m/Σr²):
         how much its clients shape the model."""
-        raw = [w * g.expected_contributors * c for w, g, c in zip(self.weight, self.groups, self.clips)]
-        return tuple(x / sum(raw) for x in raw)
+        return weight_shares(self.weight, [g.expected_contributors for g in self.groups], self.clips)
 
     @property
     def price(self) -> float:
